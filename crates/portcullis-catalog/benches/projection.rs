@@ -1,0 +1,60 @@
+//! Projecting one 1 000-tool server: names, fingerprints against a baseline,
+//! the drift guard, tier choice and disclosure — everything a (re)listing
+//! costs before the first call can be routed.
+//!
+//! Run with `cargo bench -p portcullis-catalog --bench projection`.
+
+use std::hint::black_box;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use portcullis_catalog::fingerprint::fingerprint_listing;
+use portcullis_catalog::{Catalogue, ProjectionOptions, ServerIdentity, ServerListing, Tool};
+use serde_json::json;
+
+fn listing(count: usize) -> Vec<Tool> {
+    (0..count)
+        .map(|i| {
+            // Every tenth name needs sanitising (a dot), as real servers do.
+            let name = if i % 10 == 0 { format!("ns.tool_{i}") } else { format!("tool_{i}") };
+            Tool::new(name)
+                .with_description(format!("Tool {i}: fetches records of kind {i} and summarises them for the caller."))
+                .with_input_schema(json!({
+                    "type": "object",
+                    "properties": {
+                        "query": {"type": "string", "description": "What to look for", "maxLength": 200},
+                        "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 10},
+                        "include_archived": {"type": "boolean", "description": "Also search the archive"},
+                        "sort": {"type": "string", "enum": ["asc", "desc"]}
+                    },
+                    "required": ["query"]
+                }))
+        })
+        .collect()
+}
+
+fn bench_projection(c: &mut Criterion) {
+    let tools = listing(1_000);
+    let baseline = fingerprint_listing(&tools);
+    let server = ServerIdentity::streamable_http("big", "https://big.example/mcp");
+    let options = ProjectionOptions::default();
+
+    c.bench_function("project 1000 tools, no baseline", |b| {
+        b.iter(|| {
+            let listing = ServerListing::new(server.clone(), tools.clone());
+            black_box(Catalogue::project(vec![listing], &options))
+        })
+    });
+    c.bench_function("project 1000 tools against a baseline", |b| {
+        b.iter(|| {
+            let listing =
+                ServerListing::new(server.clone(), tools.clone()).with_baseline(baseline.clone());
+            black_box(Catalogue::project(vec![listing], &options))
+        })
+    });
+    c.bench_function("fingerprint 1000 tools", |b| {
+        b.iter(|| black_box(fingerprint_listing(&tools)))
+    });
+}
+
+criterion_group!(benches, bench_projection);
+criterion_main!(benches);

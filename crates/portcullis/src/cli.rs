@@ -1,0 +1,238 @@
+//! The command line, exactly as the design brief's contract gives it.
+//!
+//! Command, flag and positional names here are a user-facing contract (see
+//! "The binary and its config" in the design brief): renaming any of them is a
+//! breaking change for every user's scripts and client configs.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde_json::{Map, Value};
+
+/// Where `--config` points when it is not given.
+pub const DEFAULT_CONFIG: &str = "./portcullis.toml";
+
+/// The parsed command line of `portcullis`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "portcullis",
+    version,
+    about = "Portcullis is a secure MCP gateway: it connects many upstream MCP servers, puts \
+             every guard in between, and serves the result as one MCP endpoint.",
+    after_help = "Exit codes: 0 success, 1 the tool answered with an error or was refused, \
+                  2 usage or configuration error.",
+    subcommand_required = true,
+    arg_required_else_help = true
+)]
+pub struct Cli {
+    /// The subcommand to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// One subcommand of `portcullis`.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// The gateway: serve every source behind every guard as one MCP endpoint, over HTTP on 127.0.0.1 or over stdio.
+    Serve(ServeArgs),
+    /// The catalogue as the model sees it, and what is held back.
+    Tools(ToolsArgs),
+    /// One call through every guard.
+    Call(CallArgs),
+    /// What changed since a server was trusted, as a diff.
+    Drift(DriftArgs),
+    /// Accept a server's current definitions as its new baseline.
+    Retrust(RetrustArgs),
+    /// Validate config, plugins and manifests; print diagnostics.
+    Check(CheckArgs),
+    /// Turn an existing mcpServers config (Claude, Cursor, VS Code) into Portcullis TOML, on stdout by default.
+    Import(ImportArgs),
+}
+
+impl Command {
+    /// The subcommand's name as typed on the command line.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Serve(_) => "serve",
+            Command::Tools(_) => "tools",
+            Command::Call(_) => "call",
+            Command::Drift(_) => "drift",
+            Command::Retrust(_) => "retrust",
+            Command::Check(_) => "check",
+            Command::Import(_) => "import",
+        }
+    }
+}
+
+/// `--config FILE`, shared by every subcommand that reads the gateway config.
+#[derive(Debug, Clone, Args)]
+pub struct ConfigArg {
+    /// The gateway config file; paths inside it are relative to the file.
+    #[arg(long, value_name = "FILE", default_value = DEFAULT_CONFIG)]
+    pub config: PathBuf,
+}
+
+/// Arguments of `portcullis serve`.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// The gateway config.
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// Address of the HTTP surface, IP:PORT; overrides `[gateway] listen` (127.0.0.1:8765 by default).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+    /// Serve MCP over stdin/stdout instead of HTTP (the listen address is then ignored).
+    #[arg(long)]
+    pub stdio: bool,
+}
+
+/// Arguments of `portcullis tools`.
+#[derive(Debug, Clone, Args)]
+pub struct ToolsArgs {
+    /// The gateway config.
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// Print one JSON array, an object per tool: name, source, tier, status, reason.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `portcullis call`.
+#[derive(Debug, Clone, Args)]
+pub struct CallArgs {
+    /// The gateway config.
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// Print the MCP CallToolResult as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// The tool's qualified name, as `portcullis tools` lists it (e.g. files__read).
+    #[arg(value_name = "TOOL")]
+    pub tool: String,
+    /// The tool's arguments, as one JSON object.
+    #[arg(value_name = "JSON-ARGS", default_value = "{}", value_parser = parse_json_object)]
+    pub args: Map<String, Value>,
+}
+
+/// Arguments of `portcullis drift`.
+#[derive(Debug, Clone, Args)]
+pub struct DriftArgs {
+    /// The gateway config.
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// The server (upstream or source name) to diff; every trusted server when omitted.
+    #[arg(value_name = "SERVER")]
+    pub server: Option<String>,
+}
+
+/// Arguments of `portcullis retrust`.
+#[derive(Debug, Clone, Args)]
+pub struct RetrustArgs {
+    /// The gateway config.
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// Replace the baseline without asking for confirmation.
+    #[arg(long)]
+    pub yes: bool,
+    /// The server (upstream or source name) whose baseline is replaced.
+    #[arg(value_name = "SERVER")]
+    pub server: String,
+}
+
+/// Arguments of `portcullis check`.
+#[derive(Debug, Clone, Args)]
+pub struct CheckArgs {
+    /// The gateway config.
+    #[command(flatten)]
+    pub config: ConfigArg,
+}
+
+/// Arguments of `portcullis import`.
+#[derive(Debug, Clone, Args)]
+pub struct ImportArgs {
+    /// The desktop client whose config format FILE is in.
+    #[arg(value_name = "CLIENT", value_enum)]
+    pub client: Client,
+    /// The client's config file holding `mcpServers` (or VS Code's `servers`).
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    /// Write the TOML to this file instead of stdout.
+    #[arg(long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
+/// A desktop client whose MCP server config `portcullis import` reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Client {
+    /// Claude Desktop (claude_desktop_config.json).
+    Claude,
+    /// Cursor (mcp.json).
+    Cursor,
+    /// VS Code (mcp.json or settings.json).
+    Vscode,
+}
+
+impl fmt::Display for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Client::Claude => "claude",
+            Client::Cursor => "cursor",
+            Client::Vscode => "vscode",
+        })
+    }
+}
+
+/// Parses `call`'s JSON-ARGS: it must be valid JSON, and a JSON object, since
+/// MCP tool arguments are always an object. The message names what is wrong;
+/// clap adds the argument's name and exits with the usage code (2).
+pub fn parse_json_object(text: &str) -> Result<Map<String, Value>, String> {
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(other) => Err(format!(
+            "must be a JSON object such as '{{\"path\":\"a\"}}', not {}",
+            json_kind(&other)
+        )),
+        Err(e) => Err(format!("not valid JSON: {e}")),
+    }
+}
+
+/// The JSON type of a value, with its article, for error messages.
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn json_args_must_be_an_object() {
+        assert_eq!(parse_json_object(r#"{"a":1}"#).map(|m| m.len()), Ok(1));
+        assert!(parse_json_object("[]").is_err_and(|e| e.contains("an array")));
+        assert!(parse_json_object("\"x\"").is_err_and(|e| e.contains("a string")));
+        assert!(parse_json_object("{").is_err_and(|e| e.contains("not valid JSON")));
+    }
+
+    #[test]
+    fn client_display_matches_the_value_names() {
+        for client in Client::value_variants() {
+            let name = client.to_possible_value().map(|v| v.get_name().to_owned());
+            assert_eq!(name.as_deref(), Some(client.to_string().as_str()));
+        }
+    }
+}

@@ -1,0 +1,265 @@
+//! Runs the real `portcullis` binary and checks the command-line contract:
+//! every subcommand and flag of the design brief parses, echoes what it parsed,
+//! and exits with the documented code.
+
+use std::process::{Command, Output};
+
+/// Runs `portcullis` with `args` and no stdin.
+fn portcullis(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("the portcullis binary runs")
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Asserts that `args` parsed, reached the not-built stub of `command`, exited 2
+/// and echoed exactly `parsed`.
+fn assert_not_built(args: &[&str], command: &str, parsed: &str) {
+    let out = portcullis(args);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: stderr was {err}");
+    assert!(
+        err.starts_with(&format!("portcullis {command}: not built yet")),
+        "{args:?}: stderr was {err}"
+    );
+    let echoed = err
+        .trim_end()
+        .split_once("Parsed: ")
+        .map(|(_, p)| p.to_owned());
+    assert_eq!(
+        echoed.as_deref(),
+        Some(parsed),
+        "{args:?}: stderr was {err}"
+    );
+    assert_eq!(stdout(&out), "", "{args:?}: nothing goes to stdout");
+}
+
+/// Asserts that `args` is a usage error: exit 2, a clap `error:` on stderr
+/// mentioning every one of `needles`, and the stub never reached.
+fn assert_usage_error(args: &[&str], needles: &[&str]) {
+    let out = portcullis(args);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: stderr was {err}");
+    assert!(err.starts_with("error:"), "{args:?}: stderr was {err}");
+    assert!(!err.contains("not built yet"), "{args:?}: stderr was {err}");
+    for needle in needles {
+        assert!(err.contains(needle), "{args:?}: no {needle:?} in {err}");
+    }
+}
+
+const SUBCOMMANDS: [&str; 7] = [
+    "serve", "tools", "call", "drift", "retrust", "check", "import",
+];
+
+#[test]
+fn help_lists_all_seven_subcommands_and_exits_0() {
+    let out = portcullis(&["--help"]);
+    assert_eq!(out.status.code(), Some(0));
+    let help = stdout(&out);
+    assert!(help.contains("secure MCP gateway"), "{help}");
+    for sub in SUBCOMMANDS {
+        assert!(
+            help.lines()
+                .any(|l| l.trim_start().starts_with(&format!("{sub} "))),
+            "no {sub} in {help}"
+        );
+    }
+}
+
+#[test]
+fn every_subcommand_has_help() {
+    for sub in SUBCOMMANDS {
+        let out = portcullis(&[sub, "--help"]);
+        assert_eq!(out.status.code(), Some(0), "{sub} --help");
+        let help = stdout(&out);
+        assert!(
+            help.contains(&format!("Usage: portcullis {sub}")),
+            "{sub}: {help}"
+        );
+        // Every subcommand but import reads the gateway config, defaulting to ./portcullis.toml.
+        let has_config =
+            help.contains("--config <FILE>") && help.contains("[default: ./portcullis.toml]");
+        assert_eq!(has_config, sub != "import", "{sub}: {help}");
+    }
+}
+
+#[test]
+fn version_prints_the_package_version() {
+    let out = portcullis(&["--version"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        stdout(&out).trim(),
+        format!("portcullis {}", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+#[test]
+fn no_subcommand_is_a_usage_error() {
+    let out = portcullis(&[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("Usage: portcullis <COMMAND>"));
+}
+
+#[test]
+fn serve_parses_its_flags() {
+    assert_not_built(
+        &["serve"],
+        "serve",
+        "config=./portcullis.toml listen=(from config) stdio=false",
+    );
+    assert_not_built(
+        &["serve", "--stdio", "--listen", "127.0.0.1:9000"],
+        "serve",
+        "config=./portcullis.toml listen=127.0.0.1:9000 stdio=true",
+    );
+    assert_not_built(
+        &[
+            "serve",
+            "--config",
+            "examples/portcullis.toml",
+            "--listen=[::1]:8765",
+        ],
+        "serve",
+        "config=examples/portcullis.toml listen=[::1]:8765 stdio=false",
+    );
+}
+
+#[test]
+fn serve_message_says_what_is_missing() {
+    let err = stderr(&portcullis(&["serve"]));
+    assert!(
+        err.contains("the gateway arrives with the serve issue"),
+        "{err}"
+    );
+}
+
+#[test]
+fn serve_rejects_a_listen_address_that_is_not_ip_and_port() {
+    assert_usage_error(&["serve", "--listen", "nowhere"], &["--listen <ADDR>"]);
+}
+
+#[test]
+fn tools_parses_its_flags() {
+    assert_not_built(&["tools"], "tools", "config=./portcullis.toml json=false");
+    assert_not_built(
+        &["tools", "--json"],
+        "tools",
+        "config=./portcullis.toml json=true",
+    );
+}
+
+#[test]
+fn call_parses_tool_and_json_args() {
+    assert_not_built(
+        &["call", "--json", "files__read", r#"{"path":"a"}"#],
+        "call",
+        r#"config=./portcullis.toml json=true tool=files__read args={"path":"a"}"#,
+    );
+    // JSON-ARGS is optional and defaults to the empty object.
+    assert_not_built(
+        &["call", "--config", "x.toml", "docs__search"],
+        "call",
+        "config=x.toml json=false tool=docs__search args={}",
+    );
+}
+
+#[test]
+fn call_rejects_args_that_are_not_a_json_object() {
+    assert_usage_error(
+        &["call", "files__read", r#"["a"]"#],
+        &["JSON-ARGS", "must be a JSON object", "not an array"],
+    );
+    assert_usage_error(
+        &["call", "files__read", "42"],
+        &["JSON-ARGS", "not a number"],
+    );
+    assert_usage_error(
+        &["call", "files__read", "{path: a}"],
+        &["JSON-ARGS", "not valid JSON"],
+    );
+}
+
+#[test]
+fn call_needs_a_tool() {
+    assert_usage_error(&["call"], &["<TOOL>"]);
+}
+
+#[test]
+fn drift_takes_an_optional_server() {
+    assert_not_built(&["drift"], "drift", "config=./portcullis.toml server=(all)");
+    assert_not_built(
+        &["drift", "docs"],
+        "drift",
+        "config=./portcullis.toml server=docs",
+    );
+}
+
+#[test]
+fn retrust_parses_yes_and_needs_a_server() {
+    assert_not_built(
+        &["retrust", "--yes", "docs"],
+        "retrust",
+        "config=./portcullis.toml yes=true server=docs",
+    );
+    assert_not_built(
+        &["retrust", "docs"],
+        "retrust",
+        "config=./portcullis.toml yes=false server=docs",
+    );
+    assert_usage_error(&["retrust", "--yes"], &["<SERVER>"]);
+}
+
+#[test]
+fn check_parses_config() {
+    assert_not_built(&["check", "--config", "x.toml"], "check", "config=x.toml");
+    assert_not_built(&["check"], "check", "config=./portcullis.toml");
+}
+
+#[test]
+fn import_parses_client_file_and_output() {
+    assert_not_built(
+        &["import", "cursor", "mcp.json", "--output", "out.toml"],
+        "import",
+        "client=cursor file=mcp.json output=out.toml",
+    );
+    assert_not_built(
+        &["import", "claude", "claude_desktop_config.json"],
+        "import",
+        "client=claude file=claude_desktop_config.json output=(stdout)",
+    );
+    assert_not_built(
+        &["import", "vscode", ".vscode/mcp.json"],
+        "import",
+        "client=vscode file=.vscode/mcp.json output=(stdout)",
+    );
+}
+
+#[test]
+fn import_rejects_an_unknown_client() {
+    assert_usage_error(
+        &["import", "zed", "f"],
+        &["invalid value 'zed'", "claude", "cursor", "vscode"],
+    );
+}
+
+#[test]
+fn import_takes_no_config_flag() {
+    assert_usage_error(
+        &["import", "--config", "x.toml", "cursor", "f"],
+        &["--config"],
+    );
+}
+
+#[test]
+fn unknown_subcommand_is_a_usage_error() {
+    assert_usage_error(&["proxy"], &["unrecognized subcommand 'proxy'"]);
+}
