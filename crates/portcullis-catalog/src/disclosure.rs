@@ -169,10 +169,15 @@ pub fn choose_tier(server: &str, tools: &[Tool], options: &DisclosureOptions) ->
         .iter()
         .map(|t| compact_json(&deferred_schema(t.input_schema.as_ref())))
         .collect();
-    if estimate_tokens(&names_text.join("\n")) <= budget {
-        return decided(Tier::Names);
-    }
-    let mut decision = decided(Tier::Bare);
+    let tier = if estimate_tokens(&names_text.join("\n")) <= budget {
+        Tier::Names
+    } else {
+        Tier::Bare
+    };
+    let mut decision = decided(tier);
+    // The seed checks the floor in the bare tier only. The names-tier test
+    // counts schemas but no descriptions, so one server with a few enormous
+    // descriptions would slip through silently; we check every deferred tier.
     let floor = catalogue_floor(tools);
     if floor > budget {
         decision.diagnostic = Some(Diagnostic::new(
