@@ -1,0 +1,388 @@
+//! One upstream connection: how it is opened (transport, handshake,
+//! listing) and how a call travels over it (timeout, cancellation,
+//! progress, credentials).
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+
+use portcullis_catalog::{Tool, ToolResult};
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientRequest, JsonObject,
+    PaginatedRequestParams, ProtocolVersion, ServerResult,
+};
+use rmcp::service::{ClientInitializeError, PeerRequestOptions, RunningService, ServiceError};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ClientCacheConfig, ClientLifecycleMode, ClientServiceExt, Peer, RoleClient};
+use tokio::sync::Mutex;
+
+use crate::config::{McpServerConfig, RemoteConfig, check_remote_url};
+use crate::error::CallError;
+use crate::health::ServerHealth;
+use crate::hosts::HostGuard;
+use crate::http::{CallCredential, GuardedHttp, GuardedHttpParts};
+use crate::progress::UpstreamHandler;
+use crate::report::DiagnosticSink;
+use crate::sse::LegacySseTransport;
+use crate::toolset::CallContext;
+
+type Client = RunningService<RoleClient, UpstreamHandler>;
+
+/// Pages of `tools/list` followed before giving up on a server that keeps
+/// handing out cursors.
+const MAX_LIST_PAGES: usize = 1000;
+
+/// How long `close()` waits for one connection to shut down cleanly before
+/// it is dropped (which still kills a child process).
+const CLOSE_GRACE: Duration = Duration::from_secs(5);
+
+/// Probe with `server/discover`, fall back to `initialize` (2026 rules).
+fn auto_lifecycle() -> ClientLifecycleMode {
+    ClientLifecycleMode::Auto {
+        preferred_versions: vec![ProtocolVersion::V_2026_07_28, ProtocolVersion::V_2025_11_25],
+        legacy_version: Some(ProtocolVersion::V_2025_11_25),
+    }
+}
+
+/// Everything needed to open one connection.
+pub(crate) struct ConnectPlan {
+    pub(crate) config: McpServerConfig,
+    /// The HTTP client for remote servers (`None` if it could not be built).
+    pub(crate) http: Option<reqwest::Client>,
+    /// The effective allow-list (`None` = any host).
+    pub(crate) allowed: Option<Vec<String>>,
+    /// The token `auth` resolved for the handshake.
+    pub(crate) bearer: Option<String>,
+    pub(crate) diagnostics: DiagnosticSink,
+    pub(crate) timeout: Duration,
+}
+
+/// A live connection to one server.
+pub(crate) struct Connection {
+    health: Arc<ServerHealth>,
+    peer: Peer<RoleClient>,
+    handler: UpstreamHandler,
+    client: Mutex<Option<Client>>,
+    /// What the server publishes now: a call for anything else is "no longer
+    /// published".
+    published: RwLock<BTreeSet<String>>,
+    timeout: Duration,
+    pid: Option<u32>,
+}
+
+/// A connection and its first listing.
+pub(crate) struct Connected {
+    pub(crate) connection: Connection,
+    pub(crate) tools: Vec<Tool>,
+    /// Tools the server published that could not be read.
+    pub(crate) unreadable: Vec<String>,
+}
+
+/// Opens a connection and lists its tools, within the plan's timeout. The
+/// error is the diagnostic message.
+pub(crate) async fn connect(plan: ConnectPlan) -> Result<Connected, String> {
+    let name = plan.config.name().to_owned();
+    let health = Arc::new(ServerHealth::new(name.clone()));
+    let timeout = plan.timeout;
+    let attempt = tokio::time::timeout(timeout, open(plan, health.clone())).await;
+    match attempt {
+        Ok(Ok(connected)) => Ok(connected),
+        Ok(Err(message)) => Err(health.take_failure().unwrap_or(message)),
+        Err(_) => Err(health.take_failure().unwrap_or_else(|| {
+            format!(
+                "MCP server \"{name}\" did not complete connecting within {} ms.",
+                timeout.as_millis()
+            )
+        })),
+    }
+}
+
+async fn open(plan: ConnectPlan, health: Arc<ServerHealth>) -> Result<Connected, String> {
+    let name = plan.config.name().to_owned();
+    let handler = UpstreamHandler::default();
+    let (client, pid) = match &plan.config {
+        McpServerConfig::StreamableHttp(remote) => {
+            let (http, url) = guarded(&plan, remote, &health).await?;
+            let config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
+            let transport = StreamableHttpClientTransport::with_client(http, config);
+            let client = handler
+                .clone()
+                .serve_with_lifecycle(transport, auto_lifecycle())
+                .await
+                .map_err(|e| init_failure(&name, &e))?;
+            (client, None)
+        }
+        McpServerConfig::Sse(remote) => {
+            let (http, url) = guarded(&plan, remote, &health).await?;
+            let transport = LegacySseTransport::connect(http, url)
+                .await
+                .map_err(|e| format!("MCP server \"{name}\" could not be connected: {e}"))?;
+            // 2024-11-05 servers only know the handshake.
+            let client = handler
+                .clone()
+                .serve_with_lifecycle(transport, ClientLifecycleMode::Initialize)
+                .await
+                .map_err(|e| init_failure(&name, &e))?;
+            (client, None)
+        }
+        McpServerConfig::Stdio(stdio) => open_stdio(stdio, &handler).await?,
+    };
+    let peer = client.peer().clone();
+    // rmcp's response cache would hand back a stale listing when the server
+    // fails; a gateway must see the failure.
+    peer.set_response_cache_config(ClientCacheConfig::disabled())
+        .await;
+    let listed = list_all(&peer)
+        .await
+        .map_err(|e| format!("MCP server \"{name}\" could not list its tools: {e}"))?;
+    let mut tools = Vec::with_capacity(listed.len());
+    let mut unreadable = Vec::new();
+    for tool in listed {
+        let raw_name = tool.name.to_string();
+        match serde_json::to_value(&tool).and_then(serde_json::from_value::<Tool>) {
+            Ok(tool) => tools.push(tool),
+            Err(_) => unreadable.push(raw_name),
+        }
+    }
+    let published = tools.iter().map(|t| t.name.clone()).collect();
+    Ok(Connected {
+        connection: Connection {
+            health,
+            peer,
+            handler,
+            client: Mutex::new(Some(client)),
+            published: RwLock::new(published),
+            timeout: plan.timeout,
+            pid,
+        },
+        tools,
+        unreadable,
+    })
+}
+
+/// The guarded HTTP client for a remote server, after the URL and host
+/// checks (which make zero requests when they refuse).
+async fn guarded(
+    plan: &ConnectPlan,
+    remote: &RemoteConfig,
+    health: &Arc<ServerHealth>,
+) -> Result<(GuardedHttp, url::Url), String> {
+    let name = &remote.name;
+    let url = check_remote_url(&remote.url)
+        .map_err(|reason| format!("MCP server \"{name}\" has an unusable url: {reason}."))?;
+    let guard = HostGuard::new(plan.allowed.clone());
+    guard.check(&url).await.map_err(|r| r.message(name))?;
+    let client = plan.http.clone().ok_or_else(|| {
+        format!("MCP server \"{name}\" could not be connected: no HTTP client is available.")
+    })?;
+    let http = GuardedHttp::new(
+        client,
+        GuardedHttpParts {
+            server: name.clone(),
+            guard,
+            headers: remote.headers.clone(),
+            bearer: plan.bearer.clone(),
+            health: health.clone(),
+            diagnostics: plan.diagnostics.clone(),
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    Ok((http, url))
+}
+
+#[cfg(feature = "stdio")]
+async fn open_stdio(
+    stdio: &crate::config::StdioConfig,
+    handler: &UpstreamHandler,
+) -> Result<(Client, Option<u32>), String> {
+    let name = &stdio.name;
+    let spawn = || {
+        crate::stdio::spawn(stdio).map_err(|e| {
+            format!(
+                "MCP server \"{name}\" could not be started ({}): {e}",
+                stdio.command
+            )
+        })
+    };
+    let first = spawn()?;
+    match handler
+        .clone()
+        .serve_with_lifecycle(first.transport, auto_lifecycle())
+        .await
+    {
+        Ok(client) => Ok((client, first.pid)),
+        // A legacy stdio server may exit on the unknown `server/discover`
+        // probe; the 2026 rules say to restart it and use `initialize`.
+        Err(_) => {
+            let second = spawn()?;
+            let client = handler
+                .clone()
+                .serve_with_lifecycle(second.transport, ClientLifecycleMode::Initialize)
+                .await
+                .map_err(|e| init_failure(name, &e))?;
+            Ok((client, second.pid))
+        }
+    }
+}
+
+#[cfg(not(feature = "stdio"))]
+async fn open_stdio(
+    stdio: &crate::config::StdioConfig,
+    _handler: &UpstreamHandler,
+) -> Result<(Client, Option<u32>), String> {
+    // `connect` reports `unsupported-transport` before getting here.
+    Err(crate::toolset::unsupported_stdio_message(&stdio.name))
+}
+
+fn init_failure(name: &str, error: &ClientInitializeError) -> String {
+    format!("MCP server \"{name}\" could not be connected: {error}")
+}
+
+/// `tools/list`, following `nextCursor` to the end.
+async fn list_all(peer: &Peer<RoleClient>) -> Result<Vec<rmcp::model::Tool>, ServiceError> {
+    let mut tools = Vec::new();
+    let mut cursor: Option<String> = None;
+    let mut seen = BTreeSet::new();
+    for _ in 0..MAX_LIST_PAGES {
+        let params = PaginatedRequestParams::default().with_cursor(cursor.take());
+        let page = peer.list_tools(Some(params)).await?;
+        tools.extend(page.tools);
+        match page.next_cursor {
+            // A cursor seen before would loop forever.
+            Some(next) if !next.is_empty() && seen.insert(next.clone()) => cursor = Some(next),
+            _ => break,
+        }
+    }
+    Ok(tools)
+}
+
+impl Connection {
+    /// The server's configured name.
+    pub(crate) fn server(&self) -> &str {
+        self.health.server()
+    }
+
+    /// The child's process id, for a stdio server.
+    pub(crate) fn pid(&self) -> Option<u32> {
+        self.pid
+    }
+
+    /// Whether calls may be sent.
+    pub(crate) fn is_available(&self) -> bool {
+        if self.peer.is_transport_closed() {
+            self.health.mark_unavailable();
+        }
+        self.health.is_available()
+    }
+
+    /// Whether the server currently publishes `remote_name`.
+    pub(crate) fn publishes(&self, remote_name: &str) -> bool {
+        self.published
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(remote_name)
+    }
+
+    /// Sends one `tools/call`. `tool` is the qualified name (for messages).
+    pub(crate) async fn call(
+        &self,
+        tool: &str,
+        server: &str,
+        remote_name: &str,
+        arguments: JsonObject,
+        context: &CallContext,
+        token: Option<String>,
+    ) -> Result<ToolResult, CallError> {
+        let mut params = CallToolRequestParams::new(remote_name.to_owned());
+        params.arguments = Some(arguments);
+        let mut request = CallToolRequest::new(params);
+        if let Some(token) = token {
+            request.extensions.insert(CallCredential(token));
+        }
+        let options = PeerRequestOptions::with_timeout(self.timeout);
+        let handle = self
+            .peer
+            .send_request_with_option(ClientRequest::CallToolRequest(request), options)
+            .await
+            .map_err(|e| self.service_error(tool, server, e))?;
+        let id = handle.id.clone();
+        let _route = context.progress.as_ref().map(|sink| {
+            self.handler
+                .route(handle.progress_token.clone(), sink.clone())
+        });
+        let answer = tokio::select! {
+            answer = handle.await_response() => answer,
+            _ = context.cancel.cancelled() => {
+                // The server hears `notifications/cancelled` (stdio, legacy
+                // HTTP, SSE); on 2026 HTTP rmcp closes the request's stream,
+                // which is that revision's cancellation signal.
+                let reason = Some("cancelled by the caller".to_owned());
+                let _ = self.peer.notify_cancelled(CancelledNotificationParam::new(Some(id), reason)).await;
+                return Err(CallError::Cancelled { tool: tool.to_owned() });
+            }
+        };
+        match answer.map_err(|e| self.service_error(tool, server, e))? {
+            ServerResult::CallToolResult(result) => serde_json::to_value(&result)
+                .and_then(serde_json::from_value::<ToolResult>)
+                .map_err(|e| CallError::Transport {
+                    server: server.to_owned(),
+                    reason: format!("unreadable tool result: {e}"),
+                }),
+            // A result with no content at all arrives as an empty result.
+            ServerResult::EmptyResult(_) => Ok(ToolResult::default()),
+            _ => Err(CallError::Transport {
+                server: server.to_owned(),
+                reason: "the server answered tools/call with another kind of result".to_owned(),
+            }),
+        }
+    }
+
+    fn service_error(&self, tool: &str, server: &str, error: ServiceError) -> CallError {
+        if let Some(status) = self.health.rejected() {
+            return match status {
+                403 => CallError::Forbidden {
+                    server: server.to_owned(),
+                },
+                _ => CallError::Unauthorized {
+                    server: server.to_owned(),
+                },
+            };
+        }
+        match error {
+            ServiceError::Timeout { timeout } => CallError::Timeout {
+                tool: tool.to_owned(),
+                timeout_ms: timeout.as_millis(),
+            },
+            ServiceError::McpError(data) => CallError::Protocol {
+                server: server.to_owned(),
+                message: data.message.to_string(),
+            },
+            ServiceError::Cancelled { .. } => CallError::Cancelled {
+                tool: tool.to_owned(),
+            },
+            other => {
+                if self.peer.is_transport_closed() {
+                    self.health.mark_unavailable();
+                }
+                let reason = self
+                    .health
+                    .take_failure()
+                    .unwrap_or_else(|| other.to_string());
+                CallError::Transport {
+                    server: server.to_owned(),
+                    reason,
+                }
+            }
+        }
+    }
+
+    /// Ends the connection (and the child process). Idempotent.
+    pub(crate) async fn close(&self) {
+        self.health.mark_unavailable();
+        let client = self.client.lock().await.take();
+        if let Some(mut client) = client {
+            let _ = client.close_with_timeout(CLOSE_GRACE).await;
+        }
+    }
+}

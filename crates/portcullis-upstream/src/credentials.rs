@@ -1,0 +1,44 @@
+//! Credentials: the seed's `auth(server, {session}) -> {token}`.
+//!
+//! The resolver runs before the handshake (so the bearer covers `initialize`
+//! and `tools/list`, which is what an OAuth-protected server demands) and
+//! again on every call. Tokens live only in memory: they are never logged,
+//! stored or put in an error message.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+/// A boxed future of a token.
+pub type TokenFuture = Pin<Box<dyn Future<Output = Result<String, String>> + Send>>;
+
+/// Resolves a bearer token for `(server, session)`.
+///
+/// Any `Fn(String, String) -> impl Future<Output = Result<String, String>>`
+/// is a resolver; the error is a reason in words (never the token).
+///
+/// ```
+/// use portcullis_upstream::credentials::AuthResolver;
+///
+/// let auth = |server: String, session: String| async move {
+///     Ok::<_, String>(format!("token-for-{server}-{session}"))
+/// };
+/// # let _ = auth.token("docs".into(), "s1".into());
+/// ```
+pub trait AuthResolver: Send + Sync {
+    /// The token for this server in this session.
+    fn token(&self, server: String, session: String) -> TokenFuture;
+}
+
+impl<F, Fut> AuthResolver for F
+where
+    F: Fn(String, String) -> Fut + Send + Sync,
+    Fut: Future<Output = Result<String, String>> + Send + 'static,
+{
+    fn token(&self, server: String, session: String) -> TokenFuture {
+        Box::pin(self(server, session))
+    }
+}
+
+/// A shared resolver.
+pub type Auth = Arc<dyn AuthResolver>;

@@ -1,0 +1,125 @@
+//! Typed errors: wiring mistakes (refused before anything connects) and call
+//! failures (one call fails; the toolset lives on).
+//!
+//! Call failures carry the seed's exact sentences, because the model reads
+//! them: each says what happened and what to do next.
+
+use thiserror::Error;
+
+/// A mistake in how `connect` was called. Returned before any server is
+/// contacted; nothing a server does can produce one.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum WiringError {
+    /// `auth` fixes a credential onto each connection, so the toolset belongs
+    /// to one session and must say which.
+    #[error(
+        "MCP options: `auth` needs a `session`: a toolset built with auth belongs to one session (build one per session and close it when the session ends)"
+    )]
+    AuthWithoutSession,
+    /// A resolver `allowed_hosts` is asked per session.
+    #[error("MCP options: a resolver `allowed_hosts` needs a `session` to resolve against")]
+    HostResolverWithoutSession,
+    /// A visibility filter sets both `allow` and `block`.
+    #[error(transparent)]
+    Filter(#[from] portcullis_catalog::CatalogError),
+}
+
+/// Why one call produced no tool result.
+///
+/// Refusals the model can act on (a denied policy, invalid arguments, a
+/// quarantined tool) are *results*, not errors: see `Toolset::call`.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum CallError {
+    /// The toolset uses per-session credentials and the call carried no
+    /// session.
+    #[error("MCP tool \"{tool}\" requires a session context.")]
+    SessionRequired {
+        /// The qualified name called.
+        tool: String,
+    },
+    /// The server is closed, failed authorization, or its connection ended.
+    #[error("MCP server \"{server}\" is unavailable.")]
+    Unavailable {
+        /// The server's effective name.
+        server: String,
+    },
+    /// The server no longer lists the tool this name was projected from.
+    #[error(
+        "MCP tool \"{tool}\" is no longer published by server \"{server}\". Its catalogue changed since this tool list was built; use another tool."
+    )]
+    NoLongerPublished {
+        /// The qualified name called.
+        tool: String,
+        /// The server's effective name.
+        server: String,
+    },
+    /// No tool of that name in this catalogue.
+    #[error("Unknown MCP tool \"{tool}\". Use a qualified name like server__tool.")]
+    UnknownTool {
+        /// The name called.
+        tool: String,
+    },
+    /// The policy answered `ask` and the call context carried no approval.
+    #[error("MCP tool \"{tool}\" needs approval first: {title}")]
+    ApprovalRequired {
+        /// The qualified name called.
+        tool: String,
+        /// What to show the person asked.
+        title: String,
+    },
+    /// The per-call credential could not be resolved.
+    #[error("Resolving credentials for MCP server \"{server}\" failed: {reason}")]
+    Credentials {
+        /// The server's effective name.
+        server: String,
+        /// The resolver's own words (never a token).
+        reason: String,
+    },
+    /// The server answered 401; it stays unavailable for this toolset.
+    #[error("MCP server \"{server}\" rejected authorization (HTTP 401).")]
+    Unauthorized {
+        /// The server's effective name.
+        server: String,
+    },
+    /// The server answered 403; it stays unavailable for this toolset.
+    #[error("MCP server \"{server}\" denied access (HTTP 403).")]
+    Forbidden {
+        /// The server's effective name.
+        server: String,
+    },
+    /// No answer within the per-connection timeout; the server was told to
+    /// cancel.
+    #[error("MCP tool \"{tool}\" timed out after {timeout_ms} ms.")]
+    Timeout {
+        /// The qualified name called.
+        tool: String,
+        /// The timeout that elapsed.
+        timeout_ms: u128,
+    },
+    /// The caller cancelled; the server was told to cancel.
+    #[error("MCP tool \"{tool}\" was cancelled.")]
+    Cancelled {
+        /// The qualified name called.
+        tool: String,
+    },
+    /// The server answered with a JSON-RPC error (not a tool error result).
+    #[error("MCP server \"{server}\" refused the call: {message}")]
+    Protocol {
+        /// The server's effective name.
+        server: String,
+        /// The server's error message.
+        message: String,
+    },
+    /// The connection failed during the call (the server crashed, the stream
+    /// broke, a redirect was refused). The server is marked unavailable when
+    /// its connection is gone.
+    #[error("MCP server \"{server}\" failed during the call: {reason}")]
+    Transport {
+        /// The server's effective name.
+        server: String,
+        /// What broke.
+        reason: String,
+    },
+}

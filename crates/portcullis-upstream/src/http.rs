@@ -1,0 +1,658 @@
+//! Guarded HTTP: every request to a remote server goes through
+//! [`GuardedHttp::send`], which checks the host, follows redirects by hand,
+//! withholds credentials across origins and notices 401/403.
+//!
+//! reqwest's own redirect following is off: it would re-send our configured
+//! headers to whatever origin a server names, and it cannot re-check the
+//! allow-list per hop. Here, per hop: the SSRF guard runs before the request;
+//! at most [`MAX_REDIRECTS`] redirects are followed; a 303 (or a 301/302
+//! answering a POST) becomes a bodiless GET; a hop to another origin drops
+//! `Authorization` and every configured header for the rest of the chain and
+//! reports `cross-origin-headers-withheld` once per origin.
+//!
+//! [`GuardedHttp`] also implements rmcp's `StreamableHttpClient`, so rmcp's
+//! Streamable HTTP transport (both protocol generations, sessions, the 2026
+//! headers) runs on top of it; the legacy SSE transport uses `send` directly.
+
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use futures::{Stream, StreamExt};
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, LOCATION};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use portcullis_catalog::{Diagnostic, Rule};
+use rmcp::model::{ClientJsonRpcMessage, ClientRequest, GetExtensions, ServerJsonRpcMessage};
+use rmcp::transport::streamable_http_client::{
+    SseError, StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
+    StreamableHttpResponseLimits,
+};
+use sse_stream::{Sse, SseStream};
+use thiserror::Error;
+use url::Url;
+
+use crate::config::is_loopback_host;
+use crate::health::{ServerHealth, rejection_message};
+use crate::hosts::HostGuard;
+use crate::report::DiagnosticSink;
+
+/// Redirects followed per request; the next one fails.
+pub const MAX_REDIRECTS: usize = 5;
+
+const SESSION_HEADER: &str = "mcp-session-id";
+const LAST_EVENT_ID_HEADER: &str = "last-event-id";
+const EVENT_STREAM: &str = "text/event-stream";
+const JSON: &str = "application/json";
+
+/// A bearer token for one call, carried to the transport in the request's
+/// extensions (the per-call `auth` resolution).
+#[derive(Clone)]
+pub(crate) struct CallCredential(pub(crate) String);
+
+/// Why a guarded request failed. Messages are the seed's and never contain
+/// a credential.
+#[derive(Debug, Error)]
+pub(crate) enum HttpFailure {
+    /// The SSRF guard refused a host (the message is ready for a person).
+    #[error("{0}")]
+    Refused(String),
+    /// A redirect chain longer than [`MAX_REDIRECTS`].
+    #[error("MCP server \"{0}\" exceeded {MAX_REDIRECTS} redirects.")]
+    TooManyRedirects(String),
+    /// A redirect we will not follow.
+    #[error("MCP server \"{server}\" sent an unusable redirect: {reason}")]
+    BadRedirect { server: String, reason: String },
+    /// 401 or 403.
+    #[error("{0}")]
+    Rejected(String),
+    /// The request itself failed.
+    #[error("HTTP request failed: {0}")]
+    Http(#[from] reqwest::Error),
+    /// A header we were given is not a valid HTTP header.
+    #[error("MCP server \"{server}\" has an invalid header {name:?}")]
+    InvalidHeader { server: String, name: String },
+    /// A body over its size limit.
+    #[error("response body exceeded {0} bytes")]
+    TooLarge(usize),
+}
+
+struct Shared {
+    http: reqwest::Client,
+    server: String,
+    guard: HostGuard,
+    /// Configured headers; withheld after a cross-origin hop.
+    configured: HeaderMap,
+    /// The token `auth` resolved at connect time, if any.
+    bearer: Option<String>,
+    health: Arc<ServerHealth>,
+    diagnostics: DiagnosticSink,
+    /// Origins already reported as `cross-origin-headers-withheld`.
+    reported: Mutex<HashSet<String>>,
+}
+
+/// A reqwest client bound to one server's guard, headers and health.
+#[derive(Clone)]
+pub(crate) struct GuardedHttp {
+    shared: Arc<Shared>,
+}
+
+/// Everything a guarded client needs besides the reqwest client.
+pub(crate) struct GuardedHttpParts {
+    pub(crate) server: String,
+    pub(crate) guard: HostGuard,
+    pub(crate) headers: std::collections::BTreeMap<String, String>,
+    pub(crate) bearer: Option<String>,
+    pub(crate) health: Arc<ServerHealth>,
+    pub(crate) diagnostics: DiagnosticSink,
+}
+
+impl GuardedHttp {
+    pub(crate) fn new(http: reqwest::Client, parts: GuardedHttpParts) -> Result<Self, HttpFailure> {
+        let mut configured = HeaderMap::new();
+        for (name, value) in &parts.headers {
+            let invalid = || HttpFailure::InvalidHeader {
+                server: parts.server.clone(),
+                name: name.clone(),
+            };
+            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| invalid())?;
+            let mut value = HeaderValue::from_str(value).map_err(|_| invalid())?;
+            value.set_sensitive(true);
+            configured.insert(name, value);
+        }
+        Ok(GuardedHttp {
+            shared: Arc::new(Shared {
+                http,
+                server: parts.server,
+                guard: parts.guard,
+                configured,
+                bearer: parts.bearer,
+                health: parts.health,
+                diagnostics: parts.diagnostics,
+                reported: Mutex::new(HashSet::new()),
+            }),
+        })
+    }
+
+    pub(crate) fn server(&self) -> &str {
+        &self.shared.server
+    }
+
+    /// Configured headers < connect-time auth < per-call auth.
+    fn credentials(&self, call_token: Option<&str>) -> Result<HeaderMap, HttpFailure> {
+        let mut headers = self.shared.configured.clone();
+        if let Some(token) = call_token.or(self.shared.bearer.as_deref()) {
+            let mut value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
+                HttpFailure::InvalidHeader {
+                    server: self.shared.server.clone(),
+                    name: "Authorization".into(),
+                }
+            })?;
+            value.set_sensitive(true);
+            headers.insert(AUTHORIZATION, value);
+        }
+        Ok(headers)
+    }
+
+    /// Sends one request, guarded, following redirects by hand. Returns the
+    /// final response and the URL that produced it.
+    pub(crate) async fn send(
+        &self,
+        method: Method,
+        url: Url,
+        protocol: HeaderMap,
+        body: Option<Bytes>,
+        call_token: Option<&str>,
+    ) -> Result<(reqwest::Response, Url), HttpFailure> {
+        let shared = &self.shared;
+        let credentials = self.credentials(call_token)?;
+        let (mut method, mut url, mut body) = (method, url, body);
+        let mut withheld = false;
+        // Set by a redirect to another origin; acted on once the new host has
+        // passed the guard, so a refused hop reports only the refusal.
+        let mut crossing = false;
+        for hop in 0..=MAX_REDIRECTS {
+            if let Err(refusal) = shared.guard.check(&url).await {
+                let message = refusal.message(&shared.server);
+                shared.health.record_failure(message.clone());
+                return Err(HttpFailure::Refused(message));
+            }
+            if crossing {
+                withheld = true;
+                self.report_withheld(&url);
+            }
+            let mut request = shared
+                .http
+                .request(method.clone(), url.clone())
+                .headers(protocol.clone());
+            if !withheld {
+                request = request.headers(credentials.clone());
+            }
+            if let Some(body) = &body {
+                request = request.header(CONTENT_TYPE, JSON).body(body.clone());
+            }
+            let response = request.send().await?;
+            let status = response.status();
+            let location = response
+                .headers()
+                .get(LOCATION)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            match (status, location) {
+                (status, Some(location))
+                    if status.is_redirection() && status != StatusCode::NOT_MODIFIED =>
+                {
+                    if hop == MAX_REDIRECTS {
+                        let failure = HttpFailure::TooManyRedirects(shared.server.clone());
+                        shared.health.record_failure(failure.to_string());
+                        return Err(failure);
+                    }
+                    let next = self.next_hop(&url, &location).inspect_err(|e| {
+                        shared.health.record_failure(e.to_string());
+                    })?;
+                    crossing = !withheld && next.origin() != url.origin();
+                    if status == StatusCode::SEE_OTHER
+                        || (matches!(status, StatusCode::MOVED_PERMANENTLY | StatusCode::FOUND)
+                            && method == Method::POST)
+                    {
+                        method = Method::GET;
+                        body = None;
+                    }
+                    url = next;
+                }
+                (StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN, _) => {
+                    shared.health.reject(status.as_u16());
+                    return Err(HttpFailure::Rejected(rejection_message(
+                        &shared.server,
+                        status.as_u16(),
+                    )));
+                }
+                _ => return Ok((response, url)),
+            }
+        }
+        // The loop returns on its last iteration; this is the same failure.
+        Err(HttpFailure::TooManyRedirects(shared.server.clone()))
+    }
+
+    fn next_hop(&self, from: &Url, location: &str) -> Result<Url, HttpFailure> {
+        let bad = |reason: String| HttpFailure::BadRedirect {
+            server: self.shared.server.clone(),
+            reason,
+        };
+        let mut next = from
+            .join(location)
+            .map_err(|_| bad("its Location is not a URL".into()))?;
+        next.set_fragment(None);
+        match next.scheme() {
+            "https" => {}
+            "http" if next.host_str().is_some_and(is_loopback_host) => {}
+            "http" => return Err(bad("it downgrades to plain http: off loopback".into())),
+            other => return Err(bad(format!("it names scheme \"{other}:\""))),
+        }
+        if !next.username().is_empty() || next.password().is_some() {
+            return Err(bad("its Location carries userinfo".into()));
+        }
+        Ok(next)
+    }
+
+    fn report_withheld(&self, next: &Url) {
+        let origin = next.origin().ascii_serialization();
+        let first = self
+            .shared
+            .reported
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(origin.clone());
+        if first {
+            self.shared.diagnostics.report(Diagnostic::new(
+                Rule::CrossOriginHeadersWithheld,
+                self.shared.server.clone(),
+                format!(
+                    "MCP server \"{}\" redirected to another origin ({origin}); Authorization and configured headers were withheld.",
+                    self.shared.server
+                ),
+            ));
+        }
+    }
+
+    fn parse_uri(&self, uri: &str) -> Result<Url, StreamableHttpError<HttpFailure>> {
+        Url::parse(uri).map_err(|_| {
+            StreamableHttpError::UnexpectedServerResponse(Cow::Owned(format!(
+                "MCP server \"{}\" has an unusable URL",
+                self.shared.server
+            )))
+        })
+    }
+}
+
+fn protocol_headers(
+    custom: HashMap<HeaderName, HeaderValue>,
+    session_id: Option<&str>,
+) -> Result<HeaderMap, StreamableHttpError<HttpFailure>> {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        ACCEPT,
+        HeaderValue::from_static("text/event-stream, application/json"),
+    );
+    for (name, value) in custom {
+        headers.insert(name, value);
+    }
+    if let Some(session) = session_id {
+        let value = HeaderValue::from_str(session).map_err(|_| {
+            StreamableHttpError::UnexpectedServerResponse(Cow::Borrowed("invalid session id"))
+        })?;
+        headers.insert(SESSION_HEADER, value);
+    }
+    Ok(headers)
+}
+
+fn content_type(response: &reqwest::Response) -> Option<String> {
+    response
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.to_ascii_lowercase())
+}
+
+fn is_media(content_type: Option<&str>, media: &str) -> bool {
+    content_type.is_some_and(|ct| ct.split(';').next().map(str::trim) == Some(media))
+}
+
+/// Reads at most `max` bytes of body.
+async fn read_bounded(response: reqwest::Response, max: usize) -> Result<Vec<u8>, HttpFailure> {
+    let mut body = Vec::new();
+    let mut chunks = response.bytes_stream();
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk?;
+        if body.len() + chunk.len() > max {
+            return Err(HttpFailure::TooLarge(max));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// Reads a prefix of at most `max` bytes (for error bodies).
+async fn read_prefix(response: reqwest::Response, max: usize) -> String {
+    let mut body = Vec::new();
+    let mut chunks = response.bytes_stream();
+    while let Some(Ok(chunk)) = chunks.next().await {
+        let room = max.saturating_sub(body.len());
+        body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        if body.len() >= max {
+            break;
+        }
+    }
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+/// An SSE response as rmcp wants it, each event bounded to `max` bytes.
+pub(crate) fn sse_events(
+    response: reqwest::Response,
+    max: usize,
+) -> BoxStream<'static, Result<Sse, SseError>> {
+    SseStream::from_bytes_stream(BoundedEvents::new(response.bytes_stream(), max)).boxed()
+}
+
+/// Fails a byte stream once one SSE event (the bytes between blank lines)
+/// exceeds `max`: sse-stream buffers an event whole, so an unbounded event
+/// from a hostile server would be unbounded memory.
+struct BoundedEvents<S> {
+    inner: S,
+    max: usize,
+    in_event: usize,
+    newline: bool,
+}
+
+impl<S> BoundedEvents<S> {
+    fn new(inner: S, max: usize) -> Self {
+        BoundedEvents {
+            inner,
+            max,
+            in_event: 0,
+            newline: false,
+        }
+    }
+}
+
+/// The error a [`BoundedEvents`] stream ends with.
+#[derive(Debug, Error)]
+enum EventStreamError {
+    #[error("SSE event exceeded {0} bytes")]
+    TooLarge(usize),
+    #[error(transparent)]
+    Http(#[from] reqwest::Error),
+}
+
+impl<S> Stream for BoundedEvents<S>
+where
+    S: Stream<Item = Result<Bytes, reqwest::Error>> + Unpin,
+{
+    type Item = Result<Bytes, EventStreamError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        match this.inner.poll_next_unpin(cx) {
+            Poll::Ready(Some(Ok(chunk))) => {
+                for &byte in chunk.iter() {
+                    match byte {
+                        b'\n' if this.newline => this.in_event = 0,
+                        b'\n' => this.newline = true,
+                        b'\r' => {}
+                        _ => {
+                            this.newline = false;
+                            this.in_event += 1;
+                        }
+                    }
+                    if this.in_event > this.max {
+                        return Poll::Ready(Some(Err(EventStreamError::TooLarge(this.max))));
+                    }
+                }
+                Poll::Ready(Some(Ok(chunk)))
+            }
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+fn client_error(e: HttpFailure) -> StreamableHttpError<HttpFailure> {
+    StreamableHttpError::Client(e)
+}
+
+/// The credential a request carries in its extensions, if any.
+fn call_token(message: &ClientJsonRpcMessage) -> Option<String> {
+    let ClientJsonRpcMessage::Request(request) = message else {
+        return None;
+    };
+    request
+        .request
+        .extensions()
+        .get::<CallCredential>()
+        .map(|c| c.0.clone())
+}
+
+fn is_discover(message: &ClientJsonRpcMessage) -> Option<rmcp::model::RequestId> {
+    match message {
+        ClientJsonRpcMessage::Request(r)
+            if matches!(r.request, ClientRequest::DiscoverRequest(_)) =>
+        {
+            Some(r.id.clone())
+        }
+        _ => None,
+    }
+}
+
+impl StreamableHttpClient for GuardedHttp {
+    type Error = HttpFailure;
+
+    async fn post_message(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
+        self.post_message_with_response_limits(
+            uri,
+            message,
+            session_id,
+            auth_header,
+            custom_headers,
+            StreamableHttpResponseLimits::default(),
+        )
+        .await
+    }
+
+    async fn post_message_with_response_limits(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        // Credentials are ours (configured headers, `auth`), never rmcp's.
+        _auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        limits: StreamableHttpResponseLimits,
+    ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
+        let url = self.parse_uri(&uri)?;
+        let had_session = session_id.is_some();
+        let protocol = protocol_headers(custom_headers, session_id.as_deref())?;
+        let body = Bytes::from(serde_json::to_vec(&message)?);
+        let token = call_token(&message);
+        let (response, _) = self
+            .send(Method::POST, url, protocol, Some(body), token.as_deref())
+            .await
+            .map_err(client_error)?;
+        let status = response.status();
+        if matches!(status, StatusCode::ACCEPTED | StatusCode::NO_CONTENT) {
+            return Ok(StreamableHttpPostResponse::Accepted);
+        }
+        if status == StatusCode::NOT_FOUND && had_session {
+            return Err(StreamableHttpError::SessionExpired);
+        }
+        let awaits_nothing = !matches!(message, ClientJsonRpcMessage::Request(_));
+        let session = response
+            .headers()
+            .get(SESSION_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let kind = content_type(&response);
+        if !status.is_success() {
+            let body = read_prefix(response, limits.max_error_response_size).await;
+            if let Ok(error @ ServerJsonRpcMessage::Error(_)) =
+                serde_json::from_str::<ServerJsonRpcMessage>(&body)
+            {
+                return Ok(StreamableHttpPostResponse::Json(error, session));
+            }
+            // The 2026 fallback rule: a 4xx to `server/discover` that is not a
+            // modern JSON-RPC error means "legacy server": answer the probe
+            // with an error rmcp's Auto lifecycle reads as that signal.
+            if let Some(id) =
+                is_discover(&message).filter(|_| status.is_client_error() && !had_session)
+            {
+                let error = rmcp::model::ErrorData::invalid_request(
+                    format!("server/discover rejected with HTTP {status}"),
+                    None,
+                );
+                return Ok(StreamableHttpPostResponse::Json(
+                    ServerJsonRpcMessage::error(error, Some(id)),
+                    None,
+                ));
+            }
+            let failure = format!("HTTP {status}");
+            return Err(StreamableHttpError::UnexpectedServerResponse(Cow::Owned(
+                failure,
+            )));
+        }
+        if is_media(kind.as_deref(), EVENT_STREAM) {
+            return Ok(StreamableHttpPostResponse::Sse(
+                sse_events(response, limits.max_sse_event_size),
+                session,
+            ));
+        }
+        if is_media(kind.as_deref(), JSON) {
+            let body = read_bounded(response, limits.max_json_response_size)
+                .await
+                .map_err(client_error)?;
+            return match serde_json::from_slice::<ServerJsonRpcMessage>(&body) {
+                Ok(parsed) => Ok(StreamableHttpPostResponse::Json(parsed, session)),
+                Err(_) if awaits_nothing || body.is_empty() => {
+                    Ok(StreamableHttpPostResponse::Accepted)
+                }
+                Err(e) => Err(StreamableHttpError::Deserialize(e)),
+            };
+        }
+        if awaits_nothing {
+            return Ok(StreamableHttpPostResponse::Accepted);
+        }
+        Err(StreamableHttpError::UnexpectedContentType(kind))
+    }
+
+    async fn delete_session(
+        &self,
+        uri: Arc<str>,
+        session_id: Arc<str>,
+        _auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<(), StreamableHttpError<Self::Error>> {
+        let url = self.parse_uri(&uri)?;
+        let protocol = protocol_headers(custom_headers, Some(&session_id))?;
+        let (response, _) = self
+            .send(Method::DELETE, url, protocol, None, None)
+            .await
+            .map_err(client_error)?;
+        match response.status() {
+            // 405: the server has no session termination; nothing to do.
+            status if status.is_success() || status == StatusCode::METHOD_NOT_ALLOWED => Ok(()),
+            status => Err(StreamableHttpError::UnexpectedServerResponse(Cow::Owned(
+                format!("HTTP {status} to the session DELETE"),
+            ))),
+        }
+    }
+
+    async fn get_stream(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        _auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<Self::Error>> {
+        self.get_stream_with_max_sse_event_size(
+            uri,
+            session_id,
+            last_event_id,
+            None,
+            custom_headers,
+            StreamableHttpResponseLimits::default().max_sse_event_size,
+        )
+        .await
+    }
+
+    async fn get_stream_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        _auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<Self::Error>> {
+        let url = self.parse_uri(&uri)?;
+        let mut protocol = protocol_headers(custom_headers, session_id.as_deref())?;
+        if let Some(id) = last_event_id.and_then(|id| HeaderValue::from_str(&id).ok()) {
+            protocol.insert(LAST_EVENT_ID_HEADER, id);
+        }
+        let (response, _) = self
+            .send(Method::GET, url, protocol, None, None)
+            .await
+            .map_err(client_error)?;
+        let status = response.status();
+        if status == StatusCode::METHOD_NOT_ALLOWED {
+            return Err(StreamableHttpError::ServerDoesNotSupportSse);
+        }
+        if !status.is_success() {
+            return Err(StreamableHttpError::UnexpectedServerResponse(Cow::Owned(
+                format!("HTTP {status} to the event stream GET"),
+            )));
+        }
+        let kind = content_type(&response);
+        if !is_media(kind.as_deref(), EVENT_STREAM) {
+            return Err(StreamableHttpError::UnexpectedContentType(kind));
+        }
+        Ok(sse_events(response, max_sse_event_size))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn bounded_events_cut_an_oversized_event_and_pass_normal_ones() {
+        let chunks: Vec<Result<Bytes, reqwest::Error>> = vec![
+            Ok(Bytes::from_static(b"data: hello\n\n")),
+            Ok(Bytes::from_static(b"data: ")),
+            Ok(Bytes::from(vec![b'x'; 64])),
+        ];
+        let mut stream = BoundedEvents::new(futures::stream::iter(chunks), 32);
+        assert!(stream.next().await.unwrap().is_ok());
+        assert!(stream.next().await.unwrap().is_ok());
+        assert!(matches!(
+            stream.next().await.unwrap(),
+            Err(EventStreamError::TooLarge(32))
+        ));
+    }
+
+    #[test]
+    fn media_types_ignore_parameters_and_case() {
+        assert!(is_media(Some("application/json; charset=utf-8"), JSON));
+        assert!(!is_media(Some("application/jsonx"), JSON));
+        assert!(!is_media(None, JSON));
+    }
+}

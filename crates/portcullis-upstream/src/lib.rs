@@ -1,0 +1,91 @@
+//! # portcullis-upstream
+//!
+//! The MCP client side of [Portcullis](https://github.com/portcullis-mcp/portcullis):
+//! connect an agent to MCP servers and project their tools into one tool map,
+//! guarded. This is the Rust counterpart of the Kuralle connector's
+//! `mcpTools(servers, opts)`.
+//!
+//! [`connect`] opens every server concurrently over its transport — stdio
+//! child processes (cargo feature `stdio`, on by default), Streamable HTTP
+//! (the stateless 2026-07-28 revision via `server/discover`, falling back to
+//! the `initialize` handshake of 2025-11-25 and older), or the legacy
+//! 2024-11-05 HTTP+SSE transport — lists their tools (following
+//! `nextCursor`), and hands the listings to
+//! [`portcullis_catalog::Catalogue::project`] for names, collisions, filters,
+//! drift quarantine and disclosure tiers. A server that fails becomes a
+//! diagnostic; its siblings connect anyway.
+//!
+//! On the way out, remote requests pass the SSRF guard ([`AllowedHosts`],
+//! plus a refusal of link-local and cloud-metadata addresses), redirects are
+//! followed by hand (at most 5, re-checked per hop, credentials withheld
+//! across origins), and `auth` credentials are resolved per session before
+//! the handshake and again per call. On the way in, [`Toolset::call`] runs the
+//! policy gate before anything reaches a server, refuses quarantined tools,
+//! validates arguments against the schema, then calls with a timeout,
+//! cancellation and progress. Server `instructions` are discarded.
+//!
+//! | module | concern |
+//! |---|---|
+//! | [`config`] | [`McpServerConfig`]; Claude Desktop / Cursor / VS Code JSON; remote URL rules |
+//! | [`hosts`] | the SSRF guard |
+//! | [`credentials`] | per-session bearer tokens |
+//! | [`options`] | [`ConnectOptions`] |
+//! | [`toolset`] | [`connect`], [`Toolset`], [`CallContext`] |
+//! | [`progress`] | progress notifications routed to the caller |
+//! | [`error`] | [`WiringError`], [`CallError`] |
+//!
+//! ```no_run
+//! use portcullis_upstream::{connect, AllowedHosts, CallContext, ConnectOptions, McpServerConfig};
+//! use serde_json::json;
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let servers = vec![
+//!     McpServerConfig::streamable_http("docs", "https://mcp.example.com/mcp"),
+//!     McpServerConfig::stdio("files", "npx", ["-y", "@modelcontextprotocol/server-filesystem", "."]),
+//! ];
+//! let options = ConnectOptions::default()
+//!     .with_allowed_hosts(AllowedHosts::list(["mcp.example.com"]));
+//! let toolset = connect(servers, options).await?;
+//! for diagnostic in toolset.diagnostics() {
+//!     eprintln!("{diagnostic}");
+//! }
+//! for tool in toolset.tools() {
+//!     println!("{}: {}", tool.name, tool.description.unwrap_or_default());
+//! }
+//! let result = toolset
+//!     .call("docs__search", Some(json!({"query": "rate limits"})), &CallContext::default())
+//!     .await?;
+//! println!("{result:?}");
+//! toolset.close().await;
+//! # Ok(())
+//! # }
+//! ```
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod config;
+mod connection;
+pub mod credentials;
+pub mod error;
+mod health;
+pub mod hosts;
+mod http;
+pub mod options;
+pub mod progress;
+mod report;
+mod sse;
+#[cfg(feature = "stdio")]
+pub mod stdio;
+pub mod toolset;
+
+pub use config::{
+    McpServerConfig, ParsedServers, RemoteConfig, StdioConfig, parse_mcp_servers_json,
+};
+pub use error::{CallError, WiringError};
+pub use hosts::AllowedHosts;
+pub use http::MAX_REDIRECTS;
+pub use options::{ConnectOptions, DEFAULT_TIMEOUT};
+pub use progress::Progress;
+pub use report::DiagnosticCallback;
+pub use toolset::{CallContext, Toolset, connect};

@@ -1,0 +1,139 @@
+//! What `connect` is told besides the servers.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use portcullis_catalog::fingerprint::Fingerprints;
+use portcullis_catalog::policy::{AllowAll, Policy};
+use portcullis_catalog::{ProjectionOptions, ServerIdentity, ToolFilter};
+
+use crate::credentials::{Auth, AuthResolver};
+use crate::hosts::AllowedHosts;
+use crate::report::DiagnosticCallback;
+
+/// The seed's default per-connection timeout.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Options for [`crate::connect`]. `Default` is: no host check, no auth, no
+/// filter, the default disclosure budget, `prefix = auto`, 60 s timeouts,
+/// allow every call.
+#[derive(Clone)]
+pub struct ConnectOptions {
+    /// The SSRF guard for remote URLs.
+    pub allowed_hosts: AllowedHosts,
+    /// Per-session credentials; needs `session`.
+    pub auth: Option<Auth>,
+    /// The session this toolset belongs to.
+    pub session: Option<String>,
+    /// A visibility filter for every server (qualified or bare names).
+    pub tools: ToolFilter,
+    /// Per-server filters by configured name; they replace `tools` for that
+    /// server.
+    pub server_tools: HashMap<String, ToolFilter>,
+    /// Names, prefixes and the disclosure budget.
+    pub projection: ProjectionOptions,
+    /// Timeout for connecting (handshake and listing) and for each call.
+    pub timeout: Duration,
+    /// The approval gate; runs before anything reaches a server.
+    pub policy: Arc<dyn Policy>,
+    /// Trust baselines by server identity, as a store would supply them. A
+    /// server with a baseline gets drift detection and quarantine.
+    pub baselines: HashMap<ServerIdentity, Fingerprints>,
+    /// Sees each diagnostic as it is reported.
+    pub on_diagnostic: Option<DiagnosticCallback>,
+    /// The reqwest client for remote servers; one with no redirects, a
+    /// connect timeout and pooling is built when absent. Its redirect policy
+    /// must be `none`: redirects are followed by hand.
+    pub http: Option<reqwest::Client>,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        ConnectOptions {
+            allowed_hosts: AllowedHosts::Any,
+            auth: None,
+            session: None,
+            tools: ToolFilter::All,
+            server_tools: HashMap::new(),
+            projection: ProjectionOptions::default(),
+            timeout: DEFAULT_TIMEOUT,
+            policy: Arc::new(AllowAll),
+            baselines: HashMap::new(),
+            on_diagnostic: None,
+            http: None,
+        }
+    }
+}
+
+impl ConnectOptions {
+    /// Sets the host guard.
+    pub fn with_allowed_hosts(mut self, hosts: AllowedHosts) -> Self {
+        self.allowed_hosts = hosts;
+        self
+    }
+
+    /// Sets the credential resolver.
+    pub fn with_auth(mut self, auth: impl AuthResolver + 'static) -> Self {
+        self.auth = Some(Arc::new(auth));
+        self
+    }
+
+    /// Sets the session.
+    pub fn with_session(mut self, session: impl Into<String>) -> Self {
+        self.session = Some(session.into());
+        self
+    }
+
+    /// Sets the timeout.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Sets the policy.
+    pub fn with_policy(mut self, policy: impl Policy + 'static) -> Self {
+        self.policy = Arc::new(policy);
+        self
+    }
+
+    /// Sets the projection options.
+    pub fn with_projection(mut self, projection: ProjectionOptions) -> Self {
+        self.projection = projection;
+        self
+    }
+
+    /// Sets the filter for every server.
+    pub fn with_tools(mut self, filter: ToolFilter) -> Self {
+        self.tools = filter;
+        self
+    }
+
+    /// Records a trust baseline for a server.
+    pub fn with_baseline(mut self, server: ServerIdentity, baseline: Fingerprints) -> Self {
+        self.baselines.insert(server, baseline);
+        self
+    }
+
+    /// Sets the diagnostic callback.
+    pub fn on_diagnostic(
+        mut self,
+        f: impl Fn(&portcullis_catalog::Diagnostic) + Send + Sync + 'static,
+    ) -> Self {
+        self.on_diagnostic = Some(Arc::new(f));
+        self
+    }
+}
+
+impl std::fmt::Debug for ConnectOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never prints resolvers' internals or tokens.
+        f.debug_struct("ConnectOptions")
+            .field("allowed_hosts", &self.allowed_hosts)
+            .field("auth", &self.auth.as_ref().map(|_| ".."))
+            .field("session", &self.session)
+            .field("tools", &self.tools)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,194 @@
+//! The legacy HTTP+SSE transport (protocol 2024-11-05), which rmcp no longer
+//! ships, written on rmcp's `Transport` trait.
+//!
+//! The client opens a GET event stream; the server's first `endpoint` event
+//! names the URL to POST messages to; replies arrive as `message` events on
+//! the stream. Both the GET and every POST go through [`GuardedHttp`], so the
+//! SSRF guard, the redirect rules and credential handling are the same as
+//! for Streamable HTTP. An `endpoint` naming another origin than the stream's
+//! is refused before anything is posted to it: a server must not be able to
+//! send our credentials elsewhere. A re-sent `endpoint` event updates the
+//! POST URL under the same rule.
+
+use std::pin::Pin;
+
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+use http::header::ACCEPT;
+use http::{HeaderMap, HeaderValue, Method};
+use rmcp::RoleClient;
+use rmcp::model::{ClientJsonRpcMessage, GetExtensions, ServerJsonRpcMessage};
+use rmcp::transport::Transport;
+use rmcp::transport::streamable_http_client::SseError;
+use sse_stream::Sse;
+use thiserror::Error;
+use url::Url;
+
+use crate::http::{CallCredential, GuardedHttp, HttpFailure, sse_events};
+
+type Events = Pin<Box<dyn Stream<Item = Result<Sse, SseError>> + Send>>;
+
+/// Largest SSE event accepted from a legacy server.
+const MAX_EVENT_SIZE: usize = 16 << 20;
+
+/// Why the legacy SSE transport failed.
+#[derive(Debug, Error)]
+pub(crate) enum LegacySseError {
+    /// The guarded request failed (host refused, redirects, 401/403, I/O).
+    #[error(transparent)]
+    Http(#[from] HttpFailure),
+    /// The server answered with an unexpected status.
+    #[error("MCP server \"{server}\" answered HTTP {status}")]
+    Status { server: String, status: u16 },
+    /// The stream ended before naming an endpoint.
+    #[error("MCP server \"{0}\" closed its event stream before sending an endpoint event")]
+    NoEndpoint(String),
+    /// The endpoint is not a URL, or is on another origin.
+    #[error("MCP server \"{server}\": {reason}")]
+    BadEndpoint { server: String, reason: String },
+    /// A message could not be encoded.
+    #[error("could not encode a message: {0}")]
+    Encode(#[from] serde_json::Error),
+}
+
+/// A connected legacy SSE session.
+pub(crate) struct LegacySseTransport {
+    http: GuardedHttp,
+    /// The URL the event stream answered from (after redirects): endpoints
+    /// must share its origin.
+    stream_url: Url,
+    post_url: Url,
+    events: Events,
+}
+
+impl LegacySseTransport {
+    /// Opens the event stream and waits for the `endpoint` event.
+    pub(crate) async fn connect(http: GuardedHttp, sse_url: Url) -> Result<Self, LegacySseError> {
+        let mut protocol = HeaderMap::new();
+        protocol.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        let (response, stream_url) = http
+            .send(Method::GET, sse_url, protocol, None, None)
+            .await?;
+        if !response.status().is_success() {
+            return Err(LegacySseError::Status {
+                server: http.server().to_owned(),
+                status: response.status().as_u16(),
+            });
+        }
+        let mut events: Events = sse_events(response, MAX_EVENT_SIZE);
+        let post_url = loop {
+            match events.next().await {
+                Some(Ok(event)) if event.event.as_deref() == Some("endpoint") => {
+                    break endpoint_url(&http, &stream_url, event.data.as_deref().unwrap_or(""))?;
+                }
+                // Comments, pings and early messages before the endpoint.
+                Some(Ok(_)) => continue,
+                Some(Err(_)) | None => {
+                    return Err(LegacySseError::NoEndpoint(http.server().to_owned()));
+                }
+            }
+        };
+        Ok(LegacySseTransport {
+            http,
+            stream_url,
+            post_url,
+            events,
+        })
+    }
+}
+
+/// Resolves an `endpoint` event's data against the stream URL, refusing
+/// another origin.
+fn endpoint_url(http: &GuardedHttp, stream_url: &Url, data: &str) -> Result<Url, LegacySseError> {
+    let bad = |reason: &str| LegacySseError::BadEndpoint {
+        server: http.server().to_owned(),
+        reason: reason.to_owned(),
+    };
+    let url = stream_url
+        .join(data.trim())
+        .map_err(|_| bad("the endpoint event is not a URL"))?;
+    if url.origin() != stream_url.origin() {
+        return Err(bad("Endpoint origin does not match connection origin"));
+    }
+    Ok(url)
+}
+
+impl Transport<RoleClient> for LegacySseTransport {
+    type Error = LegacySseError;
+
+    fn send(
+        &mut self,
+        item: ClientJsonRpcMessage,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        let http = self.http.clone();
+        let url = self.post_url.clone();
+        let token = match &item {
+            ClientJsonRpcMessage::Request(r) => r
+                .request
+                .extensions()
+                .get::<CallCredential>()
+                .map(|c| c.0.clone()),
+            _ => None,
+        };
+        let body = serde_json::to_vec(&item).map(Bytes::from);
+        async move {
+            let body = body?;
+            // 2024-11-05 servers answer 202; the reply comes on the stream.
+            let (response, _) = http
+                .send(
+                    Method::POST,
+                    url,
+                    HeaderMap::new(),
+                    Some(body),
+                    token.as_deref(),
+                )
+                .await?;
+            if response.status().is_success() {
+                Ok(())
+            } else {
+                Err(LegacySseError::Status {
+                    server: http.server().to_owned(),
+                    status: response.status().as_u16(),
+                })
+            }
+        }
+    }
+
+    async fn receive(&mut self) -> Option<ServerJsonRpcMessage> {
+        // Cancel-safe: the only await is the stream's `next`.
+        loop {
+            let event = self.events.next().await?.ok()?;
+            match event.event.as_deref() {
+                None | Some("message") => {
+                    let Some(data) = event.data else { continue };
+                    match serde_json::from_str(&data) {
+                        Ok(message) => return Some(message),
+                        Err(e) => tracing::debug!(
+                            server = self.http.server(),
+                            "dropping an unparsable SSE message: {e}"
+                        ),
+                    }
+                }
+                Some("endpoint") => {
+                    let data = event.data.unwrap_or_default();
+                    match endpoint_url(&self.http, &self.stream_url, &data) {
+                        Ok(url) => self.post_url = url,
+                        // A moved endpoint on another origin ends the session
+                        // rather than silently keeping the old one.
+                        Err(e) => {
+                            tracing::warn!("{e}");
+                            return None;
+                        }
+                    }
+                }
+                Some(_) => continue,
+            }
+        }
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        // Dropping the stream closes the GET, which ends the legacy session.
+        self.events = Box::pin(futures::stream::empty());
+        Ok(())
+    }
+}

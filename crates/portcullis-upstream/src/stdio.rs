@@ -1,0 +1,58 @@
+//! stdio child processes: spawned with a minimal environment, in their own
+//! process group, killed with the toolset.
+//!
+//! A server launched from a plugin is third-party code, so it does not
+//! inherit the host's environment (API keys, cloud credentials): it gets
+//! [`AMBIENT_ALLOWLIST`] and the variables its config names. It runs as the
+//! leader of a new process group so that `close()` — or dropping the toolset —
+//! kills the whole tree (`npx` → `node` grandchildren included), not just the
+//! direct child.
+
+use std::process::Stdio;
+
+use process_wrap::tokio::{CommandWrap, KillOnDrop, ProcessGroup};
+use rmcp::transport::TokioChildProcess;
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use crate::config::StdioConfig;
+
+/// Variables a child inherits from the host, when set there.
+pub const AMBIENT_ALLOWLIST: &[&str] = &["PATH", "HOME", "TMPDIR", "LANG", "LC_ALL"];
+
+/// A spawned child: the rmcp transport over its pipes and its pid.
+pub(crate) struct Spawned {
+    pub(crate) transport: TokioChildProcess,
+    pub(crate) pid: Option<u32>,
+}
+
+/// Spawns `config`'s command. Its stderr is drained into `tracing` at debug
+/// level (a full pipe would block the child).
+pub(crate) fn spawn(config: &StdioConfig) -> std::io::Result<Spawned> {
+    let mut command = tokio::process::Command::new(&config.command);
+    command.args(&config.args).env_clear();
+    for key in AMBIENT_ALLOWLIST {
+        if let Some(value) = std::env::var_os(key) {
+            command.env(key, value);
+        }
+    }
+    command.envs(&config.env);
+    if let Some(cwd) = &config.cwd {
+        command.current_dir(cwd);
+    }
+    let mut wrapped = CommandWrap::from(command);
+    wrapped.wrap(ProcessGroup::leader()).wrap(KillOnDrop);
+    let (transport, stderr) = TokioChildProcess::builder(wrapped)
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let pid = transport.id();
+    if let Some(stderr) = stderr {
+        let server = config.name.clone();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                tracing::debug!(server = %server, "stderr: {line}");
+            }
+        });
+    }
+    Ok(Spawned { transport, pid })
+}

@@ -1,0 +1,1057 @@
+//! portcullis-upstream against real MCP servers over real transports:
+//! Streamable HTTP (rmcp's server on 127.0.0.1), legacy HTTP+SSE (written in
+//! `common`), and a stdio child process (the `upstream-fixture` binary).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::*;
+use portcullis_catalog::disclosure::DESCRIBE_TOOL_NAME;
+use portcullis_catalog::fingerprint::fingerprint_listing;
+use portcullis_catalog::naming::Prefix;
+use portcullis_catalog::policy::read_only_policy;
+use portcullis_catalog::{ProjectionOptions, Rule, Tier, Tool, ToolResult};
+use portcullis_upstream::{
+    AllowedHosts, CallContext, CallError, ConnectOptions, McpServerConfig, Toolset, WiringError,
+    connect,
+};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn options() -> ConnectOptions {
+    ConnectOptions::default().with_projection(ProjectionOptions {
+        prefix: Prefix::Always,
+        ..Default::default()
+    })
+}
+
+fn text(result: &ToolResult) -> String {
+    result.text_blocks().collect::<Vec<_>>().join("\n")
+}
+
+fn names(toolset: &Toolset) -> Vec<String> {
+    toolset.tools().into_iter().map(|t| t.name).collect()
+}
+
+fn rules(toolset: &Toolset) -> Vec<(Rule, String)> {
+    toolset
+        .diagnostics()
+        .into_iter()
+        .map(|d| (d.rule, d.message))
+        .collect()
+}
+
+async fn call(
+    toolset: &Toolset,
+    name: &str,
+    args: serde_json::Value,
+) -> Result<ToolResult, CallError> {
+    toolset
+        .call(name, Some(args), &CallContext::default())
+        .await
+}
+
+#[tokio::test]
+async fn streamable_http_round_trip_discards_instructions() {
+    let server = http_fixture(FixtureConfig::default()).await;
+    let toolset = connect(
+        vec![McpServerConfig::streamable_http("fx", server.mcp_url())],
+        options(),
+    )
+    .await
+    .unwrap();
+    assert!(
+        toolset.diagnostics().is_empty(),
+        "{:?}",
+        toolset.diagnostics()
+    );
+    assert!(names(&toolset).contains(&"fx__echo".to_owned()));
+    let result = call(&toolset, "fx__echo", json!({"message": "hello-mcp"}))
+        .await
+        .unwrap();
+    assert_eq!(text(&result), "hello-mcp");
+    assert!(!result.is_error);
+    let prompt = toolset.compose_system_prompt();
+    assert!(prompt.contains("fx__echo"));
+    assert!(!prompt.contains(HOSTILE_INSTRUCTIONS));
+    let failed = call(&toolset, "fx__fail", json!({})).await.unwrap();
+    assert!(failed.is_error);
+    assert_eq!(text(&failed), "boom");
+    toolset.close().await;
+}
+
+#[tokio::test]
+async fn listing_follows_next_cursor() {
+    let server = http_fixture(FixtureConfig {
+        page_size: 3,
+        pad: 4,
+        ..Default::default()
+    })
+    .await;
+    let toolset = connect(
+        vec![McpServerConfig::streamable_http("fx", server.mcp_url())],
+        options(),
+    )
+    .await
+    .unwrap();
+    // 8 fixture tools + 4 padding tools, 3 per page.
+    assert_eq!(
+        toolset.catalogue().server("fx").unwrap().published.len(),
+        12
+    );
+    let cursors = server.state.cursors.lock().unwrap().clone();
+    assert_eq!(cursors, ["page-3", "page-6", "page-9"]);
+    toolset.close().await;
+}
+
+#[tokio::test]
+async fn two_servers_with_one_name_are_both_suffixed_and_routed_to_their_own_backend() {
+    let a = http_fixture(FixtureConfig {
+        label: "A".into(),
+        ..Default::default()
+    })
+    .await;
+    let b = http_fixture(FixtureConfig {
+        label: "B".into(),
+        ..Default::default()
+    })
+    .await;
+    let configs = vec![
+        McpServerConfig::streamable_http("local", a.mcp_url()),
+        McpServerConfig::streamable_http("local", b.mcp_url()),
+    ];
+    let mut maps = Vec::new();
+    for order in [configs.clone(), configs.into_iter().rev().collect()] {
+        let toolset = connect(order, ConnectOptions::default()).await.unwrap();
+        let whoami: Vec<String> = names(&toolset)
+            .into_iter()
+            .filter(|n| n.ends_with("__whoami"))
+            .collect();
+        assert_eq!(whoami.len(), 2, "{whoami:?}");
+        assert!(
+            whoami
+                .iter()
+                .all(|n| n.starts_with("local_") && n != "local__whoami")
+        );
+        let mut map = BTreeMap::new();
+        for name in whoami {
+            let label = text(&call(&toolset, &name, json!({})).await.unwrap());
+            map.insert(name, label);
+        }
+        assert_eq!(map.values().cloned().collect::<Vec<_>>().len(), 2);
+        assert!(map.values().any(|l| l == "A") && map.values().any(|l| l == "B"));
+        let collisions = toolset
+            .diagnostics()
+            .into_iter()
+            .filter(|d| d.rule == Rule::ServerNameCollision)
+            .count();
+        assert_eq!(collisions, 1);
+        maps.push(map);
+        toolset.close().await;
+    }
+    assert_eq!(
+        maps[0], maps[1],
+        "the name→backend map depends on load order"
+    );
+}
+
+#[tokio::test]
+async fn a_server_that_is_down_is_skipped_and_its_sibling_works() {
+    let up = http_fixture(FixtureConfig::default()).await;
+    let toolset = connect(
+        vec![
+            McpServerConfig::streamable_http("down", closed_port_url().await),
+            McpServerConfig::streamable_http("up", up.mcp_url()),
+        ],
+        options(),
+    )
+    .await
+    .unwrap();
+    let diagnostics = toolset.diagnostics();
+    assert_eq!(diagnostics.len(), 1, "{diagnostics:?}");
+    assert_eq!(diagnostics[0].rule, Rule::ConnectionFailure);
+    assert_eq!(diagnostics[0].origin, "down");
+    assert!(names(&toolset).iter().all(|n| !n.starts_with("down__")));
+    let result = call(&toolset, "up__echo", json!({"message": "still here"}))
+        .await
+        .unwrap();
+    assert_eq!(text(&result), "still here");
+    toolset.close().await;
+}
+
+#[tokio::test]
+async fn a_hanging_server_times_out_and_its_sibling_works() {
+    let hang = hanging_server().await;
+    let up = http_fixture(FixtureConfig::default()).await;
+    let toolset = connect(
+        vec![
+            McpServerConfig::streamable_http("hang", format!("{}/mcp", hang.base())),
+            McpServerConfig::streamable_http("up", up.mcp_url()),
+        ],
+        options().with_timeout(Duration::from_millis(1500)),
+    )
+    .await
+    .unwrap();
+    let failures: Vec<_> = toolset
+        .diagnostics()
+        .into_iter()
+        .filter(|d| d.rule == Rule::ConnectionFailure)
+        .collect();
+    assert_eq!(failures.len(), 1);
+    assert_eq!(failures[0].origin, "hang");
+    assert!(
+        failures[0]
+            .message
+            .contains("did not complete connecting within 1500 ms"),
+        "{}",
+        failures[0].message
+    );
+    assert_eq!(
+        text(
+            &call(&toolset, "up__echo", json!({"message": "fine"}))
+                .await
+                .unwrap()
+        ),
+        "fine"
+    );
+    toolset.close().await;
+}
+
+#[tokio::test]
+async fn a_call_that_hangs_times_out_and_the_server_is_told() {
+    let server = http_fixture(FixtureConfig::default()).await;
+    let toolset = connect(
+        vec![McpServerConfig::streamable_http("fx", server.mcp_url())],
+        options().with_timeout(Duration::from_millis(1500)),
+    )
+    .await
+    .unwrap();
+    let error = call(&toolset, "fx__hang", json!({})).await.unwrap_err();
+    assert_eq!(
+        error,
+        CallError::Timeout {
+            tool: "fx__hang".into(),
+            timeout_ms: 1500
+        }
+    );
+    assert!(
+        eventually(WAIT, || server.state.cancelled.load(Ordering::SeqCst) == 1).await,
+        "the server never saw the cancellation"
+    );
+    // The connection survives a timed-out call.
+    assert_eq!(
+        text(
+            &call(&toolset, "fx__echo", json!({"message": "ok"}))
+                .await
+                .unwrap()
+        ),
+        "ok"
+    );
+    toolset.close().await;
+}
+
+#[tokio::test]
+async fn cancellation_reaches_the_server() {
+    let server = http_fixture(FixtureConfig::default()).await;
+    let toolset = connect(
+        vec![McpServerConfig::streamable_http("fx", server.mcp_url())],
+        options(),
+    )
+    .await
+    .unwrap();
+    let cancel = CancellationToken::new();
+    let context = CallContext::default().with_cancel(cancel.clone());
+    let pending = {
+        let toolset = toolset.clone();
+        tokio::spawn(async move { toolset.call("fx__hang", None, &context).await })
+    };
+    assert!(eventually(WAIT, || server.state.hanging.load(Ordering::SeqCst) == 1).await);
+    cancel.cancel();
+    let outcome = pending.await.unwrap();
+    assert_eq!(
+        outcome.unwrap_err(),
+        CallError::Cancelled {
+            tool: "fx__hang".into()
+        }
+    );
+    assert!(
+        eventually(WAIT, || server.state.cancelled.load(Ordering::SeqCst) == 1).await,
+        "the server never saw the cancellation"
+    );
+    toolset.close().await;
+}
+
+#[tokio::test]
+async fn progress_reaches_the_caller() {
+    let server = http_fixture(FixtureConfig::default()).await;
+    let toolset = connect(
+        vec![McpServerConfig::streamable_http("fx", server.mcp_url())],
+        options(),
+    )
+    .await
+    .unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let context = CallContext::default().with_progress(tx);
+    let result = toolset
+        .call("fx__progress", Some(json!({"steps": 3})), &context)
+        .await
+        .unwrap();
+    assert_eq!(text(&result), "done after 3 steps");
+    let mut seen = Vec::new();
+    while let Ok(p) = rx.try_recv() {
+        seen.push(p);
+    }
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    assert_eq!(seen[2].progress, 3.0);
+    assert_eq!(seen[2].total, Some(3.0));
+    assert_eq!(seen[0].message.as_deref(), Some("step 1"));
+    toolset.close().await;
+}
+
+#[tokio::test]
+async fn an_over_budget_listing_is_deferred_behind_the_describe_tool() {
+    let big = http_fixture(FixtureConfig {
+        pad: 200,
+        ..Default::default()
+    })
+    .await;
+    let small = http_fixture(FixtureConfig::default()).await;
+    let toolset = connect(
+        vec![
+            McpServerConfig::streamable_http("broad", big.mcp_url()),
+            McpServerConfig::streamable_http("small", small.mcp_url()),
+        ],
+        ConnectOptions::default(),
+    )
+    .await
+    .unwrap();
+    let catalogue = toolset.catalogue();
+    assert!(catalogue.has_describe_tool());
+    assert_ne!(catalogue.server("broad").unwrap().tier, Tier::Inline);
+    assert_eq!(catalogue.server("small").unwrap().tier, Tier::Inline);
+    let names = names(&toolset);
+    assert!(
+        names.contains(&"broad__tool_0".to_owned())
+            && names.contains(&"broad__tool_199".to_owned())
+    );
+    let described = call(
+        &toolset,
+        DESCRIBE_TOOL_NAME,
+        json!({"tool": "broad__tool_7"}),
+    )
+    .await
+    .unwrap();
+    assert!(
+        text(&described).contains("What to send."),
+        "{}",
+        text(&described)
+    );
+    let unknown = call(&toolset, DESCRIBE_TOOL_NAME, json!({"tool": "nope"}))
+        .await
+        .unwrap();
+    assert!(unknown.is_error);
+    let result = call(&toolset, "broad__tool_7", json!({"payload": "x"}))
+        .await
+        .unwrap();
+    assert_eq!(text(&result), "called tool_7 with payload");
+    toolset.close().await;
+}
+
+#[tokio::test]
+async fn the_policy_gate_runs_first_and_a_denied_call_never_reaches_the_server() {
+    let server = http_fixture(FixtureConfig::default()).await;
+    let toolset = connect(
+        vec![McpServerConfig::streamable_http("fx", server.mcp_url())],
+        options().with_policy(read_only_policy(["fx__echo"])),
+    )
+    .await
+    .unwrap();
+    let denied = call(&toolset, "fx__echo", json!({"message": "x"}))
+        .await
+        .unwrap();
+    assert!(denied.is_error);
+    let shape = denied.structured_content.unwrap();
+    assert_eq!(shape["__denied"], json!(true));
+    assert_eq!(shape["toolName"], json!("fx__echo"));
+    assert_eq!(server.calls(), 0);
+    // Invalid arguments are refused here too, before the server.
+    let invalid = call(&toolset, "fx__progress", json!({"steps": "many"}))
+        .await
+        .unwrap();
+    assert!(invalid.is_error);
+    assert!(
+        text(&invalid).starts_with("ERR_INVALID_ARGUMENTS"),
+        "{}",
+        text(&invalid)
+    );
+    assert_eq!(server.calls(), 0);
+    assert!(matches!(
+        call(&toolset, "fx__nope", json!({})).await,
+        Err(CallError::UnknownTool { .. })
+    ));
+    toolset.close().await;
+}
+
+#[tokio::test]
+async fn a_drifted_tool_is_quarantined_and_never_called() {
+    let server = http_fixture(FixtureConfig::default()).await;
+    let config = McpServerConfig::streamable_http("fx", server.mcp_url());
+    let trusted = vec![
+        Tool::new("echo").with_description("Echo, as first trusted."),
+        Tool::new("whoami")
+            .with_description("Say which fixture answered.")
+            .with_input_schema(json!({"type": "object"})),
+    ];
+    let toolset = connect(
+        vec![config.clone()],
+        options().with_baseline(config.identity(), fingerprint_listing(&trusted)),
+    )
+    .await
+    .unwrap();
+    let stub = toolset.catalogue().get("fx__echo").unwrap();
+    assert!(
+        stub.definition
+            .description
+            .as_deref()
+            .unwrap()
+            .contains("quarantined")
+    );
+    let refused = call(&toolset, "fx__echo", json!({"message": "x"}))
+        .await
+        .unwrap();
+    assert!(refused.is_error);
+    assert_eq!(server.calls(), 0);
+    // Tools published after the baseline are withheld, not callable.
+    assert!(toolset.catalogue().get("fx__hang").is_none());
+    assert!(rules(&toolset).iter().any(|(r, _)| *r == Rule::ToolDrift));
+    toolset.close().await;
+}
+
+mod redirects {
+    use super::*;
+
+    fn secret(config: McpServerConfig) -> McpServerConfig {
+        config.with_header("X-Secret", "s3cret")
+    }
+
+    #[tokio::test]
+    async fn same_origin_redirects_keep_headers_and_credentials() {
+        let server = http_fixture(FixtureConfig::default()).await;
+        let toolset = connect(
+            vec![secret(McpServerConfig::streamable_http(
+                "fx",
+                server.redirect_to("/mcp"),
+            ))],
+            options()
+                .with_session("s1")
+                .with_auth(|_, _| async { Ok::<_, String>("good".to_owned()) }),
+        )
+        .await
+        .unwrap();
+        assert!(rules(&toolset).is_empty(), "{:?}", rules(&toolset));
+        let result = toolset
+            .call(
+                "fx__echo",
+                Some(json!({"message": "via redirect"})),
+                &CallContext::for_session("s1"),
+            )
+            .await
+            .unwrap();
+        assert_eq!(text(&result), "via redirect");
+        let at_mcp: Vec<_> = server
+            .seen()
+            .into_iter()
+            .filter(|s| s.path == "/mcp")
+            .collect();
+        assert!(!at_mcp.is_empty());
+        assert!(
+            at_mcp
+                .iter()
+                .all(|s| s.header("x-secret").as_deref() == Some("s3cret"))
+        );
+        assert!(
+            at_mcp
+                .iter()
+                .all(|s| s.header("authorization").as_deref() == Some("Bearer good"))
+        );
+        toolset.close().await;
+    }
+
+    #[tokio::test]
+    async fn a_cross_origin_hop_withholds_credentials_and_headers() {
+        let first = http_fixture(FixtureConfig::default()).await;
+        let other = http_fixture(FixtureConfig::default()).await;
+        // Same machine, another origin: a different port under "localhost".
+        let target = format!("{}/mcp", other.base_localhost());
+        let toolset = connect(
+            vec![secret(McpServerConfig::streamable_http(
+                "fx",
+                first.redirect_to(&target),
+            ))],
+            options()
+                .with_session("s1")
+                .with_auth(|_, _| async { Ok::<_, String>("good".to_owned()) }),
+        )
+        .await
+        .unwrap();
+        let withheld: Vec<_> = rules(&toolset)
+            .into_iter()
+            .filter(|(r, _)| *r == Rule::CrossOriginHeadersWithheld)
+            .collect();
+        assert_eq!(withheld.len(), 1, "{:?}", rules(&toolset));
+        let reached = other.seen();
+        assert!(!reached.is_empty(), "the other origin was never reached");
+        assert!(reached.iter().all(|s| s.header("x-secret").is_none()));
+        assert!(reached.iter().all(|s| s.header("authorization").is_none()));
+        // The first origin did get them.
+        assert!(first.seen().iter().all(|s| s.header("x-secret").is_some()));
+        toolset.close().await;
+    }
+
+    #[tokio::test]
+    async fn more_than_five_redirects_fail() {
+        let server = http_fixture(FixtureConfig::default()).await;
+        let toolset = connect(
+            vec![McpServerConfig::streamable_http(
+                "fx",
+                format!("{}/loop", server.base()),
+            )],
+            options(),
+        )
+        .await
+        .unwrap();
+        let diagnostics = toolset.diagnostics();
+        assert_eq!(diagnostics.len(), 1, "{diagnostics:?}");
+        assert_eq!(diagnostics[0].rule, Rule::ConnectionFailure);
+        assert_eq!(
+            diagnostics[0].message,
+            "MCP server \"fx\" exceeded 5 redirects."
+        );
+        // The first request plus five followed hops, then it stops.
+        let loops = server.seen().iter().filter(|s| s.path == "/loop").count();
+        assert_eq!(loops, 6);
+        assert!(toolset.tools().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_redirect_to_a_blocked_host_is_refused_before_any_request() {
+        let first = http_fixture(FixtureConfig::default()).await;
+        let other = http_fixture(FixtureConfig::default()).await;
+        let target = format!("{}/mcp", other.base_localhost());
+        let toolset = connect(
+            vec![McpServerConfig::streamable_http(
+                "fx",
+                first.redirect_to(&target),
+            )],
+            options().with_allowed_hosts(AllowedHosts::list(["127.0.0.1"])),
+        )
+        .await
+        .unwrap();
+        let diagnostics = toolset.diagnostics();
+        assert_eq!(diagnostics.len(), 1, "{diagnostics:?}");
+        assert_eq!(
+            diagnostics[0].message,
+            "MCP server \"fx\" host \"localhost\" is not in allowedHosts."
+        );
+        assert!(other.seen().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_redirect_to_a_metadata_address_is_refused() {
+        let first = http_fixture(FixtureConfig::default()).await;
+        let toolset = connect(
+            vec![McpServerConfig::streamable_http(
+                "fx",
+                first.redirect_to("https://169.254.169.254/latest/meta-data/"),
+            )],
+            options(),
+        )
+        .await
+        .unwrap();
+        let diagnostics = toolset.diagnostics();
+        assert_eq!(diagnostics.len(), 1, "{diagnostics:?}");
+        assert!(
+            diagnostics[0]
+                .message
+                .contains("link-local or cloud-metadata"),
+            "{}",
+            diagnostics[0].message
+        );
+    }
+}
+
+mod guard {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_host_outside_allowed_hosts_gets_zero_requests() {
+        let server = http_fixture(FixtureConfig::default()).await;
+        let toolset = connect(
+            vec![McpServerConfig::streamable_http("fx", server.mcp_url())],
+            options().with_allowed_hosts(AllowedHosts::list(["mcp.example.com"])),
+        )
+        .await
+        .unwrap();
+        assert!(toolset.tools().is_empty());
+        let diagnostics = toolset.diagnostics();
+        assert_eq!(diagnostics.len(), 1);
+        assert_eq!(diagnostics[0].rule, Rule::ConnectionFailure);
+        assert_eq!(
+            diagnostics[0].message,
+            "MCP server \"fx\" host \"127.0.0.1\" is not in allowedHosts."
+        );
+        assert!(server.seen().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_resolver_is_asked_per_server_and_session() {
+        let server = http_fixture(FixtureConfig::default()).await;
+        let asked = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = asked.clone();
+        let hosts = AllowedHosts::resolver(move |server, session| {
+            if let Ok(mut a) = record.lock() {
+                a.push(format!("{server}/{session}"));
+            }
+            vec!["127.0.0.1".to_owned()]
+        });
+        let toolset = connect(
+            vec![McpServerConfig::streamable_http("fx", server.mcp_url())],
+            options().with_allowed_hosts(hosts).with_session("sess-9"),
+        )
+        .await
+        .unwrap();
+        assert!(!toolset.tools().is_empty());
+        assert_eq!(asked.lock().unwrap().clone(), ["fx/sess-9"]);
+        toolset.close().await;
+    }
+
+    #[tokio::test]
+    async fn wiring_mistakes_name_the_session() {
+        let auth = connect(
+            vec![],
+            options().with_auth(|_, _| async { Ok::<_, String>("t".to_owned()) }),
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(auth, WiringError::AuthWithoutSession));
+        assert!(auth.to_string().contains("session"));
+        let hosts = connect(
+            vec![],
+            options().with_allowed_hosts(AllowedHosts::resolver(|_, _| vec![])),
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(hosts, WiringError::HostResolverWithoutSession));
+        assert!(hosts.to_string().contains("session"));
+    }
+}
+
+mod auth {
+    use super::*;
+
+    #[tokio::test]
+    async fn credentials_are_resolved_before_the_handshake_and_per_call() {
+        let server = http_fixture_with(
+            FixtureConfig::default(),
+            HttpOptions {
+                gate: Gate::Bearer,
+                ..Default::default()
+            },
+        )
+        .await;
+        let sessions = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = sessions.clone();
+        let toolset = connect(
+            vec![McpServerConfig::streamable_http("locked", server.mcp_url())],
+            options()
+                .with_session("alice")
+                .with_auth(move |server, session| {
+                    if let Ok(mut s) = record.lock() {
+                        s.push(format!("{server}/{session}"));
+                    }
+                    async { Ok::<_, String>("good".to_owned()) }
+                }),
+        )
+        .await
+        .unwrap();
+        assert!(
+            toolset.diagnostics().is_empty(),
+            "{:?}",
+            toolset.diagnostics()
+        );
+        let result = toolset
+            .call(
+                "locked__echo",
+                Some(json!({"message": "in"})),
+                &CallContext::for_session("alice"),
+            )
+            .await
+            .unwrap();
+        assert_eq!(text(&result), "in");
+        assert_eq!(
+            sessions.lock().unwrap().clone(),
+            ["locked/alice", "locked/alice"]
+        );
+        assert!(
+            server
+                .seen()
+                .iter()
+                .all(|s| s.header("authorization").as_deref() == Some("Bearer good"))
+        );
+        // A call without a session is refused before anything else.
+        assert_eq!(
+            toolset
+                .call("locked__echo", None, &CallContext::default())
+                .await
+                .unwrap_err()
+                .to_string(),
+            "MCP tool \"locked__echo\" requires a session context."
+        );
+        toolset.close().await;
+    }
+
+    #[tokio::test]
+    async fn a_401_drops_only_that_server() {
+        let locked = http_fixture_with(
+            FixtureConfig::default(),
+            HttpOptions {
+                gate: Gate::Bearer,
+                ..Default::default()
+            },
+        )
+        .await;
+        let open = http_fixture(FixtureConfig::default()).await;
+        let toolset = connect(
+            vec![
+                McpServerConfig::streamable_http("locked", locked.mcp_url()),
+                McpServerConfig::streamable_http("open", open.mcp_url()),
+            ],
+            options(),
+        )
+        .await
+        .unwrap();
+        let diagnostics = toolset.diagnostics();
+        assert_eq!(diagnostics.len(), 1, "{diagnostics:?}");
+        assert_eq!(
+            diagnostics[0].message,
+            "MCP server \"locked\" rejected authorization (HTTP 401)."
+        );
+        assert_eq!(
+            text(
+                &call(&toolset, "open__echo", json!({"message": "ok"}))
+                    .await
+                    .unwrap()
+            ),
+            "ok"
+        );
+        toolset.close().await;
+    }
+
+    #[tokio::test]
+    async fn a_403_is_reported_as_denied_access() {
+        let server = http_fixture_with(
+            FixtureConfig::default(),
+            HttpOptions {
+                gate: Gate::Forbidden,
+                ..Default::default()
+            },
+        )
+        .await;
+        let toolset = connect(
+            vec![McpServerConfig::streamable_http("nope", server.mcp_url())],
+            options(),
+        )
+        .await
+        .unwrap();
+        let diagnostics = toolset.diagnostics();
+        assert_eq!(diagnostics.len(), 1, "{diagnostics:?}");
+        assert_eq!(
+            diagnostics[0].message,
+            "MCP server \"nope\" denied access (HTTP 403)."
+        );
+    }
+
+    #[tokio::test]
+    async fn a_401_during_a_call_marks_the_server_unavailable() {
+        let server = http_fixture_with(
+            FixtureConfig::default(),
+            HttpOptions {
+                gate: Gate::Bearer,
+                ..Default::default()
+            },
+        )
+        .await;
+        // The handshake gets a good token; calls get a revoked one.
+        let resolved = Arc::new(AtomicUsize::new(0));
+        let count = resolved.clone();
+        let toolset = connect(
+            vec![McpServerConfig::streamable_http("locked", server.mcp_url())],
+            options().with_session("bob").with_auth(move |_, _| {
+                let n = count.fetch_add(1, Ordering::SeqCst);
+                async move { Ok::<_, String>(if n == 0 { "good" } else { "revoked" }.to_owned()) }
+            }),
+        )
+        .await
+        .unwrap();
+        assert!(!toolset.tools().is_empty());
+        let context = CallContext::for_session("bob");
+        let first = toolset
+            .call("locked__echo", Some(json!({"message": "x"})), &context)
+            .await;
+        assert_eq!(
+            first.unwrap_err(),
+            CallError::Unauthorized {
+                server: "locked".into()
+            }
+        );
+        let second = toolset
+            .call("locked__echo", Some(json!({"message": "x"})), &context)
+            .await;
+        assert_eq!(
+            second.unwrap_err().to_string(),
+            "MCP server \"locked\" is unavailable."
+        );
+        assert_eq!(server.calls(), 0);
+        toolset.close().await;
+    }
+}
+
+mod legacy_sse {
+    use super::*;
+
+    #[tokio::test]
+    async fn list_call_and_progress_over_http_sse() {
+        let server = sse_fixture(FixtureConfig::default(), None).await;
+        let toolset = connect(
+            vec![McpServerConfig::sse("old", server.sse_url())],
+            options(),
+        )
+        .await
+        .unwrap();
+        assert!(
+            toolset.diagnostics().is_empty(),
+            "{:?}",
+            toolset.diagnostics()
+        );
+        assert!(names(&toolset).contains(&"old__echo".to_owned()));
+        let result = call(&toolset, "old__echo", json!({"message": "over sse"}))
+            .await
+            .unwrap();
+        assert_eq!(text(&result), "over sse");
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let context = CallContext::default().with_progress(tx);
+        let done = toolset
+            .call("old__progress", Some(json!({"steps": 2})), &context)
+            .await
+            .unwrap();
+        assert_eq!(text(&done), "done after 2 steps");
+        let mut count = 0;
+        while rx.try_recv().is_ok() {
+            count += 1;
+        }
+        assert_eq!(count, 2);
+        toolset.close().await;
+        assert_eq!(
+            call(&toolset, "old__echo", json!({"message": "x"}))
+                .await
+                .unwrap_err()
+                .to_string(),
+            "MCP server \"old\" is unavailable."
+        );
+    }
+
+    #[tokio::test]
+    async fn cancellation_reaches_a_legacy_sse_server() {
+        let server = sse_fixture(FixtureConfig::default(), None).await;
+        let toolset = connect(
+            vec![McpServerConfig::sse("old", server.sse_url())],
+            options(),
+        )
+        .await
+        .unwrap();
+        let cancel = CancellationToken::new();
+        let context = CallContext::default().with_cancel(cancel.clone());
+        let pending = {
+            let toolset = toolset.clone();
+            tokio::spawn(async move { toolset.call("old__hang", None, &context).await })
+        };
+        assert!(
+            eventually(WAIT, || server.server.state.hanging.load(Ordering::SeqCst)
+                == 1)
+            .await
+        );
+        cancel.cancel();
+        assert!(matches!(
+            pending.await.unwrap(),
+            Err(CallError::Cancelled { .. })
+        ));
+        assert!(
+            eventually(WAIT, || server
+                .server
+                .state
+                .cancelled
+                .load(Ordering::SeqCst)
+                == 1)
+            .await
+        );
+        toolset.close().await;
+    }
+
+    #[tokio::test]
+    async fn an_endpoint_on_another_origin_is_refused() {
+        let server = sse_fixture(
+            FixtureConfig::default(),
+            Some("http://localhost:9/message?sessionId=0".into()),
+        )
+        .await;
+        let toolset = connect(
+            vec![McpServerConfig::sse("old", server.sse_url())],
+            options(),
+        )
+        .await
+        .unwrap();
+        assert!(toolset.tools().is_empty());
+        let diagnostics = toolset.diagnostics();
+        assert_eq!(diagnostics.len(), 1);
+        assert!(
+            diagnostics[0]
+                .message
+                .to_lowercase()
+                .contains("endpoint origin does not match"),
+            "{}",
+            diagnostics[0].message
+        );
+        assert_eq!(server.posts.load(Ordering::SeqCst), 0);
+    }
+}
+
+#[cfg(feature = "stdio")]
+mod stdio {
+    use super::*;
+
+    fn fixture(name: &str, args: &[&str]) -> McpServerConfig {
+        McpServerConfig::stdio(name, fixture_bin(), args.iter().copied())
+    }
+
+    fn alive(pid: u32) -> bool {
+        // A zombie still has a /proc entry; check its state too.
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Ok(stat) => !stat.contains(") Z "),
+            Err(_) => false,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stdio_child_is_gone_after_close() {
+        let toolset = connect(vec![fixture("kid", &[])], options()).await.unwrap();
+        assert!(
+            toolset.diagnostics().is_empty(),
+            "{:?}",
+            toolset.diagnostics()
+        );
+        let pid = toolset.child_pid("kid").expect("a child pid");
+        let reported = text(&call(&toolset, "kid__pid", json!({})).await.unwrap());
+        assert_eq!(reported, pid.to_string());
+        assert!(alive(pid));
+        toolset.close().await;
+        assert!(
+            eventually(WAIT, || !alive(pid)).await,
+            "child {pid} survived close()"
+        );
+        assert_eq!(
+            call(&toolset, "kid__pid", json!({}))
+                .await
+                .unwrap_err()
+                .to_string(),
+            "MCP server \"kid\" is unavailable."
+        );
+        // Idempotent.
+        toolset.close().await;
+    }
+
+    #[tokio::test]
+    async fn a_stdio_child_gets_a_minimal_environment() {
+        // Some variable of ours that is not on the allow-list.
+        let (leaked, _) = std::env::vars()
+            .find(|(k, _)| !portcullis_upstream::stdio::AMBIENT_ALLOWLIST.contains(&k.as_str()))
+            .expect("the test process has some environment");
+        let toolset = connect(
+            vec![fixture("kid", &[]).with_env("FIXTURE_GREETING", "hi")],
+            options(),
+        )
+        .await
+        .unwrap();
+        let env = |name: &str| {
+            let toolset = toolset.clone();
+            let name = name.to_owned();
+            async move {
+                text(
+                    &call(&toolset, "kid__env", json!({ "name": name }))
+                        .await
+                        .unwrap(),
+                )
+            }
+        };
+        assert_eq!(env("FIXTURE_GREETING").await, "hi");
+        assert_eq!(
+            env(&leaked).await,
+            "<unset>",
+            "{leaked} leaked into the child"
+        );
+        assert_ne!(env("PATH").await, "<unset>");
+        toolset.close().await;
+    }
+
+    #[tokio::test]
+    async fn a_child_that_crashes_mid_call_fails_that_call_and_leaves_siblings() {
+        let http = http_fixture(FixtureConfig::default()).await;
+        let toolset = connect(
+            vec![
+                fixture("kid", &["--crash"]),
+                McpServerConfig::streamable_http("web", http.mcp_url()),
+            ],
+            options(),
+        )
+        .await
+        .unwrap();
+        let crashed = call(&toolset, "kid__crash", json!({})).await.unwrap_err();
+        assert!(
+            matches!(crashed, CallError::Transport { .. }),
+            "{crashed:?}"
+        );
+        let after = call(&toolset, "kid__echo", json!({"message": "x"}))
+            .await
+            .unwrap_err();
+        assert_eq!(after.to_string(), "MCP server \"kid\" is unavailable.");
+        assert_eq!(
+            text(
+                &call(&toolset, "web__echo", json!({"message": "y"}))
+                    .await
+                    .unwrap()
+            ),
+            "y"
+        );
+        toolset.close().await;
+    }
+
+    #[tokio::test]
+    async fn a_stdio_server_that_never_answers_times_out() {
+        // `sleep` reads nothing and writes nothing: a server that hangs.
+        let toolset = connect(
+            vec![McpServerConfig::stdio("mute", "sleep", ["30"])],
+            options().with_timeout(Duration::from_millis(800)),
+        )
+        .await
+        .unwrap();
+        let diagnostics = toolset.diagnostics();
+        assert_eq!(diagnostics.len(), 1, "{diagnostics:?}");
+        assert_eq!(diagnostics[0].rule, Rule::ConnectionFailure);
+        assert!(toolset.tools().is_empty());
+    }
+}
