@@ -1,0 +1,330 @@
+//! The HTTP guards: what a request must show before any MCP parsing.
+//!
+//! In order, each answering with an empty body so nothing about the server
+//! leaks to a caller that failed an earlier check:
+//!
+//! 1. `Host` must be a loopback name on this port (`127.0.0.1:<port>`,
+//!    `localhost:<port>`, `[::1]:<port>`) or one of `allowed_hosts` → else
+//!    **403**. This defeats DNS rebinding: a hostile page can make a browser
+//!    reach 127.0.0.1 under its own name, never under ours.
+//! 2. An `Origin` header, if present, must be one of `allowed_origins` →
+//!    else **403**. Browsers always send one; MCP clients do not.
+//! 3. The path must be `/mcp` → else **404** (as in the seed).
+//! 4. With a token configured, `Authorization: Bearer <token>`, compared in
+//!    constant time → else **401** with `WWW-Authenticate: Bearer` (so MCP
+//!    clients classify it as "authorization required").
+//! 5. A declared `Content-Length` over the body limit → **413**. A chunked
+//!    body is cut off at the same limit by rmcp while it is read.
+//!
+//! The method is left to rmcp: `POST` is MCP, `GET`/`DELETE` answer 405
+//! with `Allow: POST` as the 2026-07-28 revision requires (or serve the
+//! legacy session stream when legacy sessions are on).
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+use http::{HeaderValue, StatusCode, header};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+/// The MCP endpoint's path.
+pub const MCP_PATH: &str = "/mcp";
+
+/// Everything the guards check, fixed once the port is known.
+#[derive(Clone)]
+pub struct Guard {
+    hosts: Arc<[String]>,
+    origins: Arc<[String]>,
+    token_digest: Option<[u8; 32]>,
+    max_body_bytes: usize,
+}
+
+impl std::fmt::Debug for Guard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the token, not even its digest.
+        f.debug_struct("Guard")
+            .field("hosts", &self.hosts)
+            .field("origins", &self.origins)
+            .field("token", &self.token_digest.map(|_| "<set>"))
+            .field("max_body_bytes", &self.max_body_bytes)
+            .finish()
+    }
+}
+
+impl Guard {
+    /// The guard for a server bound to `port`.
+    ///
+    /// ```
+    /// use portcullis_server::guard::Guard;
+    ///
+    /// let guard = Guard::new(8765, &["mcp.internal:443".into()], &[], None, 1024);
+    /// assert!(guard.host_allowed("localhost:8765"));
+    /// assert!(guard.host_allowed("[::1]:8765"));
+    /// assert!(guard.host_allowed("MCP.internal:443"));
+    /// assert!(!guard.host_allowed("localhost:8766"));
+    /// assert!(!guard.host_allowed("evil.example:8765"));
+    /// ```
+    pub fn new(
+        port: u16,
+        allowed_hosts: &[String],
+        allowed_origins: &[String],
+        token: Option<&str>,
+        max_body_bytes: usize,
+    ) -> Self {
+        let mut hosts = vec![
+            format!("127.0.0.1:{port}"),
+            format!("localhost:{port}"),
+            format!("[::1]:{port}"),
+        ];
+        hosts.extend(allowed_hosts.iter().map(|h| h.to_ascii_lowercase()));
+        Guard {
+            hosts: hosts.into(),
+            origins: allowed_origins
+                .iter()
+                .map(|o| o.trim_end_matches('/').to_owned())
+                .collect(),
+            token_digest: token.map(digest),
+            max_body_bytes,
+        }
+    }
+
+    /// True when `host` (a `Host` header value) names this server.
+    pub fn host_allowed(&self, host: &str) -> bool {
+        let host = host.trim().to_ascii_lowercase();
+        self.hosts.contains(&host)
+    }
+
+    /// True when `origin` is one of the admitted origins.
+    pub fn origin_allowed(&self, origin: &str) -> bool {
+        let origin = origin.trim().trim_end_matches('/');
+        self.origins
+            .iter()
+            .any(|allowed| allowed.eq_ignore_ascii_case(origin))
+    }
+
+    /// True when no token is configured, or `authorization` carries it.
+    pub fn authorized(&self, authorization: Option<&str>) -> bool {
+        let Some(expected) = &self.token_digest else {
+            return true;
+        };
+        let Some(presented) = authorization.and_then(bearer_token) else {
+            return false;
+        };
+        // Both sides hashed to a fixed length first, so the comparison time
+        // depends on neither the token's content nor its length.
+        bool::from(digest(presented).ct_eq(expected))
+    }
+
+    /// Checks one request; `Err` says why it is refused.
+    pub fn check(&self, request: &Request) -> Result<(), Refusal> {
+        let host = request
+            .headers()
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .map(str::to_owned)
+            .or_else(|| request.uri().authority().map(|a| a.to_string()));
+        if !host.is_some_and(|h| self.host_allowed(&h)) {
+            return Err(Refusal::ForeignHost);
+        }
+        if let Some(origin) = request.headers().get(header::ORIGIN) {
+            let allowed = origin.to_str().is_ok_and(|o| self.origin_allowed(o));
+            if !allowed {
+                return Err(Refusal::ForeignOrigin);
+            }
+        }
+        if request.uri().path() != MCP_PATH {
+            return Err(Refusal::UnknownPath);
+        }
+        let authorization = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|h| h.to_str().ok());
+        if !self.authorized(authorization) {
+            return Err(Refusal::Unauthorized);
+        }
+        let declared = request
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|h| h.to_str().ok())
+            .and_then(|h| h.parse::<u64>().ok());
+        if declared.is_some_and(|len| len > self.max_body_bytes as u64) {
+            return Err(Refusal::TooLarge);
+        }
+        Ok(())
+    }
+}
+
+/// Why a request was refused by the guards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// `Host` names neither this server nor an allowed host (403).
+    ForeignHost,
+    /// `Origin` is present and not admitted (403).
+    ForeignOrigin,
+    /// The path is not `/mcp` (404).
+    UnknownPath,
+    /// The bearer token is missing or wrong (401).
+    Unauthorized,
+    /// The declared body is over the limit (413).
+    TooLarge,
+}
+
+impl Refusal {
+    /// The HTTP status answered.
+    pub fn status(self) -> StatusCode {
+        match self {
+            Refusal::ForeignHost | Refusal::ForeignOrigin => StatusCode::FORBIDDEN,
+            Refusal::UnknownPath => StatusCode::NOT_FOUND,
+            Refusal::Unauthorized => StatusCode::UNAUTHORIZED,
+            Refusal::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        }
+    }
+
+    /// The response: the status, an empty body, and for 401 the
+    /// `WWW-Authenticate: Bearer` challenge (without it rmcp clients do not
+    /// classify the 401 as "authorization required").
+    pub fn into_response(self) -> Response {
+        let mut response = Response::new(Body::empty());
+        *response.status_mut() = self.status();
+        if self == Refusal::Unauthorized {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+/// The axum middleware running [`Guard::check`].
+pub async fn guard_layer(State(guard): State<Guard>, request: Request, next: Next) -> Response {
+    match guard.check(&request) {
+        Ok(()) => next.run(request).await,
+        Err(refusal) => {
+            tracing::debug!(?refusal, path = %request.uri().path(), "request refused");
+            refusal.into_response()
+        }
+    }
+}
+
+fn bearer_token(authorization: &str) -> Option<&str> {
+    let (scheme, token) = authorization.trim().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+fn digest(value: &str) -> [u8; 32] {
+    Sha256::digest(value.as_bytes()).into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(host: Option<&str>, path: &str, extra: &[(&str, &str)]) -> Request {
+        let mut builder = http::Request::builder().method("POST").uri(path);
+        if let Some(host) = host {
+            builder = builder.header(header::HOST, host);
+        }
+        for (name, value) in extra {
+            builder = builder.header(*name, *value);
+        }
+        builder.body(Body::empty()).unwrap()
+    }
+
+    fn status(guard: &Guard, req: Request) -> StatusCode {
+        match guard.check(&req) {
+            Ok(()) => StatusCode::OK,
+            Err(refusal) => refusal.status(),
+        }
+    }
+
+    #[test]
+    fn checks_run_in_order() {
+        let guard = Guard::new(9000, &[], &["http://app.local".into()], Some("s3cret"), 10);
+        // A foreign host is refused before anything else is looked at.
+        assert_eq!(
+            status(&guard, request(Some("evil.example:9000"), "/nope", &[])),
+            StatusCode::FORBIDDEN
+        );
+        assert_eq!(
+            status(&guard, request(None, "/mcp", &[])),
+            StatusCode::FORBIDDEN
+        );
+        assert_eq!(
+            status(
+                &guard,
+                request(
+                    Some("localhost:9000"),
+                    "/nope",
+                    &[("origin", "http://evil.example")]
+                )
+            ),
+            StatusCode::FORBIDDEN
+        );
+        assert_eq!(
+            status(&guard, request(Some("localhost:9000"), "/nope", &[])),
+            StatusCode::NOT_FOUND
+        );
+        assert_eq!(
+            status(&guard, request(Some("localhost:9000"), "/mcp", &[])),
+            StatusCode::UNAUTHORIZED
+        );
+        assert_eq!(
+            status(
+                &guard,
+                request(
+                    Some("localhost:9000"),
+                    "/mcp",
+                    &[("authorization", "Bearer s3cret"), ("content-length", "11")]
+                )
+            ),
+            StatusCode::PAYLOAD_TOO_LARGE
+        );
+        assert_eq!(
+            status(
+                &guard,
+                request(
+                    Some("127.0.0.1:9000"),
+                    "/mcp",
+                    &[
+                        ("authorization", "bearer s3cret"),
+                        ("origin", "http://app.local")
+                    ]
+                )
+            ),
+            StatusCode::OK
+        );
+    }
+
+    #[test]
+    fn tokens_must_match_exactly() {
+        let guard = Guard::new(1, &[], &[], Some("s3cret"), 10);
+        assert!(guard.authorized(Some("Bearer s3cret")));
+        assert!(!guard.authorized(Some("Bearer s3cre")));
+        assert!(!guard.authorized(Some("Bearer s3cret2")));
+        assert!(!guard.authorized(Some("Basic s3cret")));
+        assert!(!guard.authorized(Some("s3cret")));
+        assert!(!guard.authorized(None));
+        assert!(Guard::new(1, &[], &[], None, 10).authorized(None));
+    }
+
+    #[test]
+    fn the_401_carries_a_bearer_challenge() {
+        let guard = Guard::new(1, &[], &[], Some("t"), 10);
+        let refusal = guard
+            .check(&request(Some("localhost:1"), "/mcp", &[]))
+            .unwrap_err();
+        assert_eq!(refusal, Refusal::Unauthorized);
+        let response = refusal.into_response();
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(response.headers()[header::WWW_AUTHENTICATE], "Bearer");
+    }
+
+    #[test]
+    fn debug_output_never_shows_the_token() {
+        let guard = Guard::new(1, &[], &[], Some("hunter2"), 10);
+        assert!(!format!("{guard:?}").contains("hunter2"));
+    }
+}

@@ -1,0 +1,81 @@
+//! # portcullis-server
+//!
+//! The *serve* half of [Portcullis](https://github.com/portcullis-mcp/portcullis):
+//! a set of tools served as an MCP server over Streamable HTTP (loopback
+//! only, Host/Origin/token guards) and over stdio, with the exposure gate,
+//! argument validation, output framing and error mapping applied at the edge.
+//!
+//! The pieces, in the order a call meets them:
+//!
+//! | module | job |
+//! |---|---|
+//! | [`guard`] | Host → Origin → path → bearer token → body size, before any MCP parsing |
+//! | [`http`] / [`stdio`] | the surfaces: rmcp's Streamable HTTP service (stateless by default; both protocol eras) and stdin/stdout |
+//! | [`exposure`] | which tools exist at all: read-only by default, `allow_write`, `allow_tools`, identity and permissions |
+//! | [`tool_server`] | the rmcp `ServerHandler`: lookup, backstop, validation, the handler, error mapping, framing |
+//! | [`handler`] | what a tool is: an async function of its arguments and a [`CallContext`] |
+//! | [`mcp_server`] | the seed's `createMcpServer(root, port, …, options)` |
+//!
+//! The rules themselves (framing, `ERR_…` codes, validation) live in
+//! `portcullis-catalog`; this crate only applies them.
+//!
+//! ## Serving your own tools
+//!
+//! ```
+//! use portcullis_catalog::{Tool, ToolAnnotations, ToolResult};
+//! use portcullis_server::{serve_http, HttpOptions, ToolServer};
+//! use rmcp::{model::CallToolRequestParams, ServiceExt};
+//!
+//! #[derive(serde::Deserialize, schemars::JsonSchema)]
+//! struct Add { a: i64, b: i64 }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let tools = ToolServer::builder()
+//!     .typed_tool(
+//!         Tool::new("add").with_description("Adds two numbers")
+//!             .with_annotations(ToolAnnotations::read_only(true)),
+//!         |args: Add, _ctx| async move { Ok(ToolResult::text((args.a + args.b).to_string())) },
+//!     )
+//!     .build()?;
+//! // 127.0.0.1 on a free port; `serve_http` resolves once listening.
+//! let server = serve_http(tools, HttpOptions::default()).await?;
+//!
+//! // Any MCP client can now call it; here rmcp's own.
+//! let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(server.url());
+//! let client = ().serve(transport).await?;
+//! let args = serde_json::json!({"a": 2, "b": 40}).as_object().cloned().unwrap();
+//! let result = client.call_tool(CallToolRequestParams::new("add").with_arguments(args)).await?;
+//! let text = result.content[0].as_text().unwrap().text.clone();
+//! // Output reaches the model framed as untrusted data.
+//! assert!(text.starts_with("<untrusted-tool-output tool=\"add\">\n42\n"));
+//!
+//! client.cancel().await?;
+//! server.close().await;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! A tool not declared read-only is withheld unless the [`Exposure`] allows
+//! it; see [`exposure`]. For stdio, hand the same [`ToolServer`] to
+//! [`serve_stdio`] and send logs to stderr.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod error;
+pub mod exposure;
+pub mod guard;
+pub mod handler;
+pub mod http;
+pub mod mcp_server;
+pub mod stdio;
+pub mod tool_server;
+
+pub use error::ServerError;
+pub use exposure::{Access, Exposure, Identity, Withheld};
+pub use handler::{CallContext, ToolError, ToolHandler, typed};
+pub use http::{HttpOptions, HttpServer, serve_http};
+pub use mcp_server::{ServeOptions, create_mcp_server};
+pub use stdio::{serve_io, serve_stdio};
+pub use tool_server::{CallError, Registration, ToolServer, ToolServerBuilder, schema_of};

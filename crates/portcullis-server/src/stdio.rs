@@ -1,0 +1,40 @@
+//! The stdio surface: the same handler over stdin/stdout, for desktop
+//! clients that launch the server as a process.
+//!
+//! stdout carries protocol messages only; every log line must go to stderr
+//! (configure your `tracing` subscriber with `.with_writer(std::io::stderr)`).
+//! rmcp serves both lifecycles on one pipe: legacy `initialize`, or a
+//! 2026-07-28 client's `server/discover` followed by per-request `_meta`.
+
+use rmcp::{ServerHandler, ServiceExt};
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use crate::error::ServerError;
+
+/// Serves `handler` on this process's stdin/stdout until the client closes
+/// the pipe.
+pub async fn serve_stdio<H>(handler: H) -> Result<(), ServerError>
+where
+    H: ServerHandler + Send + Sync + 'static,
+{
+    serve_io(handler, rmcp::transport::stdio_pipes()).await
+}
+
+/// Serves `handler` over any byte pipe (a child's stdio, a socket, an
+/// in-memory duplex in tests) until the other side closes it.
+pub async fn serve_io<H, R, W>(handler: H, io: (R, W)) -> Result<(), ServerError>
+where
+    H: ServerHandler + Send + Sync + 'static,
+    R: AsyncRead + Send + Unpin + 'static,
+    W: AsyncWrite + Send + Unpin + 'static,
+{
+    let running = handler
+        .serve(io)
+        .await
+        .map_err(|e| ServerError::Stdio(e.to_string()))?;
+    running
+        .waiting()
+        .await
+        .map_err(|e| ServerError::Stdio(e.to_string()))?;
+    Ok(())
+}
