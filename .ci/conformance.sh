@@ -4,8 +4,17 @@
 # Streamable HTTP on loopback:
 #   1. @modelcontextprotocol/conformance@0.1.16, server scenarios, default suite
 #   2. @modelcontextprotocol/conformance@0.2.0-alpha.12 --requirements 2026-07-28
-#      (only unscored extension scenarios may be listed in
-#      .ci/conformance-2026-expected-failures.yml, each with its reason)
+#      The runner scores only the 37 required server scenarios and exits 0 when
+#      they all pass; it also runs unscored ones and reports them apart. Those
+#      that fail today, and why:
+#        tasks-* (extension, 9 of 10): the fixture does not implement the
+#          io.modelcontextprotocol/tasks extension (SEP-2663), and neither does
+#          portcullis-server; a server that does not declare it is conformant.
+#        http-custom-header-server-validation (pending): needs a tool with an
+#          x-mcp-header parameter; not in the fixture yet.
+#      No expected-failures baseline is needed for them; if one is ever needed,
+#      put it in .ci/conformance-2026-expected-failures.yml (unscored scenarios
+#      only, each with its reason) and it is passed to the runner.
 # Exits non-zero if any scored scenario fails. Peers come from .ci/peers.sh.
 # Usage: bash .ci/conformance.sh   (from anywhere; results in target/conformance/)
 set -euo pipefail
