@@ -515,6 +515,28 @@ mod redirects {
     }
 
     #[tokio::test]
+    async fn a_303_turns_the_post_into_a_bodiless_get() {
+        let server = http_fixture(FixtureConfig::default()).await;
+        let toolset = connect(
+            vec![McpServerConfig::streamable_http(
+                "fx",
+                format!("{}/see-other", server.base()),
+            )],
+            options(),
+        )
+        .await
+        .unwrap();
+        let seen = server.seen();
+        assert_eq!(seen[0].method, "POST");
+        assert_eq!(seen[0].path, "/see-other");
+        assert_eq!(seen[1].method, "GET");
+        assert_eq!(seen[1].path, "/mcp");
+        assert!(seen[1].header("content-type").is_none());
+        // A GET is not an MCP request: the server refuses it.
+        assert_eq!(toolset.diagnostics()[0].rule, Rule::ConnectionFailure);
+    }
+
+    #[tokio::test]
     async fn more_than_five_redirects_fail() {
         let server = http_fixture(FixtureConfig::default()).await;
         let toolset = connect(
@@ -584,6 +606,51 @@ mod redirects {
             diagnostics[0].message
         );
     }
+}
+
+#[tokio::test]
+async fn a_handshake_era_server_is_reached_through_the_initialize_fallback() {
+    let server = http_fixture_with(
+        FixtureConfig {
+            legacy_only: true,
+            ..Default::default()
+        },
+        HttpOptions {
+            sessions: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    let toolset = connect(
+        vec![McpServerConfig::streamable_http("old", server.mcp_url())],
+        options(),
+    )
+    .await
+    .unwrap();
+    assert!(
+        toolset.diagnostics().is_empty(),
+        "{:?}",
+        toolset.diagnostics()
+    );
+    let result = call(&toolset, "old__echo", json!({"message": "handshake"}))
+        .await
+        .unwrap();
+    assert_eq!(text(&result), "handshake");
+    let sessions: Vec<String> = server
+        .seen()
+        .iter()
+        .filter_map(|s| s.header("mcp-session-id"))
+        .collect();
+    assert!(!sessions.is_empty(), "no request carried a session id");
+    toolset.close().await;
+    // close() ends the legacy session with a DELETE carrying its id.
+    assert!(
+        eventually(WAIT, || server.seen().iter().any(
+            |s| s.method == "DELETE" && s.header("mcp-session-id").is_some()
+        ))
+        .await,
+        "no session DELETE"
+    );
 }
 
 mod guard {
@@ -1041,6 +1108,61 @@ mod stdio {
     }
 
     #[tokio::test]
+    async fn cancellation_reaches_a_stdio_child() {
+        let marker = std::env::temp_dir().join(format!("portcullis-cancel-{}", std::process::id()));
+        let _ = std::fs::remove_file(&marker);
+        let config =
+            fixture("kid", &[]).with_env("FIXTURE_CANCEL_MARKER", marker.display().to_string());
+        let toolset = connect(vec![config], options()).await.unwrap();
+        let cancel = CancellationToken::new();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let context = CallContext::default()
+            .with_cancel(cancel.clone())
+            .with_progress(tx);
+        let pending = {
+            let toolset = toolset.clone();
+            tokio::spawn(async move { toolset.call("kid__hang", None, &context).await })
+        };
+        // The child reports (as progress) that the call arrived.
+        let arrived = rx.recv().await.expect("progress from the child");
+        assert_eq!(arrived.message.as_deref(), Some("hanging"));
+        cancel.cancel();
+        assert!(matches!(
+            pending.await.unwrap(),
+            Err(CallError::Cancelled { .. })
+        ));
+        assert!(
+            eventually(WAIT, || std::fs::read_to_string(&marker)
+                .is_ok_and(|m| m == "cancelled"))
+            .await,
+            "the child never saw the cancellation"
+        );
+        let _ = std::fs::remove_file(&marker);
+        toolset.close().await;
+    }
+
+    #[tokio::test]
+    async fn a_handshake_era_stdio_child_is_reached() {
+        let toolset = connect(vec![fixture("old", &["--legacy-only"])], options())
+            .await
+            .unwrap();
+        assert!(
+            toolset.diagnostics().is_empty(),
+            "{:?}",
+            toolset.diagnostics()
+        );
+        assert_eq!(
+            text(
+                &call(&toolset, "old__echo", json!({"message": "hs"}))
+                    .await
+                    .unwrap()
+            ),
+            "hs"
+        );
+        toolset.close().await;
+    }
+
+    #[tokio::test]
     async fn a_stdio_server_that_never_answers_times_out() {
         // `sleep` reads nothing and writes nothing: a server that hangs.
         let toolset = connect(
@@ -1054,4 +1176,26 @@ mod stdio {
         assert_eq!(diagnostics[0].rule, Rule::ConnectionFailure);
         assert!(toolset.tools().is_empty());
     }
+}
+
+#[cfg(not(feature = "stdio"))]
+#[tokio::test]
+async fn without_the_stdio_feature_a_stdio_config_yields_no_tools_and_says_how_to_enable_it() {
+    let http = http_fixture(FixtureConfig::default()).await;
+    let toolset = connect(
+        vec![
+            McpServerConfig::stdio("local", fixture_bin(), Vec::<String>::new()),
+            McpServerConfig::streamable_http("web", http.mcp_url()),
+        ],
+        options(),
+    )
+    .await
+    .unwrap();
+    let diagnostics = toolset.diagnostics();
+    assert_eq!(diagnostics.len(), 1, "{diagnostics:?}");
+    assert_eq!(diagnostics[0].rule, Rule::UnsupportedTransport);
+    assert_eq!(diagnostics[0].origin, "local");
+    assert!(diagnostics[0].message.contains("`stdio` cargo feature"));
+    assert!(names(&toolset).iter().all(|n| !n.starts_with("local__")));
+    assert!(names(&toolset).contains(&"web__echo".to_owned()));
 }

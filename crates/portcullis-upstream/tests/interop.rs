@@ -120,6 +120,7 @@ fn options() -> ConnectOptions {
     ConnectOptions::default().with_timeout(Duration::from_secs(30))
 }
 
+#[cfg(feature = "stdio")]
 #[tokio::test]
 async fn server_everything_over_stdio() {
     let Some(peers) = peers() else { return };

@@ -147,6 +147,14 @@ async fn redirect(Query(params): Query<HashMap<String, String>>) -> Response {
         .unwrap_or_default()
 }
 
+async fn see_other() -> Response {
+    Response::builder()
+        .status(StatusCode::SEE_OTHER)
+        .header(header::LOCATION, "/mcp")
+        .body(Body::empty())
+        .unwrap_or_default()
+}
+
 async fn redirect_forever() -> Response {
     Response::builder()
         .status(StatusCode::TEMPORARY_REDIRECT)
@@ -229,6 +237,7 @@ pub async fn http_fixture_with(config: FixtureConfig, options: HttpOptions) -> S
     let router = mcp
         .route("/redirect", any(redirect))
         .route("/loop", any(redirect_forever))
+        .route("/see-other", any(see_other))
         .layer(middleware::from_fn_with_state(recorder, record));
     let (addr, stop) = spawn_router(router).await;
     Server {
