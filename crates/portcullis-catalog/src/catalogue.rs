@@ -19,15 +19,16 @@
 //! prompt caching). A catalogue is built when listings change and then only
 //! read: a call looks its name up in a prebuilt map.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::OnceLock;
 
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::diagnostic::{Diagnostic, Rule};
 use crate::disclosure::{
     DESCRIBE_TOOL_NAME, DisclosureOptions, Tier, choose_tier, compose_system_prompt,
-    describe_tool_definition, disclose, unknown_tool_message,
+    describe_tool_definition, disclose_owned, unknown_tool_message,
 };
 use crate::drift::{Drift, guard_listing, quarantine_denial, quarantine_stub};
 use crate::filter::ToolFilter;
@@ -108,10 +109,71 @@ pub struct CatalogueEntry {
     pub kind: EntryKind,
     /// The definition the model sees: projected name, disclosed schema.
     pub definition: Tool,
-    /// The full input schema, as `mcp__describe_tool` returns it.
-    pub full_input_schema: Value,
     /// How much of the schema is disclosed.
     pub tier: Tier,
+    /// The full schema when the tier replaced it in `definition`.
+    full_input_schema: Option<Value>,
+}
+
+impl CatalogueEntry {
+    /// The full input schema, as `mcp__describe_tool` returns it and as
+    /// arguments are validated against, whatever the tier disclosed.
+    pub fn full_input_schema(&self) -> &Value {
+        static OBJECT: OnceLock<Value> = OnceLock::new();
+        self.full_input_schema
+            .as_ref()
+            .or(self.definition.input_schema.as_ref())
+            .unwrap_or_else(|| OBJECT.get_or_init(|| json!({"type": "object"})))
+    }
+}
+
+/// The filter and name-taken rules, applied to one candidate at a time.
+struct Admission<'a> {
+    server: &'a str,
+    prefixed: bool,
+    filter: &'a ToolFilter,
+    taken: &'a mut HashSet<String>,
+    withheld: &'a mut Vec<WithheldTool>,
+    diagnostics: &'a mut Vec<Diagnostic>,
+}
+
+impl Admission<'_> {
+    /// Whether the tool `remote` (projected as `name`) joins the map;
+    /// records why not otherwise.
+    fn admit(&mut self, name: &str, remote: &str) -> bool {
+        let server = self.server;
+        let withheld = |reason: String| WithheldTool {
+            name: name.to_owned(),
+            server: server.to_owned(),
+            remote_name: remote.to_owned(),
+            reason,
+        };
+        if !self.filter.admits(name, remote) {
+            self.withheld.push(withheld(format!(
+                "hidden by the tools filter of \"{server}\""
+            )));
+            return false;
+        }
+        if !self.taken.insert(name.to_owned()) {
+            let raw = if self.prefixed {
+                format!("{server}__{remote}")
+            } else {
+                remote.to_owned()
+            };
+            self.diagnostics.push(Diagnostic::new(
+                Rule::ServerEntryInvalid,
+                server,
+                format!(
+                    "MCP tool \"{raw}\" projects to \"{name}\", which is already taken; the tool is skipped."
+                ),
+            ));
+            self.withheld.push(withheld(format!(
+                "its name \"{name}\" is already taken by another tool"
+            )));
+            return false;
+        }
+        true
+    }
 }
 
 /// A tool the model never sees, and why.
@@ -229,8 +291,8 @@ impl Catalogue {
             })
         });
 
-        let mut taken: HashMap<String, ()> = HashMap::new();
-        taken.insert(DESCRIBE_TOOL_NAME.to_owned(), ());
+        let mut taken: HashSet<String> = HashSet::new();
+        taken.insert(DESCRIBE_TOOL_NAME.to_owned());
         let mut entries = Vec::new();
         let mut withheld = Vec::new();
         let mut servers = Vec::with_capacity(ordered.len());
@@ -268,53 +330,33 @@ impl Catalogue {
 
             // Stubs first, then trusted tools: each passes the filter and the
             // name-taken rule.
-            let mut admitted_stubs = Vec::new();
-            let mut admitted = Vec::new();
-            let candidates = guarded
+            let mut gate = Admission {
+                server: &server,
+                prefixed,
+                filter: &filter,
+                taken: &mut taken,
+                withheld: &mut withheld,
+                diagnostics: &mut diagnostics,
+            };
+            let admitted_stubs: Vec<(String, &str)> = guarded
                 .quarantined
                 .iter()
-                .map(|t| (t, true))
-                .chain(guarded.trusted.iter().map(|t| (t, false)));
-            for (tool, is_stub) in candidates {
-                let name = project_name(&tool.name);
-                if !filter.admits(&name, &tool.name) {
-                    withheld.push(WithheldTool {
-                        name,
-                        server: server.clone(),
-                        remote_name: tool.name.clone(),
-                        reason: format!("hidden by the tools filter of \"{server}\""),
-                    });
-                    continue;
-                }
-                if taken.insert(name.clone(), ()).is_some() {
-                    let raw = if prefixed {
-                        format!("{server}__{}", tool.name)
-                    } else {
-                        tool.name.clone()
-                    };
-                    diagnostics.push(Diagnostic::new(
-                        Rule::ServerEntryInvalid,
-                        server.clone(),
-                        format!(
-                            "MCP tool \"{raw}\" projects to \"{name}\", which is already taken; the tool is skipped."
-                        ),
-                    ));
-                    withheld.push(WithheldTool {
-                        name: name.clone(),
-                        server: server.clone(),
-                        remote_name: tool.name.clone(),
-                        reason: format!("its name \"{name}\" is already taken by another tool"),
-                    });
-                    continue;
-                }
-                if is_stub {
-                    admitted_stubs.push((name, tool));
-                } else {
-                    admitted.push((name, tool));
-                }
-            }
+                .filter_map(|tool| {
+                    let name = project_name(&tool.name);
+                    gate.admit(&name, &tool.name)
+                        .then_some((name, tool.name.as_str()))
+                })
+                .collect();
+            let admitted: Vec<(String, Tool)> = guarded
+                .trusted
+                .into_iter()
+                .filter_map(|tool| {
+                    let name = project_name(&tool.name);
+                    gate.admit(&name, &tool.name).then_some((name, tool))
+                })
+                .collect();
 
-            let visible: Vec<Tool> = admitted.iter().map(|(_, t)| (*t).clone()).collect();
+            let visible: Vec<&Tool> = admitted.iter().map(|(_, t)| t).collect();
             let mut tier_decision = choose_tier(&server, &visible, &options.disclosure);
             if options.disclosure.always_load.contains(&identity.name) {
                 tier_decision.tier = Tier::Inline;
@@ -324,29 +366,30 @@ impl Catalogue {
             let tier = tier_decision.tier;
             any_deferred |= tier != Tier::Inline && !admitted.is_empty();
 
-            for (name, tool) in admitted_stubs {
-                let mut stub = quarantine_stub(&server, &tool.name);
+            for (name, remote_name) in admitted_stubs {
+                let mut stub = quarantine_stub(&server, remote_name);
                 stub.name = name.clone();
                 entries.push(CatalogueEntry {
-                    full_input_schema: stub.input_schema_or_default(),
                     definition: stub,
                     name,
                     server: server.clone(),
-                    remote_name: tool.name.clone(),
+                    remote_name: remote_name.to_owned(),
                     kind: EntryKind::Quarantined,
                     tier: Tier::Inline,
+                    full_input_schema: None,
                 });
             }
             for (name, tool) in admitted {
-                let mut shown = disclose(tool, tier);
+                let remote_name = tool.name.clone();
+                let (mut shown, full_input_schema) = disclose_owned(tool, tier);
                 shown.name = name.clone();
                 entries.push(CatalogueEntry {
                     name,
                     server: server.clone(),
-                    remote_name: tool.name.clone(),
+                    remote_name,
                     kind: EntryKind::Remote,
                     definition: shown,
-                    full_input_schema: tool.input_schema_or_default(),
+                    full_input_schema,
                     tier,
                 });
             }
@@ -370,7 +413,7 @@ impl Catalogue {
                 server: String::new(),
                 remote_name: DESCRIBE_TOOL_NAME.to_owned(),
                 kind: EntryKind::DescribeTool,
-                full_input_schema: definition.input_schema_or_default(),
+                full_input_schema: None,
                 definition,
                 tier: Tier::Inline,
             });
@@ -452,7 +495,7 @@ impl Catalogue {
     /// an unknown name.
     pub fn describe(&self, tool: &str) -> Result<&Value, String> {
         self.get(tool)
-            .map(|e| &e.full_input_schema)
+            .map(CatalogueEntry::full_input_schema)
             .ok_or_else(|| unknown_tool_message(tool))
     }
 

@@ -22,6 +22,7 @@
 //! Tokens are estimated at four characters (UTF-16 code units) each: an
 //! order-of-magnitude decision needs no tokenizer.
 
+use std::borrow::Borrow;
 use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
@@ -153,7 +154,11 @@ pub struct TierDecision {
 
 /// Picks the tier for `server`'s `tools` (already filtered, without
 /// quarantined tools).
-pub fn choose_tier(server: &str, tools: &[Tool], options: &DisclosureOptions) -> TierDecision {
+pub fn choose_tier<T: Borrow<Tool>>(
+    server: &str,
+    tools: &[T],
+    options: &DisclosureOptions,
+) -> TierDecision {
     let budget = options.budget.tokens();
     let inline_tokens = inline_estimate(tools);
     let decided = |tier| TierDecision {
@@ -165,11 +170,12 @@ pub fn choose_tier(server: &str, tools: &[Tool], options: &DisclosureOptions) ->
     if options.always_load.contains(server) || inline_tokens <= budget {
         return decided(Tier::Inline);
     }
-    let names_text: Vec<String> = tools
+    let names_units: usize = tools
         .iter()
-        .map(|t| compact_json(&deferred_schema(t.input_schema.as_ref())))
-        .collect();
-    let tier = if estimate_tokens(&names_text.join("\n")) <= budget {
+        .map(|t| deferred_schema_utf16_len(t.borrow().input_schema.as_ref()))
+        .sum::<usize>()
+        + tools.len().saturating_sub(1);
+    let tier = if names_units.div_ceil(4) <= budget {
         Tier::Names
     } else {
         Tier::Bare
@@ -192,14 +198,15 @@ pub fn choose_tier(server: &str, tools: &[Tool], options: &DisclosureOptions) ->
     decision
 }
 
-fn inline_estimate(tools: &[Tool]) -> usize {
+fn inline_estimate<T: Borrow<Tool>>(tools: &[T]) -> usize {
     // The length of the `\n`-join of description and schema per tool,
     // computed without building the string.
     let mut units = 0usize;
     for tool in tools {
+        let tool = tool.borrow();
         units += utf16_len(tool.description_or_name());
         units += match &tool.input_schema {
-            Some(schema) => utf16_len(&compact_json(schema)),
+            Some(schema) => json_utf16_len(schema),
             None => r#"{"type":"object"}"#.len(),
         };
     }
@@ -209,10 +216,10 @@ fn inline_estimate(tools: &[Tool]) -> usize {
 
 /// The irreducible prompt cost of a server: every tool's (deferred)
 /// description and a bare schema, in estimated tokens.
-pub fn catalogue_floor(tools: &[Tool]) -> usize {
+pub fn catalogue_floor<T: Borrow<Tool>>(tools: &[T]) -> usize {
     let mut units = 0usize;
     for tool in tools {
-        units += utf16_len(tool.description_or_name()) + utf16_len(DEFERRED_NOTE);
+        units += utf16_len(tool.borrow().description_or_name()) + utf16_len(DEFERRED_NOTE);
         units += r#"{"type":"object"}"#.len();
     }
     units += (tools.len() * 2).saturating_sub(1);
@@ -221,6 +228,74 @@ pub fn catalogue_floor(tools: &[Tool]) -> usize {
 
 fn compact_json(value: &Value) -> String {
     serde_json::to_string(value).unwrap_or_default()
+}
+
+/// The UTF-16 length of `deferred_schema(schema)` as compact JSON, computed
+/// without building the deferred schema (the tier decision measures every
+/// tool of a server; only the chosen tier is then built).
+fn deferred_schema_utf16_len(schema: Option<&Value>) -> usize {
+    let Some(properties) = schema
+        .and_then(Value::as_object)
+        .and_then(|s| s.get("properties"))
+        .and_then(Value::as_object)
+    else {
+        return r#"{"type":"object"}"#.len();
+    };
+    // {"type":"object","properties":{ … }}
+    let mut units = r#"{"type":"object","properties":{}}"#.len();
+    for (i, (name, property)) in properties.iter().enumerate() {
+        if i > 0 {
+            units += 1;
+        }
+        // "name":{"type":"T"}
+        units +=
+            json_utf16_len(name) + r#":{"type":}"#.len() + json_utf16_len(deferred_type(property));
+    }
+    if let Some(required) = schema
+        .and_then(|s| s.get("required"))
+        .and_then(Value::as_array)
+        .filter(|r| !r.is_empty())
+    {
+        // ,"required":[…]
+        units += r#","required":"#.len();
+        units += 2 + required.len().saturating_sub(1);
+        units += required.iter().map(json_utf16_len).sum::<usize>();
+    }
+    units
+}
+
+/// The scalar type a deferred schema keeps for one property.
+fn deferred_type(property: &Value) -> &str {
+    match property.get("type") {
+        Some(Value::String(t)) => t,
+        Some(Value::Array(types)) => types.first().and_then(Value::as_str).unwrap_or("string"),
+        _ => "string",
+    }
+}
+
+/// The UTF-16 length of `value` as compact JSON, without building the text.
+fn json_utf16_len<T: Serialize + ?Sized>(value: &T) -> usize {
+    struct Utf16Counter(usize);
+    impl std::io::Write for Utf16Counter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            // Count code units from UTF-8 bytes: continuation bytes add
+            // nothing, a 4-byte lead byte adds two (a surrogate pair).
+            for &b in buf {
+                self.0 += match b {
+                    0x80..=0xBF => 0,
+                    0xF0..=0xFF => 2,
+                    _ => 1,
+                };
+            }
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Utf16Counter(0);
+    let _ = serde_json::to_writer(&mut counter, value);
+    counter.0
 }
 
 /// The names-tier schema: `{type:"object", properties:{p:{type:T}}, required?}`.
@@ -262,16 +337,7 @@ pub fn deferred_schema(schema: Option<&Value>) -> Value {
     };
     let mut kept = Map::with_capacity(properties.len());
     for (name, property) in properties {
-        let ty = match property.get("type") {
-            Some(Value::String(t)) => t.clone(),
-            Some(Value::Array(types)) => types
-                .first()
-                .and_then(Value::as_str)
-                .unwrap_or("string")
-                .to_owned(),
-            _ => "string".to_owned(),
-        };
-        kept.insert(name.clone(), json!({"type": ty}));
+        kept.insert(name.clone(), json!({"type": deferred_type(property)}));
     }
     let mut out = Map::new();
     out.insert("type".into(), json!("object"));
@@ -293,19 +359,23 @@ pub fn deferred_description(tool: &Tool) -> String {
 
 /// The definition the model sees for `tool` at `tier`. The name never changes.
 pub fn disclose(tool: &Tool, tier: Tier) -> Tool {
-    let mut shown = tool.clone();
-    match tier {
-        Tier::Inline => {}
-        Tier::Names => {
-            shown.input_schema = Some(deferred_schema(tool.input_schema.as_ref()));
-            shown.description = Some(deferred_description(tool));
-        }
-        Tier::Bare => {
-            shown.input_schema = Some(json!({"type": "object"}));
-            shown.description = Some(deferred_description(tool));
-        }
+    disclose_owned(tool.clone(), tier).0
+}
+
+/// [`disclose`] without a copy: returns the definition the model sees and,
+/// when the tier replaced it, the full input schema that was taken out.
+pub fn disclose_owned(mut tool: Tool, tier: Tier) -> (Tool, Option<Value>) {
+    if tier == Tier::Inline {
+        return (tool, None);
     }
-    shown
+    let description = deferred_description(&tool);
+    let full = tool.input_schema.take();
+    tool.input_schema = Some(match tier {
+        Tier::Names => deferred_schema(full.as_ref()),
+        _ => json!({"type": "object"}),
+    });
+    tool.description = Some(description);
+    (tool, full)
 }
 
 /// The definition of `mcp__describe_tool`, registered once any server defers.
@@ -384,7 +454,7 @@ mod tests {
             parts.push(compact_json(&t.input_schema_or_default()));
         }
         assert_eq!(inline_estimate(&tools), estimate_tokens(&parts.join("\n")));
-        assert_eq!(inline_estimate(&[]), 0);
+        assert_eq!(inline_estimate::<Tool>(&[]), 0);
     }
 
     #[test]
@@ -473,6 +543,29 @@ mod tests {
             shown.description.as_deref(),
             Some("t0 Full input schema available via mcp__describe_tool.")
         );
+    }
+
+    #[test]
+    fn deferred_length_matches_the_built_schema() {
+        let schemas = [
+            None,
+            Some(json!(true)),
+            Some(json!({"type":"object"})),
+            Some(json!({"type":"object","properties":{}})),
+            Some(
+                json!({"type":"object","properties":{"a\"é😀":{"type":["integer","null"]},"b":{}},"required":["a\"é😀"]}),
+            ),
+            Some(json!({"properties":{"x":{"type":"string"}},"required":[]})),
+            Some(fat_tool(1).input_schema.unwrap()),
+        ];
+        for schema in &schemas {
+            let built = compact_json(&deferred_schema(schema.as_ref()));
+            assert_eq!(
+                deferred_schema_utf16_len(schema.as_ref()),
+                built.encode_utf16().count(),
+                "{built}"
+            );
+        }
     }
 
     #[test]

@@ -15,7 +15,6 @@
 //! implementation stay valid.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -38,115 +37,161 @@ pub type Fingerprints = BTreeMap<String, String>;
 /// assert_eq!(canonical_json(&json!({"b": 1, "a": [true, null, 1.0]})), r#"{"a":[true,null,1],"b":1}"#);
 /// ```
 pub fn canonical_json(value: &Value) -> String {
-    let mut out = String::new();
+    let mut out = Vec::new();
     write_canonical(value, &mut out);
-    out
+    bytes_to_string(out)
 }
 
-fn write_canonical(value: &Value, out: &mut String) {
+/// Where canonical text goes: a buffer (to show it) or straight into the
+/// hasher (to digest it without building the string).
+trait Sink {
+    fn put(&mut self, bytes: &[u8]);
+}
+
+impl Sink for Vec<u8> {
+    fn put(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+}
+
+impl Sink for Sha256 {
+    fn put(&mut self, bytes: &[u8]) {
+        self.update(bytes);
+    }
+}
+
+/// Adapts a [`Sink`] for serde_json's writer and `write!`.
+struct SinkWriter<'a, S: Sink>(&'a mut S);
+
+impl<S: Sink> std::io::Write for SinkWriter<'_, S> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.put(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn bytes_to_string(bytes: Vec<u8>) -> String {
+    // Only valid UTF-8 is ever written: JSON text from `&str`s and ASCII.
+    String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
+fn write_canonical<S: Sink>(value: &Value, out: &mut S) {
     match value {
-        Value::Null => out.push_str("null"),
-        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Null => out.put(b"null"),
+        Value::Bool(b) => out.put(if *b { b"true" } else { b"false" }),
         Value::Number(n) => write_number(n, out),
         Value::String(s) => write_string(s, out),
         Value::Array(items) => {
-            out.push('[');
+            out.put(b"[");
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.put(b",");
                 }
                 write_canonical(item, out);
             }
-            out.push(']');
+            out.put(b"]");
         }
         Value::Object(map) => write_object(map, out),
     }
 }
 
-fn write_object(map: &Map<String, Value>, out: &mut String) {
-    let mut keys: Vec<&String> = map.keys().collect();
-    keys.sort_by(|a, b| a.encode_utf16().cmp(b.encode_utf16()));
-    out.push('{');
-    for (i, key) in keys.into_iter().enumerate() {
+fn write_object<S: Sink>(map: &Map<String, Value>, out: &mut S) {
+    let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+    // JavaScript sorts keys by UTF-16 code units. That is byte order for
+    // ASCII keys (nearly all of them), so only other keys pay to re-encode.
+    if entries.iter().all(|(key, _)| key.is_ascii()) {
+        entries.sort_unstable_by(|(a, _), (b, _)| a.cmp(b));
+    } else {
+        entries.sort_unstable_by(|(a, _), (b, _)| a.encode_utf16().cmp(b.encode_utf16()));
+    }
+    out.put(b"{");
+    for (i, (key, value)) in entries.into_iter().enumerate() {
         if i > 0 {
-            out.push(',');
+            out.put(b",");
         }
         write_string(key, out);
-        out.push(':');
-        write_canonical(&map[key.as_str()], out);
+        out.put(b":");
+        write_canonical(value, out);
     }
-    out.push('}');
+    out.put(b"}");
 }
 
-fn write_string(s: &str, out: &mut String) {
+fn write_string<S: Sink>(s: &str, out: &mut S) {
     // serde_json escapes exactly what JSON.stringify escapes for well-formed
-    // strings: `"`, `\`, and control characters.
-    match serde_json::to_string(s) {
-        Ok(quoted) => out.push_str(&quoted),
-        Err(_) => out.push_str("\"\""), // unreachable: a &str always serialises
-    }
+    // strings: `"`, `\`, and control characters. Writing to a sink cannot fail.
+    let _ = serde_json::to_writer(SinkWriter(out), s);
 }
 
-fn write_number(n: &Number, out: &mut String) {
+fn write_number<S: Sink>(n: &Number, out: &mut S) {
+    use std::io::Write as _;
     if n.is_i64() || n.is_u64() {
-        let _ = write!(out, "{n}");
+        let _ = write!(SinkWriter(out), "{n}");
         return;
     }
     let f = n.as_f64().unwrap_or(0.0);
     if f.fract() == 0.0 && f.abs() < 1e21 {
         // JavaScript prints integral doubles without a fraction; -0 as 0.
-        let _ = write!(out, "{}", f as i128);
+        let _ = write!(SinkWriter(out), "{}", f as i128);
         return;
     }
     let text = n.to_string();
     // JavaScript writes a positive exponent with its sign: 1.5e+300.
     match text.find('e') {
         Some(at) if !text[at + 1..].starts_with(['-', '+']) => {
-            out.push_str(&text[..=at]);
-            out.push('+');
-            out.push_str(&text[at + 1..]);
+            out.put(text[..=at].as_bytes());
+            out.put(b"+");
+            out.put(text[at + 1..].as_bytes());
         }
-        _ => out.push_str(&text),
+        _ => out.put(text.as_bytes()),
     }
 }
 
 /// The canonical text that [`fingerprint`] hashes, exposed so a digest can be
 /// explained.
 pub fn fingerprint_material(tool: &Tool) -> String {
-    let mut out = String::from("{");
+    let mut out = Vec::new();
+    write_material(tool, &mut out);
+    bytes_to_string(out)
+}
+
+fn write_material<S: Sink>(tool: &Tool, out: &mut S) {
+    out.put(b"{");
     if let Some(annotations) = tool.annotations.as_ref().filter(|a| !a.is_empty()) {
-        out.push_str("\"annotations\":");
+        out.put(b"\"annotations\":");
         match serde_json::to_value(annotations) {
-            Ok(value) => write_canonical(&value, &mut out),
-            Err(_) => out.push_str("{}"),
+            Ok(value) => write_canonical(&value, out),
+            Err(_) => out.put(b"{}"),
         }
-        out.push(',');
+        out.put(b",");
     }
-    out.push_str("\"description\":");
+    out.put(b"\"description\":");
     match &tool.description {
         Some(text) => {
-            out.push_str("{\"type\":\"string\",\"value\":");
-            write_string(text, &mut out);
-            out.push('}');
+            out.put(b"{\"type\":\"string\",\"value\":");
+            write_string(text, out);
+            out.put(b"}");
         }
-        None => out.push_str("{\"type\":\"none\"}"),
+        None => out.put(b"{\"type\":\"none\"}"),
     }
-    out.push_str(",\"inputSchema\":");
+    out.put(b",\"inputSchema\":");
     match &tool.input_schema {
-        Some(schema) => write_canonical(schema, &mut out),
-        None => out.push_str("{\"type\":\"object\"}"),
+        Some(schema) => write_canonical(schema, out),
+        None => out.put(b"{\"type\":\"object\"}"),
     }
     if let Some(schema) = &tool.output_schema {
-        out.push_str(",\"outputSchema\":");
-        write_canonical(schema, &mut out);
+        out.put(b",\"outputSchema\":");
+        write_canonical(schema, out);
     }
-    out.push_str(",\"title\":");
+    out.put(b",\"title\":");
     match &tool.title {
-        Some(title) => write_string(title, &mut out),
-        None => out.push_str("undefined"),
+        Some(title) => write_string(title, out),
+        None => out.put(b"undefined"),
     }
-    out.push('}');
-    out
+    out.put(b"}");
 }
 
 /// The digest of one tool: SHA-256 of [`fingerprint_material`], base64url
@@ -160,8 +205,9 @@ pub fn fingerprint_material(tool: &Tool) -> String {
 /// assert_eq!(fingerprint(&echo), "JYCrKVvXQM5-vC0hxM3zQOD3dN46pQZGkl_0bOh0KuY");
 /// ```
 pub fn fingerprint(tool: &Tool) -> String {
-    let digest = Sha256::digest(fingerprint_material(tool).as_bytes());
-    URL_SAFE_NO_PAD.encode(digest)
+    let mut hasher = Sha256::new();
+    write_material(tool, &mut hasher);
+    URL_SAFE_NO_PAD.encode(hasher.finalize())
 }
 
 /// Fingerprints of every tool in a listing, keyed by the tool's own name.
