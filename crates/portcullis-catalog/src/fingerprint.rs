@@ -104,7 +104,7 @@ fn write_object<S: Sink>(map: &Map<String, Value>, out: &mut S) {
     // JavaScript sorts keys by UTF-16 code units. That is byte order for
     // ASCII keys (nearly all of them), so only other keys pay to re-encode.
     if entries.iter().all(|(key, _)| key.is_ascii()) {
-        entries.sort_unstable_by(|(a, _), (b, _)| a.cmp(b));
+        entries.sort_unstable_by_key(|(key, _)| *key);
     } else {
         entries.sort_unstable_by(|(a, _), (b, _)| a.encode_utf16().cmp(b.encode_utf16()));
     }
@@ -142,9 +142,9 @@ fn write_number<S: Sink>(n: &Number, out: &mut S) {
     // JavaScript writes a positive exponent with its sign: 1.5e+300.
     match text.find('e') {
         Some(at) if !text[at + 1..].starts_with(['-', '+']) => {
-            out.put(text[..=at].as_bytes());
+            out.put(&text.as_bytes()[..=at]);
             out.put(b"+");
-            out.put(text[at + 1..].as_bytes());
+            out.put(&text.as_bytes()[at + 1..]);
         }
         _ => out.put(text.as_bytes()),
     }
