@@ -1,0 +1,108 @@
+//! # portcullis-store
+//!
+//! What [Portcullis](https://github.com/portcullis-mcp/portcullis) remembers
+//! between runs: which servers were connected, the catalogue each last
+//! published (a **cache**, so a wake projects a tool map without a
+//! `tools/list`), each server's trust **baseline** (the fingerprints recorded
+//! the first time it was trusted), the definitions that baseline was taken
+//! from (so an operator can be shown a diff), and the **effect log** (so a
+//! replayed turn does not call a server twice).
+//!
+//! Three backends behave identically: [`MemoryStore`] (tests), SQLite (one
+//! file, the default) and PostgreSQL (several replicas sharing one
+//! database). [`open`] picks one from a [`StoreSpec`] and returns an
+//! `Arc<dyn Store>`.
+//!
+//! ## Invariants
+//!
+//! 1. **The baseline is immutable.** [`Store::save`] keeps the first baseline
+//!    recorded whatever it is handed, never erases it, and when two savers
+//!    race on a new server records exactly one and returns it to both.
+//!    [`retrust`] is the only way to replace it.
+//! 2. **Nothing that authenticates is stored.** A row has six fields
+//!    ([`PersistedServer`]); a stdio server's command line is stored as a
+//!    hash, a URL's userinfo and query as a digest.
+//! 3. **A cache that no longer parses is dropped, never thrown**: losing it
+//!    costs one `tools/list`.
+//! 4. **Old databases open.** Schema versions ([`migration`]) run on open,
+//!    including on the tables the seed wrote; rows are kept.
+//! 5. **First record wins** in the effect log, and `mcp__describe_tool` is
+//!    never recorded.
+//!
+//! ## How the upstream client uses it
+//!
+//! * **Cold start**, per server, after the live `tools/list`: propose
+//!   `stored.baseline_or_derived()` (or, with no row, the listing's own
+//!   fingerprints), `save` the row with the fresh listing, and **enforce the
+//!   baseline `save` returns** — under a race it may be another replica's.
+//! * **Wake**: `list()`; for each row find the configured server whose
+//!   effective name is `row.id`; refuse it (diagnostic) when `row.kind` or
+//!   `row.url` differs from `PersistedServer::endpoint_key(&endpoint)`;
+//!   project from `row.tools` guarded by `row.baseline_or_derived()` with no
+//!   `tools/list`. A row whose `tools` is `None` (never cached, or dropped as
+//!   corrupt) needs a live listing. The background reconcile re-lists and
+//!   `save`s the fresh listing with the baseline in use as the proposal:
+//!   the cache moves, the baseline does not.
+//! * **Drift report**: [`Store::trusted_tools`] beside the cached listing.
+//! * **Re-trust**: [`retrust`]; the next connect records a new baseline.
+//! * **Calls**: for every tool but `mcp__describe_tool`, compute
+//!   [`effects::effect_key`], replay `effects().recorded(key)` if present,
+//!   else call and `effects().record(key, …)`.
+//!
+//! ```
+//! use portcullis_catalog::fingerprint::fingerprint_listing;
+//! use portcullis_catalog::{ServerIdentity, Tool};
+//! use portcullis_store::{MemoryStore, PersistedServer, Store, retrust};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), portcullis_store::StoreError> {
+//! let store = MemoryStore::new();
+//! let docs = ServerIdentity::streamable_http("docs", "https://mcp.example.com/mcp");
+//!
+//! // First connect: trust on first use.
+//! let listing = vec![Tool::new("search").with_description("Search the docs")];
+//! let row = PersistedServer::new("docs", &docs).with_tools(listing.clone());
+//! let trusted = store.save(&row.clone().with_fingerprints(fingerprint_listing(&listing))).await?;
+//!
+//! // The server rewrites its tool; a later save cannot move the baseline.
+//! let drifted = vec![Tool::new("search").with_description("Search, then exfiltrate")];
+//! let in_force = store
+//!     .save(&row.clone().with_tools(drifted.clone()).with_fingerprints(fingerprint_listing(&drifted)))
+//!     .await?;
+//! assert_eq!(in_force, trusted);
+//! assert_eq!(store.trusted_tools("docs").await?, Some(listing));
+//!
+//! // Only an explicit re-trust does.
+//! assert!(retrust(&store, "docs").await?);
+//! let rebased = store.save(&row.with_tools(drifted.clone()).with_fingerprints(fingerprint_listing(&drifted))).await?;
+//! assert_eq!(rebased, Some(fingerprint_listing(&drifted)));
+//! # Ok(())
+//! # }
+//! ```
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod columns;
+pub mod effects;
+pub mod error;
+pub mod memory;
+pub mod migration;
+#[cfg(feature = "postgres")]
+pub mod postgres;
+pub mod row;
+pub mod spec;
+#[cfg(feature = "sqlite")]
+pub mod sqlite;
+pub mod store;
+
+pub use effects::{EffectLog, Outcome, Recorded, effect_key};
+pub use error::{Backend, StoreError};
+pub use memory::MemoryStore;
+#[cfg(feature = "postgres")]
+pub use postgres::PostgresStore;
+pub use row::PersistedServer;
+pub use spec::{StoreSpec, open};
+#[cfg(feature = "sqlite")]
+pub use sqlite::SqliteStore;
+pub use store::{Store, retrust};

@@ -1,0 +1,128 @@
+//! The memory backend: maps behind one mutex, for tests and runs that need
+//! no persistence. One lock makes every `save` atomic, which is all the
+//! baseline rules need.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use portcullis_catalog::Tool;
+use portcullis_catalog::fingerprint::Fingerprints;
+
+use crate::effects::{EffectLog, Outcome, Recorded, ensure_recordable};
+use crate::error::{Backend, StoreError};
+use crate::row::PersistedServer;
+use crate::store::{Store, defines};
+
+#[derive(Debug, Default)]
+struct State {
+    servers: BTreeMap<String, PersistedServer>,
+    trusted: BTreeMap<String, Vec<Tool>>,
+    effects: BTreeMap<String, Recorded>,
+}
+
+/// A store held in process memory; gone when the process ends.
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    state: Mutex<State>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        MemoryStore::default()
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave the maps half-written
+        // (each operation is a few map calls), so a poisoned lock is safe.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    fn backend(&self) -> Backend {
+        Backend::Memory
+    }
+
+    async fn list(&self) -> Result<Vec<PersistedServer>, StoreError> {
+        Ok(self.state().servers.values().cloned().collect())
+    }
+
+    async fn get(&self, id: &str) -> Result<Option<PersistedServer>, StoreError> {
+        Ok(self.state().servers.get(id).cloned())
+    }
+
+    async fn save(&self, row: &PersistedServer) -> Result<Option<Fingerprints>, StoreError> {
+        if let Some(reason) = row.refusal() {
+            return Err(StoreError::InvalidRow {
+                backend: Backend::Memory,
+                id: row.id.clone(),
+                reason,
+            });
+        }
+        let mut state = self.state();
+        let kept = state
+            .servers
+            .get(&row.id)
+            .and_then(|old| old.tool_fingerprints.clone());
+        let baseline = kept.or_else(|| row.tool_fingerprints.clone());
+        // Rebuilt from named fields: nothing but the six columns is stored.
+        let stored = PersistedServer {
+            id: row.id.clone(),
+            name: row.name.clone(),
+            kind: row.kind,
+            url: row.url.clone(),
+            tools: row.tools.clone(),
+            tool_fingerprints: baseline.clone(),
+        };
+        state.servers.insert(row.id.clone(), stored);
+        if defines(row.tools.as_deref(), baseline.as_ref()) && !state.trusted.contains_key(&row.id)
+        {
+            let tools = row.tools.clone().unwrap_or_default();
+            state.trusted.insert(row.id.clone(), tools);
+        }
+        Ok(baseline)
+    }
+
+    async fn remove(&self, id: &str) -> Result<bool, StoreError> {
+        let mut state = self.state();
+        state.trusted.remove(id);
+        Ok(state.servers.remove(id).is_some())
+    }
+
+    async fn trusted_tools(&self, id: &str) -> Result<Option<Vec<Tool>>, StoreError> {
+        Ok(self.state().trusted.get(id).cloned())
+    }
+
+    fn effects(&self) -> &dyn EffectLog {
+        self
+    }
+}
+
+#[async_trait]
+impl EffectLog for MemoryStore {
+    async fn recorded(&self, key: &str) -> Result<Option<Recorded>, StoreError> {
+        Ok(self.state().effects.get(key).cloned())
+    }
+
+    async fn record(
+        &self,
+        key: &str,
+        tool_name: &str,
+        outcome: &Outcome,
+    ) -> Result<Recorded, StoreError> {
+        ensure_recordable(Backend::Memory, tool_name)?;
+        let mut state = self.state();
+        let recorded = state
+            .effects
+            .entry(key.to_owned())
+            .or_insert_with(|| Recorded {
+                key: key.to_owned(),
+                tool_name: tool_name.to_owned(),
+                outcome: outcome.clone(),
+            });
+        Ok(recorded.clone())
+    }
+}

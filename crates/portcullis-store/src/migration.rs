@@ -1,0 +1,39 @@
+//! The schema's versions. Both SQL backends keep the version in a one-row
+//! `portcullis_schema` table and, on open, apply every step above it inside
+//! one transaction (serialised against other openers), so a database written
+//! by an older version opens and keeps its rows.
+//!
+//! | version | what it holds |
+//! |---|---|
+//! | 0 | nothing, or a table the seed wrote: `mcp_servers (id, name, type, url)` with `type IN ('streamable-http','sse')`, possibly with `tools` and `tool_fingerprints` |
+//! | 1 | `mcp_servers` with both JSON columns and `type IN ('stdio','streamable-http','sse')` |
+//! | 2 | `mcp_trusted_tools` (the definitions a baseline was recorded from) and `mcp_effects` (the effect log) |
+//!
+//! The DDL here is plain SQL that SQLite and PostgreSQL both accept; JSON
+//! columns are `TEXT` in both, so a value that no longer parses is a cache
+//! miss, not a database error.
+
+/// The newest schema version this build writes.
+pub const LATEST: i64 = 2;
+
+/// The servers table (the seed's name, kept so its databases open here).
+pub(crate) const SERVERS_TABLE: &str = "mcp_servers";
+
+/// `CREATE TABLE` for a servers table named `table`, at version 1.
+pub(crate) fn servers_ddl(table: &str) -> String {
+    format!(
+        "CREATE TABLE {table} (\
+         id TEXT PRIMARY KEY NOT NULL, \
+         name TEXT NOT NULL, \
+         type TEXT NOT NULL CONSTRAINT mcp_servers_type_check CHECK (type IN ('stdio','streamable-http','sse')), \
+         url TEXT NOT NULL, \
+         tools TEXT, \
+         tool_fingerprints TEXT)"
+    )
+}
+
+/// Version 2's tables.
+pub(crate) const V2_TABLES: [&str; 2] = [
+    "CREATE TABLE IF NOT EXISTS mcp_trusted_tools (server_id TEXT PRIMARY KEY NOT NULL, tools TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS mcp_effects (key TEXT PRIMARY KEY NOT NULL, tool_name TEXT NOT NULL, outcome TEXT NOT NULL)",
+];

@@ -1,0 +1,80 @@
+//! The `Store` trait every backend implements, and `retrust`.
+
+use async_trait::async_trait;
+use portcullis_catalog::Tool;
+use portcullis_catalog::fingerprint::{Fingerprints, fingerprint_listing};
+
+use crate::effects::EffectLog;
+use crate::error::{Backend, StoreError};
+use crate::row::PersistedServer;
+
+/// Persists connected servers, their catalogue caches, their immutable trust
+/// baselines and the effect log. Every backend behaves identically; the
+/// shared suite in `tests/` holds them to it.
+#[async_trait]
+pub trait Store: Send + Sync + std::fmt::Debug {
+    /// Which backend this is.
+    fn backend(&self) -> Backend;
+
+    /// Every row, ordered by id. A cached listing or baseline that no longer
+    /// parses comes back as `None` (it is a cache: losing it costs one
+    /// `tools/list`), never as an error.
+    async fn list(&self) -> Result<Vec<PersistedServer>, StoreError>;
+
+    /// The row with this id, if any.
+    async fn get(&self, id: &str) -> Result<Option<PersistedServer>, StoreError> {
+        Ok(self.list().await?.into_iter().find(|row| row.id == id))
+    }
+
+    /// Inserts or updates `row` and returns the baseline **now in force**,
+    /// which the caller must enforce instead of its own.
+    ///
+    /// `name`, `type`, `url` and `tools` are overwritten. `tool_fingerprints`
+    /// is only a proposal: it is recorded when the row has no baseline yet
+    /// and ignored otherwise, and a save without one never erases one. When
+    /// two savers race on a new row, exactly one proposal is recorded and
+    /// both get it back. When the row's `tools` fingerprint to exactly the
+    /// baseline in force and no trusted definitions are kept yet, they are
+    /// kept as [`Store::trusted_tools`].
+    async fn save(&self, row: &PersistedServer) -> Result<Option<Fingerprints>, StoreError>;
+
+    /// Deletes the row and its trusted definitions; true when a row existed.
+    async fn remove(&self, id: &str) -> Result<bool, StoreError>;
+
+    /// The definitions the baseline was recorded from (written once, with the
+    /// baseline; cleared by [`retrust`]), for showing an operator what
+    /// drifted. `None` when none are kept or they no longer parse.
+    async fn trusted_tools(&self, id: &str) -> Result<Option<Vec<Tool>>, StoreError>;
+
+    /// The durable effect log.
+    fn effects(&self) -> &dyn EffectLog;
+}
+
+/// Clears a server's baseline so the next connect records a new one from
+/// what the server publishes then: the only sanctioned way to replace a
+/// baseline. Finds the row (`false` when there is none), removes it (with its
+/// trusted definitions) and saves it back without fingerprints, keeping the
+/// cached listing.
+///
+/// The cached listing stays, so the next connect's
+/// [`PersistedServer::baseline_or_derived`] derives the new baseline from it:
+/// the operator accepts the definitions they were shown (the cache, which
+/// every reconcile refreshes), not whatever the server answers next.
+pub async fn retrust(store: &dyn Store, id: &str) -> Result<bool, StoreError> {
+    let Some(mut row) = store.get(id).await? else {
+        return Ok(false);
+    };
+    store.remove(id).await?;
+    row.tool_fingerprints = None;
+    store.save(&row).await?;
+    Ok(true)
+}
+
+/// Whether `tools` are the definitions `baseline` was computed from: the
+/// condition for keeping them as trusted definitions.
+pub(crate) fn defines(tools: Option<&[Tool]>, baseline: Option<&Fingerprints>) -> bool {
+    match (tools, baseline) {
+        (Some(tools), Some(baseline)) => &fingerprint_listing(tools) == baseline,
+        _ => false,
+    }
+}

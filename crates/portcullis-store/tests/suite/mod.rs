@@ -1,0 +1,449 @@
+//! The behaviour every backend must share. Each function takes a
+//! [`Harness`]: the store under test, a second instance on the same data (a
+//! second pool, as a second replica would have; the same store for memory),
+//! and, for SQL backends, raw access to the tables.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use portcullis_catalog::fingerprint::{Fingerprints, fingerprint_listing};
+use portcullis_catalog::{ServerIdentity, Tool, ToolAnnotations, ToolResult, TransportKind};
+use portcullis_store::{Outcome, PersistedServer, Store, StoreError, effect_key, retrust};
+use serde_json::json;
+
+/// Raw SQL access to a backend's tables.
+#[async_trait::async_trait]
+pub trait Raw: Send + Sync {
+    /// Runs one statement.
+    async fn exec(&self, sql: &str);
+    /// Every column of every row of every table, as text.
+    async fn dump(&self) -> String;
+}
+
+/// A backend under test.
+pub struct Harness {
+    pub store: Arc<dyn Store>,
+    pub twin: Arc<dyn Store>,
+    pub raw: Option<Box<dyn Raw>>,
+}
+
+fn docs() -> ServerIdentity {
+    ServerIdentity::streamable_http("docs", "https://mcp.example.com/mcp")
+}
+
+fn listing(version: &str) -> Vec<Tool> {
+    vec![
+        Tool::new("search")
+            .with_description(format!("Search the docs ({version})"))
+            .with_input_schema(json!({"type": "object", "properties": {"q": {"type": "string"}}})),
+        Tool::new("fetch")
+            .with_description("Fetch a page")
+            .with_annotations(ToolAnnotations::read_only(true)),
+    ]
+}
+
+/// A row for `docs` caching `tools` and proposing their fingerprints.
+fn trusting(tools: &[Tool]) -> PersistedServer {
+    PersistedServer::new("docs", &docs())
+        .with_tools(tools.to_vec())
+        .with_fingerprints(fingerprint_listing(tools))
+}
+
+async fn row(store: &dyn Store, id: &str) -> PersistedServer {
+    match store.get(id).await {
+        Ok(Some(row)) => row,
+        other => panic!("row {id:?}: {other:?}"),
+    }
+}
+
+fn ok<T>(result: Result<T, StoreError>) -> T {
+    result.unwrap_or_else(|e| panic!("{e}"))
+}
+
+pub async fn baseline_survives_a_save_with_another_baseline(h: Harness) {
+    let store = &*h.store;
+    let v1 = listing("v1");
+    let v2 = listing("v2");
+    let first = ok(store.save(&trusting(&v1)).await);
+    assert_eq!(first, Some(fingerprint_listing(&v1)));
+    let second = ok(store.save(&trusting(&v2)).await);
+    assert_eq!(
+        second, first,
+        "save returned the proposal, not the baseline in force"
+    );
+    let stored = row(store, "docs").await;
+    assert_eq!(stored.tool_fingerprints, first);
+    // The cache moves; the baseline does not.
+    assert_eq!(stored.tools, Some(v2));
+    assert_eq!(ok(store.trusted_tools("docs").await), Some(v1));
+}
+
+pub async fn a_save_without_baseline_never_erases_it(h: Harness) {
+    let store = &*h.store;
+    // No baseline yet, none proposed: none recorded.
+    let bare = PersistedServer::new("docs", &docs()).with_tools(listing("v0"));
+    assert_eq!(ok(store.save(&bare).await), None);
+    assert_eq!(row(store, "docs").await.tool_fingerprints, None);
+    let v1 = listing("v1");
+    let recorded = ok(store.save(&trusting(&v1)).await);
+    assert_eq!(recorded, Some(fingerprint_listing(&v1)));
+    let mut uncached = PersistedServer::new("docs", &docs());
+    uncached.tools = None;
+    assert_eq!(ok(store.save(&uncached).await), recorded);
+    let stored = row(store, "docs").await;
+    assert_eq!(stored.tool_fingerprints, recorded);
+    assert_eq!(stored.tools, None);
+    // The other instance sees the same.
+    assert_eq!(row(&*h.twin, "docs").await.tool_fingerprints, recorded);
+}
+
+pub async fn concurrent_first_saves_record_one_baseline(h: Harness) {
+    let proposals: Vec<Vec<Tool>> = (0..8).map(|i| listing(&format!("replica {i}"))).collect();
+    let mut tasks = Vec::new();
+    for (i, tools) in proposals.iter().enumerate() {
+        // Alternate instances: for SQL backends, two pools racing on one database.
+        let store = if i % 2 == 0 {
+            h.store.clone()
+        } else {
+            h.twin.clone()
+        };
+        let row = trusting(tools);
+        tasks.push(tokio::spawn(async move { store.save(&row).await }));
+    }
+    let mut returned = BTreeSet::new();
+    for task in tasks {
+        let baseline = ok(task.await.unwrap_or_else(|e| panic!("{e}")));
+        returned.insert(format!("{baseline:?}"));
+        let baseline = baseline.unwrap_or_else(|| panic!("a racer got no baseline"));
+        assert!(
+            proposals.iter().any(|p| fingerprint_listing(p) == baseline),
+            "the baseline in force is nobody's proposal"
+        );
+    }
+    assert_eq!(
+        returned.len(),
+        1,
+        "racers got different baselines: {returned:?}"
+    );
+    let stored = row(&*h.store, "docs").await;
+    let winner = stored.tool_fingerprints.clone();
+    assert_eq!(
+        format!("{winner:?}"),
+        returned.into_iter().next().unwrap_or_default()
+    );
+    assert_eq!(row(&*h.twin, "docs").await.tool_fingerprints, winner);
+    // The trusted definitions are the winner's listing, not a loser's.
+    let trusted =
+        ok(h.store.trusted_tools("docs").await).unwrap_or_else(|| panic!("no trusted tools"));
+    assert_eq!(Some(fingerprint_listing(&trusted)), winner);
+}
+
+pub async fn retrust_then_save_rebaselines(h: Harness) {
+    let store = &*h.store;
+    let v1 = listing("v1");
+    let v2 = listing("v2");
+    ok(store.save(&trusting(&v1)).await);
+    // A reconcile caches the drifted listing; the baseline holds.
+    assert_eq!(
+        ok(store.save(&trusting(&v2)).await),
+        Some(fingerprint_listing(&v1))
+    );
+    assert!(ok(retrust(store, "docs").await));
+    let cleared = row(store, "docs").await;
+    assert_eq!(cleared.tool_fingerprints, None);
+    assert_eq!(cleared.tools, Some(v2.clone()), "retrust keeps the cache");
+    assert_eq!(ok(store.trusted_tools("docs").await), None);
+    // The next connect derives from what the operator was shown, and records it.
+    let proposal = cleared.baseline_or_derived();
+    assert_eq!(proposal, Some(fingerprint_listing(&v2)));
+    let row_again = PersistedServer::new("docs", &docs()).with_tools(v2.clone());
+    let in_force = ok(store
+        .save(&row_again.with_fingerprints(proposal.unwrap_or_default()))
+        .await);
+    assert_eq!(in_force, Some(fingerprint_listing(&v2)));
+    assert_eq!(ok(store.trusted_tools("docs").await), Some(v2.clone()));
+    // And it is immutable again.
+    assert_eq!(ok(store.save(&trusting(&v1)).await), in_force);
+}
+
+pub async fn retrust_and_remove_of_unknown_ids(h: Harness) {
+    let store = &*h.store;
+    assert!(!ok(retrust(store, "nobody").await));
+    assert!(!ok(store.remove("nobody").await));
+    ok(store.save(&trusting(&listing("v1"))).await);
+    assert!(ok(store.remove("docs").await));
+    assert!(!ok(store.remove("docs").await));
+    assert!(ok(store.list().await).is_empty());
+    assert_eq!(ok(store.trusted_tools("docs").await), None);
+    // Removal forgets the baseline too: a new row trusts on first use.
+    let v2 = listing("v2");
+    assert_eq!(
+        ok(store.save(&trusting(&v2)).await),
+        Some(fingerprint_listing(&v2))
+    );
+}
+
+pub async fn rows_round_trip_every_transport(h: Harness) {
+    let store = &*h.store;
+    let tools = vec![
+        Tool::new("t")
+            .with_title("T")
+            .with_description("d")
+            .with_input_schema(json!({"type": "object", "required": ["a"], "properties": {"a": {"type": "integer"}}}))
+            .with_output_schema(json!({"type": "object"}))
+            .with_annotations(ToolAnnotations::read_only(false)),
+    ];
+    let servers = [
+        ("b_sse", ServerIdentity::sse("b", "http://127.0.0.1:9/sse")),
+        (
+            "a_stdio",
+            ServerIdentity::stdio("a", "./server", &["--flag"]),
+        ),
+        (
+            "c",
+            ServerIdentity::streamable_http("c", "https://c.example/mcp"),
+        ),
+    ];
+    for (id, server) in &servers {
+        ok(store
+            .save(&PersistedServer::new(*id, server).with_tools(tools.clone()))
+            .await);
+    }
+    let rows = ok(h.twin.list().await);
+    let ids: Vec<_> = rows.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(ids, ["a_stdio", "b_sse", "c"], "list is ordered by id");
+    for (id, server) in &servers {
+        let expected = PersistedServer::new(*id, server).with_tools(tools.clone());
+        assert_eq!(rows.iter().find(|r| r.id == *id), Some(&expected));
+    }
+    assert_eq!(rows[0].kind, TransportKind::Stdio);
+    // A pre-fingerprint row: the caller derives the baseline from the cache.
+    assert_eq!(
+        rows[0].baseline_or_derived(),
+        Some(fingerprint_listing(&tools))
+    );
+}
+
+pub async fn trusted_definitions_always_match_the_baseline(h: Harness) {
+    let store = &*h.store;
+    let v1 = listing("v1");
+    let v2 = listing("v2");
+    // A baseline proposed with a listing it was not computed from (a derived
+    // baseline meeting a drifted server): the baseline is recorded, the
+    // listing is not kept as its definitions.
+    let mismatched = PersistedServer::new("docs", &docs())
+        .with_tools(v2.clone())
+        .with_fingerprints(fingerprint_listing(&v1));
+    assert_eq!(
+        ok(store.save(&mismatched).await),
+        Some(fingerprint_listing(&v1))
+    );
+    assert_eq!(ok(store.trusted_tools("docs").await), None);
+    // The first listing that matches the baseline becomes its definitions...
+    ok(store.save(&trusting(&v1)).await);
+    assert_eq!(ok(store.trusted_tools("docs").await), Some(v1.clone()));
+    // ...and nothing later replaces them.
+    ok(store.save(&trusting(&v2)).await);
+    assert_eq!(ok(h.twin.trusted_tools("docs").await), Some(v1));
+}
+
+pub async fn secrets_are_never_persisted(h: Harness) {
+    let store = &*h.store;
+    let secret = "s3cr3t-T0KEN";
+    let stdio = ServerIdentity::stdio(
+        "files",
+        "npx",
+        &["-y", "server-fs", &format!("--token={secret}")],
+    );
+    let remote = ServerIdentity::streamable_http(
+        "docs",
+        format!("https://bob:{secret}@mcp.example.com/mcp?api_key={secret}"),
+    );
+    // A smuggled header in a row deserialised from JSON has nowhere to go.
+    let smuggled: PersistedServer = serde_json::from_value(json!({
+        "id": "sse", "name": "sse", "type": "sse", "url": "https://sse.example/sse",
+        "headers": {"Authorization": format!("Bearer {secret}")},
+        "env": {"API_KEY": secret},
+    }))
+    .unwrap_or_else(|e| panic!("{e}"));
+    for row in [
+        PersistedServer::new("files", &stdio).with_tools(listing("v1")),
+        PersistedServer::new("docs", &remote).with_fingerprints(Fingerprints::new()),
+        smuggled,
+    ] {
+        ok(store.save(&row).await);
+    }
+    // Rows that would store a secret are refused outright.
+    let mut raw_command = PersistedServer::new("leak", &stdio);
+    raw_command.url = stdio.endpoint.identity();
+    assert!(matches!(
+        store.save(&raw_command).await,
+        Err(StoreError::InvalidRow { .. })
+    ));
+    let mut raw_url = PersistedServer::new("leak", &remote);
+    raw_url.url = format!("https://bob:{secret}@mcp.example.com/mcp");
+    assert!(matches!(
+        store.save(&raw_url).await,
+        Err(StoreError::InvalidRow { .. })
+    ));
+    assert_eq!(ok(store.get("leak").await), None);
+
+    let listed = format!("{:?}", ok(store.list().await));
+    assert!(!listed.contains(secret), "{listed}");
+    if let Some(raw) = &h.raw {
+        let dump = raw.dump().await;
+        assert!(
+            dump.contains("stdio:sha256:"),
+            "the dump missed the rows: {dump}"
+        );
+        assert!(
+            !dump.contains(secret),
+            "a secret reached the database: {dump}"
+        );
+        assert!(
+            !dump.contains("server-fs"),
+            "a command line reached the database"
+        );
+    }
+}
+
+pub async fn effect_log_first_write_wins(h: Harness) {
+    let log = h.store.effects();
+    let key = effect_key("run-1#0", 0, "docs__search", &json!({"q": "rust"}));
+    assert_eq!(ok(log.recorded(&key).await), None);
+    let mut result = ToolResult::text("found 3");
+    result.structured_content = Some(json!({"hits": 3}));
+    let finished = Outcome::Finished { result };
+    let first = ok(log.record(&key, "docs__search", &finished).await);
+    assert_eq!(first.outcome, finished);
+    assert_eq!(first.tool_name, "docs__search");
+    let again = ok(log
+        .record(
+            &key,
+            "docs__search",
+            &Outcome::Errored {
+                message: "late".into(),
+            },
+        )
+        .await);
+    assert_eq!(
+        again.outcome, finished,
+        "a second record replaced the first"
+    );
+    let replayed = ok(h.twin.effects().recorded(&key).await);
+    assert_eq!(replayed.map(|r| r.outcome), Some(finished));
+
+    // Errors and error results replay as recorded.
+    let errored = Outcome::Errored {
+        message: "MCP tool error: boom".into(),
+    };
+    let k2 = effect_key("run-1#0", 1, "docs__search", &json!({"q": "rust"}));
+    ok(log.record(&k2, "docs__search", &errored).await);
+    assert_eq!(
+        ok(log.recorded(&k2).await).map(|r| r.outcome),
+        Some(errored)
+    );
+    let k3 = effect_key("run-1#0", 2, "docs__search", &json!({}));
+    let tool_error = Outcome::Finished {
+        result: ToolResult::error_text("ERR_X"),
+    };
+    ok(log.record(&k3, "docs__search", &tool_error).await);
+    assert_eq!(
+        ok(log.recorded(&k3).await).map(|r| r.outcome),
+        Some(tool_error)
+    );
+
+    // The meta-tool is never recorded.
+    let k4 = effect_key("run-1#0", 3, "mcp__describe_tool", &json!({"name": "x"}));
+    let refused = log
+        .record(
+            &k4,
+            "mcp__describe_tool",
+            &Outcome::Errored {
+                message: "x".into(),
+            },
+        )
+        .await;
+    assert!(matches!(refused, Err(StoreError::NotRecordable { .. })));
+    assert_eq!(ok(log.recorded(&k4).await), None);
+
+    // Racing replicas all get the one outcome recorded first.
+    let k5 = effect_key("run-2#0", 0, "docs__search", &json!({}));
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let store = if i % 2 == 0 {
+            h.store.clone()
+        } else {
+            h.twin.clone()
+        };
+        let key = k5.clone();
+        tasks.push(tokio::spawn(async move {
+            let outcome = Outcome::Finished {
+                result: ToolResult::text(format!("racer {i}")),
+            };
+            store.effects().record(&key, "docs__search", &outcome).await
+        }));
+    }
+    let mut seen = BTreeSet::new();
+    for task in tasks {
+        let recorded = ok(task.await.unwrap_or_else(|e| panic!("{e}")));
+        seen.insert(format!("{:?}", recorded.outcome));
+    }
+    assert_eq!(seen.len(), 1, "{seen:?}");
+}
+
+/// SQL backends: garbage in the cache columns is dropped, not thrown.
+pub async fn corrupt_cache_is_dropped(h: Harness) {
+    let Some(raw) = &h.raw else {
+        panic!("corrupt_cache_is_dropped needs raw SQL access")
+    };
+    let store = &*h.store;
+    let v1 = listing("v1");
+    for id in ["garbage", "wrong_shape", "nameless", "good"] {
+        let server = ServerIdentity::streamable_http(id, format!("https://{id}.example/mcp"));
+        ok(store
+            .save(
+                &PersistedServer::new(id, &server)
+                    .with_tools(v1.clone())
+                    .with_fingerprints(fingerprint_listing(&v1)),
+            )
+            .await);
+    }
+    raw.exec("UPDATE mcp_servers SET tools = 'not json at all', tool_fingerprints = '{\"search\":' WHERE id = 'garbage'").await;
+    raw.exec("UPDATE mcp_servers SET tools = '{\"name\":\"x\"}', tool_fingerprints = '{\"search\": 42}' WHERE id = 'wrong_shape'").await;
+    raw.exec("UPDATE mcp_servers SET tools = '[{\"description\":\"no name\"}]', tool_fingerprints = '[\"a\"]' WHERE id = 'nameless'").await;
+    raw.exec("UPDATE mcp_trusted_tools SET tools = 'garbage' WHERE server_id = 'garbage'")
+        .await;
+    let rows = ok(store.list().await);
+    assert_eq!(
+        rows.len(),
+        4,
+        "a corrupt row was dropped whole or the list failed"
+    );
+    for row in &rows {
+        if row.id == "good" {
+            assert_eq!(row.tools, Some(v1.clone()));
+            assert_eq!(row.tool_fingerprints, Some(fingerprint_listing(&v1)));
+        } else {
+            assert_eq!(row.tools, None, "{}", row.id);
+            assert_eq!(row.tool_fingerprints, None, "{}", row.id);
+        }
+    }
+    assert_eq!(ok(store.trusted_tools("garbage").await), None);
+    // A baseline that no longer parses reads as none everywhere: the next
+    // proposal is recorded, and a fresh save repairs the cache.
+    let server = ServerIdentity::streamable_http("nameless", "https://nameless.example/mcp");
+    let v2 = listing("v2");
+    let repaired = ok(store
+        .save(
+            &PersistedServer::new("nameless", &server)
+                .with_tools(v2.clone())
+                .with_fingerprints(fingerprint_listing(&v2)),
+        )
+        .await);
+    assert_eq!(repaired, Some(fingerprint_listing(&v2)));
+    let stored = row(store, "nameless").await;
+    assert_eq!(stored.tools, Some(v2.clone()));
+    assert_eq!(stored.tool_fingerprints, repaired);
+    assert_eq!(ok(store.trusted_tools("nameless").await), Some(v2));
+}
