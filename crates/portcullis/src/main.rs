@@ -25,12 +25,17 @@
 //! Exit codes: 0 success, 1 the tool answered with an error or was refused,
 //! 2 usage or configuration error (clap's own usage errors exit 2 as well).
 //!
-//! None of the subcommands is built yet: each parses its arguments, echoes them
-//! on stderr and exits 2.
+//! Built so far: `check` (load and validate the config, summarise it) and
+//! `import` (an `mcpServers` JSON config → TOML, secrets turned into
+//! `${VAR}` references). The others parse their arguments, echo them on
+//! stderr, say they are not built yet and exit 2.
 
 #![warn(missing_docs)]
 
+mod check;
 mod cli;
+mod config;
+mod import;
 
 use std::process::ExitCode;
 
@@ -102,6 +107,11 @@ fn main() -> ExitCode {
 
 /// Runs one parsed command line.
 fn run(cli: Cli) -> anyhow::Result<Exit> {
+    match &cli.command {
+        Command::Check(a) => return run_check(&a.config.config),
+        Command::Import(a) => return run_import(&a.file, a.output.as_deref()),
+        _ => {}
+    }
     let command = cli.command.name();
     let (arrives, parsed) = match &cli.command {
         Command::Serve(a) => (
@@ -145,27 +155,64 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
                 a.server
             ),
         ),
-        Command::Check(a) => (
-            "config checking",
-            format!("config={}", a.config.config.display()),
-        ),
-        Command::Import(a) => (
-            "config import",
-            format!(
-                "client={} file={} output={}",
-                a.client,
-                a.file.display(),
-                a.output
-                    .as_ref()
-                    .map_or_else(|| "(stdout)".to_owned(), |o| o.display().to_string())
-            ),
-        ),
+        Command::Check(_) | Command::Import(_) => unreachable_command(),
     };
     eprintln!(
         "portcullis {command}: not built yet — {arrives} arrives with the {command} issue. \
          Parsed: {parsed}"
     );
     Ok(Exit::Usage)
+}
+
+/// The arms handled before the not-built stub; never reached.
+fn unreachable_command() -> (&'static str, String) {
+    ("nothing", String::new())
+}
+
+/// `portcullis check`: load and validate the config, summarise it, report
+/// findings. Exit 0 when it is usable, 2 otherwise.
+fn run_check(path: &std::path::Path) -> anyhow::Result<Exit> {
+    let config = match config::load(path) {
+        Ok(config) => config,
+        Err(err) => {
+            eprintln!("error: {err}");
+            return Ok(Exit::Usage);
+        }
+    };
+    let (summary, findings) = check::summarize(&config);
+    print!("{summary}");
+    for finding in &findings {
+        eprintln!("warning: {finding}");
+    }
+    Ok(if findings.is_empty() {
+        Exit::Success
+    } else {
+        Exit::Usage
+    })
+}
+
+/// `portcullis import`: convert a client's `mcpServers` JSON into TOML.
+fn run_import(file: &std::path::Path, output: Option<&std::path::Path>) -> anyhow::Result<Exit> {
+    use anyhow::Context as _;
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let imported =
+        import::import(&text).with_context(|| format!("cannot import {}", file.display()))?;
+    match output {
+        Some(out) => std::fs::write(out, &imported.toml)
+            .with_context(|| format!("cannot write {}", out.display()))?,
+        None => print!("{}", imported.toml),
+    }
+    for skipped in &imported.skipped {
+        eprintln!("skipped: {skipped}");
+    }
+    for note in &imported.notes {
+        eprintln!("note: {note}");
+    }
+    for (variable, field) in &imported.variables {
+        eprintln!("export {variable}=…   # the secret that was in {field}");
+    }
+    Ok(Exit::Success)
 }
 
 #[cfg(test)]

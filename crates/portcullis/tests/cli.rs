@@ -219,28 +219,82 @@ fn retrust_parses_yes_and_needs_a_server() {
 }
 
 #[test]
-fn check_parses_config() {
-    assert_not_built(&["check", "--config", "x.toml"], "check", "config=x.toml");
-    assert_not_built(&["check"], "check", "config=./portcullis.toml");
+fn check_reports_a_missing_config_with_exit_2() {
+    let out = portcullis(&["check", "--config", "no-such-dir/x.toml"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains("no-such-dir/x.toml"), "{err}");
+    assert!(err.contains("no such file"), "{err}");
 }
 
 #[test]
-fn import_parses_client_file_and_output() {
-    assert_not_built(
-        &["import", "cursor", "mcp.json", "--output", "out.toml"],
-        "import",
-        "client=cursor file=mcp.json output=out.toml",
+fn check_accepts_a_good_config_and_names_the_bad_field_of_a_bad_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("portcullis.toml");
+    std::fs::write(
+        &good,
+        "[gateway]\nallow_write = false\n\n[upstreams.docs]\ntype = \"streamable-http\"\nurl = \"http://127.0.0.1:9/mcp\"\n",
+    )
+    .unwrap();
+    let out = portcullis(&["check", "--config", good.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let summary = stdout(&out);
+    assert!(
+        summary.contains("upstream docs: streamable-http"),
+        "{summary}"
     );
-    assert_not_built(
-        &["import", "claude", "claude_desktop_config.json"],
+    assert!(summary.contains("write tools withheld"), "{summary}");
+
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        "[upstreams.docs]\ntype = \"streamable-http\"\nurl = \"http://example.com/mcp\"\n",
+    )
+    .unwrap();
+    let out = portcullis(&["check", "--config", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains("bad.toml:3:1: upstreams.docs.url:"), "{err}");
+}
+
+#[test]
+fn import_writes_toml_that_check_accepts() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("claude_desktop_config.json");
+    std::fs::write(
+        &json,
+        r#"{"mcpServers": {"docs": {"url": "http://127.0.0.1:9/mcp", "headers": {"Authorization": "Bearer hunter2"}}}}"#,
+    )
+    .unwrap();
+    let toml = dir.path().join("portcullis.toml");
+    let out = portcullis(&[
         "import",
-        "client=claude file=claude_desktop_config.json output=(stdout)",
+        "claude",
+        json.to_str().unwrap(),
+        "--output",
+        toml.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("export DOCS_AUTHORIZATION="),
+        "{}",
+        stderr(&out)
     );
-    assert_not_built(
-        &["import", "vscode", ".vscode/mcp.json"],
-        "import",
-        "client=vscode file=.vscode/mcp.json output=(stdout)",
-    );
+    let written = std::fs::read_to_string(&toml).unwrap();
+    assert!(!written.contains("hunter2"), "{written}");
+
+    let out = Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .args(["check", "--config", toml.to_str().unwrap()])
+        .env("DOCS_AUTHORIZATION", "hunter2")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!stdout(&out).contains("hunter2"));
+
+    let stdout_only = portcullis(&["import", "cursor", json.to_str().unwrap()]);
+    assert!(stdout(&stdout_only).contains("[upstreams.docs]"));
+    let missing = portcullis(&["import", "vscode", "no-such.json"]);
+    assert_eq!(missing.status.code(), Some(2));
 }
 
 #[test]

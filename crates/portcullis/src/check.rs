@@ -1,0 +1,166 @@
+//! `portcullis check`: validate the config and say what it sets up.
+//!
+//! A config that loads is summarised (what listens where, which guards are
+//! on, which sources are declared); paths that do not exist are reported.
+//! Nothing is contacted: connecting to upstreams is `tools`' job.
+
+use std::fmt::Write as _;
+
+use portcullis_catalog::ToolFilter;
+
+use crate::config::{AppDescription, Approval, Config, StoreChoice, UpstreamTransport};
+
+/// A URL without its query and fragment, which may carry a key.
+fn redacted(url: &str) -> &str {
+    url.split(['?', '#']).next().unwrap_or(url)
+}
+
+/// A problem `check` found beyond what loading rejects.
+pub type Finding = String;
+
+/// The human-readable summary of `config`, and the problems found.
+pub fn summarize(config: &Config) -> (String, Vec<Finding>) {
+    let mut out = String::new();
+    let mut findings = Vec::new();
+    let g = &config.gateway;
+    let _ = writeln!(out, "{}: ok", config.path.display());
+    let _ = writeln!(
+        out,
+        "  gateway: HTTP on {}{}; token {}; write tools {}; approval {}",
+        g.listen,
+        if g.listen.ip().is_loopback() {
+            ""
+        } else {
+            " (NOT loopback: anything that can reach this address can call the tools)"
+        },
+        if g.token.is_some() {
+            "required"
+        } else {
+            "not required"
+        },
+        if g.allow_write { "exposed" } else { "withheld" },
+        match &g.approval {
+            Approval::Never => "off".to_owned(),
+            Approval::Writes => "for every write".to_owned(),
+            Approval::Tools(tools) => format!("for {}", tools.join(", ")),
+        }
+    );
+    let store = match &g.store {
+        StoreChoice::Sqlite => format!("SQLite in {}", g.data_dir.display()),
+        StoreChoice::Memory => {
+            "memory (nothing persists: no trust baseline across restarts)".to_owned()
+        }
+        StoreChoice::Postgres(_) => "PostgreSQL".to_owned(),
+    };
+    let _ = writeln!(
+        out,
+        "  store: {store}; prefix {:?}; max output {} characters",
+        g.prefix, g.max_output_length
+    );
+    if !g.allowed_hosts.is_empty() || !g.allowed_origins.is_empty() {
+        let _ = writeln!(
+            out,
+            "  extra Host values: [{}]; admitted Origins: [{}]",
+            g.allowed_hosts.join(", "),
+            g.allowed_origins.join(", ")
+        );
+    }
+    if !g.allow_tools.is_empty() {
+        let _ = writeln!(
+            out,
+            "  only these tools are exposed: {}",
+            g.allow_tools.join(", ")
+        );
+    }
+    if let Some(identity) = &g.identity {
+        let _ = writeln!(
+            out,
+            "  identity: {} with perms [{}]",
+            identity.user,
+            identity.perms.join(", ")
+        );
+    }
+    for upstream in config.upstreams.values() {
+        let how = match &upstream.transport {
+            UpstreamTransport::Stdio {
+                command, args, env, ..
+            } => format!("stdio: {command} (+{} args, {} env)", args.len(), env.len()),
+            UpstreamTransport::Remote { kind, url, headers } => format!(
+                "{} {} ({} headers)",
+                kind.as_str(),
+                redacted(url.expose()),
+                headers.len()
+            ),
+        };
+        let listed = |names: &std::collections::BTreeSet<String>| {
+            names.iter().cloned().collect::<Vec<_>>().join(", ")
+        };
+        let filter = match &upstream.tools {
+            ToolFilter::All => String::new(),
+            ToolFilter::Allow(names) => format!("; shows only {}", listed(names)),
+            ToolFilter::Block(names) => format!("; hides {}", listed(names)),
+        };
+        let timeout = upstream
+            .timeout_ms
+            .map_or_else(String::new, |ms| format!("; timeout {ms} ms"));
+        let _ = writeln!(out, "  upstream {}: {how}{filter}{timeout}", upstream.name);
+        if let UpstreamTransport::Stdio { cwd: Some(cwd), .. } = &upstream.transport {
+            if !cwd.is_dir() {
+                findings.push(format!(
+                    "upstreams.{}.cwd: {} is not a directory",
+                    upstream.name,
+                    cwd.display()
+                ));
+            }
+        }
+    }
+    for (kind, dirs) in [
+        ("plugins", &config.plugins),
+        ("tool_plugins", &config.tool_plugins),
+    ] {
+        for dir in dirs {
+            let _ = writeln!(out, "  {kind}: {}", dir.display());
+            if !dir.is_dir() {
+                findings.push(format!("{kind}: {} is not a directory", dir.display()));
+            }
+        }
+    }
+    for app in config.apps.values() {
+        let file = match &app.description {
+            AppDescription::Routes(path) | AppDescription::OpenApi(path) => path,
+        };
+        let _ = writeln!(
+            out,
+            "  app {}: {} → {}",
+            app.name,
+            file.display(),
+            app.base_url
+        );
+        if !file.is_file() {
+            findings.push(format!(
+                "apps.{}: {} does not exist",
+                app.name,
+                file.display()
+            ));
+        }
+    }
+    if config
+        .disclosure
+        .always_load
+        .iter()
+        .any(|s| !config.upstreams.contains_key(s))
+    {
+        findings.push(format!(
+            "disclosure.always_load names servers that are not upstreams: {}",
+            config
+                .disclosure
+                .always_load
+                .iter()
+                .filter(|s| !config.upstreams.contains_key(*s))
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    (out, findings)
+}

@@ -1,0 +1,969 @@
+//! The gateway config: `portcullis.toml`, read, validated, with secrets
+//! expanded from the environment.
+//!
+//! The key names are a user-facing contract (see ARCHITECTURE.md): extend,
+//! never rename. Loading is strict so a typo fails loudly instead of silently
+//! disabling a guard: unknown keys are errors, and every error names the
+//! file, the line and column, and the field (`upstreams.docs.type`).
+//!
+//! Secrets come from the environment only: `${VAR}` is expanded in the
+//! values that may carry one (the token, header and env values, URLs,
+//! arguments, the store URL). A missing variable is an error naming both the
+//! field and the variable. Expanded values are held as [`Secret`]s, whose
+//! `Debug` never prints them, so a config dumped to a log leaks nothing.
+//! Relative paths are resolved against the directory of the config file.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use portcullis_catalog::error_mapping::codes::ERR_INVALID_MCP_TOKEN;
+use portcullis_catalog::naming::Prefix;
+use portcullis_catalog::{Budget, ToolFilter, TransportKind};
+use serde::Deserialize;
+use serde_json::Value;
+
+/// The default HTTP listen address: loopback only.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8765";
+
+/// A loaded, validated config.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The file it came from.
+    pub path: PathBuf,
+    /// `[gateway]`.
+    pub gateway: Gateway,
+    /// `[disclosure]`.
+    pub disclosure: Disclosure,
+    /// `[upstreams.NAME]`, by name.
+    pub upstreams: BTreeMap<String, Upstream>,
+    /// `[[plugins]]`: Agent Plugins directories.
+    pub plugins: Vec<PathBuf>,
+    /// `[[tool_plugins]]`: native `mcp-plugin.json` directories.
+    pub tool_plugins: Vec<PathBuf>,
+    /// `[apps.NAME]`, by name.
+    pub apps: BTreeMap<String, App>,
+}
+
+/// `[gateway]`.
+#[derive(Debug, Clone)]
+pub struct Gateway {
+    /// The HTTP surface's address.
+    pub listen: SocketAddr,
+    /// Extra `Host` values to admit.
+    pub allowed_hosts: Vec<String>,
+    /// `Origin` values to admit.
+    pub allowed_origins: Vec<String>,
+    /// Bearer token required on `/mcp`, if any.
+    pub token: Option<Secret>,
+    /// Expose tools not declared read-only.
+    pub allow_write: bool,
+    /// Expose only these qualified names (writes included).
+    pub allow_tools: Vec<String>,
+    /// Which calls ask the person at the client first.
+    pub approval: Approval,
+    /// The identity sent with application calls.
+    pub identity: Option<Identity>,
+    /// Cap, in characters, on one call's text output.
+    pub max_output_length: usize,
+    /// Whether tool names carry their source's name.
+    pub prefix: Prefix,
+    /// The gateway's data directory (SQLite store, keys), absolute.
+    pub data_dir: PathBuf,
+    /// Where catalogues, baselines and the effect log live.
+    pub store: StoreChoice,
+}
+
+/// Which calls need a person's approval.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Approval {
+    /// None.
+    #[default]
+    Never,
+    /// Every tool not declared read-only.
+    Writes,
+    /// These qualified names.
+    Tools(Vec<String>),
+}
+
+/// The identity the gateway acts as towards applications.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Identity {
+    /// Who (e.g. `{ userId = "mcp-agent" }`).
+    pub user: Value,
+    /// What it may do.
+    pub perms: Vec<String>,
+}
+
+/// Where the store lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreChoice {
+    /// An SQLite file in the data directory (the default).
+    Sqlite,
+    /// Nothing persists (tests, throwaway runs).
+    Memory,
+    /// A PostgreSQL database shared by replicas.
+    Postgres(Secret),
+}
+
+/// `[disclosure]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Disclosure {
+    /// Tokens per server.
+    pub budget: Budget,
+    /// Servers that always inline their schemas.
+    pub always_load: Vec<String>,
+}
+
+/// One `[upstreams.NAME]` table.
+#[derive(Debug, Clone)]
+pub struct Upstream {
+    /// Its name (the table key).
+    pub name: String,
+    /// How to reach it.
+    pub transport: UpstreamTransport,
+    /// Per-connection timeout, in milliseconds.
+    pub timeout_ms: Option<u64>,
+    /// What the model may see of it.
+    pub tools: ToolFilter,
+}
+
+/// How an upstream is reached.
+#[derive(Debug, Clone)]
+pub enum UpstreamTransport {
+    /// A child process.
+    Stdio {
+        /// The program.
+        command: String,
+        /// Its arguments (may carry expanded secrets).
+        args: Vec<Secret>,
+        /// Extra environment.
+        env: BTreeMap<String, Secret>,
+        /// Working directory, absolute.
+        cwd: Option<PathBuf>,
+    },
+    /// Streamable HTTP or legacy SSE.
+    Remote {
+        /// Which of the two.
+        kind: TransportKind,
+        /// The endpoint (may carry an expanded secret in its query).
+        url: Secret,
+        /// Headers sent with every request.
+        headers: BTreeMap<String, Secret>,
+    },
+}
+
+/// `[apps.NAME]`: an application's route table or OpenAPI document.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct App {
+    /// Its name.
+    pub name: String,
+    /// Where its routes are described.
+    pub description: AppDescription,
+    /// Where it listens.
+    pub base_url: String,
+    /// Per-call timeout, in milliseconds.
+    pub timeout_ms: Option<u64>,
+    /// Where the gateway writes its public key, absolute.
+    pub key_file: Option<PathBuf>,
+}
+
+/// An application's self-description.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AppDescription {
+    /// An `mdk-plugin.json` route table, absolute.
+    Routes(PathBuf),
+    /// An OpenAPI document, absolute.
+    OpenApi(PathBuf),
+}
+
+/// A value that may be a credential: usable, never printed by `Debug`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// The value itself. Call only where it is sent, never where it is logged.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+/// Why a config cannot be used: where, which field, what to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The file.
+    pub file: PathBuf,
+    /// 1-based line and column, when known.
+    pub position: Option<(usize, usize)>,
+    /// The dotted field path, when known.
+    pub field: Option<String>,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file.display())?;
+        if let Some((line, column)) = self.position {
+            write!(f, ":{line}:{column}")?;
+        }
+        f.write_str(": ")?;
+        if let Some(field) = &self.field {
+            write!(f, "{field}: ")?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+// ---- the file as written -------------------------------------------------
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    gateway: RawGateway,
+    #[serde(default)]
+    disclosure: RawDisclosure,
+    #[serde(default)]
+    upstreams: BTreeMap<String, RawUpstream>,
+    #[serde(default)]
+    plugins: Vec<RawPathEntry>,
+    #[serde(default)]
+    tool_plugins: Vec<RawPathEntry>,
+    #[serde(default)]
+    apps: BTreeMap<String, RawApp>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGateway {
+    listen: Option<String>,
+    #[serde(default)]
+    allowed_hosts: Vec<String>,
+    #[serde(default)]
+    allowed_origins: Vec<String>,
+    token: Option<String>,
+    #[serde(default)]
+    allow_write: bool,
+    #[serde(default)]
+    allow_tools: Vec<String>,
+    approval: Option<RawApproval>,
+    identity: Option<RawIdentity>,
+    max_output_length: Option<usize>,
+    prefix: Option<String>,
+    data_dir: Option<PathBuf>,
+    store: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RawApproval {
+    Word(String),
+    Tools(Vec<String>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawIdentity {
+    user: Value,
+    #[serde(default)]
+    perms: Vec<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDisclosure {
+    #[serde(default)]
+    budget: Budget,
+    #[serde(default)]
+    always_load: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawUpstream {
+    #[serde(rename = "type")]
+    kind: TransportKind,
+    url: Option<String>,
+    headers: Option<BTreeMap<String, String>>,
+    timeout_ms: Option<u64>,
+    tools: Option<RawToolFilter>,
+    command: Option<String>,
+    args: Option<Vec<String>>,
+    env: Option<BTreeMap<String, String>>,
+    cwd: Option<PathBuf>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawToolFilter {
+    allow: Option<Vec<String>>,
+    block: Option<Vec<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPathEntry {
+    path: PathBuf,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawApp {
+    routes: Option<PathBuf>,
+    openapi: Option<PathBuf>,
+    base_url: String,
+    timeout_ms: Option<u64>,
+    key_file: Option<PathBuf>,
+}
+
+// ---- loading --------------------------------------------------------------
+
+/// Reads and validates the config at `path`, expanding `${VAR}` from the
+/// process environment.
+pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        file: path.to_owned(),
+        position: None,
+        field: None,
+        message: if e.kind() == std::io::ErrorKind::NotFound {
+            "no such file; pass --config FILE or create ./portcullis.toml (see examples/portcullis.toml)"
+                .to_owned()
+        } else {
+            format!("cannot be read: {e}")
+        },
+    })?;
+    parse(path, &text, &|name| std::env::var(name).ok())
+}
+
+/// Parses and validates config text. `env` looks variables up (the process
+/// environment in production; a map in tests).
+pub fn parse(
+    path: &Path,
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigError> {
+    let raw: RawConfig = {
+        let deserializer =
+            toml::Deserializer::parse(text).map_err(|e| syntax_error(path, text, &e))?;
+        serde_path_to_error::deserialize(deserializer).map_err(|e| {
+            let field = e.path().to_string();
+            let inner = e.into_inner();
+            ConfigError {
+                position: inner.span().map(|s| line_column(text, s.start)),
+                field: (field != "." && !field.is_empty()).then_some(field),
+                message: inner.message().to_owned(),
+                file: path.to_owned(),
+            }
+        })?
+    };
+    let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    Validator {
+        path,
+        text,
+        env,
+        base: &base,
+    }
+    .config(raw)
+}
+
+fn syntax_error(path: &Path, text: &str, e: &toml::de::Error) -> ConfigError {
+    ConfigError {
+        file: path.to_owned(),
+        position: e.span().map(|s| line_column(text, s.start)),
+        field: None,
+        message: e.message().to_owned(),
+    }
+}
+
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
+struct Validator<'a> {
+    path: &'a Path,
+    text: &'a str,
+    env: &'a dyn Fn(&str) -> Option<String>,
+    base: &'a Path,
+}
+
+impl Validator<'_> {
+    fn error(&self, field: impl Into<String>, message: impl Into<String>) -> ConfigError {
+        let field = field.into();
+        ConfigError {
+            file: self.path.to_owned(),
+            position: self.locate(&field),
+            field: Some(field),
+            message: message.into(),
+        }
+    }
+
+    /// Best-effort position of a field after parsing (serde no longer has
+    /// spans then): the line of its table header or key.
+    fn locate(&self, field: &str) -> Option<(usize, usize)> {
+        let mut parts = field.split('.');
+        let table = parts.next()?;
+        let key = parts.next();
+        let header = match (table, key) {
+            ("upstreams" | "apps", Some(name)) => format!("[{table}.{name}]"),
+            _ => format!("[{table}]"),
+        };
+        let start = self.text.find(&header)?;
+        let leaf = field.rsplit('.').next().unwrap_or(field);
+        let within = &self.text[start..];
+        let at = within
+            .lines()
+            .scan(0usize, |offset, line| {
+                let here = *offset;
+                *offset += line.len() + 1;
+                Some((here, line))
+            })
+            .skip(1)
+            .take_while(|(_, line)| !line.trim_start().starts_with('['))
+            .find(|(_, line)| line.trim_start().starts_with(leaf))
+            .map_or(0, |(offset, _)| offset);
+        Some(line_column(self.text, start + at))
+    }
+
+    fn expand(&self, field: &str, value: &str) -> Result<Secret, ConfigError> {
+        expand_env(value, self.env).map(Secret).map_err(|var| {
+            self.error(
+                field,
+                format!("environment variable {var} is not set (referenced as ${{{var}}})"),
+            )
+        })
+    }
+
+    fn path(&self, relative: &Path) -> PathBuf {
+        if relative.is_absolute() {
+            relative.to_owned()
+        } else {
+            self.base.join(relative)
+        }
+    }
+
+    fn config(&self, raw: RawConfig) -> Result<Config, ConfigError> {
+        let gateway = self.gateway(raw.gateway)?;
+        let mut upstreams = BTreeMap::new();
+        for (name, upstream) in raw.upstreams {
+            let upstream = self.upstream(&name, upstream)?;
+            upstreams.insert(name, upstream);
+        }
+        let mut apps = BTreeMap::new();
+        for (name, app) in raw.apps {
+            let app = self.app(&name, app)?;
+            apps.insert(name, app);
+        }
+        Ok(Config {
+            path: self.path.to_owned(),
+            gateway,
+            disclosure: Disclosure {
+                budget: raw.disclosure.budget,
+                always_load: raw.disclosure.always_load,
+            },
+            upstreams,
+            plugins: raw.plugins.iter().map(|p| self.path(&p.path)).collect(),
+            tool_plugins: raw
+                .tool_plugins
+                .iter()
+                .map(|p| self.path(&p.path))
+                .collect(),
+            apps,
+        })
+    }
+
+    fn gateway(&self, raw: RawGateway) -> Result<Gateway, ConfigError> {
+        let listen_text = raw.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
+        let listen: SocketAddr = listen_text.parse().map_err(|_| {
+            self.error(
+                "gateway.listen",
+                format!(
+                    "\"{listen_text}\" is not an IP address and port such as \"{DEFAULT_LISTEN}\""
+                ),
+            )
+        })?;
+        let token = match raw.token {
+            None => None,
+            Some(token) => {
+                let token = self.expand("gateway.token", &token)?;
+                if token.expose().is_empty() {
+                    return Err(self.error(
+                        "gateway.token",
+                        format!("{ERR_INVALID_MCP_TOKEN}: the token is empty; set a non-empty token or remove the key"),
+                    ));
+                }
+                Some(token)
+            }
+        };
+        let approval = match raw.approval {
+            None => Approval::Never,
+            Some(RawApproval::Word(word)) if word == "writes" => Approval::Writes,
+            Some(RawApproval::Word(word)) => {
+                return Err(self.error(
+                    "gateway.approval",
+                    format!("\"{word}\" is not understood; use \"writes\" or a list of qualified tool names"),
+                ));
+            }
+            Some(RawApproval::Tools(tools)) if tools.is_empty() => Approval::Never,
+            Some(RawApproval::Tools(tools)) => Approval::Tools(tools),
+        };
+        let prefix = match raw.prefix.as_deref() {
+            None => Prefix::Auto,
+            Some(text) => text
+                .parse()
+                .map_err(|e: String| self.error("gateway.prefix", e))?,
+        };
+        let store = match raw.store.as_deref() {
+            None | Some("sqlite") => StoreChoice::Sqlite,
+            Some("memory") => StoreChoice::Memory,
+            Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+                StoreChoice::Postgres(self.expand("gateway.store", url)?)
+            }
+            Some(other) => {
+                return Err(self.error(
+                    "gateway.store",
+                    format!("\"{other}\" is not a store; use \"sqlite\", \"memory\" or a postgres:// URL"),
+                ));
+            }
+        };
+        let max_output_length = raw
+            .max_output_length
+            .unwrap_or(portcullis_catalog::framing::DEFAULT_MAX_OUTPUT_LENGTH);
+        if max_output_length == 0 {
+            return Err(self.error("gateway.max_output_length", "must be at least 1"));
+        }
+        Ok(Gateway {
+            listen,
+            allowed_hosts: raw.allowed_hosts,
+            allowed_origins: raw.allowed_origins,
+            token,
+            allow_write: raw.allow_write,
+            allow_tools: raw.allow_tools,
+            approval,
+            identity: raw.identity.map(|i| Identity {
+                user: i.user,
+                perms: i.perms,
+            }),
+            max_output_length,
+            prefix,
+            data_dir: self.path(&raw.data_dir.unwrap_or_else(|| PathBuf::from(".portcullis"))),
+            store,
+        })
+    }
+
+    fn upstream(&self, name: &str, raw: RawUpstream) -> Result<Upstream, ConfigError> {
+        let at = |key: &str| format!("upstreams.{name}.{key}");
+        if name.is_empty() {
+            return Err(self.error("upstreams", "an upstream needs a non-empty name"));
+        }
+        let tools = match raw.tools {
+            None => ToolFilter::All,
+            Some(filter) => ToolFilter::from_lists(filter.allow, filter.block)
+                .map_err(|e| self.error(at("tools"), e.to_string()))?,
+        };
+        let transport = match raw.kind {
+            TransportKind::Stdio => {
+                for (key, present) in [
+                    ("url", raw.url.is_some()),
+                    ("headers", raw.headers.is_some()),
+                ] {
+                    if present {
+                        return Err(self.error(
+                            at(key),
+                            format!("a stdio upstream has no {key}; remove it, or set type = \"streamable-http\""),
+                        ));
+                    }
+                }
+                let Some(command) = raw.command.filter(|c| !c.trim().is_empty()) else {
+                    return Err(
+                        self.error(at("command"), "a stdio upstream needs a command to run")
+                    );
+                };
+                let mut args = Vec::new();
+                for (i, arg) in raw.args.unwrap_or_default().iter().enumerate() {
+                    args.push(self.expand(&format!("{}[{i}]", at("args")), arg)?);
+                }
+                let mut env = BTreeMap::new();
+                for (key, value) in raw.env.unwrap_or_default() {
+                    let value = self.expand(&format!("{}.{key}", at("env")), &value)?;
+                    env.insert(key, value);
+                }
+                UpstreamTransport::Stdio {
+                    command,
+                    args,
+                    env,
+                    cwd: raw.cwd.map(|c| self.path(&c)),
+                }
+            }
+            kind => {
+                for (key, present) in [
+                    ("command", raw.command.is_some()),
+                    ("args", raw.args.is_some()),
+                    ("env", raw.env.is_some()),
+                    ("cwd", raw.cwd.is_some()),
+                ] {
+                    if present {
+                        return Err(self.error(
+                            at(key),
+                            format!(
+                                "a {} upstream has no {key}; remove it, or set type = \"stdio\"",
+                                kind.as_str()
+                            ),
+                        ));
+                    }
+                }
+                let Some(url) = raw.url else {
+                    return Err(self.error(
+                        at("url"),
+                        format!("a {} upstream needs a url", kind.as_str()),
+                    ));
+                };
+                let url = self.expand(&at("url"), &url)?;
+                portcullis_upstream::config::check_remote_url(url.expose())
+                    .map_err(|e| self.error(at("url"), e))?;
+                let mut headers = BTreeMap::new();
+                let mut seen = std::collections::BTreeSet::new();
+                for (key, value) in raw.headers.unwrap_or_default() {
+                    if !seen.insert(key.to_ascii_lowercase()) {
+                        return Err(self.error(
+                            format!("{}.{key}", at("headers")),
+                            "this header is set twice (header names ignore case)",
+                        ));
+                    }
+                    let value = self.expand(&format!("{}.{key}", at("headers")), &value)?;
+                    headers.insert(key, value);
+                }
+                UpstreamTransport::Remote { kind, url, headers }
+            }
+        };
+        if raw.timeout_ms == Some(0) {
+            return Err(self.error(at("timeout_ms"), "must be at least 1 millisecond"));
+        }
+        Ok(Upstream {
+            name: name.to_owned(),
+            transport,
+            timeout_ms: raw.timeout_ms,
+            tools,
+        })
+    }
+
+    fn app(&self, name: &str, raw: RawApp) -> Result<App, ConfigError> {
+        let at = |key: &str| format!("apps.{name}.{key}");
+        let description = match (raw.routes, raw.openapi) {
+            (Some(routes), None) => AppDescription::Routes(self.path(&routes)),
+            (None, Some(openapi)) => AppDescription::OpenApi(self.path(&openapi)),
+            (Some(_), Some(_)) => {
+                return Err(self.error(at("openapi"), "set either routes or openapi, not both"));
+            }
+            (None, None) => {
+                return Err(self.error(
+                    at("routes"),
+                    "an app needs routes = \"…/mdk-plugin.json\" or openapi = \"…/openapi.yaml\"",
+                ));
+            }
+        };
+        let base_url = self.expand(&at("base_url"), &raw.base_url)?;
+        portcullis_upstream::config::check_remote_url(base_url.expose())
+            .map_err(|e| self.error(at("base_url"), e))?;
+        Ok(App {
+            name: name.to_owned(),
+            description,
+            base_url: base_url.expose().to_owned(),
+            timeout_ms: raw.timeout_ms,
+            key_file: raw.key_file.map(|k| self.path(&k)),
+        })
+    }
+}
+
+/// Expands `${VAR}` (VAR = `[A-Za-z_][A-Za-z0-9_]*`) in `value`. Anything
+/// else that contains `$` is left as written. Returns the name of the first
+/// variable that is not set.
+pub fn expand_env(value: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(at) = rest.find("${") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 2..];
+        let name_len = after
+            .find('}')
+            .filter(|&end| is_env_name(&after[..end]))
+            .map(|end| end + 1);
+        match name_len {
+            Some(len) => {
+                let name = &after[..len - 1];
+                out.push_str(&env(name).ok_or_else(|| name.to_owned())?);
+                rest = &after[len..];
+            }
+            None => {
+                out.push_str("${");
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+fn is_env_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(name: &str) -> Option<String> {
+        match name {
+            "PORTCULLIS_TOKEN" => Some("s3cret-token".into()),
+            "DOCS_TOKEN" => Some("docs-bearer".into()),
+            "EMPTY" => Some(String::new()),
+            _ => None,
+        }
+    }
+
+    fn parse_text(text: &str) -> Result<Config, ConfigError> {
+        parse(Path::new("conf/portcullis.toml"), text, &env)
+    }
+
+    const FULL: &str = r#"
+[gateway]
+listen = "127.0.0.1:9000"
+allowed_hosts = ["proxy.local:9000"]
+allowed_origins = ["http://localhost:3000"]
+token = "${PORTCULLIS_TOKEN}"
+allow_write = true
+allow_tools = ["files__read_file"]
+approval = "writes"
+identity = { user = { userId = "mcp-agent" }, perms = ["read"] }
+max_output_length = 5000
+prefix = "always"
+data_dir = ".portcullis"
+store = "sqlite"
+
+[disclosure]
+budget = "auto"
+always_load = ["docs"]
+
+[upstreams.docs]
+type = "streamable-http"
+url = "https://mcp.example.com/mcp"
+headers = { Authorization = "Bearer ${DOCS_TOKEN}" }
+timeout_ms = 30000
+tools = { allow = ["search"] }
+
+[upstreams.files]
+type = "stdio"
+command = "npx"
+args = ["-y", "@modelcontextprotocol/server-filesystem", "."]
+env = { LOG = "debug" }
+cwd = "work"
+
+[[plugins]]
+path = "./plugins/acme"
+
+[[tool_plugins]]
+path = "tools/site"
+
+[apps.site]
+routes = "./apps/site/mdk-plugin.json"
+base_url = "http://127.0.0.1:9100"
+key_file = ".portcullis/gateway.pub"
+"#;
+
+    #[test]
+    fn the_documented_config_loads() {
+        let config = parse_text(FULL).unwrap();
+        let gateway = &config.gateway;
+        assert_eq!(gateway.listen.to_string(), "127.0.0.1:9000");
+        assert_eq!(
+            gateway.token.as_ref().map(Secret::expose),
+            Some("s3cret-token")
+        );
+        assert_eq!(gateway.approval, Approval::Writes);
+        assert_eq!(gateway.prefix, Prefix::Always);
+        assert_eq!(gateway.data_dir, Path::new("conf/.portcullis"));
+        assert_eq!(gateway.identity.as_ref().unwrap().perms, ["read"]);
+        assert_eq!(config.disclosure.budget, Budget::Auto);
+        let docs = &config.upstreams["docs"];
+        match &docs.transport {
+            UpstreamTransport::Remote { kind, headers, .. } => {
+                assert_eq!(*kind, TransportKind::StreamableHttp);
+                assert_eq!(headers["Authorization"].expose(), "Bearer docs-bearer");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(docs.tools.admits("docs__search", "search"));
+        assert!(!docs.tools.admits("docs__delete", "delete"));
+        match &config.upstreams["files"].transport {
+            UpstreamTransport::Stdio { cwd, args, .. } => {
+                assert_eq!(cwd.as_deref(), Some(Path::new("conf/work")));
+                assert_eq!(args.len(), 3);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(config.plugins, [PathBuf::from("conf/./plugins/acme")]);
+        assert_eq!(
+            config.apps["site"].description,
+            AppDescription::Routes(PathBuf::from("conf/./apps/site/mdk-plugin.json"))
+        );
+    }
+
+    #[test]
+    fn an_empty_file_gives_safe_defaults() {
+        let config = parse_text("").unwrap();
+        assert_eq!(config.gateway.listen.to_string(), DEFAULT_LISTEN);
+        assert!(config.gateway.listen.ip().is_loopback());
+        assert!(!config.gateway.allow_write);
+        assert!(config.gateway.token.is_none());
+        assert_eq!(config.gateway.max_output_length, 100_000);
+        assert_eq!(config.gateway.store, StoreChoice::Sqlite);
+        assert!(config.upstreams.is_empty());
+    }
+
+    #[test]
+    fn secrets_never_show_in_debug_output() {
+        let config = parse_text(FULL).unwrap();
+        let dump = format!("{config:?}");
+        assert!(!dump.contains("s3cret-token"), "{dump}");
+        assert!(!dump.contains("docs-bearer"), "{dump}");
+    }
+
+    fn error(text: &str) -> ConfigError {
+        parse_text(text).expect_err("should be refused")
+    }
+
+    #[test]
+    fn errors_name_file_line_and_field() {
+        let e = error("[gateway]\nallow_write = true\nalow_tools = []\n");
+        assert_eq!(e.position, Some((3, 1)), "{e}");
+        assert!(e.message.contains("alow_tools"), "{e}");
+        assert!(
+            e.to_string().starts_with("conf/portcullis.toml:3:1: "),
+            "{e}"
+        );
+
+        let e = error("[upstreams.docs]\ntype = \"http\"\nurl = \"https://x/mcp\"\n");
+        assert_eq!(e.field.as_deref(), Some("upstreams.docs.type"), "{e}");
+        assert_eq!(e.position.map(|p| p.0), Some(2), "{e}");
+
+        let e = error("[gateway]\nlisten = \"localhost:80\"\n");
+        assert_eq!(e.field.as_deref(), Some("gateway.listen"));
+        assert_eq!(e.position.map(|p| p.0), Some(2), "{e}");
+
+        let e = error("[gateway\n");
+        assert!(e.position.is_some(), "{e}");
+    }
+
+    #[test]
+    fn semantic_errors() {
+        let cases: &[(&str, &str, &str)] = &[
+            (
+                "[gateway]\ntoken = \"${EMPTY}\"\n",
+                "gateway.token",
+                "ERR_INVALID_MCP_TOKEN",
+            ),
+            (
+                "[gateway]\ntoken = \"\"\n",
+                "gateway.token",
+                "ERR_INVALID_MCP_TOKEN",
+            ),
+            (
+                "[gateway]\ntoken = \"${NOPE}\"\n",
+                "gateway.token",
+                "NOPE is not set",
+            ),
+            (
+                "[gateway]\napproval = \"sometimes\"\n",
+                "gateway.approval",
+                "\"writes\"",
+            ),
+            ("[gateway]\nprefix = \"maybe\"\n", "gateway.prefix", "auto"),
+            (
+                "[gateway]\nstore = \"mysql://x\"\n",
+                "gateway.store",
+                "postgres://",
+            ),
+            (
+                "[upstreams.a]\ntype = \"stdio\"\ncommand = \"x\"\nurl = \"https://x/mcp\"\n",
+                "upstreams.a.url",
+                "stdio upstream has no url",
+            ),
+            (
+                "[upstreams.a]\ntype = \"stdio\"\n",
+                "upstreams.a.command",
+                "needs a command",
+            ),
+            (
+                "[upstreams.a]\ntype = \"sse\"\n",
+                "upstreams.a.url",
+                "needs a url",
+            ),
+            (
+                "[upstreams.a]\ntype = \"streamable-http\"\nurl = \"http://example.com/mcp\"\n",
+                "upstreams.a.url",
+                "not loopback",
+            ),
+            (
+                "[upstreams.a]\ntype = \"streamable-http\"\nurl = \"https://x/mcp\"\ncommand = \"y\"\n",
+                "upstreams.a.command",
+                "type = \"stdio\"",
+            ),
+            (
+                "[upstreams.a]\ntype = \"sse\"\nurl = \"https://x/sse\"\ntools = { allow = [\"a\"], block = [\"b\"] }\n",
+                "upstreams.a.tools",
+                "not both",
+            ),
+            (
+                "[upstreams.a]\ntype = \"sse\"\nurl = \"https://x/sse\"\nheaders = { A = \"1\", a = \"2\" }\n",
+                "upstreams.a.headers.a",
+                "set twice",
+            ),
+            (
+                "[apps.s]\nbase_url = \"http://127.0.0.1:1\"\n",
+                "apps.s.routes",
+                "routes",
+            ),
+        ];
+        for (text, field, needle) in cases {
+            let e = error(text);
+            assert_eq!(e.field.as_deref(), Some(*field), "{text}: {e}");
+            assert!(e.message.contains(needle), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn env_expansion() {
+        assert_eq!(
+            expand_env("Bearer ${DOCS_TOKEN}", &env).unwrap(),
+            "Bearer docs-bearer"
+        );
+        assert_eq!(expand_env("${NOPE}", &env).unwrap_err(), "NOPE");
+        assert_eq!(
+            expand_env("cost: $5, ${not a var}, ${", &env).unwrap(),
+            "cost: $5, ${not a var}, ${"
+        );
+        assert_eq!(
+            expand_env("${PORTCULLIS_TOKEN}${DOCS_TOKEN}", &env).unwrap(),
+            "s3cret-tokendocs-bearer"
+        );
+        // Expanded text is never rescanned.
+        let tricky = |name: &str| (name == "A").then(|| "${B}".to_owned());
+        assert_eq!(expand_env("${A}", &tricky).unwrap(), "${B}");
+    }
+}

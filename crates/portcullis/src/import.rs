@@ -1,0 +1,282 @@
+//! `portcullis import`: an existing `mcpServers` config (Claude Desktop,
+//! Cursor, VS Code) becomes Portcullis TOML.
+//!
+//! The entries are read by the upstream crate's parser, which applies the
+//! same checks `connect` does, so a server that would be refused at connect
+//! time is reported here instead of being imported. Secrets never travel into
+//! the TOML: an `env` value or header that looks like a credential is
+//! replaced by a `${VAR}` reference and the variable is named on stderr, so
+//! the user exports it instead of committing it. VS Code's `${env:VAR}`
+//! becomes `${VAR}`.
+
+use std::collections::BTreeMap;
+
+use portcullis_upstream::{McpServerConfig, parse_mcp_servers_json};
+use serde::Serialize;
+
+/// The TOML text and what the user must know about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Imported {
+    /// The config, ready to save as `portcullis.toml`.
+    pub toml: String,
+    /// Variables the user must export (replaced secrets), with where they came from.
+    pub variables: Vec<(String, String)>,
+    /// Entries that were skipped, and why.
+    pub skipped: Vec<String>,
+    /// Other things worth saying (unsupported placeholders and the like).
+    pub notes: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct Document {
+    upstreams: BTreeMap<String, Entry>,
+}
+
+#[derive(Serialize)]
+struct Entry {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    command: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    args: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cwd: Option<String>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    env: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    headers: BTreeMap<String, String>,
+}
+
+/// Converts the JSON config `text` into Portcullis TOML.
+pub fn import(text: &str) -> anyhow::Result<Imported> {
+    let parsed = parse_mcp_servers_json(text)?;
+    let mut imported = Imported {
+        toml: String::new(),
+        variables: Vec::new(),
+        skipped: parsed
+            .diagnostics
+            .iter()
+            .map(|d| d.message.clone())
+            .collect(),
+        notes: Vec::new(),
+    };
+    let mut document = Document {
+        upstreams: BTreeMap::new(),
+    };
+    for server in parsed.servers {
+        let name = server.name().to_owned();
+        let entry = match server {
+            McpServerConfig::Stdio(stdio) => {
+                let mut env = BTreeMap::new();
+                for (key, value) in stdio.env {
+                    let value = if looks_secret(&key, &value) {
+                        imported
+                            .variables
+                            .push((key.clone(), format!("upstreams.{name}.env.{key}")));
+                        format!("${{{key}}}")
+                    } else {
+                        vscode_placeholders(&value, &mut imported.notes)
+                    };
+                    env.insert(key, value);
+                }
+                Entry {
+                    kind: "stdio",
+                    url: None,
+                    command: Some(stdio.command),
+                    args: stdio
+                        .args
+                        .iter()
+                        .map(|a| vscode_placeholders(a, &mut imported.notes))
+                        .collect(),
+                    cwd: stdio.cwd.map(|c| c.display().to_string()),
+                    env,
+                    headers: BTreeMap::new(),
+                }
+            }
+            McpServerConfig::StreamableHttp(remote) | McpServerConfig::Sse(remote) => {
+                let kind = if text_is_sse(&remote.url, &name, text) {
+                    "sse"
+                } else {
+                    "streamable-http"
+                };
+                let mut headers = BTreeMap::new();
+                for (key, value) in remote.headers {
+                    let value = if value.contains("${") {
+                        vscode_placeholders(&value, &mut imported.notes)
+                    } else if looks_secret(&key, &value)
+                        || key.eq_ignore_ascii_case("authorization")
+                    {
+                        let var = variable_name(&name, &key);
+                        imported
+                            .variables
+                            .push((var.clone(), format!("upstreams.{name}.headers.{key}")));
+                        match value.split_once(' ') {
+                            Some((scheme, _))
+                                if scheme.eq_ignore_ascii_case("bearer")
+                                    || scheme.eq_ignore_ascii_case("basic") =>
+                            {
+                                format!("{scheme} ${{{var}}}")
+                            }
+                            _ => format!("${{{var}}}"),
+                        }
+                    } else {
+                        value
+                    };
+                    headers.insert(key, value);
+                }
+                Entry {
+                    kind,
+                    url: Some(remote.url),
+                    command: None,
+                    args: Vec::new(),
+                    cwd: None,
+                    env: BTreeMap::new(),
+                    headers,
+                }
+            }
+        };
+        document.upstreams.insert(name, entry);
+    }
+    imported.variables.sort();
+    imported.toml = format!(
+        "# Imported by `portcullis import`. Secrets are ${{VAR}} references: export them before `portcullis serve`.\n{}",
+        toml::to_string(&document)?
+    );
+    Ok(imported)
+}
+
+/// The parser has already decided the transport; this only recovers which of
+/// the two remote kinds it was, from the entry's own `type`.
+fn text_is_sse(url: &str, name: &str, text: &str) -> bool {
+    let Ok(root) = serde_json::from_str::<serde_json::Value>(text) else {
+        return false;
+    };
+    let entry = root
+        .get("mcpServers")
+        .or_else(|| root.get("servers"))
+        .and_then(|s| s.get(name));
+    entry.and_then(|e| e.get("type")).and_then(|t| t.as_str()) == Some("sse")
+        || (entry.and_then(|e| e.get("type")).is_none() && url.ends_with("/sse"))
+}
+
+/// The seed's `secret-in-env` heuristic: a key ending in a credential word,
+/// or a value with a well-known token prefix.
+pub fn looks_secret(key: &str, value: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    let key_says = [
+        "apikey", "api_key", "api-key", "token", "secret", "password",
+    ]
+    .iter()
+    .any(|word| key == *word || key.ends_with(&format!("_{word}")));
+    let value = value.to_ascii_lowercase();
+    let value_says = [
+        "sk-", "fc-", "ghp_", "gho_", "xoxb-", "xoxa-", "xoxp-", "xoxr-", "xoxs-",
+    ]
+    .iter()
+    .any(|prefix| value.starts_with(prefix));
+    key_says || value_says
+}
+
+fn variable_name(server: &str, header: &str) -> String {
+    format!("{server}_{header}")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_uppercase()
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// `${env:VAR}` → `${VAR}`; other VS Code placeholders are kept and noted.
+fn vscode_placeholders(value: &str, notes: &mut Vec<String>) -> String {
+    let converted = value.replace("${env:", "${");
+    if converted.contains("${input:") || converted.contains("${workspaceFolder") {
+        notes.push(format!(
+            "\"{value}\" uses a VS Code placeholder Portcullis cannot resolve; replace it with a value or ${{VAR}}"
+        ));
+    }
+    converted
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config;
+    use std::path::Path;
+
+    const CLAUDE: &str = r#"{
+      "mcpServers": {
+        "files": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/home/me"],
+                  "env": {"GITHUB_TOKEN": "ghp_abc123", "LOG_LEVEL": "debug"}},
+        "docs": {"url": "https://mcp.example.com/mcp", "headers": {"Authorization": "Bearer live-secret", "X-Team": "core"}},
+        "legacy": {"type": "sse", "url": "https://old.example.com/sse"},
+        "broken": {"url": "http://example.com/mcp"}
+      }
+    }"#;
+
+    #[test]
+    fn secrets_become_variables_and_the_result_loads() {
+        let imported = import(CLAUDE).unwrap();
+        assert!(!imported.toml.contains("ghp_abc123"), "{}", imported.toml);
+        assert!(!imported.toml.contains("live-secret"), "{}", imported.toml);
+        assert!(
+            imported.toml.contains("Bearer ${DOCS_AUTHORIZATION}"),
+            "{}",
+            imported.toml
+        );
+        assert!(imported.toml.contains("${GITHUB_TOKEN}"));
+        assert!(imported.toml.contains("debug"));
+        let names: Vec<_> = imported.variables.iter().map(|(v, _)| v.as_str()).collect();
+        assert_eq!(names, ["DOCS_AUTHORIZATION", "GITHUB_TOKEN"]);
+        assert_eq!(imported.skipped.len(), 1, "{:?}", imported.skipped);
+        assert!(imported.skipped[0].contains("broken"));
+
+        let env = |name: &str| Some(format!("value-of-{name}"));
+        let config = config::parse(Path::new("imported.toml"), &imported.toml, &env).unwrap();
+        assert_eq!(config.upstreams.len(), 3);
+        match &config.upstreams["legacy"].transport {
+            config::UpstreamTransport::Remote { kind, .. } => assert_eq!(kind.as_str(), "sse"),
+            other => panic!("{other:?}"),
+        }
+        match &config.upstreams["docs"].transport {
+            config::UpstreamTransport::Remote { headers, .. } => {
+                assert_eq!(
+                    headers["Authorization"].expose(),
+                    "Bearer value-of-DOCS_AUTHORIZATION"
+                );
+                assert_eq!(headers["X-Team"].expose(), "core");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn vscode_servers_and_env_placeholders() {
+        let vscode = r#"{"servers": {"gh": {"type": "stdio", "command": "gh-mcp", "env": {"GH_HOST": "${env:GH_HOST}", "X": "${input:pick}"}}}}"#;
+        let imported = import(vscode).unwrap();
+        assert!(
+            imported.toml.contains("GH_HOST = \"${GH_HOST}\""),
+            "{}",
+            imported.toml
+        );
+        assert_eq!(imported.notes.len(), 1);
+        assert!(import("{}").is_err());
+        assert!(import("not json").is_err());
+    }
+
+    #[test]
+    fn secret_heuristic_follows_the_seed() {
+        assert!(looks_secret("OPENAI_API_KEY", "x"));
+        assert!(looks_secret("token", "x"));
+        assert!(looks_secret("DB_PASSWORD", "x"));
+        assert!(looks_secret("ANYTHING", "sk-live"));
+        assert!(!looks_secret("TOKENIZER", "bpe"));
+        assert!(!looks_secret("LOG_LEVEL", "debug"));
+    }
+}
