@@ -112,6 +112,17 @@ pub enum CallError {
         /// The server's error message.
         message: String,
     },
+    /// The server declared an output schema and its result does not match
+    /// it (or carries no structured content at all).
+    #[error(
+        "MCP tool \"{tool}\" returned a result that does not match its output schema: {problem}"
+    )]
+    OutputSchema {
+        /// The qualified name called.
+        tool: String,
+        /// What is wrong (paths and rules, never the values).
+        problem: String,
+    },
     /// The connection failed during the call (the server crashed, the stream
     /// broke, a redirect was refused). The server is marked unavailable when
     /// its connection is gone.

@@ -72,6 +72,7 @@ mod health;
 pub mod hosts;
 mod http;
 pub mod options;
+mod output;
 pub mod progress;
 mod report;
 mod sse;

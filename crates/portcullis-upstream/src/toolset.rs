@@ -11,7 +11,7 @@ use portcullis_catalog::catalogue::Route;
 use portcullis_catalog::policy::{Decision, DeniedResult, Policy, PolicyRequest};
 use portcullis_catalog::validation::normalize_arguments;
 use portcullis_catalog::{
-    ArgumentValidator, Catalogue, Diagnostic, Rule, ServerListing, Tool, ToolResult,
+    ArgumentValidator, Catalogue, Diagnostic, Rule, ServerIdentity, ServerListing, Tool, ToolResult,
 };
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -23,6 +23,7 @@ use crate::credentials::Auth;
 use crate::error::{CallError, WiringError};
 use crate::hosts::AllowedHosts;
 use crate::options::ConnectOptions;
+use crate::output::OutputValidator;
 use crate::progress::Progress;
 use crate::report::DiagnosticSink;
 
@@ -92,6 +93,8 @@ struct Inner {
     catalogue: Catalogue,
     /// Compiled once per catalogue build: a call looks its validator up.
     validators: HashMap<String, ArgumentValidator>,
+    /// Output schemas the servers promised, compiled once.
+    outputs: HashMap<String, OutputValidator>,
     /// By effective (projected) server name.
     connections: HashMap<String, Arc<Connection>>,
     diagnostics: DiagnosticSink,
@@ -207,8 +210,16 @@ pub async fn connect(
 
     let mut listings = Vec::with_capacity(connected.len());
     let mut by_identity = Vec::with_capacity(connected.len());
+    // Output schemas by (server, remote tool name): the catalogue keeps
+    // disclosed definitions, and the promise is the server's own.
+    let mut output_schemas: HashMap<(ServerIdentity, String), Value> = HashMap::new();
     for (config, result) in connected {
         let identity = config.identity();
+        for tool in &result.tools {
+            if let Some(schema) = &tool.output_schema {
+                output_schemas.insert((identity.clone(), tool.name.clone()), schema.clone());
+            }
+        }
         let filter = options
             .server_tools
             .get(config.name())
@@ -233,9 +244,17 @@ pub async fn connect(
         }
     }
     let mut validators = HashMap::new();
+    let mut outputs = HashMap::new();
     for entry in catalogue.entries() {
         if entry.kind != portcullis_catalog::catalogue::EntryKind::Remote {
             continue;
+        }
+        let output = catalogue
+            .server(&entry.server)
+            .and_then(|s| output_schemas.get(&(s.identity.clone(), entry.remote_name.clone())))
+            .and_then(OutputValidator::compile);
+        if let Some(output) = output {
+            outputs.insert(entry.name.clone(), output);
         }
         match ArgumentValidator::compile(&entry.name, entry.full_input_schema()) {
             Ok(validator) => {
@@ -254,6 +273,7 @@ pub async fn connect(
         inner: Arc::new(Inner {
             catalogue,
             validators,
+            outputs,
             connections,
             diagnostics,
             policy: options.policy.clone(),
@@ -394,9 +414,13 @@ impl Toolset {
                 tool: name.to_owned(),
             });
         };
-        connection
+        let result = connection
             .call(name, &server, &entry.remote_name, arguments, context, token)
-            .await
+            .await?;
+        if let Some(output) = inner.outputs.get(name) {
+            output.check(name, &result)?;
+        }
+        Ok(result)
     }
 
     fn describe(&self, args: Option<Value>) -> ToolResult {

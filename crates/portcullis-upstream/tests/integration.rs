@@ -87,6 +87,29 @@ async fn streamable_http_round_trip_discards_instructions() {
 }
 
 #[tokio::test]
+async fn results_must_match_a_declared_output_schema() {
+    let server = http_fixture(FixtureConfig::default()).await;
+    let toolset = connect(
+        vec![McpServerConfig::streamable_http("fx", server.mcp_url())],
+        options(),
+    )
+    .await
+    .unwrap();
+    let good = call(&toolset, "fx__structured", json!({"mode": "good"}))
+        .await
+        .unwrap();
+    assert_eq!(good.structured_content, Some(json!({"n": 7})));
+    for mode in ["bad", "none"] {
+        let error = call(&toolset, "fx__structured", json!({ "mode": mode }))
+            .await
+            .unwrap_err();
+        assert!(matches!(error, CallError::OutputSchema { .. }), "{error:?}");
+        assert!(error.to_string().contains("output schema"));
+    }
+    toolset.close().await;
+}
+
+#[tokio::test]
 async fn listing_follows_next_cursor() {
     let server = http_fixture(FixtureConfig {
         page_size: 3,
@@ -100,13 +123,13 @@ async fn listing_follows_next_cursor() {
     )
     .await
     .unwrap();
-    // 8 fixture tools + 4 padding tools, 3 per page.
+    // 9 fixture tools + 4 padding tools, 3 per page.
     assert_eq!(
         toolset.catalogue().server("fx").unwrap().published.len(),
-        12
+        13
     );
     let cursors = server.state.cursors.lock().unwrap().clone();
-    assert_eq!(cursors, ["page-3", "page-6", "page-9"]);
+    assert_eq!(cursors, ["page-3", "page-6", "page-9", "page-12"]);
     toolset.close().await;
 }
 

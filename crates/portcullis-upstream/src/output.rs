@@ -1,0 +1,95 @@
+//! Output schemas: a tool that declares `outputSchema` must answer with
+//! `structuredContent` matching it, and a result that does not is rejected
+//! rather than passed to the model (as the TypeScript SDK's client does).
+//!
+//! Schemas are compiled once per catalogue build with `jsonschema` built
+//! without network or file resolvers, like argument validators. An output
+//! schema that cannot be compiled is ignored (the tool still works; nothing
+//! is checked), since it is the server's promise, not our guard.
+
+use portcullis_catalog::ToolResult;
+use serde_json::Value;
+
+use crate::error::CallError;
+
+/// At most this many problems are listed.
+const MAX_PROBLEMS: usize = 5;
+
+/// A compiled output schema.
+pub(crate) struct OutputValidator {
+    validator: jsonschema::Validator,
+}
+
+impl OutputValidator {
+    /// Compiles `schema`, or `None` when it is unusable.
+    pub(crate) fn compile(schema: &Value) -> Option<Self> {
+        jsonschema::validator_for(schema)
+            .ok()
+            .map(|validator| OutputValidator { validator })
+    }
+
+    /// Checks a successful result; error results carry no promise.
+    pub(crate) fn check(&self, tool: &str, result: &ToolResult) -> Result<(), CallError> {
+        if result.is_error {
+            return Ok(());
+        }
+        let failure = |problem: String| CallError::OutputSchema {
+            tool: tool.to_owned(),
+            problem,
+        };
+        let Some(structured) = &result.structured_content else {
+            return Err(failure("the result has no structuredContent".to_owned()));
+        };
+        if self.validator.is_valid(structured) {
+            return Ok(());
+        }
+        let problems: Vec<String> = self
+            .validator
+            .iter_errors(structured)
+            .take(MAX_PROBLEMS)
+            .map(|e| {
+                let path = e.instance_path().to_string();
+                let at = if path.is_empty() {
+                    "/".to_owned()
+                } else {
+                    path
+                };
+                format!("{at}: {}", e.masked_with("the value"))
+            })
+            .collect();
+        Err(failure(problems.join("; ")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn validator() -> OutputValidator {
+        OutputValidator::compile(&json!({
+            "type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]
+        }))
+        .unwrap()
+    }
+
+    fn structured(value: Value) -> ToolResult {
+        ToolResult {
+            structured_content: Some(value),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn matching_results_pass_and_others_are_rejected_without_echoing_values() {
+        let v = validator();
+        assert!(v.check("t", &structured(json!({"n": 1}))).is_ok());
+        let error = v
+            .check("t", &structured(json!({"n": "secret-value"})))
+            .unwrap_err();
+        assert!(error.to_string().contains("output schema"));
+        assert!(!error.to_string().contains("secret-value"));
+        assert!(v.check("t", &ToolResult::text("no structure")).is_err());
+        assert!(v.check("t", &ToolResult::error_text("failed")).is_ok());
+    }
+}
