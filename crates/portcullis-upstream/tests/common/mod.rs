@@ -3,7 +3,7 @@
 //! auth gate), a legacy HTTP+SSE server written here with axum, a server
 //! that never answers, and the stdio fixture binary.
 
-#![allow(dead_code)] // each test uses a different part
+#![allow(dead_code, unused_imports)] // each test (and the bench) uses a different part
 
 #[path = "../fixtures/handler.rs"]
 pub mod handler;
