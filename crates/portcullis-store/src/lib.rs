@@ -82,7 +82,11 @@
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+// Built with no SQL backend, the shared SQL helpers (schema, column and
+// outcome codecs) have no caller; that build is for memory-only embedders.
+#![cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod columns;
 pub mod effects;
 pub mod error;
