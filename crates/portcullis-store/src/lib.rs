@@ -11,7 +11,9 @@
 //! Three backends behave identically: [`MemoryStore`] (tests), SQLite (one
 //! file, the default) and PostgreSQL (several replicas sharing one
 //! database). [`open`] picks one from a [`StoreSpec`] and returns an
-//! `Arc<dyn Store>`.
+//! `Arc<dyn Store>`. Cargo features `sqlite` and `postgres` (both default)
+//! compile the SQL backends in; PostgreSQL is reached over plain TCP (no TLS
+//! stack is built), so point it at a local server or a TLS-terminating proxy.
 //!
 //! ## Invariants
 //!
@@ -31,20 +33,31 @@
 //!
 //! ## How the upstream client uses it
 //!
-//! * **Cold start**, per server, after the live `tools/list`: propose
-//!   `stored.baseline_or_derived()` (or, with no row, the listing's own
-//!   fingerprints), `save` the row with the fresh listing, and **enforce the
-//!   baseline `save` returns** — under a race it may be another replica's.
+//! * **Cold start**, per server, after the live `tools/list`: `get(id)`;
+//!   when the row has a recorded baseline propose none, otherwise propose
+//!   `row.baseline_or_derived()` (a pre-fingerprint row) or, with no row or
+//!   no listing, the fresh listing's own fingerprints (trust on first use).
+//!   `save` the row with the fresh listing and **enforce the baseline `save`
+//!   returns** — under a race it may be another replica's.
 //! * **Wake**: `list()`; for each row find the configured server whose
 //!   effective name is `row.id`; refuse it (diagnostic) when `row.kind` or
 //!   `row.url` differs from `PersistedServer::endpoint_key(&endpoint)`;
 //!   project from `row.tools` guarded by `row.baseline_or_derived()` with no
 //!   `tools/list`. A row whose `tools` is `None` (never cached, or dropped as
-//!   corrupt) needs a live listing. The background reconcile re-lists and
-//!   `save`s the fresh listing with the baseline in use as the proposal:
-//!   the cache moves, the baseline does not.
+//!   corrupt) needs a live listing.
+//! * **Background reconcile**: re-list, then `save` the fresh listing (the
+//!   cache moves) proposing a baseline under the cold start's rule — only
+//!   when the row had none recorded, and then the one being enforced (so a
+//!   derived baseline gets recorded before the cache it was derived from is
+//!   overwritten) — and enforce what `save` returns. Never re-propose a
+//!   recorded baseline: a replica that has not noticed a [`retrust`] would
+//!   record the old one again.
 //! * **Drift report**: [`Store::trusted_tools`] beside the cached listing.
-//! * **Re-trust**: [`retrust`]; the next connect records a new baseline.
+//! * **Re-trust**: [`retrust`]; the next connect records a new baseline,
+//!   derived from the cached listing the operator was shown. It is the
+//!   seed's two steps (remove, save back); replicas that propose a baseline
+//!   only when the row they read has none (as above) cannot undo it, but a
+//!   replica keeps enforcing the old baseline it holds until it reconnects.
 //! * **Calls**: for every tool but `mcp__describe_tool`, compute
 //!   [`effects::effect_key`], replay `effects().recorded(key)` if present,
 //!   else call and `effects().record(key, …)`.

@@ -145,6 +145,20 @@ async fn adopt_servers_table(tx: &mut Transaction<'_, Sqlite>) -> Result<(), sql
     Ok(())
 }
 
+/// The columns of one `mcp_servers` row. The JSON columns are read
+/// leniently: a value of the wrong SQL type reads as absent, like one that
+/// does not parse.
+fn raw_row(row: &sqlx::sqlite::SqliteRow) -> Result<RawRow, sqlx::Error> {
+    Ok(RawRow {
+        id: row.try_get("id")?,
+        name: row.try_get("name")?,
+        kind: row.try_get("type")?,
+        url: row.try_get("url")?,
+        tools: row.try_get("tools").ok().flatten(),
+        tool_fingerprints: row.try_get("tool_fingerprints").ok().flatten(),
+    })
+}
+
 #[async_trait]
 impl Store for SqliteStore {
     fn backend(&self) -> Backend {
@@ -152,33 +166,33 @@ impl Store for SqliteStore {
     }
 
     async fn list(&self) -> Result<Vec<PersistedServer>, StoreError> {
+        let op = || StoreError::database(B, "list mcp servers");
         let rows = sqlx::query(
             "SELECT id, name, type, url, tools, tool_fingerprints FROM mcp_servers ORDER BY id",
         )
         .fetch_all(&self.pool)
         .await
-        .map_err(StoreError::database(B, "list mcp servers"))?;
+        .map_err(op())?;
         let mut out = Vec::with_capacity(rows.len());
-        for row in rows {
-            let raw = RawRow {
-                id: row
-                    .try_get("id")
-                    .map_err(StoreError::database(B, "list mcp servers"))?,
-                name: row
-                    .try_get("name")
-                    .map_err(StoreError::database(B, "list mcp servers"))?,
-                kind: row
-                    .try_get("type")
-                    .map_err(StoreError::database(B, "list mcp servers"))?,
-                url: row
-                    .try_get("url")
-                    .map_err(StoreError::database(B, "list mcp servers"))?,
-                tools: row.try_get("tools").ok().flatten(),
-                tool_fingerprints: row.try_get("tool_fingerprints").ok().flatten(),
-            };
-            out.extend(raw.into_row(B));
+        for row in &rows {
+            out.extend(raw_row(row).map_err(op())?.into_row(B));
         }
         Ok(out)
+    }
+
+    async fn get(&self, id: &str) -> Result<Option<PersistedServer>, StoreError> {
+        let op = || StoreError::database(B, format!("read mcp server {id:?}"));
+        let row = sqlx::query(
+            "SELECT id, name, type, url, tools, tool_fingerprints FROM mcp_servers WHERE id = ?",
+        )
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(op())?;
+        match row {
+            Some(row) => Ok(raw_row(&row).map_err(op())?.into_row(B)),
+            None => Ok(None),
+        }
     }
 
     async fn save(&self, row: &PersistedServer) -> Result<Option<Fingerprints>, StoreError> {

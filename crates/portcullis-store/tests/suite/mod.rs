@@ -216,6 +216,10 @@ pub async fn rows_round_trip_every_transport(h: Harness) {
         let expected = PersistedServer::new(*id, server).with_tools(tools.clone());
         assert_eq!(rows.iter().find(|r| r.id == *id), Some(&expected));
     }
+    for row in &rows {
+        assert_eq!(ok(h.store.get(&row.id).await).as_ref(), Some(row));
+    }
+    assert_eq!(ok(h.store.get("absent").await), None);
     assert_eq!(rows[0].kind, TransportKind::Stdio);
     // A pre-fingerprint row: the caller derives the baseline from the cache.
     assert_eq!(
