@@ -187,15 +187,20 @@ async fn two_servers_with_one_name_are_both_suffixed_and_routed_to_their_own_bac
 #[tokio::test]
 async fn a_server_that_is_down_is_skipped_and_its_sibling_works() {
     let up = http_fixture(FixtureConfig::default()).await;
+    let reported = Arc::new(AtomicUsize::new(0));
+    let count = reported.clone();
     let toolset = connect(
         vec![
             McpServerConfig::streamable_http("down", closed_port_url().await),
             McpServerConfig::streamable_http("up", up.mcp_url()),
         ],
-        options(),
+        options().on_diagnostic(move |_| {
+            count.fetch_add(1, Ordering::SeqCst);
+        }),
     )
     .await
     .unwrap();
+    assert_eq!(reported.load(Ordering::SeqCst), 1);
     let diagnostics = toolset.diagnostics();
     assert_eq!(diagnostics.len(), 1, "{diagnostics:?}");
     assert_eq!(diagnostics[0].rule, Rule::ConnectionFailure);
@@ -804,6 +809,59 @@ mod auth {
             "MCP tool \"locked__echo\" requires a session context."
         );
         toolset.close().await;
+    }
+
+    #[tokio::test]
+    async fn each_session_sends_only_its_own_bearer() {
+        let server = http_fixture(FixtureConfig::default()).await;
+        let config = McpServerConfig::streamable_http("fx", server.mcp_url());
+        let mut toolsets = Vec::new();
+        for session in ["alice", "bob"] {
+            let toolset = connect(
+                vec![config.clone()],
+                options()
+                    .with_session(session)
+                    .with_auth(|_, session: String| async move {
+                        Ok::<_, String>(format!("token-{session}"))
+                    }),
+            )
+            .await
+            .unwrap();
+            let result = toolset
+                .call(
+                    "fx__echo",
+                    Some(json!({"message": session})),
+                    &CallContext::for_session(session),
+                )
+                .await
+                .unwrap();
+            assert_eq!(text(&result), session);
+            toolsets.push(toolset);
+        }
+        let seen = server.seen();
+        let bearers: Vec<Vec<String>> = seen
+            .iter()
+            .map(|s| {
+                s.headers
+                    .get_all("authorization")
+                    .iter()
+                    .filter_map(|v| v.to_str().ok().map(str::to_owned))
+                    .collect()
+            })
+            .collect();
+        assert!(bearers.iter().all(|b| b.len() == 1), "{bearers:?}");
+        assert!(bearers.iter().any(|b| b[0] == "Bearer token-alice"));
+        assert!(bearers.iter().any(|b| b[0] == "Bearer token-bob"));
+        assert!(
+            bearers
+                .iter()
+                .all(|b| b[0] == "Bearer token-alice" || b[0] == "Bearer token-bob")
+        );
+        for toolset in toolsets {
+            // Nothing a toolset shows carries a token.
+            assert!(!format!("{toolset:?} {:?}", toolset.diagnostics()).contains("token-"));
+            toolset.close().await;
+        }
     }
 
     #[tokio::test]
