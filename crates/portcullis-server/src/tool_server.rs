@@ -378,7 +378,7 @@ impl ToolServer {
             // drop it. Nobody is waiting for this answer any more.
             _ = async { cancel.cancelled().await; tokio::time::sleep(CANCEL_GRACE).await } => {
                 tracing::debug!(tool = %entry.name, "handler ignored cancellation; dropped");
-                return ToolResult::error_text("ERR_TOOL_CANCELLED");
+                return map_error("cancelled by the client").result;
             }
         };
         match outcome {
@@ -452,6 +452,21 @@ impl ServerHandler for ToolServer {
 
     fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {
         self.inner.entries.get(name).map(|e| e.wire.clone())
+    }
+
+    /// `subscriptions/listen` (2026-07-28) is accepted so clients can hold
+    /// one open, but a built tool set never changes, so it advertises no
+    /// `listChanged` and rmcp acknowledges an empty filter; the stream then
+    /// stays quiet until the client closes it.
+    fn accepted_subscription_filter(
+        &self,
+        _requested: &rmcp::model::SubscriptionFilter,
+    ) -> Option<rmcp::model::SubscriptionFilter> {
+        Some(
+            rmcp::model::SubscriptionFilter::builder()
+                .tools_list_changed()
+                .build(),
+        )
     }
 
     async fn call_tool(

@@ -680,3 +680,76 @@ async fn concurrent_calls_share_one_server() {
     assert_eq!(counter.load(std::sync::atomic::Ordering::SeqCst), 16);
     server.close().await;
 }
+
+#[tokio::test]
+async fn create_mcp_server_maps_the_seed_entry_point() {
+    use portcullis_server::{ServeOptions, create_mcp_server};
+    let registrations = || {
+        vec![
+            Registration::new(ro("get_device"), echo).with_source("./plugins/site"),
+            Registration::new(Tool::new("act_device"), echo).with_source("./plugins/site"),
+        ]
+    };
+    let root = std::path::Path::new(".");
+
+    let mut clash = registrations();
+    clash.push(Registration::new(ro("get_device"), echo).with_source("./apps/site"));
+    let error = create_mcp_server(root, Some(0), clash, ServeOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "ERR_PLUGIN_TOOL_DUPLICATE_ID: ./plugins/site and ./apps/site: duplicate tool id \"get_device\""
+    );
+
+    let options = ServeOptions {
+        token: Some("t0k".into()),
+        allow_tools: Some(vec!["get_device".into(), "act_device".into()]),
+        max_output_length: 4,
+        ..Default::default()
+    };
+    let server = create_mcp_server(root, Some(0), registrations(), options)
+        .await
+        .unwrap();
+    assert!(server.local_addr().ip().is_loopback());
+    let unauthorized = post(&server, "/mcp", &[], &list_body()).await;
+    assert_eq!(unauthorized.status(), StatusCode::UNAUTHORIZED);
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "act_device", "arguments": {"text": "abcdefgh"}}});
+    let response = post(&server, "/mcp", &[("authorization", "Bearer t0k")], &body).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let body: Value = response.json().await.unwrap();
+    let text = body["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("\nabcd\n[truncated 4 characters]\n"),
+        "{text}"
+    );
+    server.close().await;
+}
+
+#[tokio::test]
+async fn subscriptions_listen_is_acknowledged_for_2026_clients() {
+    let server = serve(tools(), HttpOptions::default()).await;
+    let listen = json!({"jsonrpc": "2.0", "id": 5, "method": "subscriptions/listen",
+        "params": {"notifications": {"toolsListChanged": true}, "_meta": modern_meta()}});
+    let headers = [
+        ("mcp-protocol-version", MODERN),
+        ("mcp-method", "subscriptions/listen"),
+    ];
+    let mut response = post(&server, "/mcp", &headers, &listen).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut seen = String::new();
+    while !seen.contains("notifications/subscriptions/acknowledged") {
+        let chunk = tokio::time::timeout(HANG, response.chunk())
+            .await
+            .unwrap()
+            .unwrap();
+        seen.push_str(&String::from_utf8_lossy(
+            &chunk.expect("stream ended before the acknowledgement"),
+        ));
+    }
+    // Nothing here ever changes, so nothing is promised.
+    assert!(!seen.contains("\"toolsListChanged\":true"), "{seen}");
+    drop(response);
+    server.close().await;
+}

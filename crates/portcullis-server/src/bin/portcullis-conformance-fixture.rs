@@ -329,6 +329,19 @@ fn library_tools(
                 Ok::<_, ToolError>(ToolResult::text(format!("JSON Schema 2020-12 tool called with: {args}")))
             },
         )
+        .tool(
+            ro("test_custom_headers", "Mirrors a parameter into an Mcp-Param header (SEP-2243)").with_input_schema(json!({
+                "type": "object",
+                "properties": {
+                    "region": {"type": "string", "description": "Mirrored as Mcp-Param-Region", "x-mcp-header": "Region"},
+                    "query": {"type": "string", "description": "Not mirrored"}
+                },
+                "required": ["region"]
+            })),
+            |args: Value, _: CallContext| async move {
+                Ok::<_, ToolError>(ToolResult::text(format!("region={}", args["region"].as_str().unwrap_or_default())))
+            },
+        )
         .tool(ro("test_streaming_elicitation", "Streams progress, then answers"), |_: Value, ctx: CallContext| async move {
             ctx.progress(1.0, Some(2.0), Some("working")).await;
             Ok::<_, ToolError>(ToolResult::text("Streaming completed"))
@@ -361,7 +374,11 @@ fn library_tools(
 
 async fn log(ctx: &CallContext, level: &Mutex<Option<LoggingLevel>>, message: &str) {
     let Some(peer) = ctx.peer() else { return };
-    let _threshold = level.lock().map(|l| *l).unwrap_or(None);
+    // Respect logging/setLevel: nothing below the client's threshold.
+    let threshold = level.lock().map(|l| *l).unwrap_or(None);
+    if threshold.is_some_and(|t| t as u8 > LoggingLevel::Info as u8) {
+        return;
+    }
     let param = LoggingMessageNotificationParam::new(LoggingLevel::Info, json!(message));
     #[allow(deprecated)]
     if let Err(error) = peer.notify_logging_message(param).await {
