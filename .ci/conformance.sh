@@ -10,8 +10,6 @@
 #        tasks-* (extension, 9 of 10): the fixture does not implement the
 #          io.modelcontextprotocol/tasks extension (SEP-2663), and neither does
 #          portcullis-server; a server that does not declare it is conformant.
-#        http-custom-header-server-validation (pending): needs a tool with an
-#          x-mcp-header parameter; not in the fixture yet.
 #      No expected-failures baseline is needed for them; if one is ever needed,
 #      put it in .ci/conformance-2026-expected-failures.yml (unscored scenarios
 #      only, each with its reason) and it is passed to the runner.
