@@ -179,8 +179,20 @@ async fn the_python_sdk_client_lists_and_calls_over_http_and_stdio() {
         eprintln!("SKIPPED: .peers/venv is not installed (run `bash .ci/peers.sh`)");
         return;
     };
+    // Legacy sessions on (the fixture's default) and the library's default,
+    // stateless.
     let (child, url) = start_http(&[]).await;
+    let (stateless_child, stateless_url) = start_http(&["--stateless"]).await;
     for (mode, protocol) in [("auto", "2026-07-28"), ("legacy", "2025-11-25")] {
+        let seen = python_client(&python, &[mode, "http", &stateless_url]).await;
+        assert_eq!(seen["protocol"], protocol, "{seen}");
+        assert!(
+            seen["text"]
+                .as_str()
+                .unwrap()
+                .contains("This is a simple text response for testing.")
+        );
+
         let seen = python_client(&python, &[mode, "http", &url]).await;
         assert_eq!(seen["protocol"], protocol, "{seen}");
         assert!(
@@ -205,5 +217,77 @@ async fn the_python_sdk_client_lists_and_calls_over_http_and_stdio() {
                 .contains("This is a simple text response for testing.")
         );
     }
+    drop(child);
+    drop(stateless_child);
+}
+
+#[tokio::test]
+async fn the_inspector_cli_lists_and_calls_over_http_and_stdio() {
+    let build = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../.peers/node_modules/@modelcontextprotocol/inspector-cli/build");
+    if !build.join("index.js").exists() {
+        eprintln!("SKIPPED: the inspector CLI is not installed (run `bash .ci/peers.sh`)");
+        return;
+    }
+    // Inspector v1 must run from its own build directory (peers.md §2.4).
+    let inspector = |args: Vec<String>| {
+        let build = build.clone();
+        async move {
+            let output = tokio::time::timeout(
+                HANG,
+                Command::new("node")
+                    .current_dir(&build)
+                    .arg("index.js")
+                    .args(&args)
+                    .output(),
+            )
+            .await
+            .unwrap()
+            .unwrap();
+            assert!(
+                output.status.success(),
+                "{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            serde_json::from_slice::<Value>(&output.stdout).unwrap()
+        }
+    };
+    let (child, url) = start_http(&["--stateless"]).await;
+    let call = |target: Vec<&str>| {
+        let mut args: Vec<String> = target.iter().map(|s| s.to_string()).collect();
+        args.extend(
+            ["--method", "tools/call", "--tool-name", "test_simple_text"].map(String::from),
+        );
+        args
+    };
+    let over_http = inspector(call(vec![url.as_str(), "--transport", "http"])).await;
+    assert!(
+        over_http["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("This is a simple text response")
+    );
+    let over_stdio = inspector(call(vec![FIXTURE, "--stdio"])).await;
+    assert!(
+        over_stdio["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("This is a simple text response")
+    );
+    let listed = inspector(vec![
+        url.clone(),
+        "--transport".into(),
+        "http".into(),
+        "--method".into(),
+        "tools/list".into(),
+    ])
+    .await;
+    assert!(
+        listed["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"] == "test_simple_text")
+    );
     drop(child);
 }
