@@ -13,7 +13,9 @@ use rmcp::model::{
 };
 use rmcp::service::{ClientInitializeError, PeerRequestOptions, RunningService, ServiceError};
 use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::streamable_http_client::{
+    StreamableHttpClientTransportConfig, StreamableHttpError,
+};
 use rmcp::{ClientCacheConfig, ClientLifecycleMode, ClientServiceExt, Peer, RoleClient};
 use tokio::sync::Mutex;
 
@@ -21,7 +23,7 @@ use crate::config::{McpServerConfig, RemoteConfig, check_remote_url};
 use crate::error::CallError;
 use crate::health::ServerHealth;
 use crate::hosts::HostGuard;
-use crate::http::{CallCredential, GuardedHttp, GuardedHttpParts};
+use crate::http::{CallCredential, GuardedHttp, GuardedHttpParts, HttpFailure};
 use crate::progress::UpstreamHandler;
 use crate::report::DiagnosticSink;
 use crate::sse::LegacySseTransport;
@@ -236,7 +238,30 @@ async fn open_stdio(
 }
 
 fn init_failure(name: &str, error: &ClientInitializeError) -> String {
-    format!("MCP server \"{name}\" could not be connected: {error}")
+    let detail = match error {
+        ClientInitializeError::TransportError { error, .. } => root_cause(error.error.as_ref()),
+        other => other.to_string(),
+    };
+    format!("MCP server \"{name}\" could not be connected: {detail}")
+}
+
+/// The innermost cause of a transport error: rmcp's wrappers name Rust
+/// types, which tell a person nothing ("Connection refused" does).
+fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause = error;
+    loop {
+        // rmcp's `Client(E)` variant does not expose `E` as its source.
+        if let Some(StreamableHttpError::Client(inner)) =
+            cause.downcast_ref::<StreamableHttpError<HttpFailure>>()
+        {
+            cause = inner;
+            continue;
+        }
+        match cause.source() {
+            Some(next) => cause = next,
+            None => return cause.to_string(),
+        }
+    }
 }
 
 /// `tools/list`, following `nextCursor` to the end.
@@ -365,10 +390,10 @@ impl Connection {
                 if self.peer.is_transport_closed() {
                     self.health.mark_unavailable();
                 }
-                let reason = self
-                    .health
-                    .take_failure()
-                    .unwrap_or_else(|| other.to_string());
+                let reason = self.health.take_failure().unwrap_or_else(|| match &other {
+                    ServiceError::TransportSend(error) => root_cause(error.error.as_ref()),
+                    other => other.to_string(),
+                });
                 CallError::Transport {
                     server: server.to_owned(),
                     reason,
