@@ -179,6 +179,11 @@ impl NativePlugin {
         &self.dir
     }
 
+    /// The directory as given, as text (the source name).
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
     /// The tools, in manifest order.
     pub fn tools(&self) -> &[NativeTool] {
         &self.tools

@@ -1,0 +1,440 @@
+//! Forwarding a route's call to its application over HTTP.
+//!
+//! An [`App`] is where an application listens (`base_url`), how long a call
+//! may take (`timeout`, default 60 s), the gateway key that signs every
+//! request (see [`crate::signing`]) and the caller identity travels in
+//! `x-portcullis-identity`. A call:
+//!
+//! 1. refuses an `auth: true` route without an identity
+//!    (`ERR_MCP_AUTH_REQUIRED`) or whose identity lacks a permission
+//!    (`ERR_MCP_PERM_DENIED`), before anything is sent;
+//! 2. splits the flat arguments into path, query, headers and a JSON body;
+//! 3. signs and sends the request (no redirects followed, no proxy);
+//! 4. answers the response body as text, JSON pretty-printed (as the seed
+//!    does), read up to a cap.
+//!
+//! Errors: an application that cannot be reached or does not answer in time
+//! gives `ERR_APP_RUNTIME_UNAVAILABLE: app "<name>" is not reachable`; a
+//! 4xx/5xx gives the application's own `ERR_…` message when its body is the
+//! Gateway's `{statusCode, error, message}` with an `ERR_` message, else
+//! `ERR_APP_HTTP_<status>` (e.g. `ERR_APP_HTTP_500`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use http::{HeaderName, HeaderValue, Method};
+use portcullis_catalog::ToolResult;
+use portcullis_catalog::error_mapping::codes::{
+    ERR_APP_RUNTIME_UNAVAILABLE, ERR_INVALID_ARGUMENTS,
+};
+use portcullis_server::exposure::check_call;
+use portcullis_server::{CallContext, Registration, ToolError, ToolHandler};
+use reqwest::Url;
+use serde_json::{Map, Value};
+
+use crate::error::SourceError;
+use crate::route::HttpRoute;
+use crate::signing::{
+    DIGEST_HEADER, GatewayKey, IDENTITY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, unix_now,
+};
+
+/// Default bound on one forwarded call (the seed's `timeoutMs`).
+pub const DEFAULT_APP_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Default cap on a response body.
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
+
+/// Where and how to reach one application.
+#[derive(Debug, Clone)]
+pub struct AppOptions {
+    /// The application's name (in errors and logs).
+    pub name: String,
+    /// Its base URL, e.g. `http://127.0.0.1:9000` (a path prefix is kept).
+    pub base_url: String,
+    /// Bound on each call.
+    pub timeout: Duration,
+    /// Cap on a response body.
+    pub max_response_bytes: usize,
+    /// The key signing every request; `None` sends unsigned requests.
+    pub key: Option<Arc<GatewayKey>>,
+}
+
+impl AppOptions {
+    /// Options for `name` at `base_url` with the defaults (60 s, 16 MiB, unsigned).
+    pub fn new(name: impl Into<String>, base_url: impl Into<String>) -> Self {
+        AppOptions {
+            name: name.into(),
+            base_url: base_url.into(),
+            timeout: DEFAULT_APP_TIMEOUT,
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            key: None,
+        }
+    }
+
+    /// Signs requests with `key`.
+    pub fn with_key(mut self, key: Arc<GatewayKey>) -> Self {
+        self.key = Some(key);
+        self
+    }
+
+    /// Sets the per-call timeout.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+}
+
+/// An application reachable over HTTP.
+#[derive(Debug)]
+pub struct App {
+    name: String,
+    base: Url,
+    timeout: Duration,
+    max_response_bytes: usize,
+    key: Option<Arc<GatewayKey>>,
+    client: reqwest::Client,
+}
+
+impl App {
+    /// Checks the base URL (absolute `http`/`https`, no credentials, no
+    /// query or fragment) and builds the HTTP client.
+    pub fn new(options: AppOptions) -> Result<Arc<Self>, SourceError> {
+        let invalid = |reason: String| SourceError::InvalidApp {
+            app: options.name.clone(),
+            reason,
+        };
+        let mut base =
+            Url::parse(&options.base_url).map_err(|e| invalid(format!("base_url: {e}")))?;
+        if !matches!(base.scheme(), "http" | "https") {
+            return Err(invalid("base_url must be http or https".into()));
+        }
+        if !base.username().is_empty() || base.password().is_some() {
+            return Err(invalid("base_url must not carry credentials".into()));
+        }
+        if base.query().is_some() || base.fragment().is_some() {
+            return Err(invalid("base_url must not have a query or fragment".into()));
+        }
+        // Route paths are appended to the base path.
+        let trimmed = base.path().trim_end_matches('/').to_owned();
+        base.set_path(&trimmed);
+        let client = reqwest::Client::builder()
+            // The identity and signature must never follow a redirect to
+            // another host, and an app on loopback needs no proxy.
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .build()
+            .map_err(|e| invalid(format!("HTTP client: {e}")))?;
+        Ok(Arc::new(App {
+            name: options.name,
+            base,
+            timeout: options.timeout,
+            max_response_bytes: options.max_response_bytes,
+            key: options.key,
+            client,
+        }))
+    }
+
+    /// The application's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// One registration per route, each forwarding here; `source` names
+    /// the route table or document in duplicate-id errors.
+    pub fn registrations(
+        self: &Arc<Self>,
+        source: &str,
+        routes: &[HttpRoute],
+    ) -> Vec<Registration> {
+        routes
+            .iter()
+            .map(|route| {
+                let handler = RouteHandler {
+                    app: self.clone(),
+                    route: Arc::new(route.clone()),
+                };
+                Registration::new(route.tool(), handler)
+                    .with_source(source.to_owned())
+                    .with_access(route.access.clone())
+            })
+            .collect()
+    }
+
+    fn unavailable(&self) -> ToolError {
+        ToolError::msg(format!(
+            "{ERR_APP_RUNTIME_UNAVAILABLE}: app \"{}\" is not reachable",
+            self.name
+        ))
+    }
+}
+
+/// Forwards one route's calls.
+struct RouteHandler {
+    app: Arc<App>,
+    route: Arc<HttpRoute>,
+}
+
+impl ToolHandler for RouteHandler {
+    fn call(
+        &self,
+        args: Value,
+        ctx: CallContext,
+    ) -> BoxFuture<'static, Result<ToolResult, ToolError>> {
+        let app = self.app.clone();
+        let route = self.route.clone();
+        Box::pin(async move {
+            let cancel = ctx.cancellation().clone();
+            tokio::select! {
+                result = forward(&app, &route, args, &ctx) => result,
+                _ = cancel.cancelled() => Err(ToolError::msg("cancelled by the client")),
+            }
+        })
+    }
+}
+
+async fn forward(
+    app: &App,
+    route: &HttpRoute,
+    args: Value,
+    ctx: &CallContext,
+) -> Result<ToolResult, ToolError> {
+    // The server's gate withholds these routes already; this is the
+    // backstop, so an app never sees an auth route's call without identity.
+    check_call(&route.access, ctx.identity()).map_err(ToolError::msg)?;
+
+    let split = route.split(&args);
+    let path = fill_path(&route.path, &split.path)?;
+    let mut url = app.base.clone();
+    url.set_path(&format!("{}{}", app.base.path(), path));
+    if !split.query.is_empty() {
+        let mut pairs = url.query_pairs_mut();
+        for (name, value) in &split.query {
+            match value {
+                Value::Array(items) => {
+                    for item in items {
+                        pairs.append_pair(name, &scalar_text(item));
+                    }
+                }
+                other => {
+                    pairs.append_pair(name, &scalar_text(other));
+                }
+            }
+        }
+    }
+
+    let sends_body = !matches!(route.method, Method::GET | Method::HEAD)
+        && (route.body.is_some() || !split.body.is_empty());
+    let body = if sends_body {
+        serde_json::to_vec(&Value::Object(split.body))?
+    } else {
+        Vec::new()
+    };
+
+    let mut request = app
+        .client
+        .request(route.method.clone(), url.clone())
+        .timeout(app.timeout);
+    for (name, value) in &split.headers {
+        let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+            ToolError::msg(format!(
+                "{ERR_INVALID_ARGUMENTS}: header \"{name}\" is not a valid header name"
+            ))
+        })?;
+        let value = HeaderValue::from_str(&scalar_text(value)).map_err(|_| {
+            ToolError::msg(format!(
+                "{ERR_INVALID_ARGUMENTS}: header \"{name}\" has a value that cannot be sent"
+            ))
+        })?;
+        request = request.header(name, value);
+    }
+    let identity = match ctx.identity() {
+        Some(identity) => Some(serde_json::to_string(identity)?),
+        None => None,
+    };
+    if let Some(identity) = &identity {
+        request = request.header(IDENTITY_HEADER, identity.as_str());
+    }
+    if let Some(key) = &app.key {
+        let path_and_query = match url.query() {
+            Some(query) => format!("{}?{query}", url.path()),
+            None => url.path().to_owned(),
+        };
+        let signed = key.sign(
+            route.method.as_str(),
+            &path_and_query,
+            &body,
+            identity.as_deref(),
+            unix_now(),
+        );
+        request = request
+            .header(TIMESTAMP_HEADER, signed.timestamp)
+            .header(DIGEST_HEADER, signed.digest)
+            .header(SIGNATURE_HEADER, signed.signature);
+    }
+    if sends_body {
+        request = request
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(body);
+    }
+
+    let mut response = request.send().await.map_err(|e| {
+        tracing::warn!(app = %app.name, route = %route.declared_id, error = %e, "application unreachable");
+        if e.is_connect() || e.is_timeout() || e.is_request() {
+            app.unavailable()
+        } else {
+            ToolError::msg(format!("forwarding to app \"{}\" failed: {e}", app.name))
+        }
+    })?;
+    let status = response.status();
+    let mut bytes = Vec::new();
+    loop {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                if bytes.len() + chunk.len() > app.max_response_bytes {
+                    return Err(ToolError::msg(format!(
+                        "app \"{}\" answered more than {} bytes",
+                        app.name, app.max_response_bytes
+                    )));
+                }
+                bytes.extend_from_slice(&chunk);
+            }
+            Ok(None) => break,
+            Err(e) if e.is_timeout() => return Err(app.unavailable()),
+            Err(e) => {
+                return Err(ToolError::msg(format!(
+                    "reading app \"{}\" response: {e}",
+                    app.name
+                )));
+            }
+        }
+    }
+
+    if !status.is_success() {
+        let coded = serde_json::from_slice::<Value>(&bytes)
+            .ok()
+            .and_then(|body| {
+                body.get("message")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            })
+            .filter(|message| message.starts_with("ERR_"));
+        tracing::debug!(app = %app.name, route = %route.declared_id, %status, "application answered an error");
+        return Err(ToolError::msg(
+            coded.unwrap_or_else(|| format!("ERR_APP_HTTP_{}", status.as_u16())),
+        ));
+    }
+    Ok(ToolResult::text(response_text(&bytes)))
+}
+
+/// The route path with `{name}` and `:name` filled in, each value
+/// percent-encoded so it stays one segment.
+fn fill_path(template: &str, values: &Map<String, Value>) -> Result<String, ToolError> {
+    let mut out = String::with_capacity(template.len());
+    for (i, segment) in template.split('/').enumerate() {
+        if i > 0 {
+            out.push('/');
+        }
+        if let Some(name) = segment.strip_prefix(':') {
+            out.push_str(&encode_segment(&path_value(values, name)?));
+            continue;
+        }
+        // `{name}` anywhere in the segment (`/files/{id}.json`).
+        let mut rest = segment;
+        while let Some(start) = rest.find('{') {
+            let Some(len) = rest[start..].find('}') else {
+                break;
+            };
+            out.push_str(&rest[..start]);
+            let name = &rest[start + 1..start + len];
+            out.push_str(&encode_segment(&path_value(values, name)?));
+            rest = &rest[start + len + 1..];
+        }
+        out.push_str(rest);
+    }
+    Ok(out)
+}
+
+fn path_value(values: &Map<String, Value>, name: &str) -> Result<String, ToolError> {
+    values.get(name).map(scalar_text).ok_or_else(|| {
+        ToolError::msg(format!(
+            "{ERR_INVALID_ARGUMENTS}: missing path parameter \"{name}\""
+        ))
+    })
+}
+
+fn encode_segment(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for byte in value.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    // "." and ".." would be normalised away by the URL parser.
+    match out.as_str() {
+        "." => "%2E".to_owned(),
+        ".." => "%2E%2E".to_owned(),
+        _ => out,
+    }
+}
+
+fn scalar_text(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+/// JSON pretty-printed, anything else as (lossy) UTF-8 text.
+fn response_text(bytes: &[u8]) -> String {
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(value) => serde_json::to_string_pretty(&value).unwrap_or_default(),
+        Err(_) => String::from_utf8_lossy(bytes).into_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn paths_are_filled_and_encoded() {
+        let values = json!({"id": "a/b c", "n": 3, "dots": ".."});
+        let values = values.as_object().unwrap();
+        assert_eq!(
+            fill_path("/devices/:id", values).unwrap(),
+            "/devices/a%2Fb%20c"
+        );
+        assert_eq!(
+            fill_path("/d/{id}/x/{n}.json", values).unwrap(),
+            "/d/a%2Fb%20c/x/3.json"
+        );
+        assert_eq!(fill_path("/d/{dots}", values).unwrap(), "/d/%2E%2E");
+        let missing = fill_path("/d/{ghost}", values).unwrap_err();
+        assert_eq!(
+            missing.message(),
+            "ERR_INVALID_ARGUMENTS: missing path parameter \"ghost\""
+        );
+    }
+
+    #[test]
+    fn responses_are_pretty_json_or_text() {
+        assert_eq!(response_text(br#"{"a":1}"#), "{\n  \"a\": 1\n}");
+        assert_eq!(response_text(b"plain"), "plain");
+        assert_eq!(response_text(b""), "");
+    }
+
+    #[test]
+    fn base_urls_are_checked() {
+        assert!(App::new(AppOptions::new("a", "ftp://x")).is_err());
+        assert!(App::new(AppOptions::new("a", "http://u:p@127.0.0.1")).is_err());
+        assert!(App::new(AppOptions::new("a", "not a url")).is_err());
+        let error = App::new(AppOptions::new("a", "http://127.0.0.1/?q=1")).unwrap_err();
+        assert!(error.to_string().starts_with("ERR_INVALID_MCP_APP: a: "));
+        assert!(App::new(AppOptions::new("a", "http://127.0.0.1:9/api/")).is_ok());
+    }
+}

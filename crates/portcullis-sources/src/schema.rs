@@ -1,0 +1,316 @@
+//! JSON Schema for generated tools: the subset a route's parameters and body
+//! may use, normalised the way the seed's converter does.
+//!
+//! Kept: `type` (`string`, `integer`, `number`, `boolean`, `array`,
+//! `object`), `description`, `enum`, `default`, string bounds and `pattern`,
+//! number bounds, array `items` and bounds, object `properties` and
+//! `required`, `allOf` of objects (merged). A `string` without `maxLength`
+//! gets 16 384, so a model cannot push an unbounded string into an
+//! application. Anything else (`oneOf`, `anyOf`, `not`, formats, external
+//! `$ref`s) accepts any value; a `$ref` into the same document is resolved,
+//! and nesting deeper than [`MAX_DEPTH`] (which also stops `$ref` cycles)
+//! accepts any value with a note.
+
+use serde_json::{Map, Value, json};
+
+/// Cap on free-text arguments when the schema states no `maxLength` (the
+/// seed's `DEFAULT_MAX_STRING_LENGTH`).
+pub const DEFAULT_MAX_STRING_LENGTH: u64 = 16384;
+
+/// How deep a schema (counting `$ref` hops) is followed.
+pub const MAX_DEPTH: usize = 32;
+
+/// Converts schemas, resolving local `$ref`s against `root` when given, and
+/// collecting notes about what it could not keep.
+pub(crate) struct SchemaConverter<'a> {
+    root: Option<&'a Value>,
+    pub(crate) notes: Vec<String>,
+    // The `$ref`s being expanded: one seen again is a recursive type.
+    expanding: Vec<String>,
+    // Schema nodes still allowed: a document whose refs fan out (a tree
+    // with two self-references per level) cannot blow up the conversion.
+    budget: usize,
+}
+
+/// How many schema nodes one converter produces before it stops expanding.
+pub const MAX_NODES: usize = 50_000;
+
+impl<'a> SchemaConverter<'a> {
+    pub(crate) fn new(root: Option<&'a Value>) -> Self {
+        SchemaConverter {
+            root,
+            notes: Vec::new(),
+            expanding: Vec::new(),
+            budget: MAX_NODES,
+        }
+    }
+
+    /// Resolves a local reference (`#/components/schemas/X`).
+    pub(crate) fn resolve_ref(&self, reference: &str) -> Option<&'a Value> {
+        let pointer = reference.strip_prefix('#')?;
+        self.root?.pointer(pointer)
+    }
+
+    /// Follows `$ref`s (at most [`MAX_DEPTH`] hops) to a non-reference value.
+    pub(crate) fn deref<'v>(&mut self, mut value: &'v Value) -> Option<&'v Value>
+    where
+        'a: 'v,
+    {
+        for _ in 0..MAX_DEPTH {
+            match value.get("$ref").and_then(Value::as_str) {
+                Some(reference) => match self.resolve_ref(reference) {
+                    Some(target) => value = target,
+                    None => {
+                        self.notes
+                            .push(format!("unresolvable $ref \"{reference}\""));
+                        return None;
+                    }
+                },
+                None => return Some(value),
+            }
+        }
+        self.notes.push("$ref chain too long".to_owned());
+        None
+    }
+
+    /// The normalised form of `schema`.
+    pub(crate) fn convert(&mut self, schema: &Value, depth: usize) -> Value {
+        if depth > MAX_DEPTH {
+            self.notes.push(format!(
+                "schema nested deeper than {MAX_DEPTH} levels; accepted as any value"
+            ));
+            return json!({});
+        }
+        let Value::Object(schema) = schema else {
+            return json!({});
+        };
+        if self.budget == 0 {
+            return json!({});
+        }
+        self.budget -= 1;
+        if self.budget == 0 {
+            self.notes.push(format!(
+                "schemas larger than {MAX_NODES} nodes; the rest accepted as any value"
+            ));
+        }
+        if let Some(reference) = schema.get("$ref").and_then(Value::as_str) {
+            if self.expanding.iter().any(|r| r == reference) {
+                self.notes.push(format!(
+                    "recursive $ref \"{reference}\"; the inner occurrence accepted as any value"
+                ));
+                return json!({});
+            }
+            return match self.resolve_ref(reference) {
+                Some(target) => {
+                    self.expanding.push(reference.to_owned());
+                    let converted = self.convert(target, depth + 1);
+                    self.expanding.pop();
+                    converted
+                }
+                None => {
+                    self.notes.push(format!(
+                        "unresolvable $ref \"{reference}\"; accepted as any value"
+                    ));
+                    json!({})
+                }
+            };
+        }
+
+        let mut out = Map::new();
+        if let Some(Value::String(description)) = schema.get("description") {
+            out.insert("description".into(), description.clone().into());
+        }
+        if let Some(default) = schema.get("default") {
+            out.insert("default".into(), default.clone());
+        }
+        if let Some(Value::Array(values)) = schema.get("enum")
+            && !values.is_empty()
+        {
+            out.insert("enum".into(), Value::Array(values.clone()));
+        }
+
+        let kind = match schema.get("type") {
+            Some(Value::String(kind)) => Some(kind.as_str()),
+            // 3.1 / 2020-12 `["string", "null"]`: the first non-null type.
+            Some(Value::Array(kinds)) => kinds
+                .iter()
+                .filter_map(Value::as_str)
+                .find(|k| *k != "null"),
+            _ => None,
+        };
+        let kind = kind.or_else(|| schema.contains_key("properties").then_some("object"));
+        match kind {
+            Some("string") => {
+                out.insert("type".into(), "string".into());
+                copy_numbers(schema, &mut out, &["minLength", "maxLength"]);
+                out.entry("maxLength")
+                    .or_insert_with(|| DEFAULT_MAX_STRING_LENGTH.into());
+                if let Some(Value::String(pattern)) = schema.get("pattern") {
+                    out.insert("pattern".into(), pattern.clone().into());
+                }
+            }
+            Some(kind @ ("integer" | "number")) => {
+                out.insert("type".into(), kind.into());
+                copy_numbers(
+                    schema,
+                    &mut out,
+                    &["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"],
+                );
+            }
+            Some("boolean") => {
+                out.insert("type".into(), "boolean".into());
+            }
+            Some("array") => {
+                out.insert("type".into(), "array".into());
+                if let Some(items) = schema.get("items").filter(|i| i.is_object()) {
+                    out.insert("items".into(), self.convert(items, depth + 1));
+                }
+                copy_numbers(schema, &mut out, &["minItems", "maxItems"]);
+            }
+            Some("object") => {
+                let (properties, required) = self.object_parts(schema, depth);
+                out.insert("type".into(), "object".into());
+                out.insert("properties".into(), Value::Object(properties));
+                if !required.is_empty() {
+                    out.insert("required".into(), required.into());
+                }
+            }
+            _ => {
+                if let Some(Value::Array(parts)) = schema.get("allOf") {
+                    return self.merge_all_of(parts, out, depth);
+                }
+            }
+        }
+        Value::Object(out)
+    }
+
+    /// An object schema's converted properties and its `required` names.
+    pub(crate) fn object_parts(
+        &mut self,
+        schema: &Map<String, Value>,
+        depth: usize,
+    ) -> (Map<String, Value>, Vec<String>) {
+        let mut properties = Map::new();
+        if let Some(Value::Object(declared)) = schema.get("properties") {
+            for (name, property) in declared {
+                properties.insert(name.clone(), self.convert(property, depth + 1));
+            }
+        }
+        let required = match schema.get("required") {
+            Some(Value::Array(names)) => names
+                .iter()
+                .filter_map(Value::as_str)
+                .filter(|name| properties.contains_key(*name))
+                .map(str::to_owned)
+                .collect(),
+            _ => Vec::new(),
+        };
+        (properties, required)
+    }
+
+    fn merge_all_of(
+        &mut self,
+        parts: &[Value],
+        mut out: Map<String, Value>,
+        depth: usize,
+    ) -> Value {
+        let mut properties = Map::new();
+        let mut required: Vec<Value> = Vec::new();
+        for part in parts {
+            let converted = self.convert(part, depth + 1);
+            if converted.get("type").and_then(Value::as_str) != Some("object") {
+                // Not all objects: nothing sound to merge into.
+                return Value::Object(out);
+            }
+            if let Some(Value::Object(props)) = converted.get("properties") {
+                properties.extend(props.clone());
+            }
+            if let Some(Value::Array(names)) = converted.get("required") {
+                required.extend(names.iter().cloned());
+            }
+        }
+        out.insert("type".into(), "object".into());
+        out.insert("properties".into(), Value::Object(properties));
+        if !required.is_empty() {
+            out.insert("required".into(), Value::Array(required));
+        }
+        Value::Object(out)
+    }
+}
+
+fn copy_numbers(from: &Map<String, Value>, to: &mut Map<String, Value>, keys: &[&str]) {
+    for key in keys {
+        if let Some(value) = from.get(*key).filter(|v| v.is_number()) {
+            to.insert((*key).to_owned(), value.clone());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn convert(schema: Value) -> Value {
+        SchemaConverter::new(None).convert(&schema, 0)
+    }
+
+    #[test]
+    fn strings_get_a_default_cap_and_keep_their_bounds() {
+        assert_eq!(
+            convert(json!({"type": "string", "description": "d", "format": "uuid"})),
+            json!({"description": "d", "type": "string", "maxLength": 16384})
+        );
+        assert_eq!(
+            convert(json!({"type": "string", "maxLength": 5, "minLength": 1, "pattern": "^a"})),
+            json!({"type": "string", "minLength": 1, "maxLength": 5, "pattern": "^a"})
+        );
+        assert_eq!(
+            convert(json!({"type": ["string", "null"], "enum": ["a", "b"]})),
+            json!({"enum": ["a", "b"], "type": "string", "maxLength": 16384})
+        );
+    }
+
+    #[test]
+    fn objects_arrays_and_unknowns() {
+        let converted = convert(json!({
+            "properties": {"a": {"type": "integer", "minimum": 1}, "b": {"oneOf": []}},
+            "required": ["a", "ghost"]
+        }));
+        assert_eq!(
+            converted,
+            json!({"type": "object", "properties": {"a": {"type": "integer", "minimum": 1}, "b": {}}, "required": ["a"]})
+        );
+        assert_eq!(
+            convert(json!({"type": "array", "items": {"type": "boolean"}, "maxItems": 3})),
+            json!({"type": "array", "items": {"type": "boolean"}, "maxItems": 3})
+        );
+        assert_eq!(convert(json!(true)), json!({}));
+    }
+
+    #[test]
+    fn refs_resolve_locally_and_cycles_stop() {
+        let doc = json!({"components": {"schemas": {
+            "Node": {"type": "object", "properties": {"next": {"$ref": "#/components/schemas/Node"}}},
+            "Named": {"type": "string"}
+        }}});
+        let mut converter = SchemaConverter::new(Some(&doc));
+        let named = converter.convert(&json!({"$ref": "#/components/schemas/Named"}), 0);
+        assert_eq!(named["type"], "string");
+        let node = converter.convert(&json!({"$ref": "#/components/schemas/Node"}), 0);
+        assert_eq!(node["properties"]["next"], json!({}));
+        assert!(converter.notes.iter().any(|n| n.contains("recursive $ref")));
+        let deep = (0..40).fold(
+            json!({"type": "string"}),
+            |inner, _| json!({"type": "array", "items": inner}),
+        );
+        let mut converter = SchemaConverter::new(None);
+        converter.convert(&deep, 0);
+        assert!(converter.notes.iter().any(|n| n.contains("deeper than 32")));
+        let mut converter = SchemaConverter::new(Some(&doc));
+        assert_eq!(
+            converter.convert(&json!({"$ref": "other.yaml#/X"}), 0),
+            json!({})
+        );
+        assert_eq!(converter.notes.len(), 1);
+    }
+}
