@@ -94,6 +94,9 @@ impl OpenApiDocument {
             serde_json::from_str(text)
                 .map_err(|e| SourceError::invalid(label, format!("is not valid JSON: {e}")))?
         } else {
+            if flow_depth_exceeds(text, MAX_FLOW_DEPTH) {
+                return Err(SourceError::invalid(label, "is nested too deeply"));
+            }
             let yaml: serde_norway::Value = serde_norway::from_str(text)
                 .map_err(|e| SourceError::invalid(label, format!("is not valid YAML: {e}")))?;
             yaml_to_json(yaml, 0)
@@ -399,6 +402,44 @@ fn convert_operation(
     })
 }
 
+/// Deepest `[`/`{` nesting a YAML document may use. The YAML parser's own
+/// recursion limit fires only after it has scanned the whole document, which
+/// takes time quadratic in the nesting: 50 000 brackets (100 KB) cost
+/// tens of seconds. This scan is linear and runs first.
+const MAX_FLOW_DEPTH: usize = 200;
+
+/// True when `[`/`{` outside quotes and comments nest deeper than `limit`.
+fn flow_depth_exceeds(text: &str, limit: usize) -> bool {
+    let mut depth = 0usize;
+    let mut quote: Option<char> = None;
+    let mut comment = false;
+    let mut previous = '\n';
+    for c in text.chars() {
+        if comment {
+            comment = c != '\n';
+        } else if let Some(q) = quote {
+            if c == q {
+                quote = None;
+            }
+        } else {
+            match c {
+                '"' | '\'' => quote = Some(c),
+                '#' if previous.is_whitespace() => comment = true,
+                '[' | '{' => {
+                    depth += 1;
+                    if depth > limit {
+                        return true;
+                    }
+                }
+                ']' | '}' => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+        }
+        previous = c;
+    }
+    false
+}
+
 /// YAML to JSON: keys stringified (YAML allows `200:` as an integer key),
 /// tags dropped, nesting bounded.
 fn yaml_to_json(value: serde_norway::Value, depth: usize) -> Option<Value> {
@@ -462,6 +503,16 @@ mod tests {
         assert_eq!(doc.routes.len(), 1);
         assert_eq!(doc.routes[0].id, "GET_x");
         assert_eq!(doc.routes[0].description.as_deref(), Some("T"));
+    }
+
+    #[test]
+    fn flow_nesting_is_measured_outside_quotes_and_comments() {
+        assert!(flow_depth_exceeds("a: [[[[x]]]]", 3));
+        assert!(!flow_depth_exceeds("a: [[[x]]]", 3));
+        assert!(!flow_depth_exceeds(
+            "a: \"[[[[[[\"\nb: '{{{{{{' # [[[[[[\n",
+            3
+        ));
     }
 
     #[test]

@@ -1,0 +1,393 @@
+//! Route tables and OpenAPI documents: loading, checks and conversion.
+
+use portcullis_catalog::Rule;
+use portcullis_sources::route::Safety;
+use portcullis_sources::{OpenApiDocument, RouteTable, SourceError};
+use serde_json::{Value, json};
+use tempfile::TempDir;
+
+fn table(routes: Value) -> Value {
+    json!({"name": "site", "version": "1.0.0", "description": "The site app", "routes": routes})
+}
+
+fn table_err(value: Value) -> String {
+    RouteTable::from_value("./apps/site", &value)
+        .unwrap_err()
+        .to_string()
+}
+
+#[test]
+fn two_routes_become_two_sanitised_tools() {
+    let table = RouteTable::from_value(
+        "./apps/site",
+        &table(json!([
+            {"id": "devices.get", "safety": "read-only", "description": "Get a device",
+             "http": {"method": "get", "path": "/devices/{id}",
+                      "parameters": [
+                          {"in": "path", "name": "id", "required": true, "schema": {"type": "string"}},
+                          {"in": "query", "name": "limit", "schema": {"type": "integer", "minimum": 1, "maximum": 50}},
+                          {"in": "cookie", "name": "session"}
+                      ]}},
+            {"id": "GET /devices/:id/reboot", "safety": "write", "method": "POST", "path": "/devices/:id/reboot",
+             "http": {"requestBody": {"content": {"application/json": {"schema": {
+                 "type": "object", "required": ["reason"],
+                 "properties": {"reason": {"type": "string", "enum": ["stuck", "update"]}, "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 3}}
+             }}}}}},
+            {"id": "unstated", "http": {"method": "DELETE", "path": "/x"}},
+            {"id": "live", "stream": true, "http": {"method": "GET", "path": "/live"}}
+        ])),
+    )
+    .unwrap();
+    let ids: Vec<&str> = table.routes.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(ids, ["devices_get", "GET_devices_id_reboot", "unstated"]);
+    assert_eq!(table.skipped_streams, ["live"]);
+
+    let get = table.routes[0].tool();
+    assert_eq!(get.description.as_deref(), Some("Get a device"));
+    assert!(get.is_read_only());
+    assert_eq!(
+        get.input_schema.unwrap(),
+        json!({"type": "object",
+               "properties": {"id": {"type": "string", "maxLength": 16384},
+                              "limit": {"type": "integer", "minimum": 1, "maximum": 50}},
+               "required": ["id"]})
+    );
+
+    let reboot = table.routes[1].tool();
+    // Falls back to the manifest's description.
+    assert_eq!(reboot.description.as_deref(), Some("The site app"));
+    let annotations = reboot.annotations.clone().unwrap();
+    assert_eq!(
+        (annotations.read_only_hint, annotations.destructive_hint),
+        (Some(false), Some(true))
+    );
+    let schema = reboot.input_schema.unwrap();
+    assert_eq!(schema["required"], json!(["reason"]));
+    assert_eq!(
+        schema["properties"]["reason"]["enum"],
+        json!(["stuck", "update"])
+    );
+    assert_eq!(schema["properties"]["tags"]["maxItems"], 3);
+
+    // Unstated safety is a write.
+    assert_eq!(table.routes[2].safety, Safety::Write);
+    assert!(!table.routes[2].tool().is_read_only());
+}
+
+#[test]
+fn route_table_errors_name_the_field() {
+    let cases = [
+        (
+            json!(["x"]),
+            "ERR_PLUGIN_MANIFEST_INVALID: ./apps/site: must be a JSON object",
+        ),
+        (
+            json!({"version": "1", "routes": []}),
+            "ERR_PLUGIN_MANIFEST_INVALID: ./apps/site: missing required field \"name\"",
+        ),
+        (
+            json!({"name": "s", "routes": []}),
+            "ERR_PLUGIN_MANIFEST_INVALID: ./apps/site: missing required field \"version\"",
+        ),
+        (
+            json!({"name": "s", "version": "1", "routes": []}),
+            "ERR_PLUGIN_MANIFEST_INVALID: ./apps/site: \"routes\" must be a non-empty array",
+        ),
+        (
+            table(json!([{"http": {"method": "GET", "path": "/"}}])),
+            "ERR_PLUGIN_MANIFEST_INVALID: ./apps/site: route missing required field \"id\"",
+        ),
+        (
+            table(json!([{"id": "a", "http": {"path": "/"}}])),
+            "ERR_PLUGIN_MANIFEST_INVALID: ./apps/site: route \"a\" missing required field \"method\"",
+        ),
+        (
+            table(json!([{"id": "a", "http": {"method": "TRACE", "path": "/"}}])),
+            "ERR_PLUGIN_MANIFEST_INVALID: ./apps/site: route \"a\" has an unsupported method \"TRACE\"",
+        ),
+        (
+            table(json!([{"id": "a", "http": {"method": "GET"}}])),
+            "ERR_PLUGIN_MANIFEST_INVALID: ./apps/site: route \"a\" missing required field \"path\"",
+        ),
+        (
+            table(json!([{"id": "a", "http": {"method": "GET", "path": "/", "parameters": {}}}])),
+            "ERR_PLUGIN_MANIFEST_INVALID: ./apps/site: route \"a\" field \"http.parameters\" must be an array",
+        ),
+        (
+            table(
+                json!([{"id": "a", "permissions": "admin", "http": {"method": "GET", "path": "/"}}]),
+            ),
+            "ERR_PLUGIN_MANIFEST_INVALID: ./apps/site: route \"a\" field \"permissions\" must be an array of strings",
+        ),
+        (
+            table(
+                json!([{"id": "a", "http": {"method": "GET", "path": "/", "parameters": [{"in": "header", "name": "X-Portcullis-Identity"}]}}]),
+            ),
+            "ERR_PLUGIN_MANIFEST_INVALID: ./apps/site: route \"a\" header parameter \"X-Portcullis-Identity\" is reserved",
+        ),
+        (
+            table(
+                json!([{"id": "a", "http": {"method": "GET", "path": "/"}}, {"id": "a", "http": {"method": "GET", "path": "/b"}}]),
+            ),
+            "ERR_PLUGIN_ROUTE_DUPLICATE_ID: ./apps/site: duplicate route id \"a\"",
+        ),
+    ];
+    for (value, expected) in cases {
+        assert_eq!(table_err(value.clone()), expected, "for {value}");
+    }
+}
+
+#[test]
+fn auth_and_permissions_become_access() {
+    let table = RouteTable::from_value(
+        "t",
+        &table(json!([{"id": "admin.report", "safety": "read-only", "auth": true, "permissions": ["reports:r"], "http": {"method": "GET", "path": "/r"}}])),
+    )
+    .unwrap();
+    assert!(table.routes[0].access.auth);
+    assert_eq!(table.routes[0].access.permissions, ["reports:r"]);
+}
+
+#[test]
+fn route_tables_load_from_a_directory_or_a_file() {
+    let dir = TempDir::new().unwrap();
+    let missing = RouteTable::load(dir.path()).unwrap_err();
+    assert_eq!(
+        missing,
+        SourceError::ManifestMissing {
+            dir: dir.path().display().to_string()
+        }
+    );
+    std::fs::write(
+        dir.path().join("mdk-plugin.json"),
+        table(json!([{"id": "a", "http": {"method": "GET", "path": "/a"}}])).to_string(),
+    )
+    .unwrap();
+    assert_eq!(RouteTable::load(dir.path()).unwrap().routes.len(), 1);
+    assert_eq!(
+        RouteTable::load(dir.path().join("mdk-plugin.json"))
+            .unwrap()
+            .name,
+        "site"
+    );
+    let gone = RouteTable::load(dir.path().join("other.json")).unwrap_err();
+    assert_eq!(gone.code(), "ERR_PLUGIN_MANIFEST_MISSING");
+}
+
+const PETS: &str = r##"
+openapi: 3.1.0
+info: {title: Pets, version: "1"}
+paths:
+  /pets/{petId}:
+    parameters:
+      - $ref: "#/components/parameters/PetId"
+    get:
+      operationId: pets.show
+      summary: Show a pet
+      parameters:
+        - {name: fields, in: query, schema: {type: array, items: {type: string}}}
+        - {name: Content-Type, in: header, schema: {type: string}}
+        - {name: sid, in: cookie, schema: {type: string}}
+      responses: {"200": {description: ok}}
+    put:
+      x-portcullis-safety: read-only
+      requestBody:
+        $ref: "#/components/requestBodies/Pet"
+      responses: {"200": {description: ok}}
+    delete:
+      x-portcullis-auth: true
+      x-portcullis-permissions: [pets:w]
+      responses: {"204": {description: gone}}
+  /pets:
+    post:
+      operationId: createPets
+      requestBody:
+        required: true
+        content:
+          multipart/form-data: {schema: {type: object}}
+      responses: {"201": {description: made}}
+    get:
+      operationId: pets.show
+      responses: {"200": {description: dup}}
+  /upload:
+    post:
+      requestBody:
+        content:
+          application/json: {schema: {type: array, items: {type: string}}}
+      responses: {"200": {description: ok}}
+  /tree:
+    get:
+      parameters:
+        - {name: q, in: query, schema: {$ref: "#/components/schemas/Tree"}}
+        - {name: ext, in: query, schema: {$ref: "other.yaml#/Thing"}}
+      responses: {"200": {description: ok}}
+    options:
+      responses: {"200": {description: ok}}
+components:
+  parameters:
+    PetId: {name: petId, in: path, required: true, description: The pet, schema: {type: integer}}
+  requestBodies:
+    Pet:
+      content:
+        application/json; charset=utf-8:
+          schema: {$ref: "#/components/schemas/Pet"}
+  schemas:
+    Pet:
+      allOf:
+        - type: object
+          required: [name]
+          properties: {name: {type: string, maxLength: 40}}
+        - type: object
+          properties: {age: {type: [integer, "null"], minimum: 0}}
+    Tree:
+      type: object
+      properties:
+        left: {$ref: "#/components/schemas/Tree"}
+        right: {$ref: "#/components/schemas/Tree"}
+"##;
+
+#[test]
+fn an_openapi_document_becomes_routes_with_diagnostics() {
+    let doc = OpenApiDocument::parse("pets.yaml", PETS).unwrap();
+    let ids: Vec<&str> = doc.routes.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        [
+            "pets_show",
+            "PUT_pets_petId",
+            "DELETE_pets_petId",
+            "GET_tree"
+        ]
+    );
+
+    let show = &doc.routes[0];
+    assert_eq!(show.declared_id, "pets.show");
+    assert_eq!(show.safety, Safety::ReadOnly);
+    let schema = show.tool().input_schema.unwrap();
+    assert_eq!(
+        schema["properties"]["petId"],
+        json!({"type": "integer", "description": "The pet"})
+    );
+    assert_eq!(schema["properties"]["fields"]["items"]["type"], "string");
+    assert!(schema["properties"].get("Content-Type").is_none());
+    assert!(schema["properties"].get("sid").is_none());
+    assert_eq!(schema["required"], json!(["petId"]));
+
+    let put = &doc.routes[1];
+    assert_eq!(
+        put.safety,
+        Safety::ReadOnly,
+        "x-portcullis-safety overrides the method"
+    );
+    let schema = put.tool().input_schema.unwrap();
+    assert_eq!(schema["properties"]["name"]["maxLength"], 40);
+    assert_eq!(schema["properties"]["age"]["type"], "integer");
+    assert_eq!(schema["required"], json!(["petId", "name"]));
+
+    let delete = &doc.routes[2];
+    assert_eq!(delete.safety, Safety::Write);
+    assert!(delete.access.auth);
+    assert_eq!(delete.access.permissions, ["pets:w"]);
+    assert_eq!(delete.description.as_deref(), Some("Pets"));
+
+    let messages: Vec<String> = doc.diagnostics.iter().map(|d| d.message.clone()).collect();
+    let has = |needle: &str| messages.iter().any(|m| m.contains(needle));
+    assert!(
+        has("header parameter \"Content-Type\" is set by the gateway"),
+        "{messages:#?}"
+    );
+    assert!(
+        has(
+            "operation \"POST /pets\": requires a body in an unsupported media type (multipart/form-data); skipped"
+        ),
+        "{messages:#?}"
+    );
+    assert!(
+        has("operation \"GET /pets\": tool id \"pets_show\" is already taken; skipped"),
+        "{messages:#?}"
+    );
+    assert!(
+        has("operation \"POST /upload\": has a JSON body that is not an object"),
+        "{messages:#?}"
+    );
+    assert!(
+        has("recursive $ref \"#/components/schemas/Tree\""),
+        "{messages:#?}"
+    );
+    assert!(
+        has("unresolvable $ref \"other.yaml#/Thing\""),
+        "{messages:#?}"
+    );
+    assert!(
+        has("operation \"OPTIONS /tree\": method not served as a tool"),
+        "{messages:#?}"
+    );
+    assert!(
+        doc.diagnostics
+            .iter()
+            .all(|d| d.rule == Rule::ServerEntryInvalid
+                && d.section == "openapi"
+                && d.origin == "pets.yaml")
+    );
+}
+
+#[test]
+fn hostile_documents_never_crash() {
+    // Deep nesting in JSON and YAML.
+    let deep_json = format!("{}{}", "[".repeat(50_000), "]".repeat(50_000));
+    assert!(OpenApiDocument::parse("d.json", &format!("{{\"a\": {deep_json}}}")).is_err());
+    let deep_yaml = format!(
+        "openapi: 3.0.0\nx: {}{}",
+        "[".repeat(50_000),
+        "]".repeat(50_000)
+    );
+    let error = OpenApiDocument::parse("d.yaml", &deep_yaml).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "ERR_PLUGIN_MANIFEST_INVALID: d.yaml: is nested too deeply"
+    );
+    // Alias bombs.
+    let bomb = "openapi: 3.0.0\na: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\nc: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]\ne: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d]\nf: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e]\ng: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f]\nh: &h [*g, *g, *g, *g, *g, *g, *g, *g, *g]\ni: [*h, *h, *h, *h, *h, *h, *h, *h, *h]\n";
+    assert!(OpenApiDocument::parse("bomb.yaml", bomb).is_err());
+    // Wrong types everywhere.
+    let weird = json!({"openapi": "3.0.0", "paths": {
+        "/a": {"get": "nope", "post": {"parameters": "x"}, "put": {"parameters": [{"name": 1}]}},
+        "/b": 7,
+        "no-slash": {"get": {}},
+        "/c": {"get": {"requestBody": {"$ref": "#/nowhere"}}},
+        "/d": {"$ref": "#/components/pathItems/missing"},
+        "/e": {"get": {"parameters": [{"name": "x", "in": "query", "schema": {"type": 5, "properties": 3, "items": [], "required": {}}}]}}
+    }});
+    let doc = OpenApiDocument::from_value("weird.json", &weird).unwrap();
+    assert_eq!(doc.routes.len(), 1, "{:?}", doc.diagnostics);
+    assert_eq!(doc.routes[0].id, "GET_e");
+    assert!(doc.diagnostics.len() >= 6, "{:#?}", doc.diagnostics);
+    // A wide fan-out of references is cut off, not expanded exponentially.
+    let mut schemas = serde_json::Map::new();
+    for i in 0..40 {
+        schemas.insert(
+            format!("S{i}"),
+            json!({"type": "object", "properties": {"a": {"$ref": format!("#/components/schemas/S{}", i + 1)}, "b": {"$ref": format!("#/components/schemas/S{}", i + 1)}}}),
+        );
+    }
+    schemas.insert("S40".into(), json!({"type": "string"}));
+    let fan = json!({"openapi": "3.0.0", "components": {"schemas": schemas}, "paths": {"/f": {"post": {
+        "requestBody": {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/S0"}}}}}}}});
+    let doc = OpenApiDocument::from_value("fan.json", &fan).unwrap();
+    assert_eq!(doc.routes.len(), 1);
+    assert!(
+        doc.diagnostics
+            .iter()
+            .any(|d| d.message.contains("deeper than") || d.message.contains("larger than"))
+    );
+}
+
+#[test]
+fn openapi_files_are_read_bounded() {
+    let dir = TempDir::new().unwrap();
+    let missing = OpenApiDocument::load(dir.path().join("none.yaml")).unwrap_err();
+    assert_eq!(missing.code(), "ERR_PLUGIN_MANIFEST_MISSING");
+    let path = dir.path().join("pets.yaml");
+    std::fs::write(&path, PETS).unwrap();
+    assert_eq!(OpenApiDocument::load(&path).unwrap().routes.len(), 4);
+}
