@@ -9,7 +9,7 @@ use std::time::Duration;
 use portcullis_catalog::{Tool, ToolResult};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientRequest, JsonObject,
-    PaginatedRequestParams, ProtocolVersion, ServerResult,
+    PaginatedRequestParams, ProtocolVersion, ServerResult, SubscriptionFilter,
 };
 use rmcp::service::{ClientInitializeError, PeerRequestOptions, RunningService, ServiceError};
 use rmcp::transport::StreamableHttpClientTransport;
@@ -18,6 +18,7 @@ use rmcp::transport::streamable_http_client::{
 };
 use rmcp::{ClientCacheConfig, ClientLifecycleMode, ClientServiceExt, Peer, RoleClient};
 use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
 
 use crate::config::{McpServerConfig, RemoteConfig, check_remote_url};
 use crate::error::CallError;
@@ -67,8 +68,13 @@ pub(crate) struct Connection {
     handler: UpstreamHandler,
     client: Mutex<Option<Client>>,
     /// What the server publishes now: a call for anything else is "no longer
-    /// published".
-    published: RwLock<BTreeSet<String>>,
+    /// published". Kept current by the listing watcher.
+    published: Arc<RwLock<BTreeSet<String>>>,
+    /// Stops the listing watcher.
+    stop: CancellationToken,
+    /// The subscription task (2026 servers), awaited on close so the
+    /// server hears the subscription end before the connection does.
+    subscription: Mutex<Option<tokio::task::JoinHandle<()>>>,
     timeout: Duration,
     pid: Option<u32>,
 }
@@ -147,14 +153,18 @@ async fn open(plan: ConnectPlan, health: Arc<ServerHealth>) -> Result<Connected,
             Err(_) => unreadable.push(raw_name),
         }
     }
-    let published = tools.iter().map(|t| t.name.clone()).collect();
+    let published = Arc::new(RwLock::new(tools.iter().map(|t| t.name.clone()).collect()));
+    let stop = CancellationToken::new();
+    let subscription = watch_listing(&peer, &handler, &published, &stop);
     Ok(Connected {
         connection: Connection {
             health,
             peer,
             handler,
             client: Mutex::new(Some(client)),
-            published: RwLock::new(published),
+            published,
+            stop,
+            subscription: Mutex::new(subscription),
             timeout: plan.timeout,
             pid,
         },
@@ -262,6 +272,73 @@ fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
             None => return cause.to_string(),
         }
     }
+}
+
+/// Keeps `published` current: a server that announces a changed tool list
+/// is re-listed, so a call for a tool it withdrew gets "no longer
+/// published" instead of reaching it. Handshake-era servers push the
+/// announcement unasked; 2026-07-28 servers only on a subscription, which is
+/// opened here when the server advertises `tools.listChanged`. The
+/// catalogue itself is not rebuilt: a model keeps the tool list it was given
+/// until the next build, and the call path refuses what disappeared.
+fn watch_listing(
+    peer: &Peer<RoleClient>,
+    handler: &UpstreamHandler,
+    published: &Arc<RwLock<BTreeSet<String>>>,
+    stop: &CancellationToken,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let info = peer.peer_info()?;
+    let announces = info
+        .capabilities
+        .tools
+        .as_ref()
+        .and_then(|t| t.list_changed)
+        .unwrap_or(false);
+    if !announces {
+        return None;
+    }
+    let changed = handler.tools_changed.clone();
+    let mut subscription_task = None;
+    if !info.protocol_version.has_initialize() {
+        let (peer, stop, changed) = (peer.clone(), stop.clone(), changed.clone());
+        subscription_task = Some(tokio::spawn(async move {
+            let filter = SubscriptionFilter::builder().tools_list_changed().build();
+            let Ok(mut subscription) = peer.listen(filter).await else {
+                return;
+            };
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => {
+                        let _ = subscription.cancel().await;
+                        return;
+                    }
+                    next = subscription.next() => match next {
+                        Ok(Some(_)) => changed.notify_one(),
+                        _ => return,
+                    },
+                }
+            }
+        }));
+    }
+    let (peer, stop, published) = (peer.clone(), stop.clone(), published.clone());
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = changed.notified() => {}
+            }
+            match list_all(&peer).await {
+                Ok(tools) => {
+                    let names = tools.iter().map(|t| t.name.to_string()).collect();
+                    *published.write().unwrap_or_else(PoisonError::into_inner) = names;
+                }
+                Err(_) if peer.is_transport_closed() => return,
+                // A failed re-list keeps the last known listing.
+                Err(_) => {}
+            }
+        }
+    });
+    subscription_task
 }
 
 /// `tools/list`, following `nextCursor` to the end.
@@ -405,6 +482,11 @@ impl Connection {
     /// Ends the connection (and the child process). Idempotent.
     pub(crate) async fn close(&self) {
         self.health.mark_unavailable();
+        self.stop.cancel();
+        let subscription = self.subscription.lock().await.take();
+        if let Some(task) = subscription {
+            let _ = tokio::time::timeout(CLOSE_GRACE, task).await;
+        }
         let client = self.client.lock().await.take();
         if let Some(mut client) = client {
             let _ = client.close_with_timeout(CLOSE_GRACE).await;

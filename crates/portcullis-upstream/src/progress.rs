@@ -1,5 +1,6 @@
 //! Progress: the client handler that routes a server's
-//! `notifications/progress` to the caller waiting on that request.
+//! `notifications/progress` to the caller waiting on that request (and
+//! passes on `notifications/tools/list_changed`).
 //!
 //! rmcp stamps every outgoing request with its own progress token, so the
 //! route is keyed by the token the request handle reports, registered right
@@ -14,7 +15,7 @@ use rmcp::model::{
 };
 use rmcp::service::NotificationContext;
 use rmcp::{ClientHandler, RoleClient};
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 
 /// One progress notification, as the caller receives it.
 #[derive(Debug, Clone, PartialEq)]
@@ -33,6 +34,8 @@ type Routes = Arc<Mutex<HashMap<ProgressToken, mpsc::UnboundedSender<Progress>>>
 #[derive(Clone, Default)]
 pub(crate) struct UpstreamHandler {
     routes: Routes,
+    /// Signalled when a handshake-era server says its tool list changed.
+    pub(crate) tools_changed: Arc<Notify>,
 }
 
 impl UpstreamHandler {
@@ -88,6 +91,12 @@ impl ClientHandler for UpstreamHandler {
                 message: params.message,
             });
         }
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        // A permit is kept if the watcher is busy re-listing, so a change
+        // during a re-list is not lost.
+        self.tools_changed.notify_one();
     }
 
     fn get_info(&self) -> ClientConfig {

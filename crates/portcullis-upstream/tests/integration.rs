@@ -109,6 +109,67 @@ async fn results_must_match_a_declared_output_schema() {
     toolset.close().await;
 }
 
+/// A tool the server withdrew after the catalogue was built is refused with
+/// the seed's message instead of reaching the server.
+async fn withdrawn_tools_are_no_longer_published(toolset: &Toolset, server: &str) {
+    let echo = format!("{server}__echo");
+    assert_eq!(
+        text(&call(toolset, &echo, json!({"message": "a"})).await.unwrap()),
+        "a"
+    );
+    call(toolset, &format!("{server}__withdraw"), json!({}))
+        .await
+        .unwrap();
+    // The watcher re-lists in the background; poll until it has.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let mut refused = false;
+    while !refused && tokio::time::Instant::now() < deadline {
+        refused = matches!(
+            call(toolset, &echo, json!({"message": "b"})).await,
+            Err(CallError::NoLongerPublished { .. })
+        );
+        if !refused {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    assert!(
+        refused,
+        "{echo} is still callable after the server withdrew it"
+    );
+    let error = call(toolset, &echo, json!({"message": "c"}))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "MCP tool \"{echo}\" is no longer published by server \"{server}\". Its catalogue changed since this tool list was built; use another tool."
+        )
+    );
+}
+
+#[tokio::test]
+async fn a_withdrawn_tool_is_no_longer_published_2026_subscription() {
+    let server = http_fixture(FixtureConfig::default()).await;
+    let toolset = connect(
+        vec![McpServerConfig::streamable_http("fx", server.mcp_url())],
+        options(),
+    )
+    .await
+    .unwrap();
+    assert!(eventually(WAIT, || server.state.listeners.load(Ordering::SeqCst) == 1).await);
+    withdrawn_tools_are_no_longer_published(&toolset, "fx").await;
+    toolset.close().await;
+}
+
+#[cfg(feature = "stdio")]
+#[tokio::test]
+async fn a_withdrawn_tool_is_no_longer_published_handshake_era() {
+    let config = McpServerConfig::stdio("old", fixture_bin(), ["--legacy-only"]);
+    let toolset = connect(vec![config], options()).await.unwrap();
+    withdrawn_tools_are_no_longer_published(&toolset, "old").await;
+    toolset.close().await;
+}
+
 #[tokio::test]
 async fn listing_follows_next_cursor() {
     let server = http_fixture(FixtureConfig {
@@ -123,10 +184,10 @@ async fn listing_follows_next_cursor() {
     )
     .await
     .unwrap();
-    // 9 fixture tools + 4 padding tools, 3 per page.
+    // 10 fixture tools + 4 padding tools, 3 per page.
     assert_eq!(
         toolset.catalogue().server("fx").unwrap().published.len(),
-        13
+        14
     );
     let cursors = server.state.cursors.lock().unwrap().clone();
     assert_eq!(cursors, ["page-3", "page-6", "page-9", "page-12"]);
