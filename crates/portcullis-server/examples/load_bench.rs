@@ -8,7 +8,10 @@
 //! ```
 //!
 //! Each call is one stateless `tools/call` POST (JSON response), through
-//! every guard, validation and framing, on a shared keep-alive client.
+//! every guard, validation and framing, on a shared keep-alive client. The
+//! same load is then run against a bare rmcp server (the same rmcp service
+//! and settings, no guards, no validation, no framing) so the cost of the
+//! edge shows as a ratio.
 
 use std::time::{Duration, Instant};
 
@@ -21,8 +24,10 @@ const LEVELS: [usize; 3] = [1, 8, 32];
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let runtime = tokio::runtime::Runtime::new()?;
-    if args.get(1).map(String::as_str) == Some("serve") {
-        return runtime.block_on(serve());
+    match args.get(1).map(String::as_str) {
+        Some("serve") => return runtime.block_on(serve()),
+        Some("serve-bare") => return runtime.block_on(serve_bare()),
+        _ => {}
     }
     let calls: usize = args.get(1).and_then(|n| n.parse().ok()).unwrap_or(4000);
     runtime.block_on(drive(calls))
@@ -50,10 +55,82 @@ async fn serve() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
+/// The baseline: rmcp's Streamable HTTP service with the same settings and
+/// a hand-written echo handler, nothing of ours in between.
+async fn serve_bare() -> Result<(), Box<dyn std::error::Error>> {
+    use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+    use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+    let config = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_json_response(true);
+    let service = StreamableHttpService::new(
+        || Ok(Bare),
+        std::sync::Arc::new(NeverSessionManager::default()),
+        config,
+    );
+    let app = axum::Router::new().route_service("/mcp", service);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    println!("http://{}/mcp", listener.local_addr()?);
+    axum::serve(listener, app).await?;
+    Ok(())
+}
+
+#[derive(Clone)]
+struct Bare;
+
+impl rmcp::ServerHandler for Bare {
+    fn get_info(&self) -> rmcp::model::ServerConfig {
+        rmcp::model::ServerConfig::new(
+            rmcp::model::ServerCapabilities::builder()
+                .enable_tools()
+                .build(),
+        )
+    }
+
+    async fn call_tool(
+        &self,
+        request: rmcp::model::CallToolRequestParams,
+        _context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<rmcp::model::CallToolResponse, rmcp::ErrorData> {
+        let text = request
+            .arguments
+            .as_ref()
+            .and_then(|a| a.get("message"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        Ok(
+            rmcp::model::CallToolResult::success(vec![rmcp::model::ContentBlock::text(text)])
+                .into(),
+        )
+    }
+}
+
 async fn drive(calls: usize) -> Result<(), Box<dyn std::error::Error>> {
+    println!("## portcullis-server (guards, validation, framing)");
+    let ours = drive_one("serve", calls).await?;
+    println!("\n## bare rmcp (same service settings, nothing of ours)");
+    let bare = drive_one("serve-bare", calls).await?;
+    println!("\n| concurrency | throughput ratio (ours / bare) | p50 added |");
+    println!("|---|---|---|");
+    for ((c, ours), (_, bare)) in ours.iter().zip(&bare) {
+        println!(
+            "| {c} | {:.2}x | {:+.3} ms |",
+            ours.0 / bare.0,
+            ours.1 - bare.1
+        );
+    }
+    Ok(())
+}
+
+/// Runs every level against one server mode; returns (calls/s, p50 ms) per level.
+async fn drive_one(
+    mode: &str,
+    calls: usize,
+) -> Result<Vec<(usize, (f64, f64))>, Box<dyn std::error::Error>> {
     use tokio::io::AsyncBufReadExt;
     let mut child = tokio::process::Command::new(std::env::current_exe()?)
-        .arg("serve")
+        .arg(mode)
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()?;
@@ -71,6 +148,7 @@ async fn drive(calls: usize) -> Result<(), Box<dyn std::error::Error>> {
     println!("|---|---|---|---|---|---|---|");
     // Warm-up: connections, allocator, lazy statics.
     run(&client, &url, 8, 400).await?;
+    let mut summary = Vec::new();
     for concurrency in LEVELS {
         let cpu_before = cpu_seconds(pid);
         let started = Instant::now();
@@ -89,9 +167,16 @@ async fn drive(calls: usize) -> Result<(), Box<dyn std::error::Error>> {
             cpu / latencies.len() as f64 * 1e6,
             memory(pid).1,
         );
+        summary.push((
+            concurrency,
+            (
+                latencies.len() as f64 / elapsed.as_secs_f64(),
+                ms(pct(0.50)),
+            ),
+        ));
     }
     child.kill().await?;
-    Ok(())
+    Ok(summary)
 }
 
 async fn run(
@@ -121,7 +206,7 @@ async fn run(
                 let status = response.status();
                 let text = response.text().await.map_err(|e| e.to_string())?;
                 latencies.push(started.elapsed());
-                if !status.is_success() || !text.contains("untrusted-tool-output") {
+                if !status.is_success() || !text.contains("\"result\"") || !text.contains("hi") {
                     return Err(format!("bad answer {status}: {text}"));
                 }
             }
