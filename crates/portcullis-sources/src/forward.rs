@@ -90,6 +90,7 @@ impl AppOptions {
 pub struct App {
     name: String,
     base: Url,
+    prefix: String,
     timeout: Duration,
     max_response_bytes: usize,
     key: Option<Arc<GatewayKey>>,
@@ -104,8 +105,7 @@ impl App {
             app: options.name.clone(),
             reason,
         };
-        let mut base =
-            Url::parse(&options.base_url).map_err(|e| invalid(format!("base_url: {e}")))?;
+        let base = Url::parse(&options.base_url).map_err(|e| invalid(format!("base_url: {e}")))?;
         if !matches!(base.scheme(), "http" | "https") {
             return Err(invalid("base_url must be http or https".into()));
         }
@@ -115,9 +115,10 @@ impl App {
         if base.query().is_some() || base.fragment().is_some() {
             return Err(invalid("base_url must not have a query or fragment".into()));
         }
-        // Route paths are appended to the base path.
-        let trimmed = base.path().trim_end_matches('/').to_owned();
-        base.set_path(&trimmed);
+        // Route paths are appended to the base path, which keeps no
+        // trailing slash ("" for a bare origin: the URL type itself would
+        // always answer "/").
+        let prefix = base.path().trim_end_matches('/').to_owned();
         let client = reqwest::Client::builder()
             // The identity and signature must never follow a redirect to
             // another host, and an app on loopback needs no proxy.
@@ -128,6 +129,7 @@ impl App {
         Ok(Arc::new(App {
             name: options.name,
             base,
+            prefix,
             timeout: options.timeout,
             max_response_bytes: options.max_response_bytes,
             key: options.key,
@@ -206,7 +208,7 @@ async fn forward(
     let split = route.split(&args);
     let path = fill_path(&route.path, &split.path)?;
     let mut url = app.base.clone();
-    url.set_path(&format!("{}{}", app.base.path(), path));
+    url.set_path(&format!("{}{}", app.prefix, path));
     if !split.query.is_empty() {
         let mut pairs = url.query_pairs_mut();
         for (name, value) in &split.query {
@@ -435,6 +437,17 @@ mod tests {
         assert!(App::new(AppOptions::new("a", "not a url")).is_err());
         let error = App::new(AppOptions::new("a", "http://127.0.0.1/?q=1")).unwrap_err();
         assert!(error.to_string().starts_with("ERR_INVALID_MCP_APP: a: "));
-        assert!(App::new(AppOptions::new("a", "http://127.0.0.1:9/api/")).is_ok());
+        assert_eq!(
+            App::new(AppOptions::new("a", "http://127.0.0.1:9/api/"))
+                .unwrap()
+                .prefix,
+            "/api"
+        );
+        assert_eq!(
+            App::new(AppOptions::new("a", "http://127.0.0.1:9"))
+                .unwrap()
+                .prefix,
+            ""
+        );
     }
 }

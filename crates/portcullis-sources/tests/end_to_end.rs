@@ -1,0 +1,676 @@
+//! End to end: a real axum application on loopback, described by a route
+//! table and by an OpenAPI document, its tools served by `portcullis-server`
+//! over Streamable HTTP and called by rmcp's client. The application
+//! verifies every request's signature with the gateway's public key file and
+//! records the identity it saw.
+
+use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use axum::Json;
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use portcullis_server::{
+    CallContext, Exposure, HttpOptions, HttpServer, Identity, ToolServer, serve_http,
+};
+use portcullis_sources::signing::{DEFAULT_MAX_SKEW, verify_request};
+use portcullis_sources::{
+    App, AppOptions, AppSource, GatewayKey, NativePlugin, OpenApiDocument, PublicKey, RouteTable,
+    ToolSource,
+};
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::RunningService;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::{Value, json};
+use tempfile::TempDir;
+use tokio::sync::oneshot;
+
+/// What the application saw on one request.
+#[derive(Debug, Clone)]
+struct Seen {
+    method: String,
+    path: String,
+    identity: Option<Identity>,
+}
+
+#[derive(Clone)]
+struct AppState {
+    key: PublicKey,
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+fn error(status: StatusCode, message: &str) -> Response {
+    (status, Json(json!({"statusCode": status.as_u16(), "error": status.canonical_reason(), "message": message}))).into_response()
+}
+
+/// The application: verifies, records, then serves a handful of routes.
+async fn application(State(state): State<AppState>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let Ok(body) = axum::body::to_bytes(body, 1 << 20).await else {
+        return error(StatusCode::BAD_REQUEST, "ERR_BODY");
+    };
+    let target = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str())
+        .unwrap_or("/");
+    let verified = match verify_request(
+        &state.key,
+        parts.method.as_str(),
+        target,
+        &parts.headers,
+        &body,
+        SystemTime::now(),
+        DEFAULT_MAX_SKEW,
+    ) {
+        Ok(verified) => verified,
+        Err(_) => return error(StatusCode::UNAUTHORIZED, "ERR_BAD_SIGNATURE"),
+    };
+    state.seen.lock().unwrap().push(Seen {
+        method: parts.method.to_string(),
+        path: target.to_owned(),
+        identity: verified.identity.clone(),
+    });
+    let user = verified
+        .identity
+        .as_ref()
+        .map(|i| i.user.clone())
+        .unwrap_or(Value::Null);
+    let segments: Vec<&str> = parts
+        .uri
+        .path()
+        .trim_start_matches('/')
+        .split('/')
+        .collect();
+    match (parts.method.as_str(), segments.as_slice()) {
+        ("GET", ["devices", id]) => Json(json!({
+            "id": percent_decode(id),
+            "query": parts.uri.query(),
+            "trace": parts.headers.get("x-trace").and_then(|v| v.to_str().ok()),
+            "user": user,
+        }))
+        .into_response(),
+        ("POST", ["devices", id, "reboot"]) => {
+            let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            Json(json!({"rebooted": id, "body": body, "user": user})).into_response()
+        }
+        ("GET", ["reports"]) => {
+            Json(json!({"report": "secret numbers", "perms": verified.identity.map(|i| i.perms)}))
+                .into_response()
+        }
+        ("GET", ["fail"]) => error(StatusCode::INTERNAL_SERVER_ERROR, "ERR_DEVICE_OFFLINE: m3"),
+        ("GET", ["broken"]) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "upstream exploded at /srv/internal",
+        )
+            .into_response(),
+        ("GET", ["slow"]) => {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            "late".into_response()
+        }
+        _ => error(StatusCode::NOT_FOUND, "ERR_NOT_FOUND"),
+    }
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let Ok(byte) = u8::from_str_radix(&text[i + 1..i + 3], 16) {
+                out.push(byte);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+struct RunningApp {
+    addr: SocketAddr,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RunningApp {
+    async fn start(key_file: &std::path::Path) -> Self {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let state = AppState {
+            key: PublicKey::read_file(key_file).unwrap(),
+            seen: seen.clone(),
+        };
+        let router = axum::Router::new().fallback(application).with_state(state);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            axum::serve(listener, router)
+                .with_graceful_shutdown(async move {
+                    let _ = stopped.await;
+                })
+                .await
+                .unwrap();
+        });
+        RunningApp {
+            addr,
+            seen,
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    /// Stops listening and closes every connection.
+    async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = (&mut self.task).await;
+    }
+}
+
+const ROUTE_TABLE: &str = r#"{
+  "name": "site", "version": "1.0.0", "description": "The site app",
+  "routes": [
+    {"id": "devices.get", "safety": "read-only", "description": "Get a device",
+     "http": {"method": "GET", "path": "/devices/{id}", "parameters": [
+        {"in": "path", "name": "id", "required": true, "schema": {"type": "string"}},
+        {"in": "query", "name": "verbose", "schema": {"type": "boolean"}},
+        {"in": "header", "name": "x-trace", "schema": {"type": "string"}}]}},
+    {"id": "devices.reboot", "safety": "write", "description": "Reboot a device",
+     "http": {"method": "POST", "path": "/devices/:id/reboot",
+              "parameters": [{"in": "path", "name": "id", "required": true, "schema": {"type": "string"}}],
+              "requestBody": {"content": {"application/json": {"schema": {
+                  "type": "object", "required": ["reason"], "properties": {"reason": {"type": "string"}}}}}}}},
+    {"id": "reports.get", "safety": "read-only", "auth": true, "permissions": ["reports:r"],
+     "http": {"method": "GET", "path": "/reports"}},
+    {"id": "fail", "safety": "read-only", "http": {"method": "GET", "path": "/fail"}},
+    {"id": "broken", "safety": "read-only", "http": {"method": "GET", "path": "/broken"}},
+    {"id": "slow", "safety": "read-only", "http": {"method": "GET", "path": "/slow"}},
+    {"id": "live", "safety": "read-only", "stream": true, "http": {"method": "GET", "path": "/live"}}
+  ]
+}"#;
+
+const OPENAPI: &str = r##"
+openapi: 3.0.3
+info: {title: Site API, version: "1"}
+servers: [{url: "https://example.invalid"}]
+paths:
+  /devices/{id}:
+    get:
+      operationId: getDevice
+      summary: Get a device
+      parameters:
+        - {name: id, in: path, required: true, schema: {type: string}}
+        - {name: verbose, in: query, schema: {type: boolean}}
+      responses: {"200": {description: the device}}
+  /devices/{id}/reboot:
+    post:
+      operationId: rebootDevice
+      parameters:
+        - {name: id, in: path, required: true, schema: {type: string}}
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema: {$ref: "#/components/schemas/Reboot"}
+      responses: {"200": {description: done}}
+  /reports:
+    get:
+      operationId: getReport
+      x-portcullis-auth: true
+      x-portcullis-permissions: ["reports:r"]
+      responses: {"200": {description: report}}
+components:
+  schemas:
+    Reboot:
+      type: object
+      required: [reason]
+      properties: {reason: {type: string}}
+"##;
+
+/// The gateway side of one test: a data directory with the key, the key file
+/// the application reads, the route table and the OpenAPI document.
+struct Gateway {
+    dir: TempDir,
+    key: Arc<GatewayKey>,
+}
+
+impl Gateway {
+    fn new() -> Self {
+        let dir = TempDir::new().unwrap();
+        let key = Arc::new(GatewayKey::load_or_create(dir.path().join("data")).unwrap());
+        key.write_public_key(dir.path().join("keys/gateway.pub"))
+            .unwrap();
+        std::fs::create_dir_all(dir.path().join("apps/site")).unwrap();
+        std::fs::write(dir.path().join("apps/site/mdk-plugin.json"), ROUTE_TABLE).unwrap();
+        std::fs::write(dir.path().join("apps/site/openapi.yaml"), OPENAPI).unwrap();
+        Gateway { dir, key }
+    }
+
+    fn key_file(&self) -> std::path::PathBuf {
+        self.dir.path().join("keys/gateway.pub")
+    }
+
+    fn app(&self, running: &RunningApp) -> Arc<App> {
+        App::new(AppOptions::new("site", running.base_url()).with_key(self.key.clone())).unwrap()
+    }
+
+    fn routes(&self, running: &RunningApp) -> AppSource {
+        AppSource::from_route_table(
+            RouteTable::load(self.dir.path().join("apps/site")).unwrap(),
+            self.app(running),
+        )
+    }
+
+    fn openapi(&self, running: &RunningApp) -> AppSource {
+        let document =
+            OpenApiDocument::load(self.dir.path().join("apps/site/openapi.yaml")).unwrap();
+        AppSource::from_openapi(document, self.app(running))
+    }
+
+    /// A native plugin with one read-only tool, to show the server keeps
+    /// serving when the application is gone.
+    fn native(&self) -> NativePlugin {
+        let dir = self.dir.path().join("plugins/ping");
+        std::fs::create_dir_all(&dir).unwrap();
+        let handler = dir.join("ping.sh");
+        std::fs::write(&handler, "#!/bin/sh\ncat >/dev/null\necho pong\n").unwrap();
+        std::fs::set_permissions(&handler, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::write(
+            dir.join("mcp-plugin.json"),
+            json!({"name": "ping", "version": "1.0.0", "tools": [
+                {"id": "ping", "handler": "./ping.sh", "description": "Answers pong", "annotations": {"readOnlyHint": true}}
+            ]})
+            .to_string(),
+        )
+        .unwrap();
+        NativePlugin::load(dir).unwrap()
+    }
+}
+
+fn agent(perms: &[&str]) -> Identity {
+    Identity::new(json!({"userId": "mcp-agent"}), perms.iter().copied())
+}
+
+async fn connect(server: &HttpServer) -> RunningService<RoleClient, ()> {
+    ().serve(StreamableHttpClientTransport::from_uri(server.url()))
+        .await
+        .unwrap()
+}
+
+async fn call(
+    client: &RunningService<RoleClient, ()>,
+    name: &'static str,
+    args: Value,
+) -> CallToolResult {
+    let args = args.as_object().cloned().unwrap_or_default();
+    client
+        .call_tool(CallToolRequestParams::new(name).with_arguments(args))
+        .await
+        .unwrap()
+}
+
+fn text(result: &CallToolResult) -> String {
+    result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+async fn names(client: &RunningService<RoleClient, ()>) -> Vec<String> {
+    let mut names: Vec<String> = client
+        .list_all_tools()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn a_route_table_served_over_mcp_until_the_app_goes_down() {
+    let gateway = Gateway::new();
+    let running = RunningApp::start(&gateway.key_file()).await;
+    let tools = ToolServer::builder()
+        .exposure(Exposure {
+            identity: Some(agent(&["read", "reports:r"])),
+            ..Default::default()
+        })
+        .register_all(gateway.routes(&running).registrations())
+        .register_all(ToolSource::registrations(&gateway.native()))
+        .build()
+        .unwrap();
+    // The write route is withheld by default; the stream route never existed.
+    assert_eq!(
+        tools
+            .withheld()
+            .iter()
+            .map(|w| w.id.as_str())
+            .collect::<Vec<_>>(),
+        ["devices_reboot"]
+    );
+    let server = serve_http(tools, HttpOptions::default()).await.unwrap();
+    let client = connect(&server).await;
+    assert_eq!(
+        names(&client).await,
+        [
+            "broken",
+            "devices_get",
+            "fail",
+            "ping",
+            "reports_get",
+            "slow"
+        ]
+    );
+
+    let device = call(
+        &client,
+        "devices_get",
+        json!({"id": "d 1/x", "verbose": true, "x-trace": "t-9"}),
+    )
+    .await;
+    assert_ne!(device.is_error, Some(true), "{}", text(&device));
+    let body = text(&device);
+    assert!(
+        body.starts_with("<untrusted-tool-output tool=\"devices_get\">\n{\n  \"id\": \"d 1/x\""),
+        "{body}"
+    );
+    assert!(body.contains("\"query\": \"verbose=true\""), "{body}");
+    assert!(body.contains("\"trace\": \"t-9\""), "{body}");
+    assert!(body.contains("\"userId\": \"mcp-agent\""), "{body}");
+    let seen = running.seen();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(
+        (seen[0].method.as_str(), seen[0].path.as_str()),
+        ("GET", "/devices/d%201%2Fx?verbose=true")
+    );
+    assert_eq!(seen[0].identity, Some(agent(&["read", "reports:r"])));
+
+    let report = call(&client, "reports_get", json!({})).await;
+    assert!(
+        text(&report).contains("secret numbers"),
+        "{}",
+        text(&report)
+    );
+
+    let failed = call(&client, "fail", json!({})).await;
+    assert_eq!(failed.is_error, Some(true));
+    assert_eq!(text(&failed), "ERR_DEVICE_OFFLINE: m3");
+    let broken = call(&client, "broken", json!({})).await;
+    assert_eq!(broken.is_error, Some(true));
+    assert_eq!(text(&broken), "ERR_APP_HTTP_503");
+
+    // Withheld means not callable either.
+    let args = json!({"id": "d1", "reason": "x"})
+        .as_object()
+        .cloned()
+        .unwrap();
+    assert!(
+        client
+            .call_tool(CallToolRequestParams::new("devices_reboot").with_arguments(args))
+            .await
+            .is_err()
+    );
+    let before = running.seen().len();
+
+    running.stop().await;
+    let down = call(&client, "devices_get", json!({"id": "d1"})).await;
+    assert_eq!(down.is_error, Some(true));
+    assert_eq!(
+        text(&down),
+        "ERR_APP_RUNTIME_UNAVAILABLE: app \"site\" is not reachable"
+    );
+    assert_eq!(before, 4, "devices_get, reports_get, fail, broken");
+
+    // The server keeps serving: listing, and a tool from another source.
+    assert_eq!(names(&client).await.len(), 6);
+    let ping = call(&client, "ping", json!({})).await;
+    assert_ne!(ping.is_error, Some(true));
+    assert!(text(&ping).contains("\npong\n"));
+
+    client.cancel().await.unwrap();
+    server.close().await;
+}
+
+#[tokio::test]
+async fn writes_are_served_when_allowed_and_their_body_is_signed() {
+    let gateway = Gateway::new();
+    let running = RunningApp::start(&gateway.key_file()).await;
+    let tools = ToolServer::builder()
+        .exposure(Exposure {
+            allow_write: true,
+            ..Default::default()
+        })
+        .register_all(gateway.routes(&running).registrations())
+        .build()
+        .unwrap();
+    let result = tools
+        .call(
+            "devices_reboot",
+            json!({"id": "d7", "reason": "stuck"}),
+            None,
+        )
+        .await
+        .unwrap();
+    assert!(!result.is_error, "{result:?}");
+    let body = result.text_blocks().next().unwrap();
+    assert!(body.contains("\"rebooted\": \"d7\""), "{body}");
+    assert!(body.contains("\"reason\": \"stuck\""), "{body}");
+    // No identity configured: none sent.
+    assert!(body.contains("\"user\": null"), "{body}");
+    let seen = running.seen();
+    assert_eq!(
+        (
+            seen[0].method.as_str(),
+            seen[0].path.as_str(),
+            &seen[0].identity
+        ),
+        ("POST", "/devices/d7/reboot", &None)
+    );
+
+    // Missing required body field: refused before the app is reached.
+    let refused = tools
+        .call("devices_reboot", json!({"id": "d7"}), None)
+        .await
+        .unwrap();
+    assert!(refused.is_error);
+    assert_eq!(running.seen().len(), 1);
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn an_unsigned_or_foreign_gateway_is_refused_by_the_app() {
+    let gateway = Gateway::new();
+    let running = RunningApp::start(&gateway.key_file()).await;
+    let table = RouteTable::load(gateway.dir.path().join("apps/site")).unwrap();
+    for options in [
+        AppOptions::new("site", running.base_url()),
+        AppOptions::new("site", running.base_url())
+            .with_key(Arc::new(GatewayKey::from_seed([9; 32]))),
+    ] {
+        let source = AppSource::from_route_table(table.clone(), App::new(options).unwrap());
+        let tools = ToolServer::builder()
+            .register_all(source.registrations())
+            .build()
+            .unwrap();
+        let result = tools
+            .call("devices_get", json!({"id": "d1"}), None)
+            .await
+            .unwrap();
+        assert_eq!(result.text_blocks().next(), Some("ERR_BAD_SIGNATURE"));
+    }
+    assert!(running.seen().is_empty());
+
+    // The same key reloaded from the data directory (a restart) still verifies.
+    let reloaded = Arc::new(GatewayKey::load_or_create(gateway.dir.path().join("data")).unwrap());
+    let app = App::new(AppOptions::new("site", running.base_url()).with_key(reloaded)).unwrap();
+    let tools = ToolServer::builder()
+        .register_all(AppSource::from_route_table(table, app).registrations())
+        .build()
+        .unwrap();
+    let result = tools
+        .call("devices_get", json!({"id": "d1"}), None)
+        .await
+        .unwrap();
+    assert!(!result.is_error, "{result:?}");
+    assert_eq!(running.seen().len(), 1);
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn auth_routes_are_gated_by_permissions() {
+    let gateway = Gateway::new();
+    let running = RunningApp::start(&gateway.key_file()).await;
+    for (identity, reason) in [
+        (None, "auth route needs an identity"),
+        (
+            Some(agent(&["read"])),
+            "identity lacks permissions: reports:r",
+        ),
+    ] {
+        let tools = ToolServer::builder()
+            .exposure(Exposure {
+                identity,
+                ..Default::default()
+            })
+            .register_all(gateway.routes(&running).registrations())
+            .build()
+            .unwrap();
+        let withheld = tools
+            .withheld()
+            .iter()
+            .find(|w| w.id == "reports_get")
+            .unwrap();
+        assert_eq!(withheld.reason, reason);
+        assert!(!tools.tool_names().contains(&"reports_get"));
+    }
+
+    // The handler's own backstop, should a registration reach a server
+    // without the gate: nothing is sent to the application.
+    let registration = gateway
+        .routes(&running)
+        .registrations()
+        .into_iter()
+        .find(|r| r.tool.name == "reports_get")
+        .unwrap();
+    let no_identity = registration
+        .handler
+        .call(json!({}), CallContext::detached("reports_get"))
+        .await
+        .unwrap_err();
+    assert_eq!(no_identity.message(), "ERR_MCP_AUTH_REQUIRED");
+    let ctx = CallContext::detached("reports_get").with_identity(Some(Arc::new(agent(&["read"]))));
+    let lacking = registration.handler.call(json!({}), ctx).await.unwrap_err();
+    assert_eq!(lacking.message(), "ERR_MCP_PERM_DENIED");
+    assert!(running.seen().is_empty());
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn an_openapi_document_served_over_mcp() {
+    let gateway = Gateway::new();
+    let running = RunningApp::start(&gateway.key_file()).await;
+    let source = gateway.openapi(&running);
+    assert!(
+        source.diagnostics().is_empty(),
+        "{:?}",
+        source.diagnostics()
+    );
+    let tools = ToolServer::builder()
+        .exposure(Exposure {
+            identity: Some(agent(&["reports:r"])),
+            ..Default::default()
+        })
+        .register_all(source.registrations())
+        .build()
+        .unwrap();
+    assert_eq!(
+        tools
+            .withheld()
+            .iter()
+            .map(|w| w.id.as_str())
+            .collect::<Vec<_>>(),
+        ["rebootDevice"]
+    );
+    let server = serve_http(tools, HttpOptions::default()).await.unwrap();
+    let client = connect(&server).await;
+    assert_eq!(names(&client).await, ["getDevice", "getReport"]);
+
+    let device = call(&client, "getDevice", json!({"id": "d2", "verbose": false})).await;
+    assert_ne!(device.is_error, Some(true), "{}", text(&device));
+    assert!(text(&device).contains("\"id\": \"d2\""));
+    let report = call(&client, "getReport", json!({})).await;
+    assert!(
+        text(&report).contains("\"perms\": [\n    \"reports:r\"\n  ]"),
+        "{}",
+        text(&report)
+    );
+    let seen = running.seen();
+    assert_eq!(
+        seen.iter().map(|s| s.path.as_str()).collect::<Vec<_>>(),
+        ["/devices/d2?verbose=false", "/reports"]
+    );
+    assert!(
+        seen.iter()
+            .all(|s| s.identity == Some(agent(&["reports:r"])))
+    );
+
+    // Both descriptions of one app on one server: ids are unique across sources.
+    let both = ToolServer::builder()
+        .register_all(gateway.routes(&running).registrations())
+        .register_all(gateway.openapi(&running).registrations())
+        .build();
+    assert!(both.is_ok());
+
+    client.cancel().await.unwrap();
+    server.close().await;
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn a_slow_app_is_unavailable_after_the_timeout() {
+    let gateway = Gateway::new();
+    let running = RunningApp::start(&gateway.key_file()).await;
+    let app = App::new(
+        AppOptions::new("site", running.base_url())
+            .with_key(gateway.key.clone())
+            .with_timeout(Duration::from_millis(200)),
+    )
+    .unwrap();
+    let source = AppSource::from_route_table(
+        RouteTable::load(gateway.dir.path().join("apps/site")).unwrap(),
+        app,
+    );
+    let tools = ToolServer::builder()
+        .register_all(source.registrations())
+        .build()
+        .unwrap();
+    let result = tools.call("slow", json!({}), None).await.unwrap();
+    assert!(result.is_error);
+    assert_eq!(
+        result.text_blocks().next(),
+        Some("ERR_APP_RUNTIME_UNAVAILABLE: app \"site\" is not reachable")
+    );
+    running.stop().await;
+}
