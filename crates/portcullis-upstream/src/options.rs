@@ -35,6 +35,9 @@ pub struct ConnectOptions {
     pub projection: ProjectionOptions,
     /// Timeout for connecting (handshake and listing) and for each call.
     pub timeout: Duration,
+    /// Per-server timeouts by configured name (the config's `timeout_ms`);
+    /// they replace `timeout` for that server.
+    pub server_timeouts: HashMap<String, Duration>,
     /// The approval gate; runs before anything reaches a server.
     pub policy: Arc<dyn Policy>,
     /// Trust baselines by server identity, as a store would supply them. A
@@ -58,6 +61,7 @@ impl Default for ConnectOptions {
             server_tools: HashMap::new(),
             projection: ProjectionOptions::default(),
             timeout: DEFAULT_TIMEOUT,
+            server_timeouts: HashMap::new(),
             policy: Arc::new(AllowAll),
             baselines: HashMap::new(),
             on_diagnostic: None,
@@ -88,6 +92,18 @@ impl ConnectOptions {
     /// Sets the timeout.
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// Sets one server's timeout.
+    pub fn with_server_timeout(mut self, server: impl Into<String>, timeout: Duration) -> Self {
+        self.server_timeouts.insert(server.into(), timeout);
+        self
+    }
+
+    /// Sets one server's visibility filter.
+    pub fn with_server_tools(mut self, server: impl Into<String>, filter: ToolFilter) -> Self {
+        self.server_tools.insert(server.into(), filter);
         self
     }
 

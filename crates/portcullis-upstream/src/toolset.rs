@@ -185,7 +185,11 @@ pub async fn connect(
                 http,
                 bearer,
                 diagnostics: diagnostics.clone(),
-                timeout: options.timeout,
+                timeout: options
+                    .server_timeouts
+                    .get(&name)
+                    .copied()
+                    .unwrap_or(options.timeout),
                 config: config.clone(),
             };
             match connect_one(plan).await {

@@ -283,7 +283,7 @@ async fn a_hanging_server_times_out_and_its_sibling_works() {
             McpServerConfig::streamable_http("hang", format!("{}/mcp", hang.base())),
             McpServerConfig::streamable_http("up", up.mcp_url()),
         ],
-        options().with_timeout(Duration::from_millis(1500)),
+        options().with_server_timeout("hang", Duration::from_millis(1500)),
     )
     .await
     .unwrap();
@@ -317,7 +317,7 @@ async fn a_call_that_hangs_times_out_and_the_server_is_told() {
     let server = http_fixture(FixtureConfig::default()).await;
     let toolset = connect(
         vec![McpServerConfig::streamable_http("fx", server.mcp_url())],
-        options().with_timeout(Duration::from_millis(1500)),
+        options().with_timeout(Duration::from_millis(2500)),
     )
     .await
     .unwrap();
@@ -326,7 +326,7 @@ async fn a_call_that_hangs_times_out_and_the_server_is_told() {
         error,
         CallError::Timeout {
             tool: "fx__hang".into(),
-            timeout_ms: 1500
+            timeout_ms: 2500
         }
     );
     assert!(
