@@ -467,3 +467,44 @@ async fn postgres_spec_opens() {
     assert_eq!(store.backend().as_str(), "postgres");
     store.list().await.unwrap_or_else(|e| panic!("{e}"));
 }
+
+// ------------------------------------------------------- replicas starting
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_concurrent_opens_migrate_once() {
+    let path = seed_sqlite_database("sqlite-concurrent-open", true).await;
+    let opens: Vec<_> = (0..4)
+        .map(|_| {
+            let path = path.clone();
+            tokio::spawn(async move { SqliteStore::open(&path).await })
+        })
+        .collect();
+    for open in opens {
+        let store = open
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .unwrap_or_else(|e| panic!("a concurrent open failed: {e}"));
+        assert_eq!(store.list().await.map(|r| r.len()).ok(), Some(2));
+        assert_eq!(sqlite_version(&store).await, LATEST);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_concurrent_opens_migrate_once() {
+    let Some((url, _admin, schema)) = postgres_schema("concurrent_open").await else {
+        return;
+    };
+    let opens: Vec<_> = (0..4)
+        .map(|_| {
+            let (url, schema) = (url.clone(), schema.clone());
+            tokio::spawn(async move { PostgresStore::open_in_schema(&url, Some(&schema)).await })
+        })
+        .collect();
+    for open in opens {
+        let store = open
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .unwrap_or_else(|e| panic!("a concurrent open failed: {e}"));
+        assert_eq!(store.list().await.map(|r| r.len()).ok(), Some(0));
+    }
+}
