@@ -5,7 +5,8 @@
 //! unknown or withheld name is a protocol error, `-32602`); the exposure
 //! backstop runs; the arguments are normalised and validated against the
 //! schema compiled at registration (a failure is an `isError` result the
-//! model can act on); the handler runs, with a panic caught and turned into
+//! model can act on); the policy, if one is set, decides (a denial is a
+//! [`DeniedResult`]); the handler runs, with a panic caught and turned into
 //! `ERR_TOOL_FAILED`; an error is mapped (`ERR_…` passes, anything else
 //! becomes `ERR_TOOL_FAILED` and the original is logged); a result is framed
 //! as untrusted output and capped.
@@ -18,6 +19,7 @@ use std::time::Duration;
 use futures::FutureExt;
 use portcullis_catalog::error_mapping::map_error;
 use portcullis_catalog::framing::{DEFAULT_MAX_OUTPUT_LENGTH, frame_output};
+use portcullis_catalog::policy::{Decision, DeniedResult, Policy, PolicyRequest};
 use portcullis_catalog::validation::normalize_arguments;
 use portcullis_catalog::{ArgumentValidator, CatalogError, Tool, ToolResult};
 use rmcp::model::{
@@ -86,6 +88,7 @@ pub struct ToolServerBuilder {
     exposure: Exposure,
     max_output_length: usize,
     server_info: Implementation,
+    policy: Option<Arc<dyn Policy>>,
 }
 
 impl Default for ToolServerBuilder {
@@ -95,6 +98,7 @@ impl Default for ToolServerBuilder {
             exposure: Exposure::default(),
             max_output_length: DEFAULT_MAX_OUTPUT_LENGTH,
             server_info: Implementation::new("portcullis", env!("CARGO_PKG_VERSION")),
+            policy: None,
         }
     }
 }
@@ -143,6 +147,16 @@ impl ToolServerBuilder {
     /// Caps a call's text output, in characters (default 100 000).
     pub fn max_output_length(mut self, max: usize) -> Self {
         self.max_output_length = max;
+        self
+    }
+
+    /// Sets the policy consulted on every call, after validation. `deny`
+    /// answers a [`DeniedResult`]. `ask` is denied too, saying approval is
+    /// needed: asking the person at the client (elicitation, or an
+    /// `input_required` round for 2026-07-28 clients) is not wired up on
+    /// this surface yet, and running unasked is not an option.
+    pub fn policy(mut self, policy: impl Policy + 'static) -> Self {
+        self.policy = Some(Arc::new(policy));
         self
     }
 
@@ -197,6 +211,7 @@ impl ToolServerBuilder {
                 registration.tool.name.clone(),
                 Entry {
                     name,
+                    def: registration.tool,
                     wire,
                     validator,
                     access: registration.access,
@@ -223,6 +238,7 @@ impl ToolServerBuilder {
                 identity: self.exposure.identity.map(Arc::new),
                 max_output_length: self.max_output_length,
                 server_info: self.server_info,
+                policy: self.policy,
             }),
         })
     }
@@ -258,6 +274,7 @@ fn to_wire_tool(tool: &Tool) -> Result<rmcp::model::Tool, ServerError> {
 
 struct Entry {
     name: Arc<str>,
+    def: Tool,
     wire: rmcp::model::Tool,
     validator: ArgumentValidator,
     access: Access,
@@ -271,6 +288,7 @@ struct Inner {
     identity: Option<Arc<Identity>>,
     max_output_length: usize,
     server_info: Implementation,
+    policy: Option<Arc<dyn Policy>>,
 }
 
 /// A set of tools served as MCP. Cheap to clone (one `Arc`); every surface
@@ -369,6 +387,24 @@ impl ToolServer {
         let args = normalize_arguments(args);
         if let Err(problems) = entry.validator.validate(&args) {
             return problems.to_tool_result();
+        }
+        if let Some(policy) = &self.inner.policy {
+            let request = PolicyRequest {
+                tool_name: &entry.name,
+                args: &args,
+                def: Some(&entry.def),
+                needs_approval: false,
+            };
+            match policy.decide(&request) {
+                Decision::Allow => {}
+                Decision::Deny { reason } => {
+                    return DeniedResult::new(&entry.name, "policy", &reason).to_tool_result();
+                }
+                Decision::Ask { .. } => {
+                    let reason = "it needs the user's approval, and this surface cannot ask for it";
+                    return DeniedResult::new(&entry.name, "policy", reason).to_tool_result();
+                }
+            }
         }
         let cancel = ctx.cancellation().clone();
         let call = AssertUnwindSafe(entry.handler.call(args, ctx)).catch_unwind();
@@ -644,6 +680,54 @@ mod tests {
             Err(CallError::UnknownTool("secret".into()))
         );
         assert!(server.get_tool("write").is_none());
+    }
+
+    #[tokio::test]
+    async fn the_policy_decides_after_validation_and_before_the_handler() {
+        use portcullis_catalog::policy::Decision;
+        let ran = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = ran.clone();
+        let counting = move |_: Value, _: CallContext| {
+            let seen = seen.clone();
+            async move {
+                seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                Ok::<_, ToolError>(ToolResult::text("ran"))
+            }
+        };
+        let server = ToolServer::builder()
+            .tool(ro("open"), counting.clone())
+            .tool(ro("refund"), counting.clone())
+            .tool(ro("charge"), counting)
+            .policy(|req: &PolicyRequest<'_>| match req.tool_name {
+                "refund" => Decision::deny("refunds are off"),
+                "charge" => Decision::Ask { title: None },
+                _ => Decision::Allow,
+            })
+            .build()
+            .unwrap();
+        let denied = server.call("refund", json!({}), None).await.unwrap();
+        assert!(denied.is_error);
+        assert_eq!(
+            denied.structured_content.as_ref().unwrap()["__denied"],
+            true
+        );
+        assert!(
+            denied
+                .text_blocks()
+                .next()
+                .unwrap()
+                .contains("Reason: refunds are off.")
+        );
+        let asked = server.call("charge", json!({}), None).await.unwrap();
+        assert!(asked.is_error);
+        assert_eq!(
+            asked.structured_content.as_ref().unwrap()["deniedBy"],
+            "policy"
+        );
+        assert_eq!(ran.load(std::sync::atomic::Ordering::SeqCst), 0);
+        let allowed = server.call("open", json!({}), None).await.unwrap();
+        assert!(!allowed.is_error);
+        assert_eq!(ran.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 
     #[test]
