@@ -4,9 +4,10 @@
 //! Kept: `type` (`string`, `integer`, `number`, `boolean`, `array`,
 //! `object`), `description`, `enum`, `default`, string bounds and `pattern`,
 //! number bounds, array `items` and bounds, object `properties` and
-//! `required`, `allOf` of objects (merged). A `string` without `maxLength`
+//! `required`, `allOf` of objects (merged), `oneOf`/`anyOf` of objects
+//! (merged loosely: only what every alternative requires stays required). A `string` without `maxLength`
 //! gets 16 384, so a model cannot push an unbounded string into an
-//! application. Anything else (`oneOf`, `anyOf`, `not`, formats, external
+//! application. Anything else (other `oneOf`/`anyOf`, `not`, formats, external
 //! `$ref`s) accepts any value; a `$ref` into the same document is resolved,
 //! and nesting deeper than [`MAX_DEPTH`] (which also stops `$ref` cycles)
 //! accepts any value with a note.
@@ -179,6 +180,11 @@ impl<'a> SchemaConverter<'a> {
                 if let Some(Value::Array(parts)) = schema.get("allOf") {
                     return self.merge_all_of(parts, out, depth);
                 }
+                for key in ["oneOf", "anyOf"] {
+                    if let Some(Value::Array(parts)) = schema.get(key) {
+                        return self.merge_alternatives(parts, out, depth);
+                    }
+                }
             }
         }
         Value::Object(out)
@@ -238,6 +244,53 @@ impl<'a> SchemaConverter<'a> {
     }
 }
 
+impl SchemaConverter<'_> {
+    /// `oneOf`/`anyOf` whose alternatives are all objects: one object with
+    /// every alternative's properties (the first definition of a name wins)
+    /// and only the names every alternative requires. Looser than the
+    /// original, never stricter: the application still validates. Any other
+    /// mix accepts any value.
+    fn merge_alternatives(
+        &mut self,
+        parts: &[Value],
+        mut out: Map<String, Value>,
+        depth: usize,
+    ) -> Value {
+        let mut properties = Map::new();
+        let mut required: Option<Vec<Value>> = None;
+        for part in parts {
+            let converted = self.convert(part, depth + 1);
+            if converted.get("type").and_then(Value::as_str) != Some("object") {
+                return Value::Object(out);
+            }
+            if let Some(Value::Object(props)) = converted.get("properties") {
+                for (name, schema) in props {
+                    properties
+                        .entry(name.clone())
+                        .or_insert_with(|| schema.clone());
+                }
+            }
+            let names = match converted.get("required") {
+                Some(Value::Array(names)) => names.clone(),
+                _ => Vec::new(),
+            };
+            required = Some(match required {
+                None => names,
+                Some(kept) => kept.into_iter().filter(|n| names.contains(n)).collect(),
+            });
+        }
+        if parts.is_empty() {
+            return Value::Object(out);
+        }
+        out.insert("type".into(), "object".into());
+        out.insert("properties".into(), Value::Object(properties));
+        if let Some(required) = required.filter(|r| !r.is_empty()) {
+            out.insert("required".into(), Value::Array(required));
+        }
+        Value::Object(out)
+    }
+}
+
 fn copy_numbers(from: &Map<String, Value>, to: &mut Map<String, Value>, keys: &[&str]) {
     for key in keys {
         if let Some(value) = from.get(*key).filter(|v| v.is_number()) {
@@ -285,6 +338,22 @@ mod tests {
             json!({"type": "array", "items": {"type": "boolean"}, "maxItems": 3})
         );
         assert_eq!(convert(json!(true)), json!({}));
+    }
+
+    #[test]
+    fn alternatives_of_objects_merge_loosely() {
+        let merged = convert(json!({"oneOf": [
+            {"type": "object", "required": ["a", "b"], "properties": {"a": {"type": "string"}, "b": {"type": "integer"}}},
+            {"type": "object", "required": ["a"], "properties": {"a": {"type": "integer"}, "c": {"type": "boolean"}}}
+        ]}));
+        assert_eq!(merged["properties"]["a"]["type"], "string");
+        assert_eq!(merged["properties"]["c"]["type"], "boolean");
+        assert_eq!(merged["required"], json!(["a"]));
+        assert_eq!(
+            convert(json!({"anyOf": [{"type": "object"}, {"type": "array"}]})),
+            json!({})
+        );
+        assert_eq!(convert(json!({"oneOf": []})), json!({}));
     }
 
     #[test]
