@@ -40,9 +40,9 @@ use crate::handler::{CallContext, ToolError, ToolHandler, typed};
 pub const IN_PROCESS_SOURCE: &str = "in-process";
 
 /// How long a handler may keep running after its call was cancelled before
-/// it is dropped: long enough to clean up, short enough that a handler that
-/// ignores cancellation cannot pin resources forever.
-const CANCEL_GRACE: Duration = Duration::from_secs(5);
+/// it is dropped, by default: long enough to clean up, short enough that a
+/// handler that ignores cancellation cannot pin resources forever.
+pub const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(5);
 
 /// One tool, ready to register: its definition, where it came from, what it
 /// needs from the caller, and its handler.
@@ -89,6 +89,7 @@ pub struct ToolServerBuilder {
     max_output_length: usize,
     server_info: Implementation,
     policy: Option<Arc<dyn Policy>>,
+    cancel_grace: Duration,
 }
 
 impl Default for ToolServerBuilder {
@@ -99,6 +100,7 @@ impl Default for ToolServerBuilder {
             max_output_length: DEFAULT_MAX_OUTPUT_LENGTH,
             server_info: Implementation::new("portcullis", env!("CARGO_PKG_VERSION")),
             policy: None,
+            cancel_grace: DEFAULT_CANCEL_GRACE,
         }
     }
 }
@@ -157,6 +159,13 @@ impl ToolServerBuilder {
     /// this surface yet, and running unasked is not an option.
     pub fn policy(mut self, policy: impl Policy + 'static) -> Self {
         self.policy = Some(Arc::new(policy));
+        self
+    }
+
+    /// How long a cancelled handler may run on before it is dropped
+    /// (default [`DEFAULT_CANCEL_GRACE`]).
+    pub fn cancel_grace(mut self, grace: Duration) -> Self {
+        self.cancel_grace = grace;
         self
     }
 
@@ -239,6 +248,7 @@ impl ToolServerBuilder {
                 max_output_length: self.max_output_length,
                 server_info: self.server_info,
                 policy: self.policy,
+                cancel_grace: self.cancel_grace,
             }),
         })
     }
@@ -289,6 +299,7 @@ struct Inner {
     max_output_length: usize,
     server_info: Implementation,
     policy: Option<Arc<dyn Policy>>,
+    cancel_grace: Duration,
 }
 
 /// A set of tools served as MCP. Cheap to clone (one `Arc`); every surface
@@ -412,7 +423,7 @@ impl ToolServer {
             outcome = call => outcome,
             // The handler saw the token; give it a moment to wind down, then
             // drop it. Nobody is waiting for this answer any more.
-            _ = async { cancel.cancelled().await; tokio::time::sleep(CANCEL_GRACE).await } => {
+            _ = async { cancel.cancelled().await; tokio::time::sleep(self.inner.cancel_grace).await } => {
                 tracing::debug!(tool = %entry.name, "handler ignored cancellation; dropped");
                 return map_error("cancelled by the client").result;
             }

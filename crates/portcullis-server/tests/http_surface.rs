@@ -753,3 +753,50 @@ async fn subscriptions_listen_is_acknowledged_for_2026_clients() {
     drop(response);
     server.close().await;
 }
+
+#[tokio::test]
+async fn a_handler_that_ignores_cancellation_is_dropped_after_the_grace() {
+    struct Dropped(mpsc::UnboundedSender<()>);
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            let _ = self.0.send(());
+        }
+    }
+    let (started_tx, mut started) = mpsc::unbounded_channel::<()>();
+    let (dropped_tx, mut dropped) = mpsc::unbounded_channel::<()>();
+    let builder = ToolServer::builder()
+        .cancel_grace(Duration::from_millis(50))
+        .tool(ro("stuck"), move |_: Value, _ctx: CallContext| {
+            let started_tx = started_tx.clone();
+            let guard = Dropped(dropped_tx.clone());
+            async move {
+                let _guard = guard;
+                let _ = started_tx.send(());
+                // Never looks at the cancellation token.
+                std::future::pending::<()>().await;
+                Ok::<_, ToolError>(ToolResult::text("unreachable"))
+            }
+        });
+    let server = serve(builder, HttpOptions::default()).await;
+    let body = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {"name": "stuck", "arguments": {}}});
+    let url = server.url();
+    let request = tokio::spawn(async move {
+        reqwest::Client::new()
+            .post(url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body.to_string())
+            .send()
+            .await
+    });
+    tokio::time::timeout(HANG, started.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    request.abort();
+    tokio::time::timeout(HANG, dropped.recv())
+        .await
+        .expect("the stuck handler was never dropped")
+        .unwrap();
+    server.close().await;
+}
