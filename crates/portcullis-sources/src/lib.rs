@@ -10,7 +10,7 @@
 //! | [`routes`] | an application's route table (`mdk-plugin.json`): one tool per route |
 //! | [`openapi`] | an OpenAPI 3.0/3.1 document (JSON or YAML): one tool per operation |
 //! | [`route`] + [`forward`] | how a route becomes a tool, and how its call is forwarded to the application over HTTP |
-//! | [`signing`] | the gateway's Ed25519 key, request signatures, and [`verify_request`](signing::verify_request) for applications |
+//! | [`signing`] | the gateway's Ed25519 key, request signatures, and [`verify_request`] for applications |
 //! | [`source`] | the [`ToolSource`] trait all of them implement |
 //!
 //! Every source produces `portcullis-server` [`Registration`]s
@@ -72,4 +72,4 @@ pub use portcullis_server::Registration;
 pub use route::HttpRoute;
 pub use routes::RouteTable;
 pub use signing::{GatewayKey, PublicKey, verify_request};
-pub use source::{AppSource, ToolSource};
+pub use source::{AppSource, InProcessSource, ToolSource};

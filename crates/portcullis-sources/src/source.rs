@@ -9,8 +9,8 @@
 
 use std::sync::Arc;
 
-use portcullis_catalog::Diagnostic;
-use portcullis_server::Registration;
+use portcullis_catalog::{Diagnostic, Tool};
+use portcullis_server::{Access, Registration, ToolHandler};
 
 use crate::forward::App;
 use crate::native::NativePlugin;
@@ -90,5 +90,79 @@ impl ToolSource for AppSource {
 
     fn diagnostics(&self) -> &[Diagnostic] {
         &self.diagnostics
+    }
+}
+
+/// Tools written in Rust, in-process, as a source like the others.
+///
+/// ```
+/// use portcullis_catalog::{Tool, ToolAnnotations, ToolResult};
+/// use portcullis_server::{CallContext, ToolError};
+/// use portcullis_sources::source::{InProcessSource, ToolSource};
+///
+/// let source = InProcessSource::new("builtin").tool(
+///     Tool::new("now").with_annotations(ToolAnnotations::read_only(true)),
+///     |_args: serde_json::Value, _ctx: CallContext| async { Ok::<_, ToolError>(ToolResult::text("12:00")) },
+/// );
+/// let registrations = source.registrations();
+/// assert_eq!(registrations[0].source, "builtin");
+/// ```
+#[derive(Clone)]
+pub struct InProcessSource {
+    name: String,
+    tools: Vec<(Tool, Access, Arc<dyn ToolHandler>)>,
+}
+
+impl std::fmt::Debug for InProcessSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.tools.iter().map(|(t, _, _)| t.name.as_str()).collect();
+        f.debug_struct("InProcessSource")
+            .field("name", &self.name)
+            .field("tools", &names)
+            .finish()
+    }
+}
+
+impl InProcessSource {
+    /// An empty source named `name`.
+    pub fn new(name: impl Into<String>) -> Self {
+        InProcessSource {
+            name: name.into(),
+            tools: Vec::new(),
+        }
+    }
+
+    /// Adds a tool open to any caller.
+    pub fn tool(self, tool: Tool, handler: impl ToolHandler) -> Self {
+        self.tool_with_access(tool, Access::open(), handler)
+    }
+
+    /// Adds a tool with an access requirement.
+    pub fn tool_with_access(
+        mut self,
+        tool: Tool,
+        access: Access,
+        handler: impl ToolHandler,
+    ) -> Self {
+        self.tools.push((tool, access, Arc::new(handler)));
+        self
+    }
+}
+
+impl ToolSource for InProcessSource {
+    fn source_name(&self) -> &str {
+        &self.name
+    }
+
+    fn registrations(&self) -> Vec<Registration> {
+        self.tools
+            .iter()
+            .map(|(tool, access, handler)| Registration {
+                tool: tool.clone(),
+                source: self.name.clone(),
+                access: access.clone(),
+                handler: handler.clone(),
+            })
+            .collect()
     }
 }
