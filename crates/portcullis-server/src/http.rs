@@ -28,8 +28,8 @@ use crate::guard::{Guard, MCP_PATH, guard_layer};
 /// Default cap on a request body (4 MiB, rmcp's own default).
 pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 
-/// How the HTTP surface listens and guards.
-#[derive(Debug, Clone)]
+/// How the HTTP surface listens and guards. `Debug` never shows the token.
+#[derive(Clone)]
 pub struct HttpOptions {
     /// Where to listen; default `127.0.0.1:0` (a free loopback port).
     pub listen: SocketAddr,
@@ -68,6 +68,22 @@ impl Default for HttpOptions {
             handle_signals: false,
             shutdown_grace: Duration::from_secs(10),
         }
+    }
+}
+
+impl std::fmt::Debug for HttpOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpOptions")
+            .field("listen", &self.listen)
+            .field("allowed_hosts", &self.allowed_hosts)
+            .field("allowed_origins", &self.allowed_origins)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("legacy_sessions", &self.legacy_sessions)
+            .field("json_response", &self.json_response)
+            .field("handle_signals", &self.handle_signals)
+            .field("shutdown_grace", &self.shutdown_grace)
+            .finish()
     }
 }
 

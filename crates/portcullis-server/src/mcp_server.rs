@@ -18,7 +18,8 @@ use crate::http::{DEFAULT_MAX_BODY_BYTES, HttpOptions, HttpServer, serve_http};
 use crate::tool_server::{Registration, ToolServer};
 
 /// Server-side security and lifecycle options (the seed's `options`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// `Debug` never shows the token.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ServeOptions {
     /// Require `Authorization: Bearer <token>` on `/mcp`. Empty is an error.
@@ -54,6 +55,22 @@ impl Default for ServeOptions {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             handle_signals: false,
         }
+    }
+}
+
+impl std::fmt::Debug for ServeOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServeOptions")
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("allow_write", &self.allow_write)
+            .field("allow_tools", &self.allow_tools)
+            .field("identity", &self.identity)
+            .field("allowed_hosts", &self.allowed_hosts)
+            .field("allowed_origins", &self.allowed_origins)
+            .field("max_output_length", &self.max_output_length)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("handle_signals", &self.handle_signals)
+            .finish()
     }
 }
 
@@ -128,6 +145,21 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(err.code(), Some("ERR_INVALID_MCP_TOKEN"));
+    }
+
+    #[test]
+    fn debug_output_never_shows_the_token() {
+        let options = ServeOptions {
+            token: Some("hunter2".into()),
+            ..Default::default()
+        };
+        assert!(!format!("{options:?}").contains("hunter2"));
+        let http = crate::http::HttpOptions {
+            token: Some("hunter2".into()),
+            ..Default::default()
+        };
+        assert!(!format!("{http:?}").contains("hunter2"));
+        assert!(format!("{http:?}").contains("<redacted>"));
     }
 
     #[test]
