@@ -22,7 +22,18 @@
 //! the handshake and again per call. On the way in, [`Toolset::call`] runs the
 //! policy gate before anything reaches a server, refuses quarantined tools,
 //! validates arguments against the schema, then calls with a timeout,
-//! cancellation and progress. Server `instructions` are discarded.
+//! cancellation and progress; a result that breaks the tool's declared
+//! `outputSchema` is rejected. Each connection keeps track of what its server
+//! currently publishes (`notifications/tools/list_changed`, or a 2026
+//! `subscriptions/listen`), so a tool withdrawn after the catalogue was built
+//! is refused with "no longer published" instead of reaching the server.
+//! Server `instructions` are discarded.
+//!
+//! Trust baselines come in through [`ConnectOptions::baselines`] (keyed by
+//! server identity), so a store can supply them; the fingerprints a first
+//! trust would record are in each
+//! [`ServerSummary`](portcullis_catalog::catalogue::ServerSummary) of
+//! [`Toolset::catalogue`].
 //!
 //! | module | concern |
 //! |---|---|
