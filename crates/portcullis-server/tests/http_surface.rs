@@ -800,3 +800,60 @@ async fn a_handler_that_ignores_cancellation_is_dropped_after_the_grace() {
         .unwrap();
     server.close().await;
 }
+
+#[tokio::test]
+async fn no_tools_means_empty_capabilities_and_ping_still_works() {
+    let server = serve(ToolServer::builder(), HttpOptions::default()).await;
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}});
+    let body: Value = post(&server, "/mcp", &[], &init)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(body["result"]["capabilities"], json!({}), "{body}");
+    let ping = json!({"jsonrpc": "2.0", "id": 2, "method": "ping"});
+    let body: Value = post(&server, "/mcp", &[], &ping)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(body["result"], json!({}), "{body}");
+    server.close().await;
+}
+
+#[tokio::test]
+async fn listed_definitions_carry_only_what_was_declared() {
+    let mut agent = serde_json::Map::new();
+    agent.insert(
+        "x-mdk-agent".into(),
+        json!({"enabled": true, "returns": "a device"}),
+    );
+    let mut with_meta = ro("get_device");
+    with_meta.meta = Some(agent);
+    let builder = ToolServer::builder()
+        .tool(with_meta, echo)
+        .tool(Tool::new("plain"), echo)
+        .exposure(Exposure {
+            allow_write: true,
+            ..Default::default()
+        });
+    let server = serve(builder, HttpOptions::default()).await;
+    let body: Value = post(&server, "/mcp", &[], &list_body())
+        .await
+        .json()
+        .await
+        .unwrap();
+    let tools = body["result"]["tools"].as_array().unwrap();
+    assert_eq!(tools[0]["name"], "get_device");
+    assert_eq!(tools[0]["annotations"], json!({"readOnlyHint": true}));
+    assert_eq!(tools[0]["_meta"]["x-mdk-agent"]["enabled"], true);
+    assert_eq!(tools[1]["name"], "plain");
+    assert!(
+        tools[1].get("annotations").is_none() && tools[1].get("_meta").is_none(),
+        "{}",
+        tools[1]
+    );
+    assert_eq!(tools[1]["inputSchema"], json!({"type": "object"}));
+    server.close().await;
+}
