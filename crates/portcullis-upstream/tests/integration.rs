@@ -1341,3 +1341,49 @@ async fn without_the_stdio_feature_a_stdio_config_yields_no_tools_and_says_how_t
     assert!(names(&toolset).iter().all(|n| !n.starts_with("local__")));
     assert!(names(&toolset).contains(&"web__echo".to_owned()));
 }
+
+#[tokio::test]
+async fn a_cursor_style_config_connects_end_to_end() {
+    let server = http_fixture(FixtureConfig::default()).await;
+    let stdio = if cfg!(feature = "stdio") {
+        format!(
+            r#""local": {{"command": {:?}, "args": ["--label", "L"]}},"#,
+            fixture_bin()
+        )
+    } else {
+        String::new()
+    };
+    let json = format!(
+        r#"{{"mcpServers": {{ {stdio} "web": {{"url": {:?}, "headers": {{"X-Team": "t1"}}}}, "bad": {{"url": "ftp://x"}} }}}}"#,
+        server.mcp_url()
+    );
+    let parsed = portcullis_upstream::parse_mcp_servers_json(&json).unwrap();
+    assert_eq!(parsed.diagnostics.len(), 1);
+    let toolset = connect(parsed.servers, options()).await.unwrap();
+    assert!(
+        toolset.diagnostics().is_empty(),
+        "{:?}",
+        toolset.diagnostics()
+    );
+    assert_eq!(
+        text(
+            &call(&toolset, "web__echo", json!({"message": "w"}))
+                .await
+                .unwrap()
+        ),
+        "w"
+    );
+    assert!(
+        server
+            .seen()
+            .iter()
+            .all(|s| s.header("x-team").as_deref() == Some("t1"))
+    );
+    if cfg!(feature = "stdio") {
+        assert_eq!(
+            text(&call(&toolset, "local__whoami", json!({})).await.unwrap()),
+            "L"
+        );
+    }
+    toolset.close().await;
+}
