@@ -16,8 +16,10 @@
 //! cap, or a `{"content": …}` object that is not a valid result. When the
 //! handler printed a line starting with `ERR_` (stdout or stderr) that line
 //! is the error message and reaches the model; otherwise the message is for
-//! the log and the model sees `ERR_TOOL_FAILED`. Cancelling the call kills
-//! the process.
+//! the log and the model sees `ERR_TOOL_FAILED`. The handler runs as the
+//! leader of its own process group: a timeout or a cancelled call kills the
+//! whole group, so nothing it started outlives the call that way. (A
+//! handler that exits normally and leaves a daemon behind is not chased.)
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -27,6 +29,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use portcullis_catalog::ToolResult;
 use portcullis_server::{CallContext, ToolError, ToolHandler};
+use process_wrap::tokio::{CommandWrap, KillOnDrop, ProcessGroup};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
@@ -110,25 +113,29 @@ impl Inner {
             .env("PLUGIN_ROOT", &self.dir)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            // Dropping the future (cancellation, timeout) must not leave a
-            // process behind.
-            .kill_on_drop(true);
+            .stderr(Stdio::piped());
         for name in PASSED_ENV {
             if let Some(value) = std::env::var_os(name) {
                 command.env(name, value);
             }
         }
-        let mut child = command.spawn().map_err(|e| {
+        // Its own process group, so a timeout or a cancellation kills what
+        // the handler started too (a shell script's `sleep`, say), not only
+        // the handler itself.
+        let mut wrapped = CommandWrap::from(command);
+        wrapped.wrap(ProcessGroup::leader()).wrap(KillOnDrop);
+        let mut child = wrapped.spawn().map_err(|e| {
             ToolError::msg(format!(
                 "cannot start handler {}: {e}",
                 self.command.display()
             ))
         })?;
 
-        let (Some(mut stdin), Some(stdout), Some(stderr)) =
-            (child.stdin.take(), child.stdout.take(), child.stderr.take())
-        else {
+        let (Some(mut stdin), Some(stdout), Some(stderr)) = (
+            child.stdin().take(),
+            child.stdout().take(),
+            child.stderr().take(),
+        ) else {
             return Err(ToolError::msg("handler pipes unavailable"));
         };
         // Written concurrently with reading stdout, so a handler that answers
@@ -139,30 +146,39 @@ impl Inner {
             let _ = stdin.shutdown().await;
         };
         let limit = self.options.max_output_bytes;
-        let work = async {
-            let ((), out, err, status) = tokio::join!(
-                writer,
-                read_capped(stdout, limit),
-                log_stderr(stderr, &tool),
-                child.wait()
-            );
-            (out, err, status)
-        };
-
         let cancel = ctx.cancellation().clone();
-        let (out, err_scan, status) = tokio::select! {
-            done = tokio::time::timeout(self.options.timeout, work) => match done {
-                Ok(done) => done,
-                Err(_) => {
-                    return Err(ToolError::msg(format!(
-                        "handler timed out after {} ms", self.options.timeout.as_millis()
-                    )));
-                }
-            },
-            _ = cancel.cancelled() => return Err(ToolError::msg("cancelled by the client")),
+        let outcome = {
+            let work = async {
+                let ((), out, err, status) = tokio::join!(
+                    writer,
+                    read_capped(stdout, limit),
+                    log_stderr(stderr, &tool),
+                    child.wait()
+                );
+                (out, err, status)
+            };
+            tokio::select! {
+                done = tokio::time::timeout(self.options.timeout, work) => match done {
+                    Ok(done) => Outcome::Finished(done),
+                    Err(_) => Outcome::TimedOut,
+                },
+                _ = cancel.cancelled() => Outcome::Cancelled,
+            }
         };
-        // Leaving the select dropped `work`; `child` is killed on drop in the
-        // early returns above.
+        let (out, err_scan, status) = match outcome {
+            Outcome::Finished(done) => done,
+            Outcome::TimedOut => {
+                let _ = child.start_kill();
+                return Err(ToolError::msg(format!(
+                    "handler timed out after {} ms",
+                    self.options.timeout.as_millis()
+                )));
+            }
+            Outcome::Cancelled => {
+                let _ = child.start_kill();
+                return Err(ToolError::msg("cancelled by the client"));
+            }
+        };
 
         let status = status.map_err(|e| ToolError::msg(format!("handler wait failed: {e}")))?;
         let out = out.map_err(ToolError::msg)?;
@@ -174,6 +190,19 @@ impl Inner {
         }
         parse_output(out)
     }
+}
+
+type Finished = (
+    Result<Vec<u8>, String>,
+    Vec<u8>,
+    std::io::Result<std::process::ExitStatus>,
+);
+
+/// How a run ended.
+enum Outcome {
+    Finished(Finished),
+    TimedOut,
+    Cancelled,
 }
 
 /// Reads at most `limit` bytes; more is an error (the rest is not read, and

@@ -515,19 +515,48 @@ async fn failures_map_to_errors() {
     assert!(!ok.is_error);
 }
 
+/// Waits until process `pid` has exited (gone, or a zombie awaiting its
+/// reaper). The bound only stops a broken build from hanging the suite.
+async fn wait_until_dead(pid: &str) {
+    let stat = format!("/proc/{pid}/stat");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        match std::fs::read_to_string(&stat) {
+            Err(_) => return,
+            Ok(s)
+                if s.rsplit(')')
+                    .next()
+                    .and_then(|rest| rest.split_whitespace().next())
+                    == Some("Z") =>
+            {
+                return;
+            }
+            Ok(_) => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "process {pid} is still running"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+}
+
 #[tokio::test]
-async fn a_hanging_handler_is_killed_at_the_timeout() {
+async fn a_hanging_handler_is_killed_at_the_timeout_with_what_it_started() {
     let dir = plugin_with(json!([{"id": "hang", "handler": "./hang.sh", "description": "d"}]));
-    let marker = dir.path().join("still-alive");
+    let pid_file = dir.path().join("sleep.pid");
+    // A shell that starts a background sleep and waits: killing only the
+    // shell would leave the sleep running.
     script(
         dir.path(),
         "hang.sh",
-        &format!("sleep 30; touch {}", marker.display()),
+        &format!("sleep 300 & echo $! > {}; wait", pid_file.display()),
     );
     let plugin = NativePlugin::load_with(
         dir.path(),
         NativeOptions {
-            timeout: Duration::from_millis(300),
+            timeout: Duration::from_millis(500),
             ..Default::default()
         },
     )
@@ -538,8 +567,13 @@ async fn a_hanging_handler_is_killed_at_the_timeout() {
         .call(json!({}), CallContext::detached("hang"))
         .await
         .unwrap_err();
-    assert_eq!(error.message(), "handler timed out after 300 ms");
-    assert!(!marker.exists());
+    assert_eq!(error.message(), "handler timed out after 500 ms");
+    let pid = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .to_owned();
+    assert!(!pid.is_empty());
+    wait_until_dead(&pid).await;
 }
 
 #[tokio::test]
@@ -575,15 +609,7 @@ async fn cancelling_a_call_kills_the_handler() {
     token.cancel();
     let error = call.await.unwrap().unwrap_err();
     assert_eq!(error.message(), "cancelled by the client");
-    // The process is gone (reaped or a zombie being reaped): poll its state.
-    let proc = format!("/proc/{pid}/stat");
-    loop {
-        match std::fs::read_to_string(&proc) {
-            Err(_) => break,
-            Ok(stat) if stat.split_whitespace().nth(2) == Some("Z") => break,
-            Ok(_) => tokio::time::sleep(Duration::from_millis(10)).await,
-        }
-    }
+    wait_until_dead(&pid).await;
 }
 
 #[test]
