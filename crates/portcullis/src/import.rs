@@ -212,7 +212,7 @@ mod tests {
 
     const CLAUDE: &str = r#"{
       "mcpServers": {
-        "files": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/home/me"],
+        "files": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "."],
                   "env": {"GITHUB_TOKEN": "ghp_abc123", "LOG_LEVEL": "debug"}},
         "docs": {"url": "https://mcp.example.com/mcp", "headers": {"Authorization": "Bearer live-secret", "X-Team": "core"}},
         "legacy": {"type": "sse", "url": "https://old.example.com/sse"},
