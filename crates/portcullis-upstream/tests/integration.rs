@@ -1185,6 +1185,18 @@ mod stdio {
     }
 
     #[tokio::test]
+    async fn a_stdio_child_dies_with_a_dropped_toolset() {
+        let toolset = connect(vec![fixture("kid", &[])], options()).await.unwrap();
+        let pid = toolset.child_pid("kid").expect("a child pid");
+        assert!(alive(pid));
+        drop(toolset);
+        assert!(
+            eventually(WAIT, || !alive(pid)).await,
+            "child {pid} outlived its toolset"
+        );
+    }
+
+    #[tokio::test]
     async fn a_stdio_child_gets_a_minimal_environment() {
         // Some variable of ours that is not on the allow-list.
         let (leaked, _) = std::env::vars()
