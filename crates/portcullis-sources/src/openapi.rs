@@ -23,7 +23,7 @@ use std::collections::HashSet;
 use std::path::Path;
 
 use http::Method;
-use portcullis_catalog::{Diagnostic, Rule};
+use portcullis_catalog::{ArgumentValidator, Diagnostic, Rule};
 use portcullis_server::Access;
 use serde_json::{Map, Value};
 
@@ -207,6 +207,15 @@ impl OpenApiDocument {
                     notes.dedup();
                     for note in notes {
                         self.note(&what, format!("schema simplified: {note}"));
+                    }
+                    // A schema the server could not compile would fail the
+                    // whole server; skip just this operation instead.
+                    if let Err(error) = ArgumentValidator::compile(
+                        &route.id,
+                        &route.tool().input_schema_or_default(),
+                    ) {
+                        self.note(&what, format!("input schema unusable ({error}); skipped"));
+                        continue;
                     }
                     if !ids.insert(route.id.clone()) {
                         self.note(

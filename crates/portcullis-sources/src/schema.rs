@@ -12,6 +12,7 @@
 //! and nesting deeper than [`MAX_DEPTH`] (which also stops `$ref` cycles)
 //! accepts any value with a note.
 
+use portcullis_catalog::ArgumentValidator;
 use serde_json::{Map, Value, json};
 
 /// Cap on free-text arguments when the schema states no `maxLength` (the
@@ -147,7 +148,17 @@ impl<'a> SchemaConverter<'a> {
                 out.entry("maxLength")
                     .or_insert_with(|| DEFAULT_MAX_STRING_LENGTH.into());
                 if let Some(Value::String(pattern)) = schema.get("pattern") {
-                    out.insert("pattern".into(), pattern.clone().into());
+                    // Checked with the validator's own regex engine: one
+                    // pattern it cannot compile would otherwise make the
+                    // whole tool unusable.
+                    let probe = json!({"type": "string", "pattern": pattern});
+                    if ArgumentValidator::compile("pattern", &probe).is_ok() {
+                        out.insert("pattern".into(), pattern.clone().into());
+                    } else {
+                        self.notes.push(format!(
+                            "pattern \"{pattern}\" is not a usable regular expression; dropped"
+                        ));
+                    }
                 }
             }
             Some(kind @ ("integer" | "number")) => {
@@ -338,6 +349,10 @@ mod tests {
             json!({"type": "array", "items": {"type": "boolean"}, "maxItems": 3})
         );
         assert_eq!(convert(json!(true)), json!({}));
+        let mut converter = SchemaConverter::new(None);
+        let dropped = converter.convert(&json!({"type": "string", "pattern": "(?<"}), 0);
+        assert!(dropped.get("pattern").is_none());
+        assert_eq!(converter.notes.len(), 1);
     }
 
     #[test]

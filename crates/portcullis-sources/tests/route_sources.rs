@@ -391,3 +391,37 @@ fn openapi_files_are_read_bounded() {
     std::fs::write(&path, PETS).unwrap();
     assert_eq!(OpenApiDocument::load(&path).unwrap().routes.len(), 4);
 }
+
+#[test]
+fn an_unusable_pattern_is_dropped_not_fatal() {
+    // Found in a real-world example document: a `pattern` the validator's
+    // regex engine rejects used to fail the whole server build.
+    let doc = json!({"openapi": "3.0.0", "paths": {"/s": {"get": {"parameters": [
+        {"name": "q", "in": "query", "schema": {"type": "string", "pattern": "^(?<name"}}
+    ]}}}});
+    let doc = OpenApiDocument::from_value("p.json", &doc).unwrap();
+    assert_eq!(doc.routes.len(), 1);
+    let schema = doc.routes[0].tool().input_schema.unwrap();
+    assert!(schema["properties"]["q"].get("pattern").is_none());
+    assert!(
+        doc.diagnostics[0]
+            .message
+            .contains("is not a usable regular expression; dropped"),
+        "{:?}",
+        doc.diagnostics
+    );
+    let server = portcullis_server::ToolServer::builder()
+        .register_all(
+            portcullis_sources::AppSource::from_openapi(
+                doc,
+                portcullis_sources::App::new(portcullis_sources::AppOptions::new(
+                    "p",
+                    "http://127.0.0.1:9",
+                ))
+                .unwrap(),
+            )
+            .registrations(),
+        )
+        .build();
+    assert!(server.is_ok());
+}
