@@ -2,7 +2,7 @@
 
 use portcullis_catalog::Rule;
 use portcullis_sources::route::Safety;
-use portcullis_sources::{OpenApiDocument, RouteTable, SourceError};
+use portcullis_sources::{OpenApiDocument, RouteTable, SourceError, ToolSource};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
