@@ -33,6 +33,7 @@ use process_wrap::tokio::{CommandWrap, KillOnDrop, ProcessGroup};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
+use tokio_util::sync::CancellationToken;
 
 /// Default bound on one call (the seed's 60 s).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -147,14 +148,20 @@ impl Inner {
         };
         let limit = self.options.max_output_bytes;
         let cancel = ctx.cancellation().clone();
+        // Fired when stdout passes the cap: stop at once rather than let a
+        // flooding handler run (blocked on a full pipe) until the timeout.
+        let overflow = CancellationToken::new();
         let outcome = {
+            let reading = async {
+                let out = read_capped(stdout, limit).await;
+                if out.is_err() {
+                    overflow.cancel();
+                }
+                out
+            };
             let work = async {
-                let ((), out, err, status) = tokio::join!(
-                    writer,
-                    read_capped(stdout, limit),
-                    log_stderr(stderr, &tool),
-                    child.wait()
-                );
+                let ((), out, err, status) =
+                    tokio::join!(writer, reading, log_stderr(stderr, &tool), child.wait());
                 (out, err, status)
             };
             tokio::select! {
@@ -163,6 +170,7 @@ impl Inner {
                     Err(_) => Outcome::TimedOut,
                 },
                 _ = cancel.cancelled() => Outcome::Cancelled,
+                _ = overflow.cancelled() => Outcome::Overflowed,
             }
         };
         let (out, err_scan, status) = match outcome {
@@ -177,6 +185,12 @@ impl Inner {
             Outcome::Cancelled => {
                 let _ = child.start_kill();
                 return Err(ToolError::msg("cancelled by the client"));
+            }
+            Outcome::Overflowed => {
+                let _ = child.start_kill();
+                return Err(ToolError::msg(format!(
+                    "handler output exceeds {limit} bytes"
+                )));
             }
         };
 
@@ -203,6 +217,7 @@ enum Outcome {
     Finished(Finished),
     TimedOut,
     Cancelled,
+    Overflowed,
 }
 
 /// Reads at most `limit` bytes; more is an error (the rest is not read, and

@@ -577,6 +577,29 @@ async fn a_hanging_handler_is_killed_at_the_timeout_with_what_it_started() {
 }
 
 #[tokio::test]
+async fn an_endless_flood_is_stopped_at_the_output_cap() {
+    let dir = plugin_with(json!([{"id": "flood", "handler": "./flood.sh", "description": "d"}]));
+    script(dir.path(), "flood.sh", "exec yes flood");
+    // The timeout is far away: the cap, not the clock, must end the call.
+    let plugin = NativePlugin::load_with(
+        dir.path(),
+        NativeOptions {
+            max_output_bytes: 64 * 1024,
+            timeout: Duration::from_secs(3600),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let registration = plugin.registrations().remove(0);
+    let error = registration
+        .handler
+        .call(json!({}), CallContext::detached("flood"))
+        .await
+        .unwrap_err();
+    assert_eq!(error.message(), "handler output exceeds 65536 bytes");
+}
+
+#[tokio::test]
 async fn cancelling_a_call_kills_the_handler() {
     let dir = plugin_with(json!([{"id": "hang", "handler": "./hang.sh", "description": "d"}]));
     let pid_file = dir.path().join("pid");
