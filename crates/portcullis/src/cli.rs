@@ -49,21 +49,10 @@ pub enum Command {
     Check(CheckArgs),
     /// Turn an existing mcpServers config (Claude, Cursor, VS Code) into Portcullis TOML, on stdout by default.
     Import(ImportArgs),
-}
-
-impl Command {
-    /// The subcommand's name as typed on the command line.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Command::Serve(_) => "serve",
-            Command::Tools(_) => "tools",
-            Command::Call(_) => "call",
-            Command::Drift(_) => "drift",
-            Command::Retrust(_) => "retrust",
-            Command::Check(_) => "check",
-            Command::Import(_) => "import",
-        }
-    }
+    /// A tiny MCP server on stdin/stdout (echo, add, count, write_note): the
+    /// upstream of `examples/portcullis.toml`. A fixture, hidden from help.
+    #[command(name = "demo-upstream", hide = true)]
+    DemoUpstream,
 }
 
 /// `--config FILE`, shared by every subcommand that reads the gateway config.

@@ -32,15 +32,20 @@
 
 #![warn(missing_docs)]
 
+mod call_cmd;
 mod check;
 mod cli;
 mod config;
+mod demo_upstream;
+mod gateway;
 mod import;
+mod serve;
+mod tools_cmd;
 
 use std::process::ExitCode;
 
+use anyhow::Context as _;
 use clap::Parser;
-use serde_json::Value;
 
 use crate::cli::{Cli, Command};
 
@@ -50,10 +55,6 @@ enum Exit {
     /// Everything worked (also `--help` and `--version`).
     Success,
     /// The tool answered with an error, or a guard refused the call.
-    #[cfg_attr(
-        not(test),
-        expect(dead_code, reason = "no subcommand reaches a tool yet; `call` will")
-    )]
     ToolError,
     /// The command line or the configuration is wrong (or the subcommand is not built).
     Usage,
@@ -107,66 +108,88 @@ fn main() -> ExitCode {
 
 /// Runs one parsed command line.
 fn run(cli: Cli) -> anyhow::Result<Exit> {
-    match &cli.command {
+    let quiet_default = match &cli.command {
         Command::Check(a) => return run_check(&a.config.config),
         Command::Import(a) => return run_import(&a.file, a.output.as_deref()),
-        _ => {}
-    }
-    let command = cli.command.name();
-    let (arrives, parsed) = match &cli.command {
-        Command::Serve(a) => (
-            "the gateway",
-            format!(
-                "config={} listen={} stdio={}",
-                a.config.config.display(),
-                a.listen
-                    .map_or_else(|| "(from config)".to_owned(), |l| l.to_string()),
-                a.stdio
-            ),
-        ),
-        Command::Tools(a) => (
-            "the catalogue listing",
-            format!("config={} json={}", a.config.config.display(), a.json),
-        ),
-        Command::Call(a) => (
-            "calling a tool through the gate",
-            format!(
-                "config={} json={} tool={} args={}",
-                a.config.config.display(),
-                a.json,
-                a.tool,
-                Value::Object(a.args.clone())
-            ),
-        ),
-        Command::Drift(a) => (
-            "the drift diff",
-            format!(
-                "config={} server={}",
-                a.config.config.display(),
-                a.server.as_deref().unwrap_or("(all)")
-            ),
-        ),
-        Command::Retrust(a) => (
-            "re-trusting a server",
-            format!(
-                "config={} yes={} server={}",
-                a.config.config.display(),
-                a.yes,
-                a.server
-            ),
-        ),
-        Command::Check(_) | Command::Import(_) => unreachable_command(),
+        Command::Drift(a) => {
+            return Ok(not_built(
+                "drift",
+                "the drift diff",
+                &format!(
+                    "config={} server={}",
+                    a.config.config.display(),
+                    a.server.as_deref().unwrap_or("(all)")
+                ),
+            ));
+        }
+        Command::Retrust(a) => {
+            return Ok(not_built(
+                "retrust",
+                "re-trusting a server",
+                &format!(
+                    "config={} yes={} server={}",
+                    a.config.config.display(),
+                    a.yes,
+                    a.server
+                ),
+            ));
+        }
+        Command::Serve(_) => "info,rmcp=warn",
+        _ => "warn",
     };
+    init_logging(quiet_default);
+    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    if let Command::DemoUpstream = &cli.command {
+        runtime.block_on(demo_upstream::run())?;
+        return Ok(Exit::Success);
+    }
+    let path = match &cli.command {
+        Command::Serve(a) => &a.config.config,
+        Command::Tools(a) => &a.config.config,
+        Command::Call(a) => &a.config.config,
+        _ => return Ok(Exit::Usage),
+    };
+    let config = match config::load(path) {
+        Ok(config) => config,
+        Err(err) => {
+            eprintln!("error: {err}");
+            return Ok(Exit::Usage);
+        }
+    };
+    let outcome = runtime.block_on(async {
+        match &cli.command {
+            Command::Serve(a) => serve::serve(&config, a.listen, a.stdio).await,
+            Command::Tools(a) => tools_cmd::tools(&config, a.json).await,
+            Command::Call(a) => call_cmd::call(&config, &a.tool, &a.args, a.json).await,
+            _ => Ok(Exit::Usage),
+        }
+    });
+    // Upstream connections are closed by each command; do not wait for
+    // blocking readers of a child that is already gone.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    outcome
+}
+
+/// The stub of a subcommand not built yet: says so, echoes what it parsed,
+/// exits 2.
+fn not_built(command: &str, arrives: &str, parsed: &str) -> Exit {
     eprintln!(
         "portcullis {command}: not built yet — {arrives} arrives with the {command} issue. \
          Parsed: {parsed}"
     );
-    Ok(Exit::Usage)
+    Exit::Usage
 }
 
-/// The arms handled before the not-built stub; never reached.
-fn unreachable_command() -> (&'static str, String) {
-    ("nothing", String::new())
+/// Logs go to stderr, always (stdout carries results, or MCP over `--stdio`).
+/// `RUST_LOG` overrides the default level.
+fn init_logging(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_env_filter(filter)
+        .try_init();
 }
 
 /// `portcullis check`: load and validate the config, summarise it, report

@@ -109,36 +109,34 @@ fn no_subcommand_is_a_usage_error() {
     assert!(stderr(&out).contains("Usage: portcullis <COMMAND>"));
 }
 
-#[test]
-fn serve_parses_its_flags() {
-    assert_not_built(
-        &["serve"],
-        "serve",
-        "config=./portcullis.toml listen=(from config) stdio=false",
-    );
-    assert_not_built(
-        &["serve", "--stdio", "--listen", "127.0.0.1:9000"],
-        "serve",
-        "config=./portcullis.toml listen=127.0.0.1:9000 stdio=true",
-    );
-    assert_not_built(
-        &[
-            "serve",
-            "--config",
-            "examples/portcullis.toml",
-            "--listen=[::1]:8765",
-        ],
-        "serve",
-        "config=examples/portcullis.toml listen=[::1]:8765 stdio=false",
-    );
+/// Asserts that `args` parsed and reached the config loader: exit 2 and a
+/// pointed message naming the missing config file.
+fn assert_reaches_config(args: &[&str], file: &str) {
+    let out = portcullis(args);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: stderr was {err}");
+    assert!(err.contains(file), "{args:?}: stderr was {err}");
+    assert!(err.contains("no such file"), "{args:?}: stderr was {err}");
+    assert_eq!(stdout(&out), "", "{args:?}: nothing goes to stdout");
 }
 
 #[test]
-fn serve_message_says_what_is_missing() {
-    let err = stderr(&portcullis(&["serve"]));
-    assert!(
-        err.contains("the gateway arrives with the serve issue"),
-        "{err}"
+fn serve_parses_its_flags() {
+    assert_reaches_config(&["serve", "--config", "nope/a.toml"], "nope/a.toml");
+    assert_reaches_config(
+        &[
+            "serve",
+            "--stdio",
+            "--listen",
+            "127.0.0.1:9000",
+            "--config",
+            "nope/b.toml",
+        ],
+        "nope/b.toml",
+    );
+    assert_reaches_config(
+        &["serve", "--config", "nope/c.toml", "--listen=[::1]:8765"],
+        "nope/c.toml",
     );
 }
 
@@ -149,26 +147,30 @@ fn serve_rejects_a_listen_address_that_is_not_ip_and_port() {
 
 #[test]
 fn tools_parses_its_flags() {
-    assert_not_built(&["tools"], "tools", "config=./portcullis.toml json=false");
-    assert_not_built(
-        &["tools", "--json"],
-        "tools",
-        "config=./portcullis.toml json=true",
+    assert_reaches_config(&["tools", "--config", "nope/t.toml"], "nope/t.toml");
+    assert_reaches_config(
+        &["tools", "--json", "--config", "nope/t.toml"],
+        "nope/t.toml",
     );
 }
 
 #[test]
 fn call_parses_tool_and_json_args() {
-    assert_not_built(
-        &["call", "--json", "files__read", r#"{"path":"a"}"#],
-        "call",
-        r#"config=./portcullis.toml json=true tool=files__read args={"path":"a"}"#,
+    assert_reaches_config(
+        &[
+            "call",
+            "--json",
+            "--config",
+            "nope/c.toml",
+            "files__read",
+            r#"{"path":"a"}"#,
+        ],
+        "nope/c.toml",
     );
     // JSON-ARGS is optional and defaults to the empty object.
-    assert_not_built(
-        &["call", "--config", "x.toml", "docs__search"],
-        "call",
-        "config=x.toml json=false tool=docs__search args={}",
+    assert_reaches_config(
+        &["call", "--config", "nope/d.toml", "docs__search"],
+        "nope/d.toml",
     );
 }
 

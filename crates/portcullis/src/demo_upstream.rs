@@ -1,0 +1,148 @@
+//! `portcullis demo-upstream`: a tiny MCP server over stdio, so
+//! `examples/portcullis.toml` runs with nothing but the repo.
+//!
+//! It is deliberately a plain rmcp server (not a `portcullis-server`
+//! `ToolServer`): it answers the way a third-party upstream would, with raw,
+//! unframed output, so what a client sees through the gateway is framed once,
+//! by the gateway. Tools:
+//!
+//! | tool | annotations | does |
+//! |---|---|---|
+//! | `echo` | read-only | returns `text` |
+//! | `add` | read-only | returns `a + b` |
+//! | `count` | read-only | counts to `n`, reporting progress on the way |
+//! | `write_note` | a write | "saves" a note (kept in memory only) |
+//!
+//! Hidden from `--help`: it is a fixture, not a feature.
+
+use std::sync::{Arc, Mutex};
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities,
+    ServerConfig,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use serde_json::{Value, json};
+
+/// The demo server's state: the notes `write_note` kept.
+#[derive(Clone, Default)]
+pub struct DemoUpstream {
+    notes: Arc<Mutex<Vec<String>>>,
+}
+
+/// The demo tools' definitions, as rmcp tools.
+fn definitions() -> Vec<rmcp::model::Tool> {
+    let tools = [
+        json!({
+            "name": "echo",
+            "description": "Returns the text it is given.",
+            "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+            "annotations": {"readOnlyHint": true}
+        }),
+        json!({
+            "name": "add",
+            "description": "Adds two numbers.",
+            "inputSchema": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}, "required": ["a", "b"]},
+            "annotations": {"readOnlyHint": true}
+        }),
+        json!({
+            "name": "count",
+            "description": "Counts from 1 to n, reporting progress at each step.",
+            "inputSchema": {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1, "maximum": 100}}, "required": ["n"]},
+            "annotations": {"readOnlyHint": true}
+        }),
+        json!({
+            "name": "write_note",
+            "description": "Saves a note (in memory only).",
+            "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+            "annotations": {"readOnlyHint": false, "destructiveHint": false}
+        }),
+    ];
+    tools
+        .into_iter()
+        .filter_map(|t| serde_json::from_value(t).ok())
+        .collect()
+}
+
+fn text(result: impl Into<String>) -> CallToolResponse {
+    CallToolResult::success(vec![ContentBlock::text(result)]).into()
+}
+
+fn tool_error(message: impl Into<String>) -> CallToolResponse {
+    CallToolResult::error(vec![ContentBlock::text(message)]).into()
+}
+
+impl ServerHandler for DemoUpstream {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build()).with_server_info(
+            Implementation::new("portcullis-demo-upstream", env!("CARGO_PKG_VERSION")),
+        )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(definitions()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let args = request.arguments.unwrap_or_default();
+        let string = |key: &str| args.get(key).and_then(Value::as_str).map(str::to_owned);
+        let number = |key: &str| args.get(key).and_then(Value::as_f64);
+        Ok(match request.name.as_ref() {
+            "echo" => match string("text") {
+                Some(t) => text(t),
+                None => tool_error("echo needs a string `text`"),
+            },
+            "add" => match (number("a"), number("b")) {
+                (Some(a), Some(b)) => text((a + b).to_string()),
+                _ => tool_error("add needs numbers `a` and `b`"),
+            },
+            "count" => {
+                let n = args.get("n").and_then(Value::as_u64).unwrap_or(1).min(100);
+                if let Some(token) = context.meta.get_progress_token() {
+                    for i in 1..=n {
+                        let mut param = ProgressNotificationParam::new(token.clone(), i as f64);
+                        param.total = Some(n as f64);
+                        let _ = context.peer.notify_progress(param).await;
+                    }
+                }
+                text(format!("counted to {n}"))
+            }
+            "write_note" => match string("text") {
+                Some(t) => {
+                    let count = match self.notes.lock() {
+                        Ok(mut notes) => {
+                            notes.push(t);
+                            notes.len()
+                        }
+                        Err(_) => return Ok(tool_error("the note store is unusable")),
+                    };
+                    text(format!("saved note {count}"))
+                }
+                None => tool_error("write_note needs a string `text`"),
+            },
+            other => {
+                return Err(ErrorData::invalid_params(
+                    format!("unknown tool: {other}"),
+                    None,
+                ));
+            }
+        })
+    }
+}
+
+/// Serves the demo tools on stdin/stdout until the client closes the pipe.
+pub async fn run() -> anyhow::Result<()> {
+    portcullis_server::serve_stdio(DemoUpstream::default())
+        .await
+        .map_err(|e| anyhow::anyhow!("demo upstream: {e}"))
+}

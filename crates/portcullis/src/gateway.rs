@@ -1,0 +1,365 @@
+//! The gateway pipeline, wired from a loaded [`Config`]: upstreams connected
+//! into one catalogue ([`portcullis_upstream::Toolset`]), every catalogue
+//! entry registered on a [`ToolServer`] behind the exposure gate, and each
+//! handler forwarding to the toolset.
+//!
+//! `serve`, `tools` and `call` all start here, so the three commands see the
+//! same catalogue, the same gate and the same call path.
+//!
+//! Framing and error mapping happen once, at the server edge: the toolset
+//! returns upstream results unframed, the handler hands them on as they are,
+//! and [`ToolServer`] frames them (or maps the error) exactly once.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use portcullis_catalog::disclosure::DisclosureOptions;
+use portcullis_catalog::policy::{Decision, Policy, PolicyRequest};
+use portcullis_catalog::{ProjectionOptions, Tool, ToolResult};
+use portcullis_server::{Exposure, Identity, Registration, ToolError, ToolServer};
+use portcullis_upstream::{
+    CallContext as UpstreamContext, CallError, ConnectOptions, McpServerConfig, Progress, Toolset,
+    connect,
+};
+use serde::Serialize;
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::config::{Approval, Config, Upstream, UpstreamTransport};
+
+/// The `command` of a stdio upstream that means "this very binary", so a
+/// config can run `portcullis demo-upstream` without anything on `PATH`.
+pub const SELF_COMMAND: &str = "portcullis";
+
+/// A connected gateway: the toolset (sources and catalogue) and the tool
+/// server built on it (gate and edge).
+pub struct Gateway {
+    /// The connected upstreams and their projected catalogue.
+    pub toolset: Toolset,
+    /// The tools behind the exposure gate, as MCP serves them.
+    pub tools: ToolServer,
+}
+
+/// One row of `portcullis tools --json`: the contract shape of the design
+/// brief.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Row {
+    /// The qualified name.
+    pub name: String,
+    /// The upstream (or source) it comes from.
+    pub source: String,
+    /// `inline`, `names` or `bare`.
+    pub tier: String,
+    /// `available`, `quarantined` or `withheld`.
+    pub status: String,
+    /// Why it is not available, else null.
+    pub reason: Option<String>,
+}
+
+impl Gateway {
+    /// Connects every upstream of `config`, reports every diagnostic on
+    /// stderr, and builds the tool server. A failing upstream becomes a
+    /// diagnostic; only wiring mistakes are errors.
+    pub async fn start(config: &Config) -> anyhow::Result<Gateway> {
+        let base = config
+            .path
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        let servers = config
+            .upstreams
+            .values()
+            .map(|u| server_config(u, &base))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let toolset = connect(servers, connect_options(config))
+            .await
+            .context("cannot connect the upstreams")?;
+        for diagnostic in toolset.diagnostics() {
+            tracing::warn!(rule = %diagnostic.rule, origin = %diagnostic.origin, "{}", diagnostic.message);
+        }
+        let tools = build_tool_server(config, &toolset)?;
+        Ok(Gateway { toolset, tools })
+    }
+
+    /// Every tool, available or not, with why it is held back: the
+    /// catalogue's rows (quarantine, filters, drift) with the exposure gate's
+    /// withheld tools marked `withheld`.
+    pub fn rows(&self) -> Vec<Row> {
+        let gated: HashMap<&str, &str> = self
+            .tools
+            .withheld()
+            .iter()
+            .map(|w| (w.id.as_str(), w.reason.as_str()))
+            .collect();
+        self.toolset
+            .catalogue()
+            .status_rows()
+            .into_iter()
+            .map(|row| {
+                let tier = serde_json::to_value(row.tier)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default();
+                let (status, reason) = match gated.get(row.name.as_str()) {
+                    Some(reason) if row.status == "available" => {
+                        ("withheld".to_owned(), Some((*reason).to_owned()))
+                    }
+                    _ => (row.status.to_owned(), row.reason),
+                };
+                Row {
+                    name: row.name,
+                    source: row.source,
+                    tier,
+                    status,
+                    reason,
+                }
+            })
+            .collect()
+    }
+
+    /// Ends every upstream connection; stdio children are killed.
+    pub async fn close(&self) {
+        self.toolset.close().await;
+    }
+}
+
+/// The `[upstreams.NAME]` table as the connector's config, secrets exposed
+/// (they go to the child or the server, never to a log).
+pub fn server_config(upstream: &Upstream, base: &Path) -> anyhow::Result<McpServerConfig> {
+    // Built through the constructors, not struct literals, so fields the
+    // connector adds later (plugin launch data) keep their defaults.
+    Ok(match &upstream.transport {
+        UpstreamTransport::Stdio {
+            command,
+            args,
+            env,
+            cwd,
+        } => {
+            let mut server = McpServerConfig::stdio(
+                upstream.name.clone(),
+                resolve_command(command, base)?,
+                args.iter().map(|a| a.expose().to_owned()),
+            );
+            for (key, value) in env {
+                server = server.with_env(key.clone(), value.expose().to_owned());
+            }
+            if let McpServerConfig::Stdio(stdio) = &mut server {
+                stdio.cwd = cwd.clone();
+            }
+            server
+        }
+        UpstreamTransport::Remote { kind, url, headers } => {
+            let url = url.expose().to_owned();
+            let mut server = match kind {
+                portcullis_catalog::TransportKind::Sse => {
+                    McpServerConfig::sse(upstream.name.clone(), url)
+                }
+                _ => McpServerConfig::streamable_http(upstream.name.clone(), url),
+            };
+            for (key, value) in headers {
+                server = server.with_header(key.clone(), value.expose().to_owned());
+            }
+            server
+        }
+    })
+}
+
+/// Where a stdio upstream's program is: [`SELF_COMMAND`] is this binary; a
+/// relative path with a directory part (`./bin/server`, `../target/…`) is
+/// relative to the config file, as every path inside it; a bare name is
+/// looked up on `PATH` by the connector.
+pub fn resolve_command(command: &str, base: &Path) -> anyhow::Result<String> {
+    if command == SELF_COMMAND {
+        let exe = std::env::current_exe().context("cannot find the portcullis binary itself")?;
+        return Ok(exe.to_string_lossy().into_owned());
+    }
+    let path = PathBuf::from(command);
+    if path.is_relative() && path.components().count() > 1 {
+        return Ok(base.join(path).to_string_lossy().into_owned());
+    }
+    Ok(command.to_owned())
+}
+
+/// The connector's options from `[gateway]`, `[disclosure]` and the
+/// per-upstream `timeout_ms` and `tools`.
+fn connect_options(config: &Config) -> ConnectOptions {
+    let mut options = ConnectOptions::default().with_projection(ProjectionOptions {
+        disclosure: DisclosureOptions {
+            budget: config.disclosure.budget,
+            always_load: config
+                .disclosure
+                .always_load
+                .iter()
+                .cloned()
+                .collect::<BTreeSet<_>>(),
+        },
+        prefix: config.gateway.prefix,
+    });
+    for upstream in config.upstreams.values() {
+        if let Some(ms) = upstream.timeout_ms {
+            options = options.with_server_timeout(&upstream.name, Duration::from_millis(ms));
+        }
+        options = options.with_server_tools(&upstream.name, upstream.tools.clone());
+    }
+    if config.gateway.approval != Approval::Never {
+        options = options.with_policy(ApprovalPolicy(config.gateway.approval.clone()));
+    }
+    options
+}
+
+/// `[gateway] approval`: the calls that need a person's approval first. The
+/// toolset refuses them unless the call carries an approval, which no
+/// surface can obtain yet, so they are refused with a message saying why.
+struct ApprovalPolicy(Approval);
+
+impl Policy for ApprovalPolicy {
+    fn decide(&self, request: &PolicyRequest<'_>) -> Decision {
+        let asks = match &self.0 {
+            Approval::Never => false,
+            Approval::Writes => !request.def.is_some_and(Tool::is_read_only),
+            Approval::Tools(names) => names.iter().any(|n| n == request.tool_name),
+        };
+        if asks {
+            Decision::Ask { title: None }
+        } else {
+            Decision::Allow
+        }
+    }
+}
+
+/// The exposure gate from `[gateway]`.
+pub fn exposure(config: &Config) -> Exposure {
+    Exposure {
+        allow_write: config.gateway.allow_write,
+        allow_tools: (!config.gateway.allow_tools.is_empty())
+            .then(|| config.gateway.allow_tools.clone()),
+        identity: config
+            .gateway
+            .identity
+            .as_ref()
+            .map(|i| Identity::new(i.user.clone(), i.perms.iter().cloned())),
+    }
+}
+
+/// One registration per catalogue entry (quarantine stubs included: the
+/// toolset refuses them), each forwarding to the toolset under its
+/// qualified name.
+fn build_tool_server(config: &Config, toolset: &Toolset) -> anyhow::Result<ToolServer> {
+    let registrations = toolset.catalogue().entries().iter().map(|entry| {
+        let toolset = toolset.clone();
+        let name: Arc<str> = entry.name.as_str().into();
+        let source = if entry.kind == portcullis_catalog::catalogue::EntryKind::DescribeTool {
+            "portcullis".to_owned()
+        } else {
+            entry.server.clone()
+        };
+        let handler = move |args: Value, ctx: portcullis_server::CallContext| {
+            forward(toolset.clone(), name.clone(), args, ctx)
+        };
+        Registration::new(entry.definition.clone(), handler).with_source(source)
+    });
+    ToolServer::builder()
+        .register_all(registrations)
+        .exposure(exposure(config))
+        .max_output_length(config.gateway.max_output_length)
+        .server_info("portcullis", env!("CARGO_PKG_VERSION"))
+        .build()
+        .context("cannot build the tool server from the catalogue")
+}
+
+/// Forwards one call to the toolset, with the caller's cancellation and a
+/// progress relay; the result goes back unframed (the edge frames it).
+async fn forward(
+    toolset: Toolset,
+    name: Arc<str>,
+    args: Value,
+    ctx: portcullis_server::CallContext,
+) -> Result<ToolResult, ToolError> {
+    let mut upstream = UpstreamContext::default().with_cancel(ctx.cancellation().clone());
+    let relay = if ctx.wants_progress() {
+        let (sender, mut receiver) = mpsc::unbounded_channel::<Progress>();
+        upstream = upstream.with_progress(sender);
+        let ctx = ctx.clone();
+        Some(tokio::spawn(async move {
+            while let Some(p) = receiver.recv().await {
+                ctx.progress(p.progress, p.total, p.message.as_deref())
+                    .await;
+            }
+        }))
+    } else {
+        None
+    };
+    let outcome = toolset.call(&name, Some(args), &upstream).await;
+    // Dropping the context drops the progress sender, which ends the relay
+    // once every report has been passed on.
+    drop(upstream);
+    if let Some(relay) = relay {
+        let _ = relay.await;
+    }
+    outcome.map_err(|e| call_error(&name, e))
+}
+
+/// A call that produced no result, as the edge should report it: the
+/// connector's model-facing sentences pass as `ERR_TOOL_FAILED: …`; anything
+/// that may carry a server's or transport's own words is logged and hidden.
+fn call_error(tool: &str, error: CallError) -> ToolError {
+    match &error {
+        CallError::Unavailable { .. }
+        | CallError::NoLongerPublished { .. }
+        | CallError::UnknownTool { .. }
+        | CallError::ApprovalRequired { .. }
+        | CallError::Timeout { .. }
+        | CallError::Cancelled { .. }
+        | CallError::Unauthorized { .. }
+        | CallError::Forbidden { .. }
+        | CallError::SessionRequired { .. } => ToolError::msg(format!("ERR_TOOL_FAILED: {error}")),
+        _ => {
+            tracing::warn!(tool, error = %error, "upstream call failed");
+            ToolError::msg(error.to_string())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_resolve_against_the_config_file() {
+        let base = Path::new("/etc/portcullis");
+        assert_eq!(resolve_command("npx", base).ok().as_deref(), Some("npx"));
+        assert_eq!(
+            resolve_command("./bin/server", base).ok().as_deref(),
+            Some("/etc/portcullis/./bin/server")
+        );
+        assert_eq!(
+            resolve_command("/usr/bin/x", base).ok().as_deref(),
+            Some("/usr/bin/x")
+        );
+        let me = resolve_command(SELF_COMMAND, base).unwrap_or_default();
+        assert!(Path::new(&me).is_absolute(), "{me}");
+    }
+
+    #[test]
+    fn approval_asks_for_writes_only_when_told() {
+        let write = Tool::new("w");
+        let args = Value::Object(Default::default());
+        let request = PolicyRequest {
+            tool_name: "files__w",
+            args: &args,
+            def: Some(&write),
+            needs_approval: false,
+        };
+        assert_eq!(
+            ApprovalPolicy(Approval::Writes).decide(&request),
+            Decision::Ask { title: None }
+        );
+        assert_eq!(
+            ApprovalPolicy(Approval::Tools(vec!["other".into()])).decide(&request),
+            Decision::Allow
+        );
+    }
+}

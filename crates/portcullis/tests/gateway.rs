@@ -1,0 +1,398 @@
+//! End to end: the real `portcullis` binary in front of the demo upstream of
+//! `examples/portcullis.toml` (the binary's own `demo-upstream`, a stdio
+//! child), as a user runs it: `tools`, `call`, and `serve` reached by an rmcp
+//! client over HTTP on loopback.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+
+use rmcp::ServiceExt;
+use rmcp::model::CallToolRequestParams;
+use serde_json::{Value, json};
+
+/// The example config at the repository root.
+fn example() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/portcullis.toml")
+}
+
+fn portcullis(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("the portcullis binary runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn tools_json_prints_one_array_of_the_contract_rows() {
+    let config = example();
+    let out = portcullis(&["tools", "--json", "--config", config.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let rows: Value = serde_json::from_slice(&out.stdout).expect("stdout is one JSON value");
+    let rows = rows.as_array().expect("an array");
+    assert_eq!(rows.len(), 4, "{rows:?}");
+    for row in rows {
+        let keys: Vec<&str> = row
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            keys,
+            ["name", "source", "tier", "status", "reason"],
+            "{row}"
+        );
+    }
+    assert!(rows.contains(&json!({
+        "name": "echo", "source": "demo", "tier": "inline", "status": "available", "reason": null
+    })));
+    assert!(rows.contains(&json!({
+        "name": "write_note", "source": "demo", "tier": "inline", "status": "withheld",
+        "reason": "write tool needs allow_write or allow_tools"
+    })));
+}
+
+#[test]
+fn tools_without_json_is_a_table_with_reasons() {
+    let config = example();
+    let out = portcullis(&["tools", "--config", config.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let table = text(&out.stdout);
+    assert!(table.starts_with("NAME"), "{table}");
+    let line = table
+        .lines()
+        .find(|l| l.starts_with("write_note"))
+        .unwrap_or_default();
+    assert!(
+        line.contains("withheld (write tool needs allow_write"),
+        "{table}"
+    );
+}
+
+#[test]
+fn call_succeeds_with_output_framed_once() {
+    let config = example();
+    let out = portcullis(&[
+        "call",
+        "--config",
+        config.to_str().unwrap(),
+        "echo",
+        r#"{"text":"hello"}"#,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let printed = text(&out.stdout);
+    assert!(
+        printed.starts_with(
+            "<untrusted-tool-output tool=\"echo\">\nhello\n</untrusted-tool-output>\n"
+        ),
+        "{printed}"
+    );
+    assert_eq!(
+        printed.matches("<untrusted-tool-output").count(),
+        1,
+        "framed once: {printed}"
+    );
+
+    let out = portcullis(&[
+        "call",
+        "--json",
+        "--config",
+        config.to_str().unwrap(),
+        "add",
+        r#"{"a":2,"b":40}"#,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let result: Value = serde_json::from_slice(&out.stdout).expect("one CallToolResult");
+    let body = result["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(body.contains("\n42\n"), "{result}");
+    assert_eq!(result.get("isError"), None, "{result}");
+}
+
+#[test]
+fn call_of_a_withheld_write_tool_is_refused_with_the_reason() {
+    let config = example();
+    let out = portcullis(&[
+        "call",
+        "--config",
+        config.to_str().unwrap(),
+        "write_note",
+        r#"{"text":"x"}"#,
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let printed = text(&out.stdout);
+    assert!(printed.contains("withheld"), "{printed}");
+    assert!(
+        printed.contains("write tool needs allow_write or allow_tools"),
+        "{printed}"
+    );
+}
+
+#[test]
+fn call_with_invalid_arguments_is_a_tool_error_and_unknown_tools_suggest_names() {
+    let config = example();
+    let path = config.to_str().unwrap();
+    let out = portcullis(&["call", "--config", path, "echo", "{}"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stdout).starts_with("ERR_INVALID_ARGUMENTS"),
+        "{}",
+        text(&out.stdout)
+    );
+
+    let out = portcullis(&["call", "--config", path, "ecko", "{}"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("did you mean: echo"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn allow_write_and_prefix_always_come_from_the_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("portcullis.toml");
+    std::fs::write(
+        &config,
+        "[gateway]\nallow_write = true\nprefix = \"always\"\n\n[upstreams.notes]\ntype = \"stdio\"\ncommand = \"portcullis\"\nargs = [\"demo-upstream\"]\ntools = { block = [\"count\"] }\n",
+    )
+    .unwrap();
+    let path = config.to_str().unwrap();
+    let out = portcullis(&[
+        "call",
+        "--config",
+        path,
+        "notes__write_note",
+        r#"{"text":"x"}"#,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("saved note 1"));
+    let out = portcullis(&["tools", "--json", "--config", path]);
+    let rows: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["name"].as_str())
+        .collect();
+    assert!(names.contains(&"notes__echo"), "{names:?}");
+    assert!(
+        !names.iter().any(|n| n.ends_with("count")
+            && rows
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r["name"] == *n && r["status"] == "available")),
+        "{rows}"
+    );
+}
+
+/// A running `portcullis serve` and the URL it announced on stderr.
+struct Served {
+    child: Child,
+    url: String,
+}
+
+fn serve_example() -> Served {
+    let config = example();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .args([
+            "serve",
+            "--config",
+            config.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("serve starts");
+    let stderr = child.stderr.take().expect("piped stderr");
+    let mut lines = BufReader::new(stderr).lines();
+    let url = loop {
+        let line = lines
+            .next()
+            .expect("serve announces where it listens before its stderr ends")
+            .expect("stderr is text");
+        if let Some(rest) = line.strip_prefix("portcullis: listening on ") {
+            assert!(
+                rest.contains("3 tools exposed, 0 quarantined, 1 withheld"),
+                "{line}"
+            );
+            break rest.split(';').next().unwrap_or_default().to_owned();
+        }
+    };
+    // Keep draining stderr so the gateway never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    Served { child, url }
+}
+
+/// The status code of a raw HTTP request to `url` with this `Host` header.
+fn status_with_host(url: &str, host: &str) -> u16 {
+    let authority = url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap_or_default();
+    let mut stream = TcpStream::connect(authority).expect("connects to the gateway");
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    write!(
+        stream,
+        "POST /mcp HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("request written");
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}
+
+fn child_pids(parent: u32) -> Vec<u32> {
+    let out = Command::new("pgrep")
+        .args(["-P", &parent.to_string()])
+        .output()
+        .expect("pgrep runs");
+    text(&out.stdout)
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state is the field after the parenthesised command name.
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or_default()
+            .trim_start()
+            .starts_with('Z'),
+        Err(_) => false,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_lists_and_calls_through_the_gateway_and_exits_0_on_sigterm() {
+    let mut served = serve_example();
+    let gateway_pid = served.child.id();
+    let upstreams = child_pids(gateway_pid);
+    assert_eq!(upstreams.len(), 1, "one stdio child: {upstreams:?}");
+
+    let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(served.url.clone());
+    let client = ().serve(transport).await.expect("an MCP client connects");
+    let listed = client.list_all_tools().await.expect("tools/list");
+    let mut names: Vec<String> = listed.iter().map(|t| t.name.to_string()).collect();
+    names.sort();
+    assert_eq!(names, ["add", "count", "echo"]);
+    let args = json!({"text": "through the gateway"})
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    let result = client
+        .call_tool(CallToolRequestParams::new("echo").with_arguments(args))
+        .await
+        .expect("tools/call");
+    let body = result.content[0]
+        .as_text()
+        .map(|t| t.text.clone())
+        .unwrap_or_default();
+    assert!(
+        body.starts_with("<untrusted-tool-output tool=\"echo\">\nthrough the gateway\n"),
+        "{body}"
+    );
+    assert_eq!(body.matches("<untrusted-tool-output").count(), 1, "{body}");
+    let refused = client
+        .call_tool(CallToolRequestParams::new("write_note"))
+        .await;
+    assert!(
+        refused.is_err(),
+        "a withheld tool is not callable: {refused:?}"
+    );
+    let _ = client.cancel().await;
+
+    let url = served.url.clone();
+    let (foreign, own) = tokio::task::spawn_blocking(move || {
+        let own = url
+            .trim_start_matches("http://")
+            .split('/')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        (
+            status_with_host(&url, "evil.example"),
+            status_with_host(&url, &own),
+        )
+    })
+    .await
+    .expect("raw requests ran");
+    assert_eq!(foreign, 403, "a foreign Host is refused");
+    assert_ne!(own, 403, "the gateway's own Host is admitted");
+
+    let killed = Command::new("kill")
+        .args(["-TERM", &gateway_pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    let status = tokio::task::spawn_blocking(move || served.child.wait())
+        .await
+        .expect("waited")
+        .expect("serve exits");
+    assert_eq!(status.code(), Some(0), "SIGTERM drains and exits 0");
+    for pid in upstreams {
+        assert!(!alive(pid), "the stdio child {pid} outlived the gateway");
+    }
+}
+
+#[test]
+fn serve_stdio_speaks_mcp_on_stdout_and_logs_on_stderr() {
+    let config = example();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .args(["serve", "--stdio", "--config", config.to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("serve --stdio starts");
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    let requests = [
+        json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}),
+        json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+        json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"add","arguments":{"a":1,"b":2}}}),
+    ];
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    writeln!(stdin, "{}", requests[0]).unwrap();
+    let first: Value =
+        serde_json::from_str(&lines.next().unwrap().unwrap()).expect("stdout is JSON-RPC");
+    assert_eq!(first["id"], 1);
+    writeln!(stdin, "{}", requests[1]).unwrap();
+    writeln!(stdin, "{}", requests[2]).unwrap();
+    let second: Value =
+        serde_json::from_str(&lines.next().unwrap().unwrap()).expect("stdout is JSON-RPC");
+    assert_eq!(second["id"], 2);
+    assert!(
+        second["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("\n3\n"),
+        "{second}"
+    );
+    drop(stdin);
+    let status = child.wait().expect("exits when stdin closes");
+    assert_eq!(status.code(), Some(0));
+    let mut err = String::new();
+    let _ = child.stderr.take().map(|mut e| e.read_to_string(&mut err));
+    assert!(err.contains("serving MCP on stdio"), "{err}");
+}
