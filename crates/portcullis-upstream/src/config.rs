@@ -52,9 +52,40 @@ pub struct StdioConfig {
     /// Variables added to the minimal environment the child gets.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
-    /// The working directory; the host's current directory when absent.
+    /// The working directory; the host's current directory when absent (the
+    /// plugin root for a server that came from a plugin).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<PathBuf>,
+    /// Set only for a server that came from an Agent Plugins directory
+    /// ([`crate::plugins::load_agent_plugin`]): the launcher then creates and
+    /// probes `PLUGIN_DATA`, re-checks containment with symlinks resolved,
+    /// and sets `PLUGIN_ROOT` / `PLUGIN_DATA`. A hand-written config has
+    /// none, and its child gets no `PLUGIN_*` variables.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plugin: Option<PluginLaunch>,
+}
+
+/// Where a plugin's stdio server lives: what the launcher needs to enforce
+/// the plugin's boundaries (seed §A1 "Launch").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PluginLaunch {
+    /// The plugin directory (absolute); becomes `PLUGIN_ROOT`.
+    pub root: PathBuf,
+    /// `<parent of root>/data/<plugin name>`; becomes `PLUGIN_DATA`, created
+    /// and probed for writing before the child starts.
+    pub data_root: PathBuf,
+    /// Which of the two roots the server's `cwd` must stay inside.
+    pub cwd_root: CwdRoot,
+}
+
+/// The root a plugin server's `cwd` was declared against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CwdRoot {
+    /// `./…`, `${PLUGIN_ROOT}/…` or no `cwd` at all.
+    Plugin,
+    /// `${PLUGIN_DATA}/…`.
+    Data,
 }
 
 /// A remote server: its URL and headers sent with every request.
@@ -83,6 +114,7 @@ impl McpServerConfig {
             args: args.into_iter().map(Into::into).collect(),
             env: BTreeMap::new(),
             cwd: None,
+            plugin: None,
         })
     }
 
@@ -350,6 +382,7 @@ fn parse_entry(name: &str, entry: &Value) -> Result<McpServerConfig, String> {
             args,
             env,
             cwd,
+            plugin: None,
         }));
     }
     let url = match fields.get("url") {

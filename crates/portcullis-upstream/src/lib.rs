@@ -38,6 +38,7 @@
 //! | module | concern |
 //! |---|---|
 //! | [`config`] | [`McpServerConfig`]; Claude Desktop / Cursor / VS Code JSON; remote URL rules |
+//! | [`plugins`] | Agent Plugins directories (`plugin.json` + `mcp.json`) into server configs; launch-time containment |
 //! | [`hosts`] | the SSRF guard |
 //! | [`credentials`] | per-session bearer tokens |
 //! | [`options`] | [`ConnectOptions`] |
@@ -84,6 +85,7 @@ pub mod hosts;
 mod http;
 pub mod options;
 mod output;
+pub mod plugins;
 pub mod progress;
 mod report;
 mod sse;
@@ -92,12 +94,14 @@ pub mod stdio;
 pub mod toolset;
 
 pub use config::{
-    McpServerConfig, ParsedServers, RemoteConfig, StdioConfig, parse_mcp_servers_json,
+    CwdRoot, McpServerConfig, ParsedServers, PluginLaunch, RemoteConfig, StdioConfig,
+    parse_mcp_servers_json,
 };
 pub use error::{CallError, WiringError};
 pub use hosts::AllowedHosts;
 pub use http::MAX_REDIRECTS;
 pub use options::{ConnectOptions, DEFAULT_TIMEOUT};
+pub use plugins::{PluginLoad, PluginManifest, load_agent_plugin};
 pub use progress::Progress;
 pub use report::DiagnosticCallback;
 pub use toolset::{CallContext, Toolset, connect};

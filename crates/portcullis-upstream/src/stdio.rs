@@ -36,8 +36,21 @@ pub(crate) fn spawn(config: &StdioConfig) -> std::io::Result<Spawned> {
         }
     }
     command.envs(&config.env);
-    if let Some(cwd) = &config.cwd {
-        command.current_dir(cwd);
+    if let Some(plugin) = &config.plugin {
+        // Set last so a plugin's own `env` can never redirect them (the
+        // parser already refuses such keys; this is the second line).
+        command.env("PLUGIN_ROOT", &plugin.root);
+        command.env("PLUGIN_DATA", &plugin.data_root);
+    }
+    match (&config.cwd, &config.plugin) {
+        (Some(cwd), _) => {
+            command.current_dir(cwd);
+        }
+        // A plugin server runs in its plugin, never in the host's directory.
+        (None, Some(plugin)) => {
+            command.current_dir(&plugin.root);
+        }
+        (None, None) => {}
     }
     let mut wrapped = CommandWrap::from(command);
     wrapped.wrap(ProcessGroup::leader()).wrap(KillOnDrop);

@@ -168,6 +168,15 @@ pub async fn connect(
                 ));
                 return None;
             }
+            // A plugin's server is held to its plugin before it may start:
+            // a writable PLUGIN_DATA, and command and cwd inside their roots
+            // with symlinks resolved. A failure skips only this server.
+            if let McpServerConfig::Stdio(stdio) = &config
+                && let Err(diagnostic) = crate::plugins::prepare_launch(stdio)
+            {
+                diagnostics.report(diagnostic);
+                return None;
+            }
             let bearer = match (&options.auth, &options.session) {
                 (Some(auth), Some(session)) => match auth.token(name.clone(), session.clone()).await {
                     Ok(token) => Some(token),
