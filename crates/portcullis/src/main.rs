@@ -25,10 +25,32 @@
 //! Exit codes: 0 success, 1 the tool answered with an error or was refused,
 //! 2 usage or configuration error (clap's own usage errors exit 2 as well).
 //!
-//! Built so far: `check` (load and validate the config, summarise it) and
-//! `import` (an `mcpServers` JSON config → TOML, secrets turned into
-//! `${VAR}` references). The others parse their arguments, echo them on
-//! stderr, say they are not built yet and exit 2.
+//! Built so far:
+//!
+//! - `serve` connects every `[upstreams.*]` server (stdio, Streamable HTTP,
+//!   SSE) through `portcullis-upstream` (names, prefix, per-upstream filters
+//!   and timeouts, disclosure budget, policy, validation), registers every
+//!   catalogue entry on a `portcullis-server` `ToolServer` behind the exposure
+//!   gate (`allow_write`, `allow_tools`, identity), and serves it over HTTP on
+//!   `[gateway] listen` (or `--listen`) with the Host/Origin/token guards, or
+//!   over `--stdio`. Output is framed once, at that edge. SIGINT/SIGTERM
+//!   drains, closes every upstream (children end) and exits 0.
+//! - `tools` prints that catalogue, with what the catalogue or the gate holds
+//!   back and why (`--json`: one array of `{name, source, tier, status,
+//!   reason}`).
+//! - `call` runs one call through the same gate and edge, prints the result
+//!   (`--json`: the `CallToolResult`), exits 0, 1 (tool error or refusal) or
+//!   2 (unknown tool, with the closest names; config errors).
+//! - `check` loads and validates the config; `import` turns an `mcpServers`
+//!   JSON config into TOML, secrets turned into `${VAR}` references.
+//! - A hidden `demo-upstream` subcommand serves a few demo tools over stdio:
+//!   the upstream of `examples/portcullis.toml`. In a config, a stdio
+//!   `command = "portcullis"` is this binary.
+//!
+//! Not yet: `drift` and `retrust` (they need the store wired in; they parse
+//! their arguments, say so and exit 2), plugins, apps and OpenAPI sources,
+//! human approval (`approval` calls are refused), reload, proxying beyond
+//! tools, `/healthz` and `/metrics`.
 
 #![warn(missing_docs)]
 
