@@ -62,7 +62,12 @@
 //! Containment at parse time is lexical (`..` pops a segment); at launch the
 //! [`PluginLaunch`] carried in [`StdioConfig::plugin`] makes the launcher
 //! create `PLUGIN_DATA`, prove it writable, and re-check command and `cwd`
-//! with symlinks resolved ([`prepare_launch`]).
+//! with symlinks resolved ([`prepare_launch`]). The child then gets the
+//! minimal environment of every stdio server, the plugin's `env`, and
+//! `PLUGIN_ROOT` / `PLUGIN_DATA` set last; its default `cwd` is the plugin
+//! root. The seed's step of rebasing virtual paths onto host paths has no
+//! counterpart here: this loader reads the real filesystem, so every path it
+//! stores is already a host path.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Component, Path, PathBuf};
