@@ -10,7 +10,7 @@
 //! |---|---|---|
 //! | `echo` | read-only | returns `text` |
 //! | `add` | read-only | returns `a + b` |
-//! | `count` | read-only | counts to `n`, reporting progress on the way |
+//! | `count` | read-only | counts to `n`, 20 ms a step, reporting progress on the way |
 //! | `write_note` | a write | "saves" a note (kept in memory only) |
 //!
 //! Hidden from `--help`: it is a fixture, not a feature.
@@ -49,7 +49,7 @@ fn definitions() -> Vec<rmcp::model::Tool> {
         }),
         json!({
             "name": "count",
-            "description": "Counts from 1 to n, reporting progress at each step.",
+            "description": "Counts slowly from 1 to n, reporting progress at each step.",
             "inputSchema": {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1, "maximum": 100}}, "required": ["n"]},
             "annotations": {"readOnlyHint": true}
         }),
@@ -113,6 +113,8 @@ impl ServerHandler for DemoUpstream {
                         let mut param = ProgressNotificationParam::new(token.clone(), i as f64);
                         param.total = Some(n as f64);
                         let _ = context.peer.notify_progress(param).await;
+                        // Counting takes a moment per step, as real work would.
+                        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
                     }
                 }
                 text(format!("counted to {n}"))

@@ -235,28 +235,34 @@ fn serve_example() -> Served {
     Served { child, url }
 }
 
-/// The status code of a raw HTTP request to `url` with this `Host` header.
-fn status_with_host(url: &str, host: &str) -> u16 {
+/// A raw HTTP POST of `body` to `url` with this `Host` header: the status
+/// code and the whole response (the connection is closed after it).
+fn post(url: &str, host: &str, body: &str) -> (u16, String) {
     let authority = url
         .trim_start_matches("http://")
         .split('/')
         .next()
         .unwrap_or_default();
     let mut stream = TcpStream::connect(authority).expect("connects to the gateway");
-    let body = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
     write!(
         stream,
-        "POST /mcp HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "POST /mcp HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-06-18\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
     .expect("request written");
     let mut response = String::new();
     let _ = stream.read_to_string(&mut response);
-    response
+    let status = response
         .split_whitespace()
         .nth(1)
         .and_then(|c| c.parse().ok())
-        .unwrap_or(0)
+        .unwrap_or(0);
+    (status, response)
+}
+
+/// The status code of a ping to `url` with this `Host` header.
+fn status_with_host(url: &str, host: &str) -> u16 {
+    post(url, host, r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).0
 }
 
 fn child_pids(parent: u32) -> Vec<u32> {
@@ -340,6 +346,36 @@ async fn serve_lists_and_calls_through_the_gateway_and_exits_0_on_sigterm() {
     assert_eq!(foreign, 403, "a foreign Host is refused");
     assert_ne!(own, 403, "the gateway's own Host is admitted");
 
+    // Progress from the upstream reaches the client, in order, before the result.
+    let url = served.url.clone();
+    let (status, response) = tokio::task::spawn_blocking(move || {
+        let own = url.trim_start_matches("http://").split('/').next().unwrap_or_default().to_owned();
+        post(
+            &url,
+            &own,
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"count","arguments":{"n":3},"_meta":{"progressToken":"p1"}}}"#,
+        )
+    })
+    .await
+    .expect("the progress call ran");
+    assert_eq!(status, 200, "{response}");
+    let progress: Vec<f64> = response
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter(|m| m["method"] == "notifications/progress" && m["params"]["progressToken"] == "p1")
+        .filter_map(|m| m["params"]["progress"].as_f64())
+        .collect();
+    assert_eq!(progress, [1.0, 2.0, 3.0], "{response}");
+    let done = response.find("counted to 3").unwrap_or(0);
+    let last_progress = response
+        .rfind("notifications/progress")
+        .unwrap_or(usize::MAX);
+    assert!(
+        done > last_progress,
+        "the result comes after the progress: {response}"
+    );
+
     let killed = Command::new("kill")
         .args(["-TERM", &gateway_pid.to_string()])
         .status()
@@ -395,4 +431,37 @@ fn serve_stdio_speaks_mcp_on_stdout_and_logs_on_stderr() {
     let mut err = String::new();
     let _ = child.stderr.take().map(|mut e| e.read_to_string(&mut err));
     assert!(err.contains("serving MCP on stdio"), "{err}");
+}
+
+#[test]
+fn a_failing_upstream_is_a_diagnostic_and_its_siblings_still_serve() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("portcullis.toml");
+    std::fs::write(
+        &config,
+        "[upstreams.demo]\ntype = \"stdio\"\ncommand = \"portcullis\"\nargs = [\"demo-upstream\"]\n\n[upstreams.broken]\ntype = \"stdio\"\ncommand = \"./no-such-server\"\n",
+    )
+    .unwrap();
+    let out = portcullis(&["tools", "--json", "--config", config.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("connection-failure") && err.contains("broken"),
+        "{err}"
+    );
+    let rows: Value = serde_json::from_slice(&out.stdout).expect("one JSON array");
+    let available: Vec<&str> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["status"] == "available")
+        .filter_map(|r| r["name"].as_str())
+        .collect();
+    assert_eq!(available.len(), 3, "{rows}");
+    assert!(
+        available
+            .iter()
+            .all(|n| n.ends_with("add") || n.ends_with("count") || n.ends_with("echo")),
+        "{rows}"
+    );
 }
