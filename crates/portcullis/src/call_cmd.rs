@@ -29,12 +29,14 @@ async fn call_on(
     json: bool,
 ) -> anyhow::Result<Exit> {
     let rows = gateway.rows();
+    // Withheld (never registered) or quarantined (never called): refused
+    // here with the reason, as the surface would refuse it.
     if let Some(row) = rows
         .iter()
-        .find(|r| r.name == tool && r.status == "withheld")
+        .find(|r| r.name == tool && r.status != "available")
     {
         let reason = row.reason.as_deref().unwrap_or("held back by the gateway");
-        let message = format!("refused: tool \"{tool}\" is withheld: {reason}");
+        let message = format!("refused: tool \"{tool}\" is {}: {reason}", row.status);
         print_result(&ToolResult::error_text(message.clone()), json)?;
         if json {
             eprintln!("{message}");

@@ -16,9 +16,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use portcullis_catalog::catalogue::EntryKind;
 use portcullis_catalog::disclosure::DisclosureOptions;
 use portcullis_catalog::policy::{Decision, Policy, PolicyRequest};
-use portcullis_catalog::{ProjectionOptions, Tool, ToolResult};
+use portcullis_catalog::{ProjectionOptions, Tool, ToolAnnotations, ToolResult};
 use portcullis_server::{Exposure, Identity, Registration, ToolError, ToolServer};
 use portcullis_upstream::{
     CallContext as UpstreamContext, CallError, ConnectOptions, McpServerConfig, Progress, Toolset,
@@ -251,7 +252,12 @@ fn build_tool_server(config: &Config, toolset: &Toolset) -> anyhow::Result<ToolS
     let registrations = toolset.catalogue().entries().iter().map(|entry| {
         let toolset = toolset.clone();
         let name: Arc<str> = entry.name.as_str().into();
-        let source = if entry.kind == portcullis_catalog::catalogue::EntryKind::DescribeTool {
+        let mut definition = entry.definition.clone();
+        let source = if entry.kind == EntryKind::DescribeTool {
+            // The gateway answers it from the catalogue and changes nothing:
+            // read-only, so the exposure gate never withholds the way to a
+            // deferred tool's schema.
+            definition = definition.with_annotations(ToolAnnotations::read_only(true));
             "portcullis".to_owned()
         } else {
             entry.server.clone()
@@ -259,7 +265,7 @@ fn build_tool_server(config: &Config, toolset: &Toolset) -> anyhow::Result<ToolS
         let handler = move |args: Value, ctx: portcullis_server::CallContext| {
             forward(toolset.clone(), name.clone(), args, ctx)
         };
-        Registration::new(entry.definition.clone(), handler).with_source(source)
+        Registration::new(definition, handler).with_source(source)
     });
     ToolServer::builder()
         .register_all(registrations)

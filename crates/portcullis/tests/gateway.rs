@@ -465,3 +465,44 @@ fn a_failing_upstream_is_a_diagnostic_and_its_siblings_still_serve() {
         "{rows}"
     );
 }
+
+#[test]
+fn a_tight_budget_defers_schemas_and_describe_tool_is_exposed_read_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("portcullis.toml");
+    std::fs::write(
+        &config,
+        "[disclosure]\nbudget = 1\n\n[upstreams.demo]\ntype = \"stdio\"\ncommand = \"portcullis\"\nargs = [\"demo-upstream\"]\n",
+    )
+    .unwrap();
+    let path = config.to_str().unwrap();
+    let out = portcullis(&["tools", "--json", "--config", path]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let rows: Value = serde_json::from_slice(&out.stdout).expect("one JSON array");
+    let rows = rows.as_array().unwrap();
+    let describe = rows
+        .iter()
+        .find(|r| r["name"] == "mcp__describe_tool")
+        .unwrap_or_else(|| panic!("no describe tool in {rows:?}"));
+    assert_eq!(describe["status"], "available", "{describe}");
+    assert_eq!(describe["source"], "portcullis", "{describe}");
+    let echo = rows
+        .iter()
+        .find(|r| r["name"] == "echo")
+        .unwrap_or(&Value::Null);
+    assert_ne!(echo["tier"], "inline", "{rows:?}");
+
+    let out = portcullis(&[
+        "call",
+        "--config",
+        path,
+        "mcp__describe_tool",
+        r#"{"tool":"echo"}"#,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("\"required\""),
+        "{}",
+        text(&out.stdout)
+    );
+}
