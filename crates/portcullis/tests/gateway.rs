@@ -506,3 +506,42 @@ fn a_tight_budget_defers_schemas_and_describe_tool_is_exposed_read_only() {
         text(&out.stdout)
     );
 }
+
+#[test]
+fn sigterm_lets_an_in_flight_call_finish_before_exiting_0() {
+    let mut served = serve_example();
+    let authority = served
+        .url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    let mut stream = TcpStream::connect(&authority).expect("connects to the gateway");
+    let body = r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"count","arguments":{"n":20},"_meta":{"progressToken":"slow"}}}"#;
+    write!(
+        stream,
+        "POST /mcp HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-06-18\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("request written");
+    let mut lines = BufReader::new(stream).lines();
+    // The call is in flight once its first progress report arrives.
+    let first = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find(|l| l.contains("notifications/progress"));
+    assert!(first.is_some(), "no progress before the stream ended");
+    let killed = Command::new("kill")
+        .args(["-TERM", &served.child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    assert!(
+        rest.iter().any(|l| l.contains("counted to 20")),
+        "the in-flight call was cut off: {rest:?}"
+    );
+    let status = served.child.wait().expect("serve exits");
+    assert_eq!(status.code(), Some(0));
+}
