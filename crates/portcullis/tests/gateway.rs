@@ -201,7 +201,12 @@ struct Served {
 }
 
 fn serve_example() -> Served {
-    let config = example();
+    serve_config(&example(), &[])
+}
+
+/// Starts `portcullis serve` on a free loopback port with `config` and extra
+/// environment, and waits for its startup line.
+fn serve_config(config: &std::path::Path, env: &[(&str, &str)]) -> Served {
     let mut child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
         .args([
             "serve",
@@ -210,6 +215,7 @@ fn serve_example() -> Served {
             "--listen",
             "127.0.0.1:0",
         ])
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -544,4 +550,44 @@ fn sigterm_lets_an_in_flight_call_finish_before_exiting_0() {
     );
     let status = served.child.wait().expect("serve exits");
     assert_eq!(status.code(), Some(0));
+}
+
+#[test]
+fn a_configured_token_is_required_on_mcp() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("portcullis.toml");
+    std::fs::write(
+        &config,
+        "[gateway]\ntoken = \"${PORTCULLIS_TEST_TOKEN}\"\n\n[upstreams.demo]\ntype = \"stdio\"\ncommand = \"portcullis\"\nargs = [\"demo-upstream\"]\n",
+    )
+    .unwrap();
+    let mut served = serve_config(&config, &[("PORTCULLIS_TEST_TOKEN", "s3cret-token-42")]);
+    let authority = served
+        .url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    assert_eq!(
+        status_with_host(&served.url, &authority),
+        401,
+        "no token, no entry"
+    );
+    let mut stream = TcpStream::connect(&authority).expect("connects");
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"ok"}}}"#;
+    write!(
+        stream,
+        "POST /mcp HTTP/1.1\r\nHost: {authority}\r\nAuthorization: Bearer s3cret-token-42\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-06-18\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("request written");
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert!(response.contains("\\nok\\n"), "{response}");
+    let _ = Command::new("kill")
+        .args(["-TERM", &served.child.id().to_string()])
+        .status();
+    assert_eq!(served.child.wait().ok().and_then(|s| s.code()), Some(0));
 }
