@@ -29,16 +29,26 @@ mkdir -p "$OUT"
 
 echo "== building the fixture server"
 cargo build -p portcullis-server --bin portcullis-conformance-fixture
-FIXTURE="$ROOT/target/debug/portcullis-conformance-fixture"
+# Honour CARGO_TARGET_DIR, as cargo does.
+FIXTURE="${CARGO_TARGET_DIR:-$ROOT/target}/debug/portcullis-conformance-fixture"
 
 PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 "$FIXTURE" --port "$PORT" > "$OUT/fixture.log" 2>&1 &
 FIXTURE_PID=$!
 trap 'kill "$FIXTURE_PID" 2>/dev/null || true; wait "$FIXTURE_PID" 2>/dev/null || true' EXIT
+listening=no
 for _ in $(seq 1 100); do
-  if python3 -c "import socket,sys; socket.create_connection(('127.0.0.1', $PORT), 1)" 2>/dev/null; then break; fi
+  if python3 -c "import socket,sys; socket.create_connection(('127.0.0.1', $PORT), 1)" 2>/dev/null; then
+    listening=yes; break
+  fi
+  kill -0 "$FIXTURE_PID" 2>/dev/null || break
   sleep 0.1
 done
+if [ "$listening" != yes ]; then
+  echo "== the fixture server did not start; its output:" >&2
+  cat "$OUT/fixture.log" >&2
+  exit 1
+fi
 URL="http://localhost:$PORT/mcp"
 echo "== fixture on $URL (pid $FIXTURE_PID)"
 
