@@ -75,9 +75,14 @@ impl Gateway {
             .values()
             .map(|u| server_config(u, &base))
             .collect::<anyhow::Result<Vec<_>>>()?;
-        let toolset = connect(servers, connect_options(config))
+        let store = crate::trust::open_store(config).await?;
+        let known = crate::trust::baselines(store.as_ref(), &servers).await?;
+        let mut options = connect_options(config);
+        options.baselines = known.clone();
+        let toolset = connect(servers.clone(), options)
             .await
             .context("cannot connect the upstreams")?;
+        crate::trust::record_first_trust(store.as_ref(), &servers, &known, &toolset).await?;
         for diagnostic in toolset.diagnostics() {
             tracing::warn!(rule = %diagnostic.rule, origin = %diagnostic.origin, "{}", diagnostic.message);
         }

@@ -63,6 +63,7 @@ mod gateway;
 mod import;
 mod serve;
 mod tools_cmd;
+mod trust;
 
 use std::process::ExitCode;
 
