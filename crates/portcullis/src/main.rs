@@ -35,6 +35,10 @@
 //!   `[gateway] listen` (or `--listen`) with the Host/Origin/token guards, or
 //!   over `--stdio`. Output is framed once, at that edge. SIGINT/SIGTERM
 //!   drains, closes every upstream (children end) and exits 0.
+//!   Trust on first use: baselines recorded in the store (`[gateway] store`,
+//!   SQLite in `data_dir` by default) are enforced, so a tool that drifted
+//!   since is quarantined; a server seen for the first time has its baseline
+//!   recorded.
 //! - `tools` prints that catalogue, with what the catalogue or the gate holds
 //!   back and why (`--json`: one array of `{name, source, tier, status,
 //!   reason}`).
@@ -47,8 +51,8 @@
 //!   the upstream of `examples/portcullis.toml`. In a config, a stdio
 //!   `command = "portcullis"` is this binary.
 //!
-//! Not yet: `drift` and `retrust` (they need the store wired in; they parse
-//! their arguments, say so and exit 2), plugins, apps and OpenAPI sources,
+//! Not yet: `drift` and `retrust` (they parse their arguments, say so and
+//! exit 2), plugins, apps and OpenAPI sources,
 //! human approval (`approval` calls are refused), reload, proxying beyond
 //! tools, `/healthz` and `/metrics`.
 
