@@ -194,10 +194,18 @@ fn allow_write_and_prefix_always_come_from_the_config() {
     );
 }
 
-/// A running `portcullis serve` and the URL it announced on stderr.
+/// A running `portcullis serve` and the URL it announced on stderr. Killed
+/// on drop, so a failing test leaves no gateway behind.
 struct Served {
     child: Child,
     url: String,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 fn serve_example() -> Served {
@@ -387,10 +395,7 @@ async fn serve_lists_and_calls_through_the_gateway_and_exits_0_on_sigterm() {
         .status()
         .expect("kill runs");
     assert!(killed.success());
-    let status = tokio::task::spawn_blocking(move || served.child.wait())
-        .await
-        .expect("waited")
-        .expect("serve exits");
+    let status = tokio::task::block_in_place(|| served.child.wait()).expect("serve exits");
     assert_eq!(status.code(), Some(0), "SIGTERM drains and exits 0");
     for pid in upstreams {
         assert!(!alive(pid), "the stdio child {pid} outlived the gateway");
