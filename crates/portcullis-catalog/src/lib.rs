@@ -26,6 +26,10 @@
 //! | [`framing`] | untrusted-output framing and the output cap |
 //! | [`error_mapping`] | which error messages reach the model; the `ERR_…` codes |
 //! | [`diagnostic`] | `{rule, origin, message}` reports |
+//! | [`definition`] | prompts, resources, resource templates |
+//! | [`resource_uri`] | resource URIs qualified per server (`portcullis://server/<uri>`) |
+//! | [`pins`] | fingerprints of prompts, resources and templates, kept beside the tools' |
+//! | [`passthrough`] | prompts, resources and templates of many servers projected and routed |
 //!
 //! ```
 //! use portcullis_catalog::{Catalogue, ProjectionOptions, ServerIdentity, ServerListing, Tool};
@@ -51,6 +55,7 @@
 #![warn(missing_docs)]
 
 pub mod catalogue;
+pub mod definition;
 pub mod diagnostic;
 pub mod disclosure;
 pub mod drift;
@@ -60,7 +65,10 @@ pub mod filter;
 pub mod fingerprint;
 pub mod framing;
 pub mod naming;
+pub mod passthrough;
+pub mod pins;
 pub mod policy;
+pub mod resource_uri;
 pub mod result;
 pub mod server;
 pub mod tool;
