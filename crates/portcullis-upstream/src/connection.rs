@@ -116,7 +116,7 @@ async fn open(plan: ConnectPlan, health: Arc<ServerHealth>) -> Result<Connected,
             let transport = StreamableHttpClientTransport::with_client(http, config);
             let client = handler
                 .clone()
-                .serve_with_lifecycle(transport, auto_lifecycle())
+                .serve_with_lifecycle(handler.tap(transport), auto_lifecycle())
                 .await
                 .map_err(|e| init_failure(&name, &e))?;
             (client, None)
@@ -129,7 +129,7 @@ async fn open(plan: ConnectPlan, health: Arc<ServerHealth>) -> Result<Connected,
             // 2024-11-05 servers only know the handshake.
             let client = handler
                 .clone()
-                .serve_with_lifecycle(transport, ClientLifecycleMode::Initialize)
+                .serve_with_lifecycle(handler.tap(transport), ClientLifecycleMode::Initialize)
                 .await
                 .map_err(|e| init_failure(&name, &e))?;
             (client, None)
@@ -220,7 +220,7 @@ async fn open_stdio(
     let first = spawn()?;
     match handler
         .clone()
-        .serve_with_lifecycle(first.transport, auto_lifecycle())
+        .serve_with_lifecycle(handler.tap(first.transport), auto_lifecycle())
         .await
     {
         Ok(client) => Ok((client, first.pid)),
@@ -230,7 +230,10 @@ async fn open_stdio(
             let second = spawn()?;
             let client = handler
                 .clone()
-                .serve_with_lifecycle(second.transport, ClientLifecycleMode::Initialize)
+                .serve_with_lifecycle(
+                    handler.tap(second.transport),
+                    ClientLifecycleMode::Initialize,
+                )
                 .await
                 .map_err(|e| init_failure(name, &e))?;
             Ok((client, second.pid))
@@ -403,12 +406,16 @@ impl Connection {
             request.extensions.insert(CallCredential(token));
         }
         let options = PeerRequestOptions::with_timeout(self.timeout);
+        // Opened before the request is sent, so a server that asks the
+        // client something at once finds the call (see `relay`).
+        let slot = self.handler.relays.open(context.relay.clone());
         let handle = self
             .peer
             .send_request_with_option(ClientRequest::CallToolRequest(request), options)
             .await
             .map_err(|e| self.service_error(tool, server, e))?;
         let id = handle.id.clone();
+        slot.bind(id.clone());
         let _route = context.progress.as_ref().map(|sink| {
             self.handler
                 .route(handle.progress_token.clone(), sink.clone())

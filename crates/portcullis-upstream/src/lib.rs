@@ -44,6 +44,7 @@
 //! | [`options`] | [`ConnectOptions`] |
 //! | [`toolset`] | [`connect`], [`Toolset`], [`CallContext`] |
 //! | [`progress`] | progress notifications routed to the caller |
+//! | [`relay`] | a server's sampling, elicitation and roots requests relayed to the calling client |
 //! | [`error`] | [`WiringError`], [`CallError`] |
 //!
 //! ```no_run
@@ -87,6 +88,7 @@ pub mod options;
 mod output;
 pub mod plugins;
 pub mod progress;
+pub mod relay;
 mod report;
 mod sse;
 #[cfg(feature = "stdio")]
@@ -103,5 +105,6 @@ pub use http::MAX_REDIRECTS;
 pub use options::{ConnectOptions, DEFAULT_TIMEOUT};
 pub use plugins::{PluginLoad, PluginManifest, load_agent_plugin};
 pub use progress::Progress;
+pub use relay::ClientRelay;
 pub use report::DiagnosticCallback;
 pub use toolset::{CallContext, Toolset, connect};

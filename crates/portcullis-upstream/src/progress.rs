@@ -1,21 +1,41 @@
 //! Progress: the client handler that routes a server's
 //! `notifications/progress` to the caller waiting on that request (and
-//! passes on `notifications/tools/list_changed`).
+//! passes on `notifications/tools/list_changed` and the server's requests
+//! to the calling client, see [`crate::relay`]).
 //!
 //! rmcp stamps every outgoing request with its own progress token, so the
 //! route is keyed by the token the request handle reports, registered right
 //! after the request is sent and removed when the call ends.
+//!
+//! Routing happens in the transport ([`Tapped`]), not in the handler's
+//! `on_progress`: rmcp runs notification handlers in spawned tasks but
+//! resolves a response in its receive loop, so a progress notification the
+//! server sent just before its result could reach `on_progress` after the
+//! call had returned and its route was gone. Reading the message as the
+//! transport hands it over keeps the server's order: every progress report
+//! sent before the result is in the caller's channel before the result is.
+
+// Sampling and roots are deprecated by SEP-2577, but 2025-era servers use
+// them and a faithful proxy relays them.
+#![allow(deprecated)]
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use rmcp::model::{
-    ClientCapabilities, ClientConfig, Implementation, ProgressNotificationParam, ProgressToken,
-    ProtocolVersion,
+    ClientCapabilities, ClientConfig, ClientResult, CreateMessageRequest,
+    CreateMessageRequestParams, CreateMessageResult, ElicitRequest, ElicitRequestParams,
+    ElicitResult, ElicitationCapability, FormElicitationCapability, Implementation, JsonRpcMessage,
+    JsonRpcNotification, ListRootsRequest, ListRootsResult, ProgressNotificationParam,
+    ProgressToken, ProtocolVersion, RootsCapabilities, SamplingCapability, ServerNotification,
+    ServerRequest, UrlElicitationCapability,
 };
-use rmcp::service::NotificationContext;
-use rmcp::{ClientHandler, RoleClient};
+use rmcp::service::{NotificationContext, RequestContext, RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
+use rmcp::{ClientHandler, ErrorData, RoleClient};
 use tokio::sync::{Notify, mpsc};
+
+use crate::relay::Relays;
 
 /// One progress notification, as the caller receives it.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,6 +54,8 @@ type Routes = Arc<Mutex<HashMap<ProgressToken, mpsc::UnboundedSender<Progress>>>
 #[derive(Clone, Default)]
 pub(crate) struct UpstreamHandler {
     routes: Routes,
+    /// The calls in flight and the clients that made them.
+    pub(crate) relays: Relays,
     /// Signalled when a handshake-era server says its tool list changed.
     pub(crate) tools_changed: Arc<Notify>,
 }
@@ -53,6 +75,73 @@ impl UpstreamHandler {
             routes: self.routes.clone(),
             token,
         }
+    }
+
+    /// Wraps a transport so progress is routed as it arrives.
+    pub(crate) fn tap<T: Transport<RoleClient>>(&self, transport: T) -> Tapped<T> {
+        Tapped {
+            inner: transport,
+            routes: self.routes.clone(),
+        }
+    }
+}
+
+/// The error for a client that answered with the wrong kind of result.
+fn mismatch(method: &str) -> ErrorData {
+    ErrorData::internal_error(
+        format!("the calling client answered {method} with another kind of result"),
+        None,
+    )
+}
+
+/// Sends one progress notification to its route, if the call still wants it.
+fn deliver(routes: &Routes, params: &ProgressNotificationParam) {
+    let sink = routes
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(&params.progress_token)
+        .cloned();
+    if let Some(sink) = sink {
+        // A caller that stopped listening is not an error.
+        let _ = sink.send(Progress {
+            progress: params.progress,
+            total: params.total,
+            message: params.message.clone(),
+        });
+    }
+}
+
+/// A transport that routes `notifications/progress` as it receives them,
+/// then hands every message on to rmcp unchanged.
+pub(crate) struct Tapped<T> {
+    inner: T,
+    routes: Routes,
+}
+
+impl<T: Transport<RoleClient>> Transport<RoleClient> for Tapped<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        let message = self.inner.receive().await?;
+        if let JsonRpcMessage::Notification(JsonRpcNotification {
+            notification: ServerNotification::ProgressNotification(progress),
+            ..
+        }) = &message
+        {
+            deliver(&self.routes, &progress.params);
+        }
+        Some(message)
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
     }
 }
 
@@ -74,22 +163,44 @@ impl Drop for RouteGuard {
 impl ClientHandler for UpstreamHandler {
     async fn on_progress(
         &self,
-        params: ProgressNotificationParam,
+        _params: ProgressNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        let sink = self
-            .routes
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&params.progress_token)
-            .cloned();
-        if let Some(sink) = sink {
-            // A caller that stopped listening is not an error.
-            let _ = sink.send(Progress {
-                progress: params.progress,
-                total: params.total,
-                message: params.message,
-            });
+        // Already routed by the transport (see the module doc).
+    }
+
+    async fn create_message(
+        &self,
+        params: CreateMessageRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, ErrorData> {
+        let request = ServerRequest::CreateMessageRequest(CreateMessageRequest::new(params));
+        match self.relays.forward(request, &context).await? {
+            ClientResult::CreateMessageResult(result) => Ok(*result),
+            _ => Err(mismatch("sampling/createMessage")),
+        }
+    }
+
+    async fn create_elicitation(
+        &self,
+        params: ElicitRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
+        match self.relays.forward(request, &context).await? {
+            ClientResult::ElicitResult(result) => Ok(result),
+            _ => Err(mismatch("elicitation/create")),
+        }
+    }
+
+    async fn list_roots(
+        &self,
+        context: RequestContext<RoleClient>,
+    ) -> Result<ListRootsResult, ErrorData> {
+        let request = ServerRequest::ListRootsRequest(ListRootsRequest::default());
+        match self.relays.forward(request, &context).await? {
+            ClientResult::ListRootsResult(result) => Ok(result),
+            _ => Err(mismatch("roots/list")),
         }
     }
 
@@ -103,9 +214,25 @@ impl ClientHandler for UpstreamHandler {
         // Servers that still `initialize` get the newest handshake-era
         // version; 2026 servers are reached through `server/discover`.
         ClientConfig::new(
-            ClientCapabilities::default(),
+            relayable(),
             Implementation::new("portcullis", env!("CARGO_PKG_VERSION")),
         )
         .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
     }
+}
+
+/// The client capabilities declared to servers: what the gateway can relay
+/// to a calling client. Whether a given call's client can answer is checked
+/// per request; a server asking a client that cannot gets an error naming
+/// the missing capability. `roots.listChanged` is not declared: root
+/// changes of many clients cannot be told apart upstream.
+fn relayable() -> ClientCapabilities {
+    let mut capabilities = ClientCapabilities::default();
+    capabilities.sampling = Some(SamplingCapability::default());
+    let mut elicitation = ElicitationCapability::default();
+    elicitation.form = Some(FormElicitationCapability::default());
+    elicitation.url = Some(UrlElicitationCapability::default());
+    capabilities.elicitation = Some(elicitation);
+    capabilities.roots = Some(RootsCapabilities::default());
+    capabilities
 }

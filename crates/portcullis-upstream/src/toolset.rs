@@ -25,6 +25,7 @@ use crate::hosts::AllowedHosts;
 use crate::options::ConnectOptions;
 use crate::output::OutputValidator;
 use crate::progress::Progress;
+use crate::relay::ClientRelay;
 use crate::report::DiagnosticSink;
 
 /// What one call carries besides its name and arguments.
@@ -38,6 +39,10 @@ pub struct CallContext {
     pub progress: Option<mpsc::UnboundedSender<Progress>>,
     /// A person approved this call (the policy answered `ask` earlier).
     pub approved: bool,
+    /// The client that made the call, to answer the server's sampling,
+    /// elicitation and roots requests (see [`crate::relay`]). Without one,
+    /// such requests are refused with an error.
+    pub relay: Option<Arc<dyn ClientRelay>>,
 }
 
 impl CallContext {
@@ -61,6 +66,12 @@ impl CallContext {
         self
     }
 
+    /// Sets the client that answers the server's requests during the call.
+    pub fn with_relay(mut self, relay: Arc<dyn ClientRelay>) -> Self {
+        self.relay = Some(relay);
+        self
+    }
+
     /// Marks the call as approved by a person.
     pub fn approved(mut self) -> Self {
         self.approved = true;
@@ -75,6 +86,7 @@ impl std::fmt::Debug for CallContext {
             .field("cancelled", &self.cancel.is_cancelled())
             .field("progress", &self.progress.is_some())
             .field("approved", &self.approved)
+            .field("relay", &self.relay.is_some())
             .finish()
     }
 }

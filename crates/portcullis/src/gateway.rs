@@ -281,8 +281,9 @@ fn build_tool_server(config: &Config, toolset: &Toolset) -> anyhow::Result<ToolS
         .context("cannot build the tool server from the catalogue")
 }
 
-/// Forwards one call to the toolset, with the caller's cancellation and a
-/// progress relay; the result goes back unframed (the edge frames it).
+/// Forwards one call to the toolset, with the caller's cancellation, a
+/// progress relay and the caller as the answerer of the upstream's
+/// requests; the result goes back unframed (the edge frames it).
 async fn forward(
     toolset: Toolset,
     name: Arc<str>,
@@ -290,6 +291,11 @@ async fn forward(
     ctx: portcullis_server::CallContext,
 ) -> Result<ToolResult, ToolError> {
     let mut upstream = UpstreamContext::default().with_cancel(ctx.cancellation().clone());
+    // The upstream's sampling, elicitation and roots requests during this
+    // call go to the client that made it.
+    if let Some(client) = crate::relay::DownstreamRelay::for_call(&ctx) {
+        upstream = upstream.with_relay(Arc::new(client));
+    }
     let relay = if ctx.wants_progress() {
         let (sender, mut receiver) = mpsc::unbounded_channel::<Progress>();
         upstream = upstream.with_progress(sender);

@@ -65,6 +65,7 @@ mod config;
 mod demo_upstream;
 mod gateway;
 mod import;
+mod relay;
 mod serve;
 mod tools_cmd;
 mod trust;

@@ -50,6 +50,11 @@ pub async fn serve(
         // Signals are handled here rather than by the surface, so the
         // upstreams are closed (and their children ended) before exiting.
         handle_signals: false,
+        // Initialize-era clients get a session: an upstream's sampling,
+        // elicitation and roots requests can only reach such a client on
+        // one (its answer comes back as a POST of the same session).
+        // 2026-07-28 clients stay stateless.
+        legacy_sessions: true,
         ..HttpOptions::default()
     };
     let server = match serve_http(gateway.tools.clone(), options).await {

@@ -249,9 +249,44 @@ fn serve_config(config: &std::path::Path, env: &[(&str, &str)]) -> Served {
     Served { child, url }
 }
 
+/// `body` as a stateless 2026-07-28 request: the standard headers (to put
+/// in place of `MCP-Protocol-Version`) and the body with its `_meta`
+/// envelope. Raw requests use that revision because `serve` gives
+/// initialize-era clients a session, which a one-shot request has not.
+fn modern(body: &str) -> (String, String) {
+    let mut message: Value = serde_json::from_str(body).expect("a JSON-RPC body");
+    let method = message["method"].as_str().unwrap_or_default().to_owned();
+    let mut headers = format!("MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: {method}\r\n");
+    if let Some(name) = message["params"]["name"].as_str() {
+        headers.push_str(&format!("Mcp-Name: {name}\r\n"));
+    }
+    let params = message
+        .as_object_mut()
+        .expect("an object")
+        .entry("params")
+        .or_insert_with(|| json!({}));
+    let meta = params
+        .as_object_mut()
+        .expect("params are an object")
+        .entry("_meta")
+        .or_insert_with(|| json!({}))
+        .as_object_mut()
+        .expect("_meta is an object");
+    meta.insert(
+        "io.modelcontextprotocol/protocolVersion".into(),
+        json!("2026-07-28"),
+    );
+    meta.insert(
+        "io.modelcontextprotocol/clientCapabilities".into(),
+        json!({}),
+    );
+    (headers, message.to_string())
+}
+
 /// A raw HTTP POST of `body` to `url` with this `Host` header: the status
 /// code and the whole response (the connection is closed after it).
 fn post(url: &str, host: &str, body: &str) -> (u16, String) {
+    let (headers, body) = modern(body);
     let authority = url
         .trim_start_matches("http://")
         .split('/')
@@ -260,7 +295,7 @@ fn post(url: &str, host: &str, body: &str) -> (u16, String) {
     let mut stream = TcpStream::connect(authority).expect("connects to the gateway");
     write!(
         stream,
-        "POST /mcp HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-06-18\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "POST /mcp HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
     .expect("request written");
@@ -529,10 +564,12 @@ fn sigterm_lets_an_in_flight_call_finish_before_exiting_0() {
         .unwrap_or_default()
         .to_owned();
     let mut stream = TcpStream::connect(&authority).expect("connects to the gateway");
-    let body = r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"count","arguments":{"n":20},"_meta":{"progressToken":"slow"}}}"#;
+    let (headers, body) = modern(
+        r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"count","arguments":{"n":20},"_meta":{"progressToken":"slow"}}}"#,
+    );
     write!(
         stream,
-        "POST /mcp HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-06-18\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "POST /mcp HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
     .expect("request written");
@@ -580,10 +617,12 @@ fn a_configured_token_is_required_on_mcp() {
         "no token, no entry"
     );
     let mut stream = TcpStream::connect(&authority).expect("connects");
-    let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"ok"}}}"#;
+    let (headers, body) = modern(
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"ok"}}}"#,
+    );
     write!(
         stream,
-        "POST /mcp HTTP/1.1\r\nHost: {authority}\r\nAuthorization: Bearer s3cret-token-42\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-06-18\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "POST /mcp HTTP/1.1\r\nHost: {authority}\r\nAuthorization: Bearer s3cret-token-42\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
     .expect("request written");

@@ -9,8 +9,14 @@
 //! results — is answered by the [`Fixture`] handler wrapped around it.
 //!
 //! ```text
-//! portcullis-conformance-fixture [--port 3100] [--stdio] [--stateless]
+//! portcullis-conformance-fixture [--port 3100] [--stdio] [--stateless] [--legacy]
 //! ```
+//!
+//! `--legacy` serves only the initialize-era revisions (2025-11-25 and
+//! older), as most deployed servers do: a client that probes with
+//! `server/discover` is refused and falls back to `initialize`. The gateway
+//! is measured in front of it that way (`.ci/conformance.sh`), since the
+//! 2025 scenarios need a session that may send server-to-client requests.
 //!
 //! HTTP on 127.0.0.1 with legacy sessions on (2025-era scenarios need
 //! server-to-client requests on a session); `--stdio` serves stdin/stdout.
@@ -30,9 +36,10 @@ use rmcp::model::{
     CompleteRequestParams, CompleteResult, ElicitRequest, ElicitRequestParams,
     GetPromptRequestParams, GetPromptResponse, InputRequiredResult, ListPromptsResult,
     ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, LoggingLevel,
-    LoggingMessageNotificationParam, PaginatedRequestParams, ReadResourceRequestParams,
-    ReadResourceResponse, ServerCapabilities, ServerConfig, ServerRequest, SetLevelRequestParams,
-    SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
+    LoggingMessageNotificationParam, PaginatedRequestParams, ProtocolVersion,
+    ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
+    ServerRequest, SetLevelRequestParams, SubscribeRequestParams, SubscriptionFilter,
+    UnsubscribeRequestParams,
 };
 use rmcp::service::{RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -59,6 +66,7 @@ fn main() -> std::process::ExitCode {
     let mut port = 3100u16;
     let mut stdio = false;
     let mut stateless = false;
+    let mut legacy = false;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -68,6 +76,7 @@ fn main() -> std::process::ExitCode {
             },
             "--stdio" => stdio = true,
             "--stateless" => stateless = true,
+            "--legacy" => legacy = true,
             other => return usage(&format!("unknown argument {other}")),
         }
     }
@@ -78,18 +87,18 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    runtime.block_on(run(port, stdio, stateless))
+    runtime.block_on(run(port, stdio, stateless, legacy))
 }
 
 fn usage(problem: &str) -> std::process::ExitCode {
     eprintln!(
-        "{problem}\nusage: portcullis-conformance-fixture [--port 3100] [--stdio] [--stateless]"
+        "{problem}\nusage: portcullis-conformance-fixture [--port 3100] [--stdio] [--stateless] [--legacy]"
     );
     std::process::ExitCode::from(2)
 }
 
-async fn run(port: u16, stdio: bool, stateless: bool) -> std::process::ExitCode {
-    let fixture = match Fixture::new() {
+async fn run(port: u16, stdio: bool, stateless: bool, legacy: bool) -> std::process::ExitCode {
+    let fixture = match Fixture::new(legacy) {
         Ok(fixture) => fixture,
         Err(error) => {
             eprintln!("{error}");
@@ -160,6 +169,8 @@ struct Fixture {
     mrtr: Arc<Vec<rmcp::model::Tool>>,
     log_level: Arc<Mutex<Option<LoggingLevel>>>,
     changes: broadcast::Sender<Change>,
+    /// Serve only the initialize-era revisions (`--legacy`).
+    legacy: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -169,7 +180,7 @@ enum Change {
 }
 
 impl Fixture {
-    fn new() -> Result<Self, portcullis_server::ServerError> {
+    fn new(legacy: bool) -> Result<Self, portcullis_server::ServerError> {
         let (changes, _) = broadcast::channel(16);
         let log_level = Arc::new(Mutex::new(None));
         let tools = library_tools(log_level.clone(), changes.clone()).build()?;
@@ -193,6 +204,7 @@ impl Fixture {
             mrtr: Arc::new(mrtr),
             log_level,
             changes,
+            legacy,
         })
     }
 }
@@ -643,6 +655,14 @@ fn mrtr_call(
 }
 
 impl ServerHandler for Fixture {
+    fn supported_protocol_versions(&self) -> std::borrow::Cow<'static, [ProtocolVersion]> {
+        if self.legacy {
+            std::borrow::Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2025_11_25))
+        } else {
+            std::borrow::Cow::Borrowed(ProtocolVersion::KNOWN_VERSIONS)
+        }
+    }
+
     fn get_info(&self) -> ServerConfig {
         let capabilities: ServerCapabilities = serde_json::from_value(json!({
             "tools": {"listChanged": true},

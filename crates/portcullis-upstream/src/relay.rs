@@ -1,0 +1,307 @@
+//! Server-to-client requests: a server that asks for sampling
+//! (`sampling/createMessage`), user input (`elicitation/create`) or the
+//! client's roots (`roots/list`) while it runs a tool is asking the person
+//! and model behind the *call*, not the gateway. Each call may carry a
+//! [`ClientRelay`] (the downstream client that made it); the request is
+//! handed to that client and its answer goes back to the server unchanged.
+//!
+//! One connection serves every caller, so the request must be tied to a
+//! call. Every `tools/call` in flight holds a [`RelaySlot`], bound to the
+//! request id it was sent with:
+//!
+//! * Streamable HTTP tells which POST's response stream the request arrived
+//!   on (rmcp's `InboundStreamOrigin`): that call's slot answers.
+//! * Transports that cannot tell (stdio, legacy SSE, the standalone GET
+//!   stream) fall back to the only call in flight.
+//! * No call in flight, several calls and no way to choose, a call made
+//!   without a client (`portcullis call`), or a client that did not declare
+//!   the capability: the server gets a JSON-RPC error saying which.
+
+// Sampling and roots are deprecated by SEP-2577, but 2025-era servers use
+// them and a faithful proxy relays them.
+#![allow(deprecated)]
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use futures::future::BoxFuture;
+use rmcp::ErrorData;
+use rmcp::RoleClient;
+use rmcp::model::{ClientCapabilities, ClientResult, ErrorCode, RequestId, ServerRequest};
+use rmcp::service::{InboundStreamOrigin, RequestContext};
+use tokio_util::sync::CancellationToken;
+
+/// The client that made a call, able to answer the server's requests on
+/// the call's behalf. The gateway implements it over the downstream MCP
+/// session; tests implement it directly.
+pub trait ClientRelay: Send + Sync + 'static {
+    /// What the client declared it can answer (`sampling`, `elicitation`,
+    /// `roots`).
+    fn capabilities(&self) -> ClientCapabilities;
+
+    /// Sends `request` to the client and resolves with its answer. `cancel`
+    /// fires when the server withdraws the request (or the call ends); the
+    /// client should then be told too.
+    fn request(
+        &self,
+        request: ServerRequest,
+        cancel: CancellationToken,
+    ) -> BoxFuture<'static, Result<ClientResult, ErrorData>>;
+}
+
+/// The method name of a server-to-client request, for messages.
+pub(crate) fn method_of(request: &ServerRequest) -> &'static str {
+    match request {
+        ServerRequest::PingRequest(_) => "ping",
+        ServerRequest::CreateMessageRequest(_) => "sampling/createMessage",
+        ServerRequest::ListRootsRequest(_) => "roots/list",
+        ServerRequest::ElicitRequest(_) => "elicitation/create",
+        _ => "a server request",
+    }
+}
+
+/// Whether `capabilities` cover `request`.
+fn declared(capabilities: &ClientCapabilities, request: &ServerRequest) -> bool {
+    match request {
+        ServerRequest::CreateMessageRequest(_) => capabilities.sampling.is_some(),
+        ServerRequest::ListRootsRequest(_) => capabilities.roots.is_some(),
+        ServerRequest::ElicitRequest(_) => capabilities.elicitation.is_some(),
+        _ => false,
+    }
+}
+
+struct Slot {
+    /// The `tools/call` request id, once sent.
+    request: Option<RequestId>,
+    relay: Option<Arc<dyn ClientRelay>>,
+}
+
+#[derive(Default)]
+struct Slots {
+    next: u64,
+    open: HashMap<u64, Slot>,
+}
+
+/// The calls in flight on one connection and their clients.
+#[derive(Clone, Default)]
+pub(crate) struct Relays {
+    slots: Arc<Mutex<Slots>>,
+}
+
+/// Why a server's request could not be relayed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Refusal {
+    /// No tool call is in flight to relate it to.
+    #[error("portcullis cannot relay {method}: no tool call is in flight on this connection")]
+    NoCall {
+        /// The request's method.
+        method: &'static str,
+    },
+    /// Several are, and the transport does not say which one asked.
+    #[error(
+        "portcullis cannot relay {method}: {calls} tool calls are in flight on this connection and the request is not tied to one of them"
+    )]
+    Ambiguous {
+        /// The request's method.
+        method: &'static str,
+        /// How many calls are in flight.
+        calls: usize,
+    },
+    /// The call was made without a client that could answer (an operator
+    /// command, an in-process call).
+    #[error("portcullis cannot relay {method}: the tool call was not made by an MCP client")]
+    NoClient {
+        /// The request's method.
+        method: &'static str,
+    },
+    /// The client did not declare the capability the request needs.
+    #[error("portcullis cannot relay {method}: the calling client did not declare that capability")]
+    Undeclared {
+        /// The request's method.
+        method: &'static str,
+    },
+}
+
+impl From<Refusal> for ErrorData {
+    fn from(refusal: Refusal) -> Self {
+        let code = match refusal {
+            // The client cannot do it at all: as if the method did not exist.
+            Refusal::Undeclared { .. } | Refusal::NoClient { .. } => ErrorCode::METHOD_NOT_FOUND,
+            // SEP-2260: a request not tied to an outbound one is invalid.
+            Refusal::NoCall { .. } | Refusal::Ambiguous { .. } => ErrorCode::INVALID_REQUEST,
+        };
+        ErrorData::new(code, refusal.to_string(), None)
+    }
+}
+
+impl Relays {
+    /// Opens a slot for a call about to be sent; it closes when the
+    /// returned guard drops, however the call ends.
+    pub(crate) fn open(&self, relay: Option<Arc<dyn ClientRelay>>) -> RelaySlot {
+        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        let key = slots.next;
+        slots.next = slots.next.wrapping_add(1);
+        slots.open.insert(
+            key,
+            Slot {
+                request: None,
+                relay,
+            },
+        );
+        RelaySlot {
+            slots: self.slots.clone(),
+            key,
+        }
+    }
+
+    /// The client that should answer a request that arrived with `origin`.
+    fn find(
+        &self,
+        origin: Option<&InboundStreamOrigin>,
+        method: &'static str,
+    ) -> Result<Arc<dyn ClientRelay>, Refusal> {
+        let slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        let exact = match origin {
+            Some(InboundStreamOrigin::OutboundRequest(id)) => slots
+                .open
+                .values()
+                .find(|slot| slot.request.as_ref() == Some(id)),
+            _ => None,
+        };
+        let slot = match exact {
+            Some(slot) => slot,
+            None => {
+                let mut open = slots.open.values();
+                match (open.next(), slots.open.len()) {
+                    (None, _) => return Err(Refusal::NoCall { method }),
+                    (Some(only), 1) => only,
+                    (Some(_), calls) => return Err(Refusal::Ambiguous { method, calls }),
+                }
+            }
+        };
+        slot.relay.clone().ok_or(Refusal::NoClient { method })
+    }
+
+    /// Relays `request` to the client of the call it belongs to and returns
+    /// the answer; the server's cancellation of its request (the context's
+    /// token) reaches the client.
+    pub(crate) async fn forward(
+        &self,
+        request: ServerRequest,
+        context: &RequestContext<RoleClient>,
+    ) -> Result<ClientResult, ErrorData> {
+        let method = method_of(&request);
+        let origin = context.extensions.get::<InboundStreamOrigin>();
+        let relay = self.find(origin, method)?;
+        if !declared(&relay.capabilities(), &request) {
+            return Err(Refusal::Undeclared { method }.into());
+        }
+        tracing::debug!(method, "relaying a server request to the calling client");
+        relay.request(request, context.ct.clone()).await
+    }
+}
+
+/// A call's place among the calls in flight; removed on drop.
+pub(crate) struct RelaySlot {
+    slots: Arc<Mutex<Slots>>,
+    key: u64,
+}
+
+impl RelaySlot {
+    /// Ties the slot to the request id the call was sent with.
+    pub(crate) fn bind(&self, request: RequestId) {
+        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(slot) = slots.open.get_mut(&self.key) {
+            slot.request = Some(request);
+        }
+    }
+}
+
+impl Drop for RelaySlot {
+    fn drop(&mut self) {
+        self.slots
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .open
+            .remove(&self.key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rmcp::model::{ListRootsRequest, ListRootsResult};
+
+    struct Answers(ClientCapabilities);
+
+    impl ClientRelay for Answers {
+        fn capabilities(&self) -> ClientCapabilities {
+            self.0.clone()
+        }
+        fn request(
+            &self,
+            _request: ServerRequest,
+            _cancel: CancellationToken,
+        ) -> BoxFuture<'static, Result<ClientResult, ErrorData>> {
+            Box::pin(async { Ok(ClientResult::ListRootsResult(ListRootsResult::default())) })
+        }
+    }
+
+    fn roots() -> ClientCapabilities {
+        let mut capabilities = ClientCapabilities::default();
+        capabilities.roots = Some(Default::default());
+        capabilities
+    }
+
+    fn relay(capabilities: ClientCapabilities) -> Option<Arc<dyn ClientRelay>> {
+        Some(Arc::new(Answers(capabilities)))
+    }
+
+    #[test]
+    fn the_stream_origin_picks_the_call_and_the_sole_call_is_the_fallback() {
+        let relays = Relays::default();
+        assert_eq!(
+            relays.find(None, "roots/list").err(),
+            Some(Refusal::NoCall {
+                method: "roots/list"
+            })
+        );
+        let first = relays.open(relay(roots()));
+        first.bind(RequestId::Number(7));
+        assert!(relays.find(None, "roots/list").is_ok());
+        let second = relays.open(None);
+        second.bind(RequestId::Number(8));
+        assert_eq!(
+            relays.find(None, "roots/list").err(),
+            Some(Refusal::Ambiguous {
+                method: "roots/list",
+                calls: 2
+            })
+        );
+        let to_first = InboundStreamOrigin::OutboundRequest(RequestId::Number(7));
+        assert!(relays.find(Some(&to_first), "roots/list").is_ok());
+        let to_second = InboundStreamOrigin::OutboundRequest(RequestId::Number(8));
+        assert_eq!(
+            relays.find(Some(&to_second), "roots/list").err(),
+            Some(Refusal::NoClient {
+                method: "roots/list"
+            })
+        );
+        drop(second);
+        assert!(relays.find(Some(&to_second), "roots/list").is_ok());
+        drop(first);
+        assert!(relays.find(None, "roots/list").is_err());
+    }
+
+    #[test]
+    fn capabilities_are_checked_per_method() {
+        let request = ServerRequest::ListRootsRequest(ListRootsRequest::default());
+        assert!(declared(&roots(), &request));
+        assert!(!declared(&ClientCapabilities::default(), &request));
+        let error = ErrorData::from(Refusal::Undeclared {
+            method: method_of(&request),
+        });
+        assert_eq!(error.code, ErrorCode::METHOD_NOT_FOUND);
+        assert!(error.message.contains("roots/list"), "{}", error.message);
+    }
+}
