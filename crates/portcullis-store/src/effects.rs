@@ -8,6 +8,12 @@
 //! never recorded (it is `replay: false` in the seed: describing costs
 //! nothing and must reflect the current catalogue): callers skip it, and
 //! `record` refuses it.
+//!
+//! Each record carries the time it was made, so an operator can bound the
+//! log's size with [`EffectLog::prune_before`]: a turn replayed after its
+//! record was pruned calls the server again.
+
+use std::time::SystemTime;
 
 use async_trait::async_trait;
 use portcullis_catalog::ToolResult;
@@ -44,6 +50,8 @@ pub struct Recorded {
     pub tool_name: String,
     /// How it ended.
     pub outcome: Outcome,
+    /// When it was recorded (to the millisecond).
+    pub recorded_at: SystemTime,
 }
 
 /// The durable effect log of a store.
@@ -60,7 +68,22 @@ pub trait EffectLog: Send + Sync {
         key: &str,
         tool_name: &str,
         outcome: &Outcome,
+    ) -> Result<Recorded, StoreError> {
+        self.record_at(key, tool_name, outcome, SystemTime::now())
+            .await
+    }
+
+    /// [`EffectLog::record`], stamped `at` instead of now.
+    async fn record_at(
+        &self,
+        key: &str,
+        tool_name: &str,
+        outcome: &Outcome,
+        at: SystemTime,
     ) -> Result<Recorded, StoreError>;
+
+    /// Deletes every record made before `cutoff`; returns how many.
+    async fn prune_before(&self, cutoff: SystemTime) -> Result<u64, StoreError>;
 }
 
 /// The seed's effect key: lowercase hex SHA-256 of the canonical JSON
@@ -111,12 +134,14 @@ pub(crate) fn decode_outcome(
     key: &str,
     tool_name: String,
     text: &str,
+    recorded_at: SystemTime,
 ) -> Result<Recorded, StoreError> {
     serde_json::from_str(text)
         .map(|outcome| Recorded {
             key: key.to_owned(),
             tool_name,
             outcome,
+            recorded_at,
         })
         .map_err(|e| StoreError::CorruptEffect {
             backend,
@@ -151,11 +176,11 @@ mod tests {
             },
         ] {
             let text = encode_outcome(&outcome);
-            let back = decode_outcome(Backend::Memory, "k", "t".into(), &text)
+            let back = decode_outcome(Backend::Memory, "k", "t".into(), &text, SystemTime::now())
                 .map(|r| r.outcome)
                 .ok();
             assert_eq!(back, Some(outcome));
         }
-        assert!(decode_outcome(Backend::Memory, "k", "t".into(), "{").is_err());
+        assert!(decode_outcome(Backend::Memory, "k", "t".into(), "{", SystemTime::now()).is_err());
     }
 }

@@ -99,6 +99,7 @@
 // outcome codecs) have no caller; that build is for memory-only embedders.
 #![cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 
+pub mod audit;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod columns;
 pub mod effects;
@@ -109,10 +110,16 @@ pub mod migration;
 pub mod postgres;
 pub mod row;
 pub mod spec;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod sql;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 pub mod store;
+mod time;
 
+pub use audit::{
+    ArgumentShape, AuditDecision, AuditLog, AuditOutcome, AuditRecord, argument_shape,
+};
 pub use effects::{EffectLog, Outcome, Recorded, effect_key};
 pub use error::{Backend, StoreError};
 pub use memory::MemoryStore;

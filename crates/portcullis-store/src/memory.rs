@@ -4,21 +4,26 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
+use std::time::SystemTime;
 
 use async_trait::async_trait;
 use portcullis_catalog::Tool;
 use portcullis_catalog::fingerprint::Fingerprints;
 
+use crate::audit::{AuditLog, AuditRecord};
 use crate::effects::{EffectLog, Outcome, Recorded, ensure_recordable};
 use crate::error::{Backend, StoreError};
 use crate::row::PersistedServer;
 use crate::store::{Store, defines};
+use crate::time::{from_millis, to_millis};
 
 #[derive(Debug, Default)]
 struct State {
     servers: BTreeMap<String, PersistedServer>,
     trusted: BTreeMap<String, Vec<Tool>>,
     effects: BTreeMap<String, Recorded>,
+    /// In order of recording.
+    audit: Vec<AuditRecord>,
 }
 
 /// A store held in process memory; gone when the process ends.
@@ -99,6 +104,10 @@ impl Store for MemoryStore {
     fn effects(&self) -> &dyn EffectLog {
         self
     }
+
+    fn audit(&self) -> &dyn AuditLog {
+        self
+    }
 }
 
 #[async_trait]
@@ -107,11 +116,12 @@ impl EffectLog for MemoryStore {
         Ok(self.state().effects.get(key).cloned())
     }
 
-    async fn record(
+    async fn record_at(
         &self,
         key: &str,
         tool_name: &str,
         outcome: &Outcome,
+        at: SystemTime,
     ) -> Result<Recorded, StoreError> {
         ensure_recordable(Backend::Memory, tool_name)?;
         let mut state = self.state();
@@ -122,7 +132,47 @@ impl EffectLog for MemoryStore {
                 key: key.to_owned(),
                 tool_name: tool_name.to_owned(),
                 outcome: outcome.clone(),
+                // Stored to the millisecond, as the SQL backends store it.
+                recorded_at: from_millis(to_millis(at)),
             });
         Ok(recorded.clone())
+    }
+
+    async fn prune_before(&self, cutoff: SystemTime) -> Result<u64, StoreError> {
+        let cutoff = to_millis(cutoff);
+        let mut state = self.state();
+        let before = state.effects.len();
+        state
+            .effects
+            .retain(|_, r| to_millis(r.recorded_at) >= cutoff);
+        Ok((before - state.effects.len()) as u64)
+    }
+}
+
+#[async_trait]
+impl AuditLog for MemoryStore {
+    async fn record(&self, record: &AuditRecord) -> Result<(), StoreError> {
+        let mut record = record.clone();
+        record.time = from_millis(to_millis(record.time));
+        self.state().audit.push(record);
+        Ok(())
+    }
+
+    async fn recent(&self, limit: usize) -> Result<Vec<AuditRecord>, StoreError> {
+        let state = self.state();
+        // Newest first by time; among equal times, the later recorded first
+        // (a stable sort of the reversed log keeps that order).
+        let mut records: Vec<AuditRecord> = state.audit.iter().rev().cloned().collect();
+        records.sort_by_key(|r| std::cmp::Reverse(r.time));
+        records.truncate(limit);
+        Ok(records)
+    }
+
+    async fn prune_before(&self, cutoff: SystemTime) -> Result<u64, StoreError> {
+        let cutoff = to_millis(cutoff);
+        let mut state = self.state();
+        let before = state.audit.len();
+        state.audit.retain(|r| to_millis(r.time) >= cutoff);
+        Ok((before - state.audit.len()) as u64)
     }
 }

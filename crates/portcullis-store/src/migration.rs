@@ -8,13 +8,16 @@
 //! | 0 | nothing, or a table the seed wrote: `mcp_servers (id, name, type, url)` with `type IN ('streamable-http','sse')`, possibly with `tools` and `tool_fingerprints` |
 //! | 1 | `mcp_servers` with both JSON columns and `type IN ('stdio','streamable-http','sse')` |
 //! | 2 | `mcp_trusted_tools` (the definitions a baseline was recorded from) and `mcp_effects` (the effect log) |
+//! | 3 | `mcp_effects.recorded_at` (for retention; rows already there are stamped with the time of the upgrade, so they get a full retention period) and `portcullis_audit` (the audit trail) |
 //!
-//! The DDL here is plain SQL that SQLite and PostgreSQL both accept; JSON
-//! columns are `TEXT` in both, so a value that no longer parses is a cache
-//! miss, not a database error.
+//! Step 1 differs per backend (adopting the seed's table); every later step
+//! is plain SQL that SQLite and PostgreSQL both accept, and is applied by
+//! code both backends share. JSON columns are `TEXT` in both, so a value
+//! that no longer parses is a cache miss, not a database error; times are
+//! milliseconds since the Unix epoch in a `BIGINT`.
 
 /// The newest schema version this build writes.
-pub const LATEST: i64 = 2;
+pub const LATEST: i64 = 3;
 
 /// The servers table (the seed's name, kept so its databases open here).
 pub(crate) const SERVERS_TABLE: &str = "mcp_servers";
@@ -37,3 +40,26 @@ pub(crate) const V2_TABLES: [&str; 2] = [
     "CREATE TABLE IF NOT EXISTS mcp_trusted_tools (server_id TEXT PRIMARY KEY NOT NULL, tools TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS mcp_effects (key TEXT PRIMARY KEY NOT NULL, tool_name TEXT NOT NULL, outcome TEXT NOT NULL)",
 ];
+
+/// Version 3's DDL; `auto_id` is the dialect's auto-numbered primary key
+/// column type. Existing effects are then stamped with the upgrade's time.
+pub(crate) fn v3_statements(auto_id: &str) -> [String; 4] {
+    [
+        "ALTER TABLE mcp_effects ADD COLUMN recorded_at BIGINT NOT NULL DEFAULT 0".to_owned(),
+        "CREATE INDEX IF NOT EXISTS mcp_effects_recorded_at ON mcp_effects (recorded_at)"
+            .to_owned(),
+        format!(
+            "CREATE TABLE IF NOT EXISTS portcullis_audit (\
+             id {auto_id}, \
+             at BIGINT NOT NULL, \
+             identity TEXT, \
+             tool TEXT NOT NULL, \
+             decision TEXT NOT NULL, \
+             duration_ms BIGINT NOT NULL, \
+             outcome TEXT NOT NULL, \
+             error_code TEXT, \
+             argument_shape TEXT NOT NULL)"
+        ),
+        "CREATE INDEX IF NOT EXISTS portcullis_audit_at ON portcullis_audit (at, id)".to_owned(),
+    ]
+}

@@ -4,12 +4,13 @@ use async_trait::async_trait;
 use portcullis_catalog::Tool;
 use portcullis_catalog::fingerprint::{Fingerprints, fingerprint_listing};
 
+use crate::audit::AuditLog;
 use crate::effects::EffectLog;
 use crate::error::{Backend, StoreError};
 use crate::row::PersistedServer;
 
 /// Persists connected servers, their catalogue caches, their immutable trust
-/// baselines and the effect log. Every backend behaves identically; the
+/// baselines, the effect log and the audit trail. Every backend behaves identically; the
 /// shared suite in `tests/` holds them to it.
 #[async_trait]
 pub trait Store: Send + Sync + std::fmt::Debug {
@@ -48,6 +49,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// The durable effect log.
     fn effects(&self) -> &dyn EffectLog;
+
+    /// The audit trail of calls.
+    fn audit(&self) -> &dyn AuditLog;
 }
 
 /// Clears a server's baseline so the next connect records a new one from
