@@ -13,6 +13,16 @@
 #      No expected-failures baseline is needed for them; if one is ever needed,
 #      put it in .ci/conformance-2026-expected-failures.yml (unscored scenarios
 #      only, each with its reason) and it is passed to the runner.
+#   3. @modelcontextprotocol/conformance@0.1.16 again, through the gateway:
+#      `portcullis serve` with ONE upstream, the same fixture over stdio
+#      (`--stdio --legacy`: an initialize-era server, as most deployed
+#      servers are, so it may send sampling, elicitation and roots requests
+#      on its session), `prefix = "never"`, `allow_write = true`,
+#      `store = "memory"`. The scenario pass count is printed. Scenarios
+#      listed in .ci/conformance-gateway-passing.txt must pass (a failure
+#      there is a regression); any other failure is reported with its
+#      reason but does not fail the step, and a scenario that passes but is
+#      not listed is pointed out so it can be added.
 # Exits non-zero if any scored scenario fails. Peers come from .ci/peers.sh.
 # Usage: bash .ci/conformance.sh   (from anywhere; results in target/conformance/)
 set -euo pipefail
@@ -27,24 +37,35 @@ CONF_NEXT="$P/conformance-next/node_modules/@modelcontextprotocol/conformance/di
 OUT="$ROOT/target/conformance"
 mkdir -p "$OUT"
 
-echo "== building the fixture server"
-cargo build -p portcullis-server --bin portcullis-conformance-fixture
+echo "== building the fixture server and the gateway"
+cargo build -p portcullis-server --bin portcullis-conformance-fixture -p portcullis --bin portcullis
 # Honour CARGO_TARGET_DIR, as cargo does.
 FIXTURE="${CARGO_TARGET_DIR:-$ROOT/target}/debug/portcullis-conformance-fixture"
+GATEWAY="${CARGO_TARGET_DIR:-$ROOT/target}/debug/portcullis"
+GATEWAY_PID=""
 
 PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 "$FIXTURE" --port "$PORT" > "$OUT/fixture.log" 2>&1 &
 FIXTURE_PID=$!
-trap 'kill "$FIXTURE_PID" 2>/dev/null || true; wait "$FIXTURE_PID" 2>/dev/null || true' EXIT
-listening=no
-for _ in $(seq 1 100); do
-  if python3 -c "import socket,sys; socket.create_connection(('127.0.0.1', $PORT), 1)" 2>/dev/null; then
-    listening=yes; break
-  fi
-  kill -0 "$FIXTURE_PID" 2>/dev/null || break
-  sleep 0.1
-done
-if [ "$listening" != yes ]; then
+stop_all() {
+  for pid in "$FIXTURE_PID" $GATEWAY_PID; do
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+}
+trap stop_all EXIT
+# Waits until 127.0.0.1:$1 accepts connections while process $2 lives.
+wait_listening() {
+  for _ in $(seq 1 300); do
+    if python3 -c "import socket,sys; socket.create_connection(('127.0.0.1', $1), 1)" 2>/dev/null; then
+      return 0
+    fi
+    kill -0 "$2" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+if ! wait_listening "$PORT" "$FIXTURE_PID"; then
   echo "== the fixture server did not start; its output:" >&2
   cat "$OUT/fixture.log" >&2
   exit 1
@@ -72,6 +93,76 @@ else
   echo "   exit $? (FAILED)"; status=1
 fi
 sed -n '/=== SUMMARY ===/,$p' "$OUT/2026-07-28.log"
+
+echo "== conformance 0.1.16 through the gateway (portcullis serve, one upstream: the fixture)"
+GPORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+mkdir -p "$OUT/gateway"
+cat > "$OUT/gateway/portcullis.toml" <<TOML
+[gateway]
+listen = "127.0.0.1:$GPORT"
+prefix = "never"
+allow_write = true
+store = "memory"
+# The DNS-rebinding scenario sends the server's own origin and expects it
+# admitted.
+allowed_origins = ["http://localhost:$GPORT", "http://127.0.0.1:$GPORT", "http://[::1]:$GPORT"]
+
+[upstreams.fixture]
+type = "stdio"
+command = "$FIXTURE"
+args = ["--stdio", "--legacy"]
+timeout_ms = 60000
+TOML
+"$GATEWAY" serve --config "$OUT/gateway/portcullis.toml" > "$OUT/gateway.log" 2>&1 &
+GATEWAY_PID=$!
+if ! wait_listening "$GPORT" "$GATEWAY_PID"; then
+  echo "== the gateway did not start; its output:" >&2
+  cat "$OUT/gateway.log" >&2
+  exit 1
+fi
+GURL="http://localhost:$GPORT/mcp"
+echo "   gateway on $GURL (pid $GATEWAY_PID)"
+# The runner exits non-zero when any scenario fails; the verdict below is
+# ours, against the list of scenarios that must pass.
+rm -rf "$OUT/gateway-0.1.16"
+NODE_OPTIONS="$LOOP" "$N22" "$CONF" server --url "$GURL" -o "$OUT/gateway-0.1.16" \
+  > "$OUT/gateway-0.1.16.log" 2>&1 || true
+sed -n '/=== SUMMARY ===/,$p' "$OUT/gateway-0.1.16.log"
+REQUIRED="$ROOT/.ci/conformance-gateway-passing.txt"
+passed="$(sed -n 's/^✓ \([a-z0-9-]*\): .*/\1/p' "$OUT/gateway-0.1.16.log" | sort)"
+failed="$(sed -n 's/^✗ \([a-z0-9-]*\): .*/\1/p' "$OUT/gateway-0.1.16.log" | sort)"
+total=$(( $(printf '%s\n' "$passed" | grep -c .) + $(printf '%s\n' "$failed" | grep -c .) ))
+echo "   through the gateway: $(printf '%s\n' "$passed" | grep -c .) of $total scenarios pass"
+if [ "$total" -eq 0 ]; then
+  echo "   no scenario summary: the runner failed (FAILED); see $OUT/gateway-0.1.16.log"
+  status=1
+fi
+required="$(grep -v '^#' "$REQUIRED" | sed 's/[[:space:]]*#.*//' | grep . | sort)"
+for scenario in $required; do
+  if ! printf '%s\n' "$passed" | grep -qx "$scenario"; then
+    echo "   REGRESSION: $scenario must pass through the gateway (listed in $REQUIRED)"
+    status=1
+  fi
+done
+for scenario in $failed; do
+  printf '%s\n' "$required" | grep -qx "$scenario" && continue
+  # The first failed check's message says why.
+  why="$(python3 - "$OUT/gateway-0.1.16" "$scenario" <<'PY'
+import json, pathlib, sys
+root, name = pathlib.Path(sys.argv[1]), sys.argv[2]
+for path in sorted(root.glob(f"server-{name}-20*/checks.json")):
+    for check in json.loads(path.read_text()):
+        if check.get("status") == "FAILURE":
+            print(check.get("errorMessage") or check.get("description") or "")
+            sys.exit(0)
+PY
+)"
+  echo "   known gap: $scenario fails through the gateway: ${why:-see the log}"
+done
+for scenario in $passed; do
+  printf '%s\n' "$required" | grep -qx "$scenario" \
+    || echo "   note: $scenario now passes through the gateway; add it to $REQUIRED"
+done
 
 if [ "$status" -ne 0 ]; then
   echo "== conformance FAILED; full logs in $OUT"
