@@ -1,0 +1,238 @@
+//! Progress and cancellation end to end through the real `portcullis`
+//! binary: an rmcp client calls through `portcullis serve` to an upstream
+//! served over Streamable HTTP on loopback by this test, which can see
+//! exactly what reached it.
+//!
+//! * Every progress notification an upstream sends before its result
+//!   reaches the client, with the client's own token, before the result —
+//!   even when the upstream answers at once after the last one.
+//! * A client that cancels its call makes the gateway tell the upstream,
+//!   whose handler sees its cancellation.
+//!
+//! (Server-to-client requests through the gateway are covered by
+//! `interop.rs` and by the conformance run in `.ci/conformance.sh`.)
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use portcullis_catalog::{Tool, ToolAnnotations, ToolResult};
+use portcullis_server::{CallContext, HttpOptions, ToolError, ToolServer, serve_http};
+use rmcp::ServiceExt;
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientRequest,
+    ProgressToken, ServerResult,
+};
+use rmcp::service::PeerRequestOptions;
+use tokio::sync::Notify;
+
+/// How many progress reports the `burst` tool sends before answering.
+const BURST: usize = 50;
+
+/// A running `portcullis serve`; killed on drop.
+struct Served {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(config: &Path) -> Served {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .args(["serve", "--config"])
+        .arg(config)
+        .args(["--listen", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("serve starts");
+    let stderr = child.stderr.take().expect("piped stderr");
+    let mut lines = BufReader::new(stderr).lines();
+    let url = loop {
+        let line = lines
+            .next()
+            .expect("serve announces where it listens before its stderr ends")
+            .expect("stderr is text");
+        if let Some(rest) = line.strip_prefix("portcullis: listening on ") {
+            break rest.split(';').next().unwrap_or_default().to_owned();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    Served { child, url }
+}
+
+fn ro(name: &str) -> Tool {
+    Tool::new(name).with_annotations(ToolAnnotations::read_only(true))
+}
+
+/// What the upstream saw.
+#[derive(Default)]
+struct Seen {
+    started: Notify,
+    cancelled: Notify,
+    cancellations: AtomicUsize,
+}
+
+/// The upstream: `burst` reports [`BURST`] steps and answers at once;
+/// `wait` runs until it is cancelled and records that.
+async fn upstream(seen: Arc<Seen>) -> portcullis_server::HttpServer {
+    let tools = ToolServer::builder()
+        .tool(
+            ro("burst"),
+            |_: serde_json::Value, ctx: CallContext| async move {
+                for step in 1..=BURST {
+                    ctx.progress(step as f64, Some(BURST as f64), None).await;
+                }
+                Ok::<_, ToolError>(ToolResult::text("burst done"))
+            },
+        )
+        .tool(ro("wait"), move |_: serde_json::Value, ctx: CallContext| {
+            let seen = seen.clone();
+            async move {
+                seen.started.notify_one();
+                ctx.cancelled().await;
+                seen.cancellations.fetch_add(1, Ordering::SeqCst);
+                seen.cancelled.notify_one();
+                Ok::<_, ToolError>(ToolResult::text("cancelled"))
+            }
+        })
+        .build()
+        .expect("the upstream's tools");
+    serve_http(tools, HttpOptions::default())
+        .await
+        .expect("the upstream listens")
+}
+
+fn config(dir: &Path, upstream: &str) -> std::path::PathBuf {
+    let path = dir.join("portcullis.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[gateway]\nstore = \"memory\"\n\n[upstreams.up]\ntype = \"streamable-http\"\nurl = \"{upstream}\"\ntimeout_ms = 60000\n"
+        ),
+    )
+    .expect("config written");
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_sent_just_before_the_result_all_arrives_first() {
+    let upstream = upstream(Arc::default()).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let served = serve(&config(dir.path(), &upstream.url()));
+
+    // Records every notification and the order it came in, relative to
+    // the result.
+    #[derive(Clone, Default)]
+    struct Client {
+        progress: Arc<std::sync::Mutex<Vec<(ProgressToken, f64)>>>,
+        /// Signalled when the burst is complete.
+        all: Arc<Notify>,
+    }
+    impl rmcp::ClientHandler for Client {
+        async fn on_progress(
+            &self,
+            params: rmcp::model::ProgressNotificationParam,
+            _context: rmcp::service::NotificationContext<rmcp::RoleClient>,
+        ) {
+            if let Ok(mut seen) = self.progress.lock() {
+                seen.push((params.progress_token, params.progress));
+                if seen.len() == BURST {
+                    self.all.notify_one();
+                }
+            }
+        }
+    }
+    let handler = Client::default();
+    let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(served.url.clone());
+    let client = handler
+        .clone()
+        .serve(transport)
+        .await
+        .expect("an MCP client connects");
+    for round in 0..3 {
+        handler.progress.lock().expect("lock").clear();
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(
+            CallToolRequestParams::new("burst"),
+        ));
+        let handle = client
+            .send_request_with_option(request, PeerRequestOptions::no_options())
+            .await
+            .expect("sent");
+        let token = handle.progress_token.clone();
+        let answer = handle.await_response().await.expect("answered");
+        let ServerResult::CallToolResult(result) = answer else {
+            panic!("not a tool result: {answer:?}");
+        };
+        let text = result.content[0]
+            .as_text()
+            .map(|t| t.text.clone())
+            .unwrap_or_default();
+        assert!(text.contains("\nburst done\n"), "{text}");
+        // rmcp hands notifications to this handler on tasks of their own,
+        // so some may still be on their way; a lost one never comes.
+        let complete = tokio::time::timeout(Duration::from_secs(30), handler.all.notified()).await;
+        assert!(
+            complete.is_ok(),
+            "round {round}: progress lost: {:?}",
+            handler.progress.lock().map(|p| p.len())
+        );
+        let progress = handler.progress.lock().expect("lock").clone();
+        assert!(
+            progress.iter().all(|(t, _)| *t == token),
+            "round {round}: every report carries the client's own token"
+        );
+        let mut values: Vec<f64> = progress.iter().map(|(_, p)| *p).collect();
+        values.sort_by(f64::total_cmp);
+        let expected: Vec<f64> = (1..=BURST).map(|s| s as f64).collect();
+        assert_eq!(values, expected, "round {round}");
+    }
+    let _ = client.cancel().await;
+    upstream.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_call_is_cancelled_upstream() {
+    let seen = Arc::new(Seen::default());
+    let upstream = upstream(seen.clone()).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let served = serve(&config(dir.path(), &upstream.url()));
+    let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(served.url.clone());
+    let client = ().serve(transport).await.expect("an MCP client connects");
+
+    let request =
+        ClientRequest::CallToolRequest(CallToolRequest::new(CallToolRequestParams::new("wait")));
+    let handle = client
+        .send_request_with_option(request, PeerRequestOptions::no_options())
+        .await
+        .expect("sent");
+    let id = handle.id.clone();
+    let waiting = tokio::spawn(handle.await_response());
+    tokio::time::timeout(Duration::from_secs(30), seen.started.notified())
+        .await
+        .expect("the call reached the upstream");
+    assert_eq!(seen.cancellations.load(Ordering::SeqCst), 0);
+    client
+        .notify_cancelled(CancelledNotificationParam::new(
+            Some(id),
+            Some("the test changed its mind".into()),
+        ))
+        .await
+        .expect("cancel sent");
+    tokio::time::timeout(Duration::from_secs(30), seen.cancelled.notified())
+        .await
+        .expect("the upstream saw the cancellation");
+    assert_eq!(seen.cancellations.load(Ordering::SeqCst), 1);
+    waiting.abort();
+    let _ = client.cancel().await;
+    upstream.close().await;
+}
