@@ -26,6 +26,7 @@ use crate::health::ServerHealth;
 use crate::hosts::HostGuard;
 use crate::http::{CallCredential, GuardedHttp, GuardedHttpParts, HttpFailure};
 use crate::progress::UpstreamHandler;
+use crate::relay::answer_inputs;
 use crate::report::DiagnosticSink;
 use crate::sse::LegacySseTransport;
 use crate::toolset::CallContext;
@@ -35,6 +36,10 @@ type Client = RunningService<RoleClient, UpstreamHandler>;
 /// Pages of `tools/list` followed before giving up on a server that keeps
 /// handing out cursors.
 const MAX_LIST_PAGES: usize = 1000;
+
+/// Rounds of `input_required` one call may take (a 2026 server asking the
+/// client for input again and again) before it is given up.
+const MAX_INPUT_ROUNDS: usize = 16;
 
 /// How long `close()` waits for one connection to shut down cleanly before
 /// it is dropped (which still kills a child process).
@@ -390,6 +395,11 @@ impl Connection {
     }
 
     /// Sends one `tools/call`. `tool` is the qualified name (for messages).
+    ///
+    /// A 2026 server that answers `input_required` has its input requests
+    /// put to the calling client ([`crate::relay::answer_inputs`]) and the
+    /// call retried with the answers and the server's request state, up to
+    /// [`MAX_INPUT_ROUNDS`] times.
     pub(crate) async fn call(
         &self,
         tool: &str,
@@ -401,6 +411,59 @@ impl Connection {
     ) -> Result<ToolResult, CallError> {
         let mut params = CallToolRequestParams::new(remote_name.to_owned());
         params.arguments = Some(arguments);
+        for _ in 0..=MAX_INPUT_ROUNDS {
+            let answer = self
+                .call_once(tool, server, params.clone(), context, token.clone())
+                .await?;
+            let required = match answer {
+                ServerResult::CallToolResult(result) => {
+                    return serde_json::to_value(&result)
+                        .and_then(serde_json::from_value::<ToolResult>)
+                        .map_err(|e| CallError::Transport {
+                            server: server.to_owned(),
+                            reason: format!("unreadable tool result: {e}"),
+                        });
+                }
+                // A result with no content at all arrives as an empty result.
+                ServerResult::EmptyResult(_) => return Ok(ToolResult::default()),
+                ServerResult::InputRequiredResult(required) => required,
+                _ => {
+                    return Err(CallError::Transport {
+                        server: server.to_owned(),
+                        reason: "the server answered tools/call with another kind of result"
+                            .to_owned(),
+                    });
+                }
+            };
+            let requests = required.input_requests.unwrap_or_default();
+            let answers = tokio::select! {
+                answers = answer_inputs(context.relay.as_ref(), requests, &context.cancel) => answers,
+                _ = context.cancel.cancelled() => {
+                    return Err(CallError::Cancelled { tool: tool.to_owned() });
+                }
+            };
+            params.input_responses = Some(answers.map_err(|e| CallError::Protocol {
+                server: server.to_owned(),
+                message: format!("it needs input the caller could not give: {}", e.message),
+            })?);
+            params.request_state = required.request_state;
+        }
+        Err(CallError::Transport {
+            server: server.to_owned(),
+            reason: format!("the server still asked for input after {MAX_INPUT_ROUNDS} rounds"),
+        })
+    }
+
+    /// One round of `tools/call`: sent with the call's credential, relay
+    /// slot and progress route, cancelled when the caller cancels.
+    async fn call_once(
+        &self,
+        tool: &str,
+        server: &str,
+        params: CallToolRequestParams,
+        context: &CallContext,
+        token: Option<String>,
+    ) -> Result<ServerResult, CallError> {
         let mut request = CallToolRequest::new(params);
         if let Some(token) = token {
             request.extensions.insert(CallCredential(token));
@@ -431,20 +494,7 @@ impl Connection {
                 return Err(CallError::Cancelled { tool: tool.to_owned() });
             }
         };
-        match answer.map_err(|e| self.service_error(tool, server, e))? {
-            ServerResult::CallToolResult(result) => serde_json::to_value(&result)
-                .and_then(serde_json::from_value::<ToolResult>)
-                .map_err(|e| CallError::Transport {
-                    server: server.to_owned(),
-                    reason: format!("unreadable tool result: {e}"),
-                }),
-            // A result with no content at all arrives as an empty result.
-            ServerResult::EmptyResult(_) => Ok(ToolResult::default()),
-            _ => Err(CallError::Transport {
-                server: server.to_owned(),
-                reason: "the server answered tools/call with another kind of result".to_owned(),
-            }),
-        }
+        answer.map_err(|e| self.service_error(tool, server, e))
     }
 
     fn service_error(&self, tool: &str, server: &str, error: ServiceError) -> CallError {

@@ -16,6 +16,15 @@
 //! * No call in flight, several calls and no way to choose, a call made
 //!   without a client (`portcullis call`), or a client that did not declare
 //!   the capability: the server gets a JSON-RPC error saying which.
+//!
+//! A 2026-07-28 server does not send requests: it answers `tools/call` with
+//! an `input_required` result listing them. [`answer_inputs`] puts each to
+//! the calling client the same way and the call is retried with the
+//! answers (see `Connection::call`), so an initialize-era client can use a
+//! 2026 server's tools that need input. A 2026-07-28 *client* cannot be
+//! sent requests, and the gateway's tool surface cannot hand it an
+//! `input_required` result of its own yet: such a call ends with an error
+//! saying the client cannot give the input.
 
 // Sampling and roots are deprecated by SEP-2577, but 2025-era servers use
 // them and a faithful proxy relays them.
@@ -27,7 +36,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use futures::future::BoxFuture;
 use rmcp::ErrorData;
 use rmcp::RoleClient;
-use rmcp::model::{ClientCapabilities, ClientResult, ErrorCode, RequestId, ServerRequest};
+use rmcp::model::{
+    ClientCapabilities, ClientResult, ErrorCode, InputRequest, InputRequests, InputResponses,
+    RequestId, ServerRequest,
+};
 use rmcp::service::{InboundStreamOrigin, RequestContext};
 use tokio_util::sync::CancellationToken;
 
@@ -199,6 +211,50 @@ impl Relays {
         tracing::debug!(method, "relaying a server request to the calling client");
         relay.request(request, context.ct.clone()).await
     }
+}
+
+/// Answers a 2026 server's `input_required` requests by putting each to the
+/// calling client; the answers are keyed as the requests were. The error
+/// says why a request could not be answered (the client's own JSON-RPC
+/// error passes unchanged).
+pub(crate) async fn answer_inputs(
+    relay: Option<&Arc<dyn ClientRelay>>,
+    requests: InputRequests,
+    cancel: &CancellationToken,
+) -> Result<InputResponses, ErrorData> {
+    let mut answers = InputResponses::new();
+    for (key, request) in requests {
+        let request = match request {
+            InputRequest::CreateMessage(r) => ServerRequest::CreateMessageRequest(r),
+            InputRequest::Elicitation(r) => ServerRequest::ElicitRequest(r),
+            InputRequest::ListRoots(r) => ServerRequest::ListRootsRequest(r),
+            _ => {
+                return Err(ErrorData::invalid_request(
+                    "an input request of an unknown kind",
+                    None,
+                ));
+            }
+        };
+        let method = method_of(&request);
+        let relay = relay.ok_or(Refusal::NoClient { method })?;
+        if !declared(&relay.capabilities(), &request) {
+            return Err(Refusal::Undeclared { method }.into());
+        }
+        let answer = match relay.request(request, cancel.child_token()).await? {
+            ClientResult::CreateMessageResult(r) => serde_json::to_value(r),
+            ClientResult::ElicitResult(r) => serde_json::to_value(r),
+            ClientResult::ListRootsResult(r) => serde_json::to_value(r),
+            _ => {
+                return Err(ErrorData::internal_error(
+                    format!("the calling client answered {method} with another kind of result"),
+                    None,
+                ));
+            }
+        };
+        let answer = answer.map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        answers.insert(key, answer);
+    }
+    Ok(answers)
 }
 
 /// A call's place among the calls in flight; removed on drop.

@@ -7,10 +7,12 @@
 //!
 //! Initialize-era clients get the request on their session, on the
 //! response stream of the `tools/call` that caused it (Streamable HTTP
-//! routes a server request by the request it originates from). 2026-07-28
+//! routes a server request by the request it originates from). The same
+//! path answers a 2026 upstream's `input_required` requests. 2026-07-28
 //! clients cannot be sent requests at all: that revision replaces them with
-//! `input_required` results, which the gateway does not produce yet, so
-//! the upstream is told the client cannot answer.
+//! `input_required` results, which the gateway's tool surface does not
+//! hand on yet, so the upstream (or the call) is told the client cannot
+//! answer, and why.
 
 #![allow(deprecated)] // Sampling and roots: SEP-2577, still used by 2025-era servers.
 
@@ -32,6 +34,8 @@ pub struct DownstreamRelay {
     /// The downstream `tools/call` the relayed requests belong to.
     origin: RequestId,
     capabilities: ClientCapabilities,
+    /// A stateless 2026-07-28 client, which may not be sent requests.
+    modern: bool,
 }
 
 impl DownstreamRelay {
@@ -58,13 +62,8 @@ impl DownstreamRelay {
         Some(DownstreamRelay {
             peer: request.peer.clone(),
             origin: request.id.clone(),
-            // A stateless client cannot be sent a request; declaring
-            // nothing makes the upstream hear so at once, by name.
-            capabilities: if modern {
-                ClientCapabilities::default()
-            } else {
-                capabilities
-            },
+            capabilities,
+            modern,
         })
     }
 }
@@ -77,6 +76,12 @@ impl ClientRelay for DownstreamRelay {
     }
 
     fn request(&self, mut request: ServerRequest, cancel: CancellationToken) -> Answer {
+        if self.modern {
+            let message = "the calling client speaks 2026-07-28, which takes input through input_required results; portcullis cannot hand those on yet";
+            return Box::pin(async move {
+                Err(ErrorData::new(ErrorCode::METHOD_NOT_FOUND, message, None))
+            });
+        }
         // rmcp ties a server request to the request being handled through a
         // task-local that only the handling task has; this one is called
         // from the upstream connection's task, so the tie is made by hand

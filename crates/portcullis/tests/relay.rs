@@ -8,6 +8,9 @@
 //!   even when the upstream answers at once after the last one.
 //! * A client that cancels its call makes the gateway tell the upstream,
 //!   whose handler sees its cancellation.
+//! * A 2026-07-28 upstream that answers `input_required` has its question
+//!   put to an initialize-era client, and the call completes with the
+//!   client's answer.
 //!
 //! (Server-to-client requests through the gateway are covered by
 //! `interop.rs` and by the conformance run in `.ci/conformance.sh`.)
@@ -23,10 +26,15 @@ use portcullis_catalog::{Tool, ToolAnnotations, ToolResult};
 use portcullis_server::{CallContext, HttpOptions, ToolError, ToolServer, serve_http};
 use rmcp::ServiceExt;
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientRequest,
-    ProgressToken, ServerResult,
+    CallToolRequest, CallToolRequestParams, CallToolResponse, CallToolResult,
+    CancelledNotificationParam, ClientCapabilities, ClientConfig, ClientRequest, ContentBlock,
+    ElicitRequestParams, ElicitResult, ElicitationAction, Implementation, InputRequest,
+    InputRequests, InputRequiredResult, ListToolsResult, PaginatedRequestParams, ProgressToken,
+    ServerCapabilities, ServerConfig, ServerResult,
 };
-use rmcp::service::PeerRequestOptions;
+use rmcp::service::{PeerRequestOptions, RequestContext};
+use rmcp::{ErrorData, RoleServer};
+use serde_json::json;
 use tokio::sync::Notify;
 
 /// How many progress reports the `burst` tool sends before answering.
@@ -233,6 +241,121 @@ async fn a_cancelled_call_is_cancelled_upstream() {
         .expect("the upstream saw the cancellation");
     assert_eq!(seen.cancellations.load(Ordering::SeqCst), 1);
     waiting.abort();
+    let _ = client.cancel().await;
+    upstream.close().await;
+}
+
+/// A 2026-07-28 upstream whose `greet` takes input the MRTR way: the first
+/// round answers `input_required` (an elicitation keyed `who`, and a
+/// request state); the retry with the answer and the state completes.
+#[derive(Clone)]
+struct AsksForAName;
+
+impl rmcp::ServerHandler for AsksForAName {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let schema = serde_json::Map::from_iter([("type".to_owned(), json!("object"))]);
+        let mut tool = rmcp::model::Tool::new_with_raw(
+            "greet",
+            Some("Asks who you are".into()),
+            Arc::new(schema),
+        );
+        tool.annotations = Some(rmcp::model::ToolAnnotations::new().read_only(true));
+        Ok(ListToolsResult::with_all_items(vec![tool]))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let answer = request.input_responses.as_ref().and_then(|r| r.get("who"));
+        if let Some(answer) = answer {
+            if request.request_state.as_deref() != Some("asked-once") {
+                return Err(ErrorData::invalid_params(
+                    "the request state did not come back",
+                    None,
+                ));
+            }
+            let name = answer["content"]["name"].as_str().unwrap_or("nobody");
+            return Ok(CallToolResult::success(vec![ContentBlock::text(format!(
+                "Hello, {name}!"
+            ))])
+            .into());
+        }
+        let ask: InputRequest = serde_json::from_value(json!({
+            "method": "elicitation/create",
+            "params": {"mode": "form", "message": "Who are you?", "requestedSchema": {
+                "type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}}
+        }))
+        .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        let requests = InputRequests::from_iter([("who".to_owned(), ask)]);
+        Ok(InputRequiredResult::new(Some(requests), Some("asked-once".to_owned())).into())
+    }
+}
+
+/// An initialize-era client that answers elicitations with a name.
+#[derive(Clone, Default)]
+struct Answers {
+    asked: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl rmcp::ClientHandler for Answers {
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        _context: RequestContext<rmcp::RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        if let ElicitRequestParams::FormElicitationParams { message, .. } = &request
+            && let Ok(mut asked) = self.asked.lock()
+        {
+            asked.push(message.clone());
+        }
+        Ok(ElicitResult::new(ElicitationAction::Accept).with_content(json!({"name": "Ada"})))
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        let mut capabilities = ClientCapabilities::default();
+        capabilities.elicitation = Some(Default::default());
+        ClientConfig::new(capabilities, Implementation::new("relay-test", "1"))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_2026_upstreams_input_required_is_answered_by_an_initialize_era_client() {
+    let upstream = serve_http(AsksForAName, HttpOptions::default())
+        .await
+        .expect("the upstream listens");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let served = serve(&config(dir.path(), &upstream.url()));
+    let handler = Answers::default();
+    let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(served.url.clone());
+    let client = handler
+        .clone()
+        .serve(transport)
+        .await
+        .expect("an MCP client connects");
+    let result = client
+        .call_tool(CallToolRequestParams::new("greet"))
+        .await
+        .expect("tools/call");
+    let text = result.content[0]
+        .as_text()
+        .map(|t| t.text.clone())
+        .unwrap_or_default();
+    assert!(text.contains("\nHello, Ada!\n"), "{text}");
+    assert_eq!(
+        handler.asked.lock().expect("lock").as_slice(),
+        ["Who are you?"],
+        "the upstream's question reached the client once"
+    );
     let _ = client.cancel().await;
     upstream.close().await;
 }
