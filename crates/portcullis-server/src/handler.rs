@@ -192,6 +192,7 @@ pub struct CallContext {
     progress: Option<(ProgressToken, Peer<RoleServer>)>,
     identity: Option<Arc<Identity>>,
     request: Option<Arc<RequestContext<RoleServer>>>,
+    approved: bool,
 }
 
 impl CallContext {
@@ -205,6 +206,7 @@ impl CallContext {
             progress: None,
             identity: None,
             request: None,
+            approved: false,
         }
     }
 
@@ -223,6 +225,7 @@ impl CallContext {
             progress,
             identity,
             request: Some(Arc::new(request)),
+            approved: false,
         }
     }
 
@@ -275,6 +278,19 @@ impl CallContext {
         }
     }
 
+    /// True when the policy answered `ask` and the person at the client
+    /// approved this very call (see [`crate::approval`]). Only the server
+    /// sets it, once the person said yes; a context built elsewhere is
+    /// never approved.
+    pub fn approved(&self) -> bool {
+        self.approved
+    }
+
+    pub(crate) fn mark_approved(mut self) -> Self {
+        self.approved = true;
+        self
+    }
+
     /// The identity configured for the server (sent with app calls), if any.
     pub fn identity(&self) -> Option<&Identity> {
         self.identity.as_deref()
@@ -299,6 +315,7 @@ impl fmt::Debug for CallContext {
             .field("tool", &self.tool)
             .field("cancelled", &self.cancel.is_cancelled())
             .field("wants_progress", &self.progress.is_some())
+            .field("approved", &self.approved)
             .finish_non_exhaustive()
     }
 }

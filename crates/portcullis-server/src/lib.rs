@@ -12,7 +12,8 @@
 //! | [`guard`] | Host → Origin → path → bearer token → body size, before any MCP parsing |
 //! | [`http`] / [`stdio`] | the surfaces: rmcp's Streamable HTTP service (stateless by default; both protocol eras) and stdin/stdout |
 //! | [`exposure`] | which tools exist at all: read-only by default, `allow_write`, `allow_tools`, identity and permissions |
-//! | [`tool_server`] | the rmcp `ServerHandler`: lookup, backstop, validation, the handler, error mapping, framing |
+//! | [`tool_server`] | the rmcp `ServerHandler`: lookup, backstop, validation, policy, the handler, error mapping, framing |
+//! | [`approval`] | a policy's `ask`: the person at the client approves first (elicitation, or the 2026-07-28 `input_required` round trip) |
 //! | [`handler`] | what a tool is: an async function of its arguments and a [`CallContext`] |
 //! | [`mcp_server`] | the seed's `createMcpServer(root, port, …, options)` |
 //!
@@ -63,6 +64,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod approval;
 pub mod error;
 pub mod exposure;
 pub mod guard;
@@ -72,6 +74,7 @@ pub mod mcp_server;
 pub mod stdio;
 pub mod tool_server;
 
+pub use approval::DEFAULT_APPROVAL_TIMEOUT;
 pub use error::ServerError;
 pub use exposure::{Access, Exposure, Identity, Withheld};
 pub use handler::{CallContext, ToolError, ToolHandler, typed};

@@ -6,7 +6,8 @@
 //! backstop runs; the arguments are normalised and validated against the
 //! schema compiled at registration (a failure is an `isError` result the
 //! model can act on); the policy, if one is set, decides (a denial is a
-//! [`DeniedResult`]); the handler runs, with a panic caught and turned into
+//! [`DeniedResult`]; `ask` asks the person at the client first, see
+//! [`crate::approval`]); the handler runs, with a panic caught and turned into
 //! `ERR_TOOL_FAILED`; an error is mapped (`ERR_…` passes, anything else
 //! becomes `ERR_TOOL_FAILED` and the original is logged); a result is framed
 //! as untrusted output and capped.
@@ -24,7 +25,8 @@ use portcullis_catalog::validation::normalize_arguments;
 use portcullis_catalog::{ArgumentValidator, CatalogError, Tool, ToolResult};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, MetaObject, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    InputRequiredResult, ListToolsResult, MetaObject, PaginatedRequestParams, ServerCapabilities,
+    ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -32,6 +34,7 @@ use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::approval::{Approvals, DEFAULT_APPROVAL_TIMEOUT, Retry, Verdict};
 use crate::error::ServerError;
 use crate::exposure::{Access, Exposure, Identity, Withheld, check_call};
 use crate::handler::{CallContext, ToolError, ToolHandler, typed};
@@ -90,6 +93,7 @@ pub struct ToolServerBuilder {
     server_info: Implementation,
     policy: Option<Arc<dyn Policy>>,
     cancel_grace: Duration,
+    approval_timeout: Duration,
 }
 
 impl Default for ToolServerBuilder {
@@ -101,6 +105,7 @@ impl Default for ToolServerBuilder {
             server_info: Implementation::new("portcullis", env!("CARGO_PKG_VERSION")),
             policy: None,
             cancel_grace: DEFAULT_CANCEL_GRACE,
+            approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
         }
     }
 }
@@ -153,12 +158,27 @@ impl ToolServerBuilder {
     }
 
     /// Sets the policy consulted on every call, after validation. `deny`
-    /// answers a [`DeniedResult`]. `ask` is denied too, saying approval is
-    /// needed: asking the person at the client (elicitation, or an
-    /// `input_required` round for 2026-07-28 clients) is not wired up on
-    /// this surface yet, and running unasked is not an option.
+    /// answers a [`DeniedResult`]. `ask` asks the person at the client
+    /// before the handler runs (an elicitation for initialize-era clients,
+    /// an `input_required` round trip for 2026-07-28 clients; see
+    /// [`crate::approval`]): approved, the handler runs once with
+    /// [`CallContext::approved`] set; anything else is a [`DeniedResult`]
+    /// saying why, and the handler never runs.
     pub fn policy(mut self, policy: impl Policy + 'static) -> Self {
         self.policy = Some(Arc::new(policy));
+        self
+    }
+
+    /// Sets a shared policy (see [`ToolServerBuilder::policy`]).
+    pub fn shared_policy(mut self, policy: Arc<dyn Policy>) -> Self {
+        self.policy = Some(policy);
+        self
+    }
+
+    /// How long the person has to answer an approval request (default
+    /// [`DEFAULT_APPROVAL_TIMEOUT`]); after that the call is denied.
+    pub fn approval_timeout(mut self, timeout: Duration) -> Self {
+        self.approval_timeout = timeout;
         self
     }
 
@@ -249,6 +269,7 @@ impl ToolServerBuilder {
                 server_info: self.server_info,
                 policy: self.policy,
                 cancel_grace: self.cancel_grace,
+                approvals: Approvals::new(self.approval_timeout),
             }),
         })
     }
@@ -300,6 +321,14 @@ struct Inner {
     server_info: Implementation,
     policy: Option<Arc<dyn Policy>>,
     cancel_grace: Duration,
+    approvals: Approvals,
+}
+
+/// How a call ended on this surface: a result, or (2026-07-28 clients
+/// only) a question for the person that the client retries with.
+enum Outcome {
+    Done(ToolResult),
+    InputRequired(InputRequiredResult),
 }
 
 /// A set of tools served as MCP. Cheap to clone (one `Arc`); every surface
@@ -388,16 +417,34 @@ impl ToolServer {
         let ctx = ctx
             .unwrap_or_else(|| CallContext::detached(entry.name.clone()))
             .with_identity(self.inner.identity.clone());
-        Ok(self.run(entry, Some(args), ctx).await)
+        Ok(
+            match self.run(entry, Some(args), ctx, Retry::default()).await {
+                Ok(Outcome::Done(result)) => result,
+                // An in-process caller cannot carry a round trip back to a
+                // person, so a call needing one is refused.
+                Ok(Outcome::InputRequired(_)) | Err(_) => DeniedResult::new(
+                    &entry.name,
+                    "policy",
+                    "it needs the user's approval, and an in-process call cannot ask for it",
+                )
+                .to_tool_result(),
+            },
+        )
     }
 
-    async fn run(&self, entry: &Entry, args: Option<Value>, ctx: CallContext) -> ToolResult {
+    async fn run(
+        &self,
+        entry: &Entry,
+        args: Option<Value>,
+        mut ctx: CallContext,
+        retry: Retry,
+    ) -> Result<Outcome, ErrorData> {
         if let Err(code) = check_call(&entry.access, self.inner.identity.as_deref()) {
-            return ToolResult::error_text(code);
+            return Ok(Outcome::Done(ToolResult::error_text(code)));
         }
         let args = normalize_arguments(args);
         if let Err(problems) = entry.validator.validate(&args) {
-            return problems.to_tool_result();
+            return Ok(Outcome::Done(problems.to_tool_result()));
         }
         if let Some(policy) = &self.inner.policy {
             let request = PolicyRequest {
@@ -409,14 +456,29 @@ impl ToolServer {
             match policy.decide(&request) {
                 Decision::Allow => {}
                 Decision::Deny { reason } => {
-                    return DeniedResult::new(&entry.name, "policy", &reason).to_tool_result();
+                    let denied = DeniedResult::new(&entry.name, "policy", &reason);
+                    return Ok(Outcome::Done(denied.to_tool_result()));
                 }
-                Decision::Ask { .. } => {
-                    let reason = "it needs the user's approval, and this surface cannot ask for it";
-                    return DeniedResult::new(&entry.name, "policy", reason).to_tool_result();
+                Decision::Ask { title } => {
+                    let verdict = self
+                        .inner
+                        .approvals
+                        .decide(&entry.name, title.as_deref(), &args, &ctx, retry)
+                        .await?;
+                    match verdict {
+                        Verdict::Approved => ctx = ctx.mark_approved(),
+                        Verdict::Refused(denied) => return Ok(Outcome::Done(denied)),
+                        Verdict::InputRequired(ask) => return Ok(Outcome::InputRequired(ask)),
+                    }
                 }
             }
         }
+        Ok(Outcome::Done(self.execute(entry, args, ctx).await))
+    }
+
+    /// Runs the handler: cancellation with a grace, panics contained, errors
+    /// mapped, output framed.
+    async fn execute(&self, entry: &Entry, args: Value, ctx: CallContext) -> ToolResult {
         let cancel = ctx.cancellation().clone();
         let call = AssertUnwindSafe(entry.handler.call(args, ctx)).catch_unwind();
         let outcome = tokio::select! {
@@ -529,10 +591,17 @@ impl ServerHandler for ToolServer {
         };
         let ctx =
             CallContext::for_request(entry.name.clone(), context, self.inner.identity.clone());
-        let result = self
-            .run(entry, request.arguments.map(Value::Object), ctx)
-            .await;
-        Ok(to_wire_result(&entry.name, result).into())
+        let retry = Retry {
+            input_responses: request.input_responses,
+            request_state: request.request_state,
+        };
+        match self
+            .run(entry, request.arguments.map(Value::Object), ctx, retry)
+            .await?
+        {
+            Outcome::Done(result) => Ok(to_wire_result(&entry.name, result).into()),
+            Outcome::InputRequired(ask) => Ok(ask.into()),
+        }
     }
 }
 

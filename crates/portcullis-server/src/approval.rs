@@ -1,0 +1,688 @@
+//! Human approval: what happens when the policy answers `ask`.
+//!
+//! The person at the client is asked before the handler runs, in the way
+//! the client's protocol era allows:
+//!
+//! - **initialize-era clients** (2025-11-25 and older) that declared the
+//!   `elicitation` capability get an `elicitation/create` request in form
+//!   mode: one boolean field, `approve` (default `false`, so a client that
+//!   fills in defaults never approves by accident), and a short message
+//!   naming the qualified tool with a masked summary of its arguments
+//!   ([`summarize_arguments`]). Over HTTP this needs a session
+//!   ([`crate::HttpOptions::legacy_sessions`]): a stateless server never
+//!   learns what an initialize-era client declared, and has nowhere to
+//!   route its answer.
+//! - **2026-07-28 clients** (stateless, which may not receive server
+//!   requests) get the `input_required` round trip (SEP-2322): the call is
+//!   answered with an `InputRequiredResult` carrying the same form as an
+//!   input request under the key [`APPROVAL_INPUT_KEY`], and a
+//!   `requestState`; the client asks the person and retries the call with
+//!   the answer and that state. The state is only a handle: what was asked
+//!   (tool, a digest of the arguments, the deadline) stays here, so a forged
+//!   or replayed state, or a retry whose arguments differ from what the
+//!   person saw, is refused with a protocol error (`-32602`), and a handle
+//!   is used once.
+//!
+//! Approved, the handler runs exactly once and its
+//! [`CallContext::approved`] is true (the gateway forwards that to the
+//! upstream toolset, whose own policy then lets the call through).
+//! Declined, cancelled, unanswered within the timeout (default
+//! [`DEFAULT_APPROVAL_TIMEOUT`]), or a client that cannot ask: a
+//! [`DeniedResult`] saying why, and the handler never runs.
+
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use portcullis_catalog::ToolResult;
+use portcullis_catalog::fingerprint::canonical_json;
+use portcullis_catalog::policy::DeniedResult;
+use rmcp::ErrorData;
+use rmcp::model::{
+    BooleanSchema, ClientCapabilities, ClientResult, ElicitRequest, ElicitRequestParams,
+    ElicitResult, ElicitationAction, ElicitationSchema, InputRequest, InputRequests,
+    InputRequiredResult, InputResponses, PrimitiveSchemaDefinition, ProtocolVersion, ServerRequest,
+};
+use rmcp::service::{PeerRequestOptions, ServiceError};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::handler::CallContext;
+
+/// How long the person has to answer, by default.
+pub const DEFAULT_APPROVAL_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The key of the approval form among an `InputRequiredResult`'s input
+/// requests (and of the answer among the retry's input responses).
+pub const APPROVAL_INPUT_KEY: &str = "portcullis_approval";
+
+/// The boolean field of the approval form.
+pub const APPROVE_FIELD: &str = "approve";
+
+/// Who refused, in the denied result: the person, or the policy that wanted
+/// a person's answer and got none.
+const BY_USER: &str = "the user";
+const BY_POLICY: &str = "policy";
+
+/// Approvals asked by 2026-07-28 round trips and not answered yet, at most;
+/// one more is refused rather than letting unanswered questions grow the
+/// process without bound.
+const MAX_PENDING: usize = 1024;
+
+/// The longest argument summary in a question, in characters.
+const SUMMARY_BUDGET: usize = 240;
+
+/// What the person (or the lack of one) decided.
+pub(crate) enum Verdict {
+    /// Run the handler, marked approved.
+    Approved,
+    /// Do not run it; answer this denied result.
+    Refused(ToolResult),
+    /// Answer the 2026-07-28 client with this and wait for its retry.
+    InputRequired(InputRequiredResult),
+}
+
+/// The MRTR fields of the call being decided (empty on a first attempt).
+#[derive(Default)]
+pub(crate) struct Retry {
+    pub(crate) input_responses: Option<InputResponses>,
+    pub(crate) request_state: Option<String>,
+}
+
+/// One question asked by round trip and not answered yet.
+struct Pending {
+    tool: String,
+    args: [u8; 32],
+    deadline: Instant,
+}
+
+/// The approval state of one tool server (shared by every clone and every
+/// stateless request).
+pub(crate) struct Approvals {
+    timeout: Duration,
+    pending: Mutex<HashMap<String, Pending>>,
+    ids: Ids,
+}
+
+impl Approvals {
+    pub(crate) fn new(timeout: Duration) -> Self {
+        Approvals {
+            timeout,
+            pending: Mutex::new(HashMap::new()),
+            ids: Ids::default(),
+        }
+    }
+
+    /// Asks the person at the client whether `tool` may run with `args`.
+    /// `Err` only for a retry whose `requestState` this server cannot
+    /// honour (forged, replayed, or for other arguments).
+    pub(crate) async fn decide(
+        &self,
+        tool: &str,
+        title: Option<&str>,
+        args: &Value,
+        ctx: &CallContext,
+        retry: Retry,
+    ) -> Result<Verdict, ErrorData> {
+        let Some(request) = ctx.request() else {
+            return Ok(refused(
+                tool,
+                BY_POLICY,
+                "it needs the user's approval, and this call has no client to ask",
+            ));
+        };
+        let modern = request
+            .protocol_version()
+            .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
+        let capabilities = request.client_capabilities();
+        if modern {
+            return self.round_trip(tool, title, args, capabilities.as_ref(), retry);
+        }
+        if !asks_forms(capabilities.as_ref()) {
+            return Ok(cannot_ask(tool));
+        }
+        Ok(self.elicit(tool, title, args, ctx).await)
+    }
+
+    /// The initialize era: an `elicitation/create` request on the call's
+    /// session, bounded by the timeout and by the call's own cancellation.
+    async fn elicit(
+        &self,
+        tool: &str,
+        title: Option<&str>,
+        args: &Value,
+        ctx: &CallContext,
+    ) -> Verdict {
+        let Some(peer) = ctx.peer() else {
+            return cannot_ask(tool);
+        };
+        let question = ServerRequest::ElicitRequest(ElicitRequest::new(form(tool, title, args)));
+        let handle = match peer
+            .send_request_with_option(question, PeerRequestOptions::with_timeout(self.timeout))
+            .await
+        {
+            Ok(handle) => handle,
+            Err(error) => {
+                tracing::debug!(tool, %error, "approval request not sent");
+                return cannot_ask(tool);
+            }
+        };
+        let answer = tokio::select! {
+            answer = handle.await_response() => answer,
+            () = ctx.cancelled() => {
+                return Verdict::Refused(
+                    DeniedResult::new(tool, BY_POLICY, "the call was cancelled before the user answered")
+                        .to_tool_result(),
+                );
+            }
+        };
+        match answer {
+            Ok(ClientResult::ElicitResult(result)) => judge(tool, &result),
+            Ok(_) => unreadable(tool),
+            Err(ServiceError::Timeout { .. }) => timed_out(tool, self.timeout),
+            Err(error) => {
+                // A client that answers the request with an error (method
+                // not found, a UI that failed) could not ask the person.
+                tracing::debug!(tool, %error, "approval request failed");
+                cannot_ask(tool)
+            }
+        }
+    }
+
+    /// The 2026-07-28 round trip: ask with an `InputRequiredResult`, judge
+    /// the retry.
+    fn round_trip(
+        &self,
+        tool: &str,
+        title: Option<&str>,
+        args: &Value,
+        capabilities: Option<&ClientCapabilities>,
+        retry: Retry,
+    ) -> Result<Verdict, ErrorData> {
+        let digest = digest(args);
+        let Some(state) = retry.request_state else {
+            // A first attempt (stray input responses without a state are
+            // ignored: there is nothing they could answer).
+            if !asks_forms(capabilities) {
+                return Ok(cannot_ask(tool));
+            }
+            let deadline = Instant::now() + self.timeout;
+            return Ok(self.ask(tool, title, args, digest, deadline));
+        };
+        let pending = self.take(&state).ok_or_else(|| {
+            ErrorData::invalid_params(
+                "requestState is not an approval this server is waiting for (unknown, already used, or altered)",
+                None,
+            )
+        })?;
+        if pending.tool != tool || pending.args != digest {
+            return Err(ErrorData::invalid_params(
+                "requestState belongs to another call: the tool or its arguments changed since the user was asked",
+                None,
+            ));
+        }
+        if Instant::now() > pending.deadline {
+            return Ok(timed_out(tool, self.timeout));
+        }
+        let answer = retry
+            .input_responses
+            .as_ref()
+            .and_then(|responses| responses.get(APPROVAL_INPUT_KEY));
+        match answer {
+            // The retry did not carry the answer: ask again, same deadline.
+            None => Ok(self.ask(tool, title, args, digest, pending.deadline)),
+            Some(value) => match serde_json::from_value::<ElicitResult>(value.clone()) {
+                Ok(result) => Ok(judge(tool, &result)),
+                Err(_) => Ok(unreadable(tool)),
+            },
+        }
+    }
+
+    /// Records a question and returns the result that asks it.
+    fn ask(
+        &self,
+        tool: &str,
+        title: Option<&str>,
+        args: &Value,
+        digest: [u8; 32],
+        deadline: Instant,
+    ) -> Verdict {
+        let id = self.ids.next();
+        {
+            let mut pending = lock(&self.pending);
+            if pending.len() >= MAX_PENDING {
+                // Keep an expired question one more timeout, so a late
+                // answer is told it came too late rather than "unknown".
+                let now = Instant::now();
+                let keep = self.timeout;
+                pending.retain(|_, p| p.deadline + keep > now);
+            }
+            if pending.len() >= MAX_PENDING {
+                return Verdict::Refused(
+                    DeniedResult::new(
+                        tool,
+                        BY_POLICY,
+                        "it needs the user's approval, and too many approvals are already waiting for an answer",
+                    )
+                    .to_tool_result(),
+                );
+            }
+            pending.insert(
+                id.clone(),
+                Pending {
+                    tool: tool.to_owned(),
+                    args: digest,
+                    deadline,
+                },
+            );
+        }
+        let mut requests = InputRequests::new();
+        requests.insert(
+            APPROVAL_INPUT_KEY.to_owned(),
+            InputRequest::Elicitation(ElicitRequest::new(form(tool, title, args))),
+        );
+        Verdict::InputRequired(InputRequiredResult::new(Some(requests), Some(id)))
+    }
+
+    fn take(&self, state: &str) -> Option<Pending> {
+        lock(&self.pending).remove(state)
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // The map stays consistent across a panic elsewhere (every change is
+    // one insert or remove), so a poisoned lock is still usable.
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Whether the client can show a form: it declared `elicitation`, with
+/// `form` or with no mode at all (which means form, for older clients).
+fn asks_forms(capabilities: Option<&ClientCapabilities>) -> bool {
+    capabilities
+        .and_then(|c| c.elicitation.as_ref())
+        .is_some_and(|e| e.form.is_some() || e.url.is_none())
+}
+
+/// The approval form: one boolean, `approve`, off unless the person turns
+/// it on.
+fn form(tool: &str, title: Option<&str>, args: &Value) -> ElicitRequestParams {
+    let schema = ElicitationSchema::builder()
+        .required_property(
+            APPROVE_FIELD,
+            PrimitiveSchemaDefinition::Boolean(
+                BooleanSchema::new()
+                    .title("Approve")
+                    .description(format!("Let {tool} run with these arguments"))
+                    .with_default(false),
+            ),
+        )
+        .build_unchecked();
+    ElicitRequestParams::FormElicitationParams {
+        meta: None,
+        message: approval_message(tool, title, args),
+        requested_schema: schema,
+    }
+}
+
+/// The question the person reads: the policy's title if it gave one, the
+/// qualified tool, and a masked summary of the arguments.
+///
+/// ```
+/// use portcullis_server::approval::approval_message;
+///
+/// let message = approval_message("files__write", None, &serde_json::json!({"path": "a.txt"}));
+/// assert_eq!(message, "Allow the tool \"files__write\" to run? Arguments: path=\"a.txt\"");
+/// ```
+pub fn approval_message(tool: &str, title: Option<&str>, args: &Value) -> String {
+    let mut message = String::new();
+    if let Some(title) = title {
+        message.push_str(&truncate(title, 80));
+        message.push_str(". ");
+    }
+    message.push_str(&format!("Allow the tool \"{tool}\" to run?"));
+    let summary = summarize_arguments(args);
+    if summary.is_empty() {
+        message.push_str(" No arguments.");
+    } else {
+        message.push_str(" Arguments: ");
+        message.push_str(&summary);
+    }
+    message
+}
+
+/// A short, masked summary of call arguments for a person to approve:
+/// top-level keys in order, each with its value when it is safe to show.
+///
+/// Masked as `<hidden>`: the value of any key that names a secret (`token`,
+/// `password`, `api_key`, `authorization`, …) and any string that looks
+/// like one (a known token prefix, a PEM block, a JWT, or a long run of
+/// letters and digits with no spaces). Other strings are quoted and cut at
+/// 40 characters; arrays and objects show only their size. The whole
+/// summary stays under a few hundred characters.
+///
+/// ```
+/// use portcullis_server::approval::summarize_arguments;
+/// use serde_json::json;
+///
+/// let summary = summarize_arguments(&json!({
+///     "path": "notes.txt",
+///     "api_key": "hunter2",
+///     "auth": "ghp_16C7e42F292c6912E7710c838347Ae178B4a",
+///     "lines": [1, 2, 3],
+///     "force": true
+/// }));
+/// assert_eq!(
+///     summary,
+///     "path=\"notes.txt\", api_key=<hidden>, auth=<hidden>, lines=[3 items], force=true"
+/// );
+/// ```
+pub fn summarize_arguments(args: &Value) -> String {
+    let Some(object) = args.as_object() else {
+        return if args.is_null() {
+            String::new()
+        } else {
+            show(None, args)
+        };
+    };
+    let mut summary = String::new();
+    for (shown, (key, value)) in object.iter().enumerate() {
+        let part = format!("{}={}", truncate(key, 32), show(Some(key), value));
+        let separator = if summary.is_empty() { "" } else { ", " };
+        if summary.chars().count() + separator.len() + part.chars().count() > SUMMARY_BUDGET {
+            summary.push_str(&format!("{separator}… ({} more)", object.len() - shown));
+            break;
+        }
+        summary.push_str(separator);
+        summary.push_str(&part);
+    }
+    summary
+}
+
+fn show(key: Option<&str>, value: &Value) -> String {
+    const HIDDEN: &str = "<hidden>";
+    if key.is_some_and(secret_key) {
+        return HIDDEN.to_owned();
+    }
+    match value {
+        Value::String(text) if secret_value(text) => HIDDEN.to_owned(),
+        // JSON quoting escapes quotes and control characters, so a value
+        // cannot forge the rest of the question.
+        Value::String(text) => Value::String(truncate(text, 40)).to_string(),
+        Value::Array(items) => format!("[{} item{}]", items.len(), plural(items.len())),
+        Value::Object(fields) => format!("{{{} key{}}}", fields.len(), plural(fields.len())),
+        other => other.to_string(),
+    }
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
+/// Key names that usually hold credentials.
+fn secret_key(key: &str) -> bool {
+    const WORDS: [&str; 12] = [
+        "token",
+        "secret",
+        "password",
+        "passwd",
+        "passphrase",
+        "apikey",
+        "api_key",
+        "auth",
+        "credential",
+        "cookie",
+        "private",
+        "session",
+    ];
+    let key = key.to_ascii_lowercase().replace('-', "_");
+    WORDS.iter().any(|w| key.contains(w)) || key == "key" || key.ends_with("_key")
+}
+
+/// Strings that look like credentials whatever their key.
+fn secret_value(text: &str) -> bool {
+    const PREFIXES: [&str; 12] = [
+        "sk-",
+        "sk_",
+        "pk_",
+        "rk_",
+        "ghp_",
+        "gho_",
+        "ghs_",
+        "github_pat_",
+        "xox",
+        "AKIA",
+        "AIza",
+        "glpat-",
+    ];
+    let trimmed = text.trim();
+    if trimmed.contains("-----BEGIN") || trimmed.to_ascii_lowercase().starts_with("bearer ") {
+        return true;
+    }
+    if PREFIXES.iter().any(|p| trimmed.starts_with(p)) && trimmed.len() >= 12 {
+        return true;
+    }
+    // A JWT: three base64url parts, the first a JSON header.
+    if trimmed.starts_with("eyJ") && trimmed.matches('.').count() == 2 {
+        return true;
+    }
+    // A long unbroken run mixing letters and digits (hex keys, base64
+    // secrets) is more likely a key than anything a person reads.
+    trimmed.len() >= 24
+        && !trimmed.contains(char::is_whitespace)
+        && !trimmed.contains('/')
+        && trimmed.chars().any(|c| c.is_ascii_digit())
+        && trimmed.chars().any(|c| c.is_ascii_alphabetic())
+        && trimmed
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "+=_-.".contains(c))
+}
+
+fn truncate(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_owned();
+    }
+    let mut cut: String = text.chars().take(max.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}
+
+/// The person's answer: only an accepted form with `approve: true` runs
+/// the call.
+fn judge(tool: &str, result: &ElicitResult) -> Verdict {
+    let reason = match result.action {
+        ElicitationAction::Accept => {
+            let approved = result
+                .content
+                .as_ref()
+                .and_then(|c| c.get(APPROVE_FIELD))
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
+            if approved {
+                return Verdict::Approved;
+            }
+            "the user did not approve it"
+        }
+        ElicitationAction::Decline => "the user declined it",
+        ElicitationAction::Cancel => "the user dismissed the approval request without answering",
+        // An action this version does not know cannot be an approval.
+        _ => "the client answered in a way that is not an approval",
+    };
+    Verdict::Refused(DeniedResult::new(tool, BY_USER, reason).to_tool_result())
+}
+
+fn refused(tool: &str, by: &str, reason: &str) -> Verdict {
+    Verdict::Refused(DeniedResult::new(tool, by, reason).to_tool_result())
+}
+
+fn cannot_ask(tool: &str) -> Verdict {
+    refused(
+        tool,
+        BY_POLICY,
+        "it needs the user's approval, and the client cannot ask the user (it did not declare the elicitation capability, or has no session to ask on)",
+    )
+}
+
+fn unreadable(tool: &str) -> Verdict {
+    refused(
+        tool,
+        BY_POLICY,
+        "it needs the user's approval, and the client's answer could not be read",
+    )
+}
+
+fn timed_out(tool: &str, timeout: Duration) -> Verdict {
+    let reason = format!(
+        "it needs the user's approval, and no answer came within {}",
+        human(timeout)
+    );
+    refused(tool, BY_POLICY, &reason)
+}
+
+fn human(duration: Duration) -> String {
+    if duration.subsec_millis() == 0 {
+        format!("{} s", duration.as_secs())
+    } else {
+        format!("{} ms", duration.as_millis())
+    }
+}
+
+/// What the person saw: a digest of the arguments in canonical form, so a
+/// retry with other arguments (or the same ones in another key order —
+/// harmless, and accepted) is recognised.
+fn digest(args: &Value) -> [u8; 32] {
+    Sha256::digest(canonical_json(args).as_bytes()).into()
+}
+
+/// Unguessable handles for pending approvals: a keyed SipHash over a
+/// counter, keyed from the OS's randomness through `RandomState`. The
+/// handle carries nothing; it only has to be impossible to guess, and the
+/// state it names stays in this process.
+struct Ids {
+    key: std::collections::hash_map::RandomState,
+    counter: AtomicU64,
+}
+
+impl Default for Ids {
+    fn default() -> Self {
+        Ids {
+            key: std::collections::hash_map::RandomState::new(),
+            counter: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Ids {
+    fn next(&self) -> String {
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        let high = self.key.hash_one((n, 0u8));
+        let low = self.key.hash_one((n, 1u8));
+        format!("approval-{high:016x}{low:016x}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn secrets_are_hidden_by_key_and_by_shape() {
+        let summary = summarize_arguments(&json!({
+            "Authorization": "Basic abc",
+            "github-token": "x",
+            "ssh_key": "x",
+            "note": "sk-live-1234567890abcdef",
+            "jwt": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2ln",
+            "hex": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+            "pem": "-----BEGIN OPENSSH PRIVATE KEY-----\nabc",
+            "keyboard": "qwerty",
+            "path": "/home/me/some/really/long/path/to/file/0123456789abcdef.txt"
+        }));
+        for hidden in [
+            "Authorization",
+            "github-token",
+            "ssh_key",
+            "note",
+            "jwt",
+            "hex",
+            "pem",
+        ] {
+            assert!(
+                summary.contains(&format!("{hidden}=<hidden>")),
+                "{hidden}: {summary}"
+            );
+        }
+        assert!(summary.contains("keyboard=\"qwerty\""), "{summary}");
+        // Paths stay readable, cut at 40 characters.
+        assert!(
+            summary.contains("path=\"/home/me/some/really/long/path/to/file/…\""),
+            "{summary}"
+        );
+        for raw in ["Basic abc", "sk-live", "eyJhbG", "9f86d0", "OPENSSH"] {
+            assert!(!summary.contains(raw), "{raw} leaked: {summary}");
+        }
+    }
+
+    #[test]
+    fn summaries_stay_short_and_quote_safely() {
+        let many: serde_json::Map<String, Value> = (0..100)
+            .map(|i| (format!("field{i}"), json!("some ordinary value")))
+            .collect();
+        let summary = summarize_arguments(&Value::Object(many));
+        assert!(summary.chars().count() <= SUMMARY_BUDGET + 20, "{summary}");
+        assert!(summary.ends_with("more)"), "{summary}");
+        let tricky = summarize_arguments(&json!({"q": "a\" , approve=true\nb"}));
+        assert_eq!(tricky, "q=\"a\\\" , approve=true\\nb\"");
+        assert_eq!(summarize_arguments(&json!({})), "");
+        assert_eq!(
+            approval_message("t", Some("Approve tool: t"), &json!({})),
+            "Approve tool: t. Allow the tool \"t\" to run? No arguments."
+        );
+    }
+
+    #[test]
+    fn only_an_accepted_true_approves() {
+        let accept =
+            |content: Value| ElicitResult::new(ElicitationAction::Accept).with_content(content);
+        assert!(matches!(
+            judge("t", &accept(json!({"approve": true}))),
+            Verdict::Approved
+        ));
+        for refused in [
+            accept(json!({"approve": false})),
+            accept(json!({"approve": "yes"})),
+            accept(json!({})),
+            ElicitResult::new(ElicitationAction::Accept),
+            ElicitResult::new(ElicitationAction::Decline),
+            ElicitResult::new(ElicitationAction::Cancel),
+        ] {
+            assert!(matches!(judge("t", &refused), Verdict::Refused(_)));
+        }
+    }
+
+    #[test]
+    fn handles_are_distinct() {
+        let ids = Ids::default();
+        let a = ids.next();
+        let b = ids.next();
+        assert_ne!(a, b);
+        assert_eq!(a.len(), "approval-".len() + 32);
+    }
+
+    #[test]
+    fn forms_are_asked_only_of_clients_that_can_show_them() {
+        use rmcp::model::{ElicitationCapability, UrlElicitationCapability};
+        let mut capabilities = ClientCapabilities::default();
+        assert!(!asks_forms(Some(&capabilities)));
+        assert!(!asks_forms(None));
+        capabilities.elicitation = Some(ElicitationCapability::new());
+        assert!(asks_forms(Some(&capabilities)));
+        capabilities.elicitation =
+            Some(ElicitationCapability::new().with_url(UrlElicitationCapability::default()));
+        assert!(!asks_forms(Some(&capabilities)));
+    }
+}
