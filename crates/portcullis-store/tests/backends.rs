@@ -1,26 +1,38 @@
 //! The shared suite (`suite/`) run against memory, SQLite and PostgreSQL,
-//! plus each SQL backend's migration of older databases.
+//! plus each SQL backend's migration of older databases: the seed's own
+//! tables (both of its shapes) and an older Portcullis schema (version 2).
 //!
 //! PostgreSQL needs a real server: `eval "$(bash .ci/postgres.sh)"` starts
 //! one and exports `PORTCULLIS_TEST_POSTGRES_URL`. Without it the PostgreSQL
-//! tests are skipped, except under `CI=true`, where they fail.
+//! tests are skipped, except under CI (`CI` set, and not `0`/`false`), where
+//! they fail.
 
 mod suite;
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use portcullis_catalog::fingerprint::fingerprint_listing;
 use portcullis_catalog::{ServerIdentity, Tool, TransportKind};
 use portcullis_store::migration::LATEST;
 use portcullis_store::{
-    MemoryStore, PersistedServer, PostgresStore, SqliteStore, Store, StoreError, StoreSpec, open,
+    AuditDecision, AuditOutcome, AuditRecord, MemoryStore, PersistedServer, PostgresStore,
+    SqliteStore, Store, StoreError, StoreSpec, open,
 };
 use sqlx::postgres::PgPool;
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool};
 use suite::{Harness, Raw};
 
 // ---------------------------------------------------------------- harnesses
+
+/// Every table a store writes, for raw dumps.
+const TABLES: [&str; 4] = [
+    "mcp_servers",
+    "mcp_trusted_tools",
+    "mcp_effects",
+    "portcullis_audit",
+];
 
 async fn memory(_name: &str) -> Option<Harness> {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
@@ -52,7 +64,7 @@ impl Raw for SqliteRaw {
 
     async fn dump(&self) -> String {
         let mut out = String::new();
-        for table in ["mcp_servers", "mcp_trusted_tools", "mcp_effects"] {
+        for table in TABLES {
             // Every column of every row, concatenated as text.
             let columns: Vec<String> =
                 sqlx::query_scalar(&format!("SELECT name FROM pragma_table_info('{table}')"))
@@ -91,10 +103,16 @@ async fn sqlite(name: &str) -> Option<Harness> {
     })
 }
 
+/// Whether this is a CI run (`CI` set to anything but empty, `0` or
+/// `false`), where a backend that cannot be tested is a failure.
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !matches!(v.trim(), "" | "0" | "false"))
+}
+
 fn postgres_url() -> Option<String> {
     match std::env::var("PORTCULLIS_TEST_POSTGRES_URL") {
         Ok(url) if !url.is_empty() => Some(url),
-        _ if std::env::var("CI").as_deref() == Ok("true") => panic!(
+        _ if in_ci() => panic!(
             "PORTCULLIS_TEST_POSTGRES_URL is unset under CI=true: the PostgreSQL backend must be tested in CI. \
              Start a server with: pg_env=\"$(bash .ci/postgres.sh)\" && eval \"$pg_env\""
         ),
@@ -136,7 +154,7 @@ impl Raw for PostgresRaw {
 
     async fn dump(&self) -> String {
         let mut out = String::new();
-        for table in ["mcp_servers", "mcp_trusted_tools", "mcp_effects"] {
+        for table in TABLES {
             // A row cast to text renders every column.
             let rows: Vec<String> =
                 sqlx::query_scalar(&format!("SELECT t::text FROM {}.{table} t", self.schema))
@@ -201,6 +219,8 @@ macro_rules! suite {
             trusted_definitions_always_match_the_baseline,
             secrets_are_never_persisted,
             effect_log_first_write_wins,
+            effect_log_prunes_before_a_cutoff,
+            audit_trail_keeps_shapes_newest_first_and_prunes,
             $($extra,)*
         );
     };
@@ -451,6 +471,156 @@ async fn postgres_migrates_an_older_table() {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(replica.list().await.map(|r| r.len()).ok(), Some(3));
+}
+
+// ------------------------------------- an older Portcullis schema (v2)
+
+/// A database exactly as schema version 2 left it: the version row, the
+/// servers table, trusted definitions and an effect log without times.
+fn portcullis_v2_statements() -> Vec<String> {
+    let fingerprints = serde_json::to_string(&fingerprint_listing(&search())).unwrap_or_default();
+    let outcome = serde_json::to_string(&v2_outcome()).unwrap_or_default();
+    vec![
+        "CREATE TABLE portcullis_schema (id INTEGER PRIMARY KEY NOT NULL CHECK (id = 1), version BIGINT NOT NULL)".to_owned(),
+        "INSERT INTO portcullis_schema (id, version) VALUES (1, 2)".to_owned(),
+        "CREATE TABLE mcp_servers (id TEXT PRIMARY KEY NOT NULL, name TEXT NOT NULL, type TEXT NOT NULL CONSTRAINT mcp_servers_type_check CHECK (type IN ('stdio','streamable-http','sse')), url TEXT NOT NULL, tools TEXT, tool_fingerprints TEXT)".to_owned(),
+        "CREATE TABLE mcp_trusted_tools (server_id TEXT PRIMARY KEY NOT NULL, tools TEXT NOT NULL)".to_owned(),
+        "CREATE TABLE mcp_effects (key TEXT PRIMARY KEY NOT NULL, tool_name TEXT NOT NULL, outcome TEXT NOT NULL)".to_owned(),
+        format!(
+            "INSERT INTO mcp_servers VALUES ('docs', 'docs', 'streamable-http', 'https://mcp.example.com/mcp', '{}', '{fingerprints}')",
+            seed_tools_json()
+        ),
+        format!("INSERT INTO mcp_trusted_tools VALUES ('docs', '{}')", seed_tools_json()),
+        format!("INSERT INTO mcp_effects VALUES ('{V2_EFFECT_KEY}', 'docs__search', '{outcome}')"),
+    ]
+}
+
+const V2_EFFECT_KEY: &str = "0f0e0d0c0b0a09080706050403020100";
+
+fn v2_outcome() -> portcullis_store::Outcome {
+    portcullis_store::Outcome::Finished {
+        result: portcullis_catalog::ToolResult::text("recorded by v2"),
+    }
+}
+
+/// Checks a store opened on a version-2 database: rows, trusted
+/// definitions and effects kept; old effects stamped with the upgrade's
+/// time (so retention counts from the upgrade); the audit trail usable.
+async fn check_v2_migrated(store: &dyn Store, opened_after: SystemTime) {
+    let docs = store
+        .get("docs")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|| panic!("the v2 row was lost"));
+    assert_eq!(docs.tools, Some(search()));
+    assert_eq!(docs.tool_fingerprints, Some(fingerprint_listing(&search())));
+    assert_eq!(
+        store.trusted_tools("docs").await.ok().flatten(),
+        Some(search())
+    );
+    let effect = store
+        .effects()
+        .recorded(V2_EFFECT_KEY)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|| panic!("the v2 effect was lost"));
+    assert_eq!(effect.outcome, v2_outcome());
+    // Stamped at the upgrade (to the millisecond), not at the epoch.
+    assert!(
+        effect.recorded_at + Duration::from_millis(1) >= opened_after,
+        "an old effect was stamped {:?}",
+        effect.recorded_at
+    );
+    assert_eq!(
+        store
+            .effects()
+            .prune_before(opened_after - Duration::from_secs(60))
+            .await
+            .ok(),
+        Some(0)
+    );
+    // A whole-millisecond time, so the record reads back exactly.
+    let at = std::time::UNIX_EPOCH + Duration::from_millis(1_764_500_000_000);
+    let record = AuditRecord::new(
+        at,
+        "docs__search",
+        &serde_json::json!({"q": "x"}),
+        AuditDecision::Allowed,
+        AuditOutcome::Ok,
+    );
+    store
+        .audit()
+        .record(&record)
+        .await
+        .unwrap_or_else(|e| panic!("the audit table is missing: {e}"));
+    assert_eq!(store.audit().recent(5).await.ok(), Some(vec![record]));
+}
+
+#[tokio::test]
+async fn sqlite_migrates_an_older_portcullis_schema() {
+    let path = scratch("sqlite-portcullis-v2").join("store.db");
+    let options = SqliteConnectOptions::new()
+        .filename(&path)
+        .create_if_missing(true);
+    let pool = SqlitePool::connect_with(options)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    for sql in portcullis_v2_statements() {
+        sqlx::query(&sql)
+            .execute(&pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    pool.close().await;
+    let opened_after = SystemTime::now();
+    let store = SqliteStore::open(&path)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(sqlite_version(&store).await, LATEST);
+    check_v2_migrated(&store, opened_after).await;
+    drop(store);
+    let again = SqliteStore::open(&path)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(again.audit().recent(5).await.map(|r| r.len()).ok(), Some(1));
+}
+
+#[tokio::test]
+async fn postgres_migrates_an_older_portcullis_schema() {
+    let Some((url, admin, schema)) = postgres_schema("portcullis_v2").await else {
+        return;
+    };
+    sqlx::query(&format!("CREATE SCHEMA {schema}"))
+        .execute(&admin)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut conn = admin.acquire().await.unwrap_or_else(|e| panic!("{e}"));
+    let set_path = format!("SET search_path TO {schema}");
+    for sql in std::iter::once(set_path).chain(portcullis_v2_statements()) {
+        sqlx::query(&sql)
+            .execute(&mut *conn)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    drop(conn);
+    let opened_after = SystemTime::now();
+    let store = PostgresStore::open_in_schema(&url, Some(&schema))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    check_v2_migrated(&store, opened_after).await;
+    let version: i64 =
+        sqlx::query_scalar(&format!("SELECT version FROM {schema}.portcullis_schema"))
+            .fetch_one(&admin)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(version, LATEST);
+    let replica = PostgresStore::open_in_schema(&url, Some(&schema))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        replica.audit().recent(5).await.map(|r| r.len()).ok(),
+        Some(1)
+    );
 }
 
 #[tokio::test]

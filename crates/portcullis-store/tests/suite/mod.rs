@@ -5,10 +5,14 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use portcullis_catalog::fingerprint::{Fingerprints, fingerprint_listing};
 use portcullis_catalog::{ServerIdentity, Tool, ToolAnnotations, ToolResult, TransportKind};
-use portcullis_store::{Outcome, PersistedServer, Store, StoreError, effect_key, retrust};
+use portcullis_store::{
+    AuditDecision, AuditOutcome, AuditRecord, Outcome, PersistedServer, Store, StoreError,
+    effect_key, retrust,
+};
 use serde_json::json;
 
 /// Raw SQL access to a backend's tables.
@@ -153,11 +157,14 @@ pub async fn retrust_then_save_rebaselines(h: Harness) {
     assert_eq!(cleared.tool_fingerprints, None);
     assert_eq!(cleared.tools, Some(v2.clone()), "retrust keeps the cache");
     assert_eq!(ok(store.trusted_tools("docs").await), None);
-    // The next connect derives from what the operator was shown, and records it.
-    let proposal = cleared.baseline_or_derived();
+    // The next connect — here another replica's, through the twin —
+    // derives from what the operator was shown, and records it.
+    let reconnect = row(&*h.twin, "docs").await;
+    let proposal = reconnect.baseline_or_derived();
     assert_eq!(proposal, Some(fingerprint_listing(&v2)));
     let row_again = PersistedServer::new("docs", &docs()).with_tools(v2.clone());
-    let in_force = ok(store
+    let in_force = ok(h
+        .twin
         .save(&row_again.with_fingerprints(proposal.unwrap_or_default()))
         .await);
     assert_eq!(in_force, Some(fingerprint_listing(&v2)));
@@ -450,4 +457,135 @@ pub async fn corrupt_cache_is_dropped(h: Harness) {
     assert_eq!(stored.tools, Some(v2.clone()));
     assert_eq!(stored.tool_fingerprints, repaired);
     assert_eq!(ok(store.trusted_tools("nameless").await), Some(v2));
+}
+
+/// A fixed instant, whole milliseconds, so it survives storage exactly.
+fn t0() -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(1_764_500_000_000)
+}
+
+pub async fn effect_log_prunes_before_a_cutoff(h: Harness) {
+    let log = h.store.effects();
+    let hour = Duration::from_secs(3600);
+    let old_key = effect_key("run-1#0", 0, "docs__search", &json!({"q": "old"}));
+    let new_key = effect_key("run-1#0", 1, "docs__search", &json!({"q": "new"}));
+    let finished = |text: &str| Outcome::Finished {
+        result: ToolResult::text(text),
+    };
+    let old = ok(log
+        .record_at(&old_key, "docs__search", &finished("old"), t0())
+        .await);
+    assert_eq!(old.recorded_at, t0());
+    ok(log
+        .record_at(&new_key, "docs__search", &finished("new"), t0() + hour)
+        .await);
+    // Strictly before: a record made at the cut-off stays.
+    assert_eq!(ok(log.prune_before(t0()).await), 0);
+    assert_eq!(
+        ok(h.twin
+            .effects()
+            .prune_before(t0() + Duration::from_millis(1))
+            .await),
+        1
+    );
+    assert_eq!(ok(log.recorded(&old_key).await), None);
+    let kept = ok(h.twin.effects().recorded(&new_key).await);
+    assert_eq!(kept.map(|r| r.outcome), Some(finished("new")));
+    // A pruned key is free again: the replayed turn runs and records anew.
+    let again = ok(log
+        .record(&old_key, "docs__search", &finished("again"))
+        .await);
+    assert_eq!(again.outcome, finished("again"));
+    assert!(
+        again.recorded_at > t0() + hour,
+        "record() stamps the present"
+    );
+    let everything = SystemTime::now() + hour;
+    assert_eq!(ok(log.prune_before(everything).await), 2);
+    assert_eq!(ok(log.recorded(&new_key).await), None);
+    assert_eq!(ok(log.prune_before(everything).await), 0);
+}
+
+pub async fn audit_trail_keeps_shapes_newest_first_and_prunes(h: Harness) {
+    let log = h.store.audit();
+    let secret = "s3cr3t-ARGUMENT-value";
+    let number = 918_273_645_i64;
+    let args = json!({
+        "path": format!("/home/{secret}/notes.txt"),
+        "limit": number,
+        "nested": [[{"k": secret}], 3.25, [true, null]],
+    });
+    let second = Duration::from_secs(1);
+    let records = vec![
+        AuditRecord::new(
+            t0(),
+            "files__read",
+            &args,
+            AuditDecision::Allowed,
+            AuditOutcome::Ok,
+        )
+        .by("alice@example.com")
+        .took(12),
+        AuditRecord::new(
+            t0() + second,
+            "files__write",
+            &json!({"content": secret}),
+            AuditDecision::Denied,
+            AuditOutcome::ToolError,
+        )
+        .by("bob"),
+        AuditRecord::new(
+            t0() + 2 * second,
+            "docs__search",
+            &json!({"q": secret}),
+            AuditDecision::Approved,
+            AuditOutcome::Failed {
+                code: "ERR_TIMEOUT".into(),
+            },
+        )
+        .took(60_000),
+        // Same time as the previous one: recorded later, listed first.
+        AuditRecord::new(
+            t0() + 2 * second,
+            "docs__fetch",
+            &json!(secret),
+            AuditDecision::Quarantined,
+            AuditOutcome::ToolError,
+        ),
+    ];
+    for record in &records {
+        ok(log.record(record).await);
+    }
+    let newest_first: Vec<AuditRecord> = records.iter().rev().cloned().collect();
+    assert_eq!(ok(h.twin.audit().recent(10).await), newest_first);
+    assert_eq!(ok(log.recent(2).await), newest_first[..2].to_vec());
+    assert_eq!(ok(log.recent(0).await), Vec::new());
+    let read = &ok(log.recent(10).await)[3];
+    assert_eq!(read.identity.as_deref(), Some("alice@example.com"));
+    assert_eq!(read.duration_ms, 12);
+    assert_eq!(
+        read.argument_shape.as_value(),
+        &json!({"limit": "integer", "nested": [[{"k": "string"}], "number", ["boolean", "null"]], "path": "string"})
+    );
+    // No argument value anywhere: not in what is read back, not in the tables.
+    let shown = format!("{:?}", ok(log.recent(10).await));
+    assert!(!shown.contains(secret) && !shown.contains(&number.to_string()));
+    if let Some(raw) = &h.raw {
+        let dump = raw.dump().await;
+        assert!(
+            dump.contains("files__write"),
+            "the dump missed the audit: {dump}"
+        );
+        assert!(
+            !dump.contains(secret),
+            "an argument value reached the database: {dump}"
+        );
+        assert!(!dump.contains(&number.to_string()), "{dump}");
+    }
+    // Retention: strictly before the cut-off goes.
+    assert_eq!(ok(log.prune_before(t0()).await), 0);
+    assert_eq!(ok(log.prune_before(t0() + second).await), 1);
+    assert_eq!(ok(log.recent(10).await), newest_first[..3].to_vec());
+    assert_eq!(ok(h.twin.audit().prune_before(t0() + 3 * second).await), 3);
+    assert!(ok(log.recent(10).await).is_empty());
 }
