@@ -5,8 +5,9 @@
 //! published (a **cache**, so a wake projects a tool map without a
 //! `tools/list`), each server's trust **baseline** (the fingerprints recorded
 //! the first time it was trusted), the definitions that baseline was taken
-//! from (so an operator can be shown a diff), and the **effect log** (so a
-//! replayed turn does not call a server twice).
+//! from (so an operator can be shown a diff), the **effect log** (so a
+//! replayed turn does not call a server twice) and the **audit trail** (one
+//! record per call, with the shape of its arguments but never their values).
 //!
 //! Three backends behave identically: [`MemoryStore`] (tests), SQLite (one
 //! file, the default) and PostgreSQL (several replicas sharing one
@@ -14,6 +15,9 @@
 //! `Arc<dyn Store>`. Cargo features `sqlite` and `postgres` (both default)
 //! compile the SQL backends in; PostgreSQL is reached over plain TCP (no TLS
 //! stack is built), so point it at a local server or a TLS-terminating proxy.
+//! The two SQL backends share one implementation of every query (a private
+//! `sql` module, generic over the sqlx database); only opening and adopting
+//! the seed's table differ.
 //!
 //! ## Invariants
 //!
@@ -30,6 +34,13 @@
 //!    including on the tables the seed wrote; rows are kept.
 //! 5. **First record wins** in the effect log, and `mcp__describe_tool` is
 //!    never recorded.
+//! 6. **The audit trail holds no argument value.** An [`AuditRecord`] keeps
+//!    an [`ArgumentShape`] (keys and JSON type names, see
+//!    [`argument_shape`]), which nothing but the arguments' shape can build.
+//! 7. **Retention is explicit.** The effect log and the audit trail grow
+//!    until the operator prunes them ([`EffectLog::prune_before`],
+//!    [`AuditLog::prune_before`]); a replay after its record was pruned
+//!    calls the server again.
 //!
 //! ## How the upstream client uses it
 //!
@@ -60,7 +71,10 @@
 //!   replica keeps enforcing the old baseline it holds until it reconnects.
 //! * **Calls**: for every tool but `mcp__describe_tool`, compute
 //!   [`effects::effect_key`], replay `effects().recorded(key)` if present,
-//!   else call and `effects().record(key, …)`.
+//!   else call and `effects().record(key, …)` (`portcullis-upstream` does
+//!   this in `Toolset::call` when a call carries an idempotency key).
+//! * **Audit**: the gateway `audit().record(…)`s every call it answers, and
+//!   an operator reads `audit().recent(n)`, newest first.
 //!
 //! ```
 //! use portcullis_catalog::fingerprint::fingerprint_listing;

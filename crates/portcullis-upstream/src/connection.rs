@@ -64,6 +64,9 @@ pub(crate) struct ConnectPlan {
     pub(crate) bearer: Option<String>,
     pub(crate) diagnostics: DiagnosticSink,
     pub(crate) timeout: Duration,
+    /// A listing already known (a wake's catalogue cache): the connection
+    /// makes the handshake only, no `tools/list`.
+    pub(crate) known: Option<Vec<Tool>>,
 }
 
 /// A live connection to one server.
@@ -146,18 +149,14 @@ async fn open(plan: ConnectPlan, health: Arc<ServerHealth>) -> Result<Connected,
     // fails; a gateway must see the failure.
     peer.set_response_cache_config(ClientCacheConfig::disabled())
         .await;
-    let listed = list_all(&peer)
-        .await
-        .map_err(|e| format!("MCP server \"{name}\" could not list its tools: {e}"))?;
-    let mut tools = Vec::with_capacity(listed.len());
-    let mut unreadable = Vec::new();
-    for tool in listed {
-        let raw_name = tool.name.to_string();
-        match serde_json::to_value(&tool).and_then(serde_json::from_value::<Tool>) {
-            Ok(tool) => tools.push(tool),
-            Err(_) => unreadable.push(raw_name),
-        }
-    }
+    let (tools, unreadable) = match plan.known {
+        Some(known) => (known, Vec::new()),
+        None => read_tools(
+            list_all(&peer)
+                .await
+                .map_err(|e| format!("MCP server \"{name}\" could not list its tools: {e}"))?,
+        ),
+    };
     let published = Arc::new(RwLock::new(tools.iter().map(|t| t.name.clone()).collect()));
     let stop = CancellationToken::new();
     let subscription = watch_listing(&peer, &handler, &published, &stop);
@@ -349,6 +348,20 @@ fn watch_listing(
     subscription_task
 }
 
+/// Our reading of a listing, and the names of tools that could not be read.
+fn read_tools(listed: Vec<rmcp::model::Tool>) -> (Vec<Tool>, Vec<String>) {
+    let mut tools = Vec::with_capacity(listed.len());
+    let mut unreadable = Vec::new();
+    for tool in listed {
+        let raw_name = tool.name.to_string();
+        match serde_json::to_value(&tool).and_then(serde_json::from_value::<Tool>) {
+            Ok(tool) => tools.push(tool),
+            Err(_) => unreadable.push(raw_name),
+        }
+    }
+    (tools, unreadable)
+}
+
 /// `tools/list`, following `nextCursor` to the end.
 async fn list_all(peer: &Peer<RoleClient>) -> Result<Vec<rmcp::model::Tool>, ServiceError> {
     let mut tools = Vec::new();
@@ -392,6 +405,26 @@ impl Connection {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .contains(remote_name)
+    }
+
+    /// Lists the tools again (a reconcile), within the connection's
+    /// timeout: the readable tools and the names of unreadable ones. The
+    /// error is the reason, for a diagnostic.
+    pub(crate) async fn relist(&self) -> Result<(Vec<Tool>, Vec<String>), String> {
+        match tokio::time::timeout(self.timeout, list_all(&self.peer)).await {
+            Ok(Ok(listed)) => Ok(read_tools(listed)),
+            Ok(Err(e)) => Err(self.health.take_failure().unwrap_or_else(|| e.to_string())),
+            Err(_) => Err(format!("no answer within {} ms", self.timeout.as_millis())),
+        }
+    }
+
+    /// Replaces what the server is known to publish (after a reconcile's
+    /// fresh listing).
+    pub(crate) fn set_published(&self, names: BTreeSet<String>) {
+        *self
+            .published
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = names;
     }
 
     /// Sends one `tools/call`. `tool` is the qualified name (for messages).

@@ -20,6 +20,17 @@ pub enum WiringError {
     /// A resolver `allowed_hosts` is asked per session.
     #[error("MCP options: a resolver `allowed_hosts` needs a `session` to resolve against")]
     HostResolverWithoutSession,
+    /// [`crate::rebuild_from_store`] was called without a store.
+    #[error(
+        "MCP options: rebuild_from_store needs a `store` (ConnectOptions::with_store) to wake from"
+    )]
+    StoreRequired,
+    /// The store could not be read on wake.
+    #[error("MCP store: the stored servers could not be read on wake: {reason}")]
+    StoreUnreadable {
+        /// The store's own words.
+        reason: String,
+    },
     /// A visibility filter sets both `allow` and `block`.
     #[error(transparent)]
     Filter(#[from] portcullis_catalog::CatalogError),

@@ -89,11 +89,15 @@ mod output;
 pub mod plugins;
 pub mod progress;
 pub mod relay;
+mod reconcile;
 mod report;
 mod sse;
+mod state;
 #[cfg(feature = "stdio")]
 pub mod stdio;
 pub mod toolset;
+mod trust;
+pub mod wake;
 
 pub use config::{
     CwdRoot, McpServerConfig, ParsedServers, PluginLaunch, RemoteConfig, StdioConfig,
@@ -108,3 +112,4 @@ pub use progress::Progress;
 pub use relay::ClientRelay;
 pub use report::DiagnosticCallback;
 pub use toolset::{CallContext, Toolset, connect};
+pub use wake::rebuild_from_store;

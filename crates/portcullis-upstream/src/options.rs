@@ -7,6 +7,7 @@ use std::time::Duration;
 use portcullis_catalog::fingerprint::Fingerprints;
 use portcullis_catalog::policy::{AllowAll, Policy};
 use portcullis_catalog::{ProjectionOptions, ServerIdentity, ToolFilter};
+use portcullis_store::Store;
 
 use crate::credentials::{Auth, AuthResolver};
 use crate::hosts::AllowedHosts;
@@ -40,9 +41,14 @@ pub struct ConnectOptions {
     pub server_timeouts: HashMap<String, Duration>,
     /// The approval gate; runs before anything reaches a server.
     pub policy: Arc<dyn Policy>,
-    /// Trust baselines by server identity, as a store would supply them. A
-    /// server with a baseline gets drift detection and quarantine.
+    /// Trust baselines by server identity, for a caller that keeps them
+    /// itself. A server with a baseline gets drift detection and quarantine.
+    /// Ignored when `store` is set: the store's baselines apply.
     pub baselines: HashMap<ServerIdentity, Fingerprints>,
+    /// Where catalogue caches and trust baselines persist: with a store,
+    /// [`crate::connect`] trusts on first use and enforces recorded
+    /// baselines, and [`crate::rebuild_from_store`] can wake from it.
+    pub store: Option<Arc<dyn Store>>,
     /// Sees each diagnostic as it is reported.
     pub on_diagnostic: Option<DiagnosticCallback>,
     /// The reqwest client for remote servers; one with no redirects, a
@@ -64,6 +70,7 @@ impl Default for ConnectOptions {
             server_timeouts: HashMap::new(),
             policy: Arc::new(AllowAll),
             baselines: HashMap::new(),
+            store: None,
             on_diagnostic: None,
             http: None,
         }
@@ -131,6 +138,13 @@ impl ConnectOptions {
         self
     }
 
+    /// Persists catalogues and baselines in `store`: see
+    /// [`ConnectOptions::store`].
+    pub fn with_store(mut self, store: Arc<dyn Store>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
     /// Sets the diagnostic callback.
     pub fn on_diagnostic(
         mut self,
@@ -150,6 +164,7 @@ impl std::fmt::Debug for ConnectOptions {
             .field("session", &self.session)
             .field("tools", &self.tools)
             .field("timeout", &self.timeout)
+            .field("store", &self.store.as_ref().map(|s| s.backend()))
             .finish_non_exhaustive()
     }
 }

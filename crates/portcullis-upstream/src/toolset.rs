@@ -1,32 +1,31 @@
 //! `connect` and the [`Toolset`] it returns: the projected tool map and the
 //! call path through every guard.
 
-use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Duration;
 
 use futures::future::join_all;
 use portcullis_catalog::catalogue::Route;
+use portcullis_catalog::fingerprint::Fingerprints;
 use portcullis_catalog::policy::{Decision, DeniedResult, Policy, PolicyRequest};
 use portcullis_catalog::validation::normalize_arguments;
-use portcullis_catalog::{
-    ArgumentValidator, Catalogue, Diagnostic, Rule, ServerIdentity, ServerListing, Tool, ToolResult,
-};
+use portcullis_catalog::{Catalogue, Diagnostic, ProjectionOptions, Rule, Tool, ToolResult};
+use portcullis_store::Store;
 use serde_json::Value;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::McpServerConfig;
-use crate::connection::{ConnectPlan, Connection, connect as connect_one};
+use crate::connection::{ConnectPlan, Connected, Connection, connect as connect_one};
 use crate::credentials::Auth;
 use crate::error::{CallError, WiringError};
 use crate::hosts::AllowedHosts;
 use crate::options::ConnectOptions;
-use crate::output::OutputValidator;
 use crate::progress::Progress;
 use crate::relay::ClientRelay;
 use crate::report::DiagnosticSink;
+use crate::state::{self, Snapshot, Source};
 
 /// What one call carries besides its name and arguments.
 #[derive(Clone, Default)]
@@ -96,24 +95,64 @@ impl std::fmt::Debug for CallContext {
 /// Cheap to clone; every clone shares the connections. Connections stay open
 /// until [`Toolset::close`] (or until the last clone drops, which still kills
 /// stdio children).
+///
+/// The tool map can be corrected in place (a reconcile after
+/// [`crate::rebuild_from_store`]): [`Toolset::catalogue`] returns the
+/// snapshot in force, a call keeps the snapshot it started with, and
+/// [`Toolset::watch_catalogue`] announces each correction.
 #[derive(Clone)]
 pub struct Toolset {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
-struct Inner {
-    catalogue: Catalogue,
-    /// Compiled once per catalogue build: a call looks its validator up.
-    validators: HashMap<String, ArgumentValidator>,
-    /// Output schemas the servers promised, compiled once.
-    outputs: HashMap<String, OutputValidator>,
-    /// By effective (projected) server name.
-    connections: HashMap<String, Arc<Connection>>,
-    diagnostics: DiagnosticSink,
+pub(crate) struct Inner {
+    /// The projection in force; swapped whole by a correction.
+    pub(crate) state: RwLock<Arc<Snapshot>>,
+    /// What the projection is built from. Held while a correction builds
+    /// and swaps its snapshot, so two corrections never lose each other's.
+    pub(crate) sources: Mutex<Vec<Source>>,
+    pub(crate) projection: ProjectionOptions,
+    pub(crate) store: Option<Arc<dyn Store>>,
+    pub(crate) diagnostics: DiagnosticSink,
     policy: Arc<dyn Policy>,
     auth: Option<Auth>,
     session: Option<String>,
-    closed: AtomicBool,
+    pub(crate) closed: AtomicBool,
+    /// `true` once every cached listing was checked against its server.
+    pub(crate) reconciled: watch::Receiver<bool>,
+    /// The catalogue in force, announced on every swap.
+    pub(crate) changes: watch::Sender<Arc<Catalogue>>,
+}
+
+impl Inner {
+    /// The snapshot in force.
+    pub(crate) fn snapshot(&self) -> Arc<Snapshot> {
+        self.state
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The sources, locked. A poisoned lock means a projection panicked; the
+    /// sources themselves were only read by it.
+    pub(crate) fn sources(&self) -> MutexGuard<'_, Vec<Source>> {
+        self.sources.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Projects `sources` again and swaps the result in. Call with the
+    /// sources lock held (pass the guarded list).
+    pub(crate) fn reproject(&self, sources: &[Source]) {
+        let previous = self.snapshot();
+        let next = state::project(
+            sources,
+            &self.projection,
+            &self.diagnostics,
+            Some(&previous),
+        );
+        let catalogue = next.catalogue.clone();
+        *self.state.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(next);
+        self.changes.send_replace(catalogue);
+    }
 }
 
 /// The seed's message for a stdio config in a build without the `stdio`
@@ -133,17 +172,8 @@ fn default_http() -> Result<reqwest::Client, reqwest::Error> {
         .build()
 }
 
-/// Connects every server concurrently and projects their tools.
-///
-/// Never fails because of a server: one that cannot be reached, refuses our
-/// credentials, names a blocked host or times out becomes a
-/// `connection-failure` diagnostic and is skipped while the others connect.
-/// Only wiring mistakes are errors (`auth` or a resolver `allowed_hosts`
-/// without a session).
-pub async fn connect(
-    servers: Vec<McpServerConfig>,
-    options: ConnectOptions,
-) -> Result<Toolset, WiringError> {
+/// The option combinations refused before anything connects.
+pub(crate) fn check_wiring(options: &ConnectOptions) -> Result<(), WiringError> {
     if options.session.is_none() {
         if options.auth.is_some() {
             return Err(WiringError::AuthWithoutSession);
@@ -152,8 +182,12 @@ pub async fn connect(
             return Err(WiringError::HostResolverWithoutSession);
         }
     }
-    let diagnostics = DiagnosticSink::new(options.on_diagnostic.clone());
-    let http = match options.http.clone() {
+    Ok(())
+}
+
+/// The HTTP client remote servers share.
+pub(crate) fn http_client(options: &ConnectOptions) -> Option<reqwest::Client> {
+    match options.http.clone() {
         Some(http) => Some(http),
         None => match default_http() {
             Ok(http) => Some(http),
@@ -163,186 +197,282 @@ pub async fn connect(
                 None
             }
         },
+    }
+}
+
+/// Opens one server: the stdio feature and plugin launch checks, the
+/// handshake credential, then the connection — with a `tools/list`, or with
+/// the handshake only when `known` carries a cached listing. A failure is
+/// reported and gives `None`.
+pub(crate) async fn open_server(
+    config: &McpServerConfig,
+    options: &ConnectOptions,
+    diagnostics: &DiagnosticSink,
+    http: Option<reqwest::Client>,
+    known: Option<Vec<Tool>>,
+) -> Option<Connected> {
+    let name = config.name().to_owned();
+    let failure = |message: String| Diagnostic::new(Rule::ConnectionFailure, name.clone(), message);
+    if config.transport() == portcullis_catalog::TransportKind::Stdio && !cfg!(feature = "stdio") {
+        diagnostics.report(Diagnostic::new(
+            Rule::UnsupportedTransport,
+            name.clone(),
+            unsupported_stdio_message(&name),
+        ));
+        return None;
+    }
+    // A plugin's server is held to its plugin before it may start: a
+    // writable PLUGIN_DATA, and command and cwd inside their roots with
+    // symlinks resolved. A failure skips only this server.
+    if let McpServerConfig::Stdio(stdio) = config
+        && let Err(diagnostic) = crate::plugins::prepare_launch(stdio)
+    {
+        diagnostics.report(diagnostic);
+        return None;
+    }
+    let bearer = match (&options.auth, &options.session) {
+        (Some(auth), Some(session)) => match auth.token(name.clone(), session.clone()).await {
+            Ok(token) => Some(token),
+            Err(reason) => {
+                diagnostics.report(failure(format!(
+                    "Resolving credentials for MCP server \"{name}\" failed: {reason}"
+                )));
+                return None;
+            }
+        },
+        _ => None,
     };
-
-    let attempts = servers.into_iter().map(|config| {
-        let options = &options;
-        let diagnostics = diagnostics.clone();
-        let http = http.clone();
-        async move {
-            let name = config.name().to_owned();
-            let failure = |message: String| Diagnostic::new(Rule::ConnectionFailure, name.clone(), message);
-            if config.transport() == portcullis_catalog::TransportKind::Stdio && !cfg!(feature = "stdio") {
+    let plan = ConnectPlan {
+        allowed: options
+            .allowed_hosts
+            .resolve(&name, options.session.as_deref()),
+        http,
+        bearer,
+        diagnostics: diagnostics.clone(),
+        timeout: options
+            .server_timeouts
+            .get(&name)
+            .copied()
+            .unwrap_or(options.timeout),
+        config: config.clone(),
+        known,
+    };
+    match connect_one(plan).await {
+        Ok(connected) => {
+            for raw in &connected.unreadable {
                 diagnostics.report(Diagnostic::new(
-                    Rule::UnsupportedTransport,
+                    Rule::ServerEntryInvalid,
                     name.clone(),
-                    unsupported_stdio_message(&name),
+                    format!("MCP tool \"{raw}\" of server \"{name}\" has a definition that cannot be read; the tool is skipped."),
                 ));
-                return None;
             }
-            // A plugin's server is held to its plugin before it may start:
-            // a writable PLUGIN_DATA, and command and cwd inside their roots
-            // with symlinks resolved. A failure skips only this server.
-            if let McpServerConfig::Stdio(stdio) = &config
-                && let Err(diagnostic) = crate::plugins::prepare_launch(stdio)
-            {
-                diagnostics.report(diagnostic);
-                return None;
-            }
-            let bearer = match (&options.auth, &options.session) {
-                (Some(auth), Some(session)) => match auth.token(name.clone(), session.clone()).await {
-                    Ok(token) => Some(token),
-                    Err(reason) => {
-                        diagnostics.report(failure(format!(
-                            "Resolving credentials for MCP server \"{name}\" failed: {reason}"
-                        )));
-                        return None;
-                    }
-                },
-                _ => None,
-            };
-            let plan = ConnectPlan {
-                allowed: options.allowed_hosts.resolve(&name, options.session.as_deref()),
-                http,
-                bearer,
-                diagnostics: diagnostics.clone(),
-                timeout: options
-                    .server_timeouts
-                    .get(&name)
-                    .copied()
-                    .unwrap_or(options.timeout),
-                config: config.clone(),
-            };
-            match connect_one(plan).await {
-                Ok(connected) => {
-                    for raw in &connected.unreadable {
-                        diagnostics.report(Diagnostic::new(
-                            Rule::ServerEntryInvalid,
-                            name.clone(),
-                            format!("MCP tool \"{raw}\" of server \"{name}\" has a definition that cannot be read; the tool is skipped."),
-                        ));
-                    }
-                    Some((config, connected))
-                }
-                Err(message) => {
-                    diagnostics.report(failure(message));
-                    None
-                }
-            }
+            Some(connected)
         }
-    });
-    let connected: Vec<_> = join_all(attempts).await.into_iter().flatten().collect();
+        Err(message) => {
+            diagnostics.report(failure(message));
+            None
+        }
+    }
+}
 
-    let mut listings = Vec::with_capacity(connected.len());
-    let mut by_identity = Vec::with_capacity(connected.len());
-    // Output schemas by (server, remote tool name): the catalogue keeps
-    // disclosed definitions, and the promise is the server's own.
-    let mut output_schemas: HashMap<(ServerIdentity, String), Value> = HashMap::new();
-    for (config, result) in connected {
-        let identity = config.identity();
-        for tool in &result.tools {
-            if let Some(schema) = &tool.output_schema {
-                output_schemas.insert((identity.clone(), tool.name.clone()), schema.clone());
-            }
-        }
-        let filter = options
-            .server_tools
-            .get(config.name())
-            .cloned()
-            .unwrap_or_else(|| options.tools.clone());
-        let mut listing = ServerListing::new(identity.clone(), result.tools).with_filter(filter);
-        if let Some(baseline) = options.baselines.get(&identity) {
-            listing = listing.with_baseline(baseline.clone());
-        }
-        listings.push(listing);
-        by_identity.push((identity, Arc::new(result.connection)));
+/// A connected server as a source, with the configured filter.
+pub(crate) fn source(
+    id: String,
+    config: McpServerConfig,
+    options: &ConnectOptions,
+    connection: Connection,
+    tools: Vec<Tool>,
+    baseline: Option<Fingerprints>,
+    recorded: bool,
+) -> Source {
+    let filter = options
+        .server_tools
+        .get(config.name())
+        .cloned()
+        .unwrap_or_else(|| options.tools.clone());
+    Source {
+        id,
+        identity: config.identity(),
+        config,
+        filter,
+        tools,
+        baseline,
+        recorded,
+        connection: Arc::new(connection),
     }
-    let catalogue = Catalogue::project(listings, &options.projection);
-    for diagnostic in catalogue.diagnostics() {
-        diagnostics.report(diagnostic.clone());
-    }
+}
 
-    let mut connections = HashMap::new();
-    for summary in catalogue.servers() {
-        if let Some((_, connection)) = by_identity.iter().find(|(id, _)| *id == summary.identity) {
-            connections.insert(summary.name.clone(), connection.clone());
-        }
-    }
-    let mut validators = HashMap::new();
-    let mut outputs = HashMap::new();
-    for entry in catalogue.entries() {
-        if entry.kind != portcullis_catalog::catalogue::EntryKind::Remote {
-            continue;
-        }
-        let output = catalogue
-            .server(&entry.server)
-            .and_then(|s| output_schemas.get(&(s.identity.clone(), entry.remote_name.clone())))
-            .and_then(OutputValidator::compile);
-        if let Some(output) = output {
-            outputs.insert(entry.name.clone(), output);
-        }
-        match ArgumentValidator::compile(&entry.name, entry.full_input_schema()) {
-            Ok(validator) => {
-                validators.insert(entry.name.clone(), validator);
-            }
-            // The server checks its own arguments; we report that ours cannot.
-            Err(e) => diagnostics.report(Diagnostic::new(
-                Rule::ServerEntryInvalid,
-                entry.server.clone(),
-                format!("{e}; its arguments are passed to the server unchecked."),
-            )),
-        }
-    }
-
-    Ok(Toolset {
+/// Projects the sources into a toolset. `reconciled` says whether the tool
+/// map is already checked against every server (a cold start) or a
+/// reconcile will report it.
+pub(crate) fn assemble(
+    sources: Vec<Source>,
+    options: &ConnectOptions,
+    diagnostics: DiagnosticSink,
+    reconciled: watch::Receiver<bool>,
+) -> Toolset {
+    let snapshot = state::project(&sources, &options.projection, &diagnostics, None);
+    let (changes, _) = watch::channel(snapshot.catalogue.clone());
+    Toolset {
         inner: Arc::new(Inner {
-            catalogue,
-            validators,
-            outputs,
-            connections,
+            state: RwLock::new(Arc::new(snapshot)),
+            sources: Mutex::new(sources),
+            projection: options.projection.clone(),
+            store: options.store.clone(),
             diagnostics,
             policy: options.policy.clone(),
             auth: options.auth.clone(),
             session: options.session.clone(),
             closed: AtomicBool::new(false),
+            reconciled,
+            changes,
         }),
-    })
+    }
+}
+
+/// Connects every server concurrently, lists their tools and projects them
+/// (a cold start).
+///
+/// Never fails because of a server: one that cannot be reached, refuses our
+/// credentials, names a blocked host or times out becomes a
+/// `connection-failure` diagnostic and is skipped while the others connect.
+/// Only wiring mistakes are errors (`auth` or a resolver `allowed_hosts`
+/// without a session).
+///
+/// With a store ([`ConnectOptions::with_store`]) every server that lists is
+/// persisted — the fresh listing as the catalogue cache, and on first use its
+/// fingerprints as the trust baseline — and the baseline the store holds is
+/// enforced (a recorded one, else one derived from a pre-fingerprint row's
+/// cached listing, else the first one recorded, possibly by a replica that
+/// raced this one). A server whose baseline cannot be read or recorded is
+/// not connected: serving it would serve a possibly drifted listing as
+/// trusted. stdio servers are persisted too, keyed by a hash of their
+/// command line. Without a store, [`ConnectOptions::baselines`] applies.
+pub async fn connect(
+    servers: Vec<McpServerConfig>,
+    options: ConnectOptions,
+) -> Result<Toolset, WiringError> {
+    check_wiring(&options)?;
+    let diagnostics = DiagnosticSink::new(options.on_diagnostic.clone());
+    let http = http_client(&options);
+    let ids = crate::trust::row_ids(&servers);
+
+    let attempts = servers.into_iter().zip(ids).map(|(config, id)| {
+        let options = &options;
+        let diagnostics = diagnostics.clone();
+        let http = http.clone();
+        async move {
+            let connected = open_server(&config, options, &diagnostics, http, None).await?;
+            let identity = config.identity();
+            let (baseline, recorded) = match &options.store {
+                Some(store) => {
+                    match crate::trust::settle_cold(
+                        store.as_ref(),
+                        &id,
+                        &identity,
+                        &connected.tools,
+                    )
+                    .await
+                    {
+                        Ok(in_force) => (in_force, true),
+                        Err(reason) => {
+                            diagnostics.report(crate::trust::store_failure(config.name(), &reason));
+                            connected.connection.close().await;
+                            return None;
+                        }
+                    }
+                }
+                None => (options.baselines.get(&identity).cloned(), false),
+            };
+            Some(source(
+                id,
+                config,
+                options,
+                connected.connection,
+                connected.tools,
+                baseline,
+                recorded,
+            ))
+        }
+    });
+    let sources: Vec<Source> = join_all(attempts).await.into_iter().flatten().collect();
+    // Every listing is live: nothing is left to reconcile.
+    let (_, reconciled) = watch::channel(true);
+    Ok(assemble(sources, &options, diagnostics, reconciled))
 }
 
 impl Toolset {
     /// The definitions the model sees, sorted by name.
     pub fn tools(&self) -> Vec<Tool> {
-        self.inner.catalogue.definitions().cloned().collect()
+        self.inner
+            .snapshot()
+            .catalogue
+            .definitions()
+            .cloned()
+            .collect()
     }
 
-    /// The whole projected catalogue (routes, withheld tools, per-server
-    /// summaries, `status_rows`).
-    pub fn catalogue(&self) -> &Catalogue {
-        &self.inner.catalogue
+    /// The projected catalogue in force (routes, withheld tools, per-server
+    /// summaries, `status_rows`): a snapshot, which a later correction does
+    /// not change — ask again to see it.
+    pub fn catalogue(&self) -> Arc<Catalogue> {
+        self.inner.snapshot().catalogue.clone()
+    }
+
+    /// A receiver that sees every catalogue swapped in by a correction (a
+    /// reconcile), so a surface can tell its clients the tool list changed.
+    /// Its current value is the catalogue in force.
+    pub fn watch_catalogue(&self) -> watch::Receiver<Arc<Catalogue>> {
+        self.inner.changes.subscribe()
     }
 
     /// The MCP part of a system prompt: tool definitions only, never a
     /// server's `instructions`.
     pub fn compose_system_prompt(&self) -> String {
-        self.inner.catalogue.compose_system_prompt()
+        self.inner.snapshot().catalogue.compose_system_prompt()
     }
 
     /// Every diagnostic so far: connection failures, projection reports,
-    /// and those raised by calls since (such as withheld headers).
+    /// and those raised by calls and reconciles since (such as withheld
+    /// headers or a failed re-list).
     pub fn diagnostics(&self) -> Vec<Diagnostic> {
         self.inner.diagnostics.snapshot()
     }
 
     /// Settles once every cached listing has been checked against its
-    /// server. A cold start lists every server before returning, so this is
-    /// already settled; it exists so a toolset rebuilt from a store (warm
-    /// start) has the same shape.
-    pub async fn reconciled(&self) {}
+    /// server and the tool map corrected. A cold start lists every server
+    /// before returning, so it is already settled; a toolset rebuilt from a
+    /// store settles when its background reconcile ends. Never fails: a
+    /// server that could not be re-listed keeps its cached listing and is
+    /// reported as a diagnostic.
+    pub async fn reconciled(&self) {
+        let mut done = self.inner.reconciled.clone();
+        // An error means the reconcile ended without saying so (it
+        // panicked): nothing is left to wait for either way.
+        let _ = done.wait_for(|done| *done).await;
+    }
+
+    /// The baseline enforced on a server (by effective name), if any: the
+    /// one the store holds, or the one [`ConnectOptions::baselines`] gave.
+    pub fn baseline(&self, server: &str) -> Option<Fingerprints> {
+        let catalogue = self.catalogue();
+        let identity = &catalogue.server(server)?.identity;
+        self.inner
+            .sources()
+            .iter()
+            .find(|s| &s.identity == identity)
+            .and_then(|s| s.baseline.clone())
+    }
+
 
     /// The process id of a connected stdio server's child, by effective
     /// server name.
     pub fn child_pid(&self, server: &str) -> Option<u32> {
-        self.inner.connections.get(server).and_then(|c| c.pid())
+        self.inner
+            .snapshot()
+            .connections
+            .get(server)
+            .and_then(|c| c.pid())
     }
 
     /// Calls the tool projected as `name`.
@@ -366,19 +496,28 @@ impl Toolset {
                 tool: name.to_owned(),
             });
         }
-        let Some(entry) = inner.catalogue.get(name) else {
+        // The call keeps this snapshot to the end, whatever a correction
+        // swaps in meanwhile.
+        let state = inner.snapshot();
+        let Some(entry) = state.catalogue.get(name) else {
+            if let Some(server) = state.retired.get(name) {
+                return Err(CallError::NoLongerPublished {
+                    tool: name.to_owned(),
+                    server: server.clone(),
+                });
+            }
             return Err(CallError::UnknownTool {
                 tool: name.to_owned(),
             });
         };
-        if matches!(inner.catalogue.route(name), Route::DescribeTool) {
-            return Ok(self.describe(args));
+        if matches!(state.catalogue.route(name), Route::DescribeTool) {
+            return Ok(describe(&state.catalogue, args));
         }
         let server = entry.server.clone();
         let unavailable = || CallError::Unavailable {
             server: server.clone(),
         };
-        let connection = inner.connections.get(&server).ok_or_else(unavailable)?;
+        let connection = state.connections.get(&server).ok_or_else(unavailable)?;
         if inner.closed.load(Ordering::Acquire) || !connection.is_available() {
             return Err(unavailable());
         }
@@ -408,7 +547,7 @@ impl Toolset {
             }
             Decision::Ask { .. } => {}
         }
-        let entry = match inner.catalogue.route(name) {
+        let entry = match state.catalogue.route(name) {
             Route::Remote(entry) => entry,
             Route::Refused(denied) => return Ok(denied.to_tool_result()),
             Route::DescribeTool | Route::Unknown(_) => {
@@ -417,7 +556,7 @@ impl Toolset {
                 });
             }
         };
-        if let Some(validator) = inner.validators.get(name)
+        if let Some(validator) = state.validators.get(name)
             && let Err(problems) = validator.validate(&args)
         {
             return Ok(problems.to_tool_result());
@@ -442,26 +581,10 @@ impl Toolset {
         let result = connection
             .call(name, &server, &entry.remote_name, arguments, context, token)
             .await?;
-        if let Some(output) = inner.outputs.get(name) {
+        if let Some(output) = state.outputs.get(name) {
             output.check(name, &result)?;
         }
         Ok(result)
-    }
-
-    fn describe(&self, args: Option<Value>) -> ToolResult {
-        let tool = args
-            .as_ref()
-            .and_then(|a| a.get("tool"))
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        match self.inner.catalogue.describe(tool) {
-            Ok(schema) => {
-                let mut result = ToolResult::text(schema.to_string());
-                result.structured_content = Some(schema.clone());
-                result
-            }
-            Err(message) => ToolResult::error_text(message),
-        }
     }
 
     /// The session this toolset was built for.
@@ -473,15 +596,39 @@ impl Toolset {
     /// `close` gets `MCP server "<s>" is unavailable.`
     pub async fn close(&self) {
         self.inner.closed.store(true, Ordering::Release);
-        join_all(self.inner.connections.values().map(|c| c.close())).await;
+        let connections: Vec<Arc<Connection>> = self
+            .inner
+            .sources()
+            .iter()
+            .map(|s| s.connection.clone())
+            .collect();
+        join_all(connections.iter().map(|c| c.close())).await;
+    }
+}
+
+/// `mcp__describe_tool`, answered from the catalogue.
+fn describe(catalogue: &Catalogue, args: Option<Value>) -> ToolResult {
+    let tool = args
+        .as_ref()
+        .and_then(|a| a.get("tool"))
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    match catalogue.describe(tool) {
+        Ok(schema) => {
+            let mut result = ToolResult::text(schema.to_string());
+            result.structured_content = Some(schema.clone());
+            result
+        }
+        Err(message) => ToolResult::error_text(message),
     }
 }
 
 impl std::fmt::Debug for Toolset {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = self.inner.snapshot();
         f.debug_struct("Toolset")
-            .field("tools", &self.inner.catalogue.entries().len())
-            .field("servers", &self.inner.connections.len())
+            .field("tools", &state.catalogue.entries().len())
+            .field("servers", &state.connections.len())
             .field("closed", &self.inner.closed.load(Ordering::Relaxed))
             .finish()
     }

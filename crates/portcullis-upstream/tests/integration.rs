@@ -503,7 +503,8 @@ async fn a_drifted_tool_is_quarantined_and_never_called() {
     )
     .await
     .unwrap();
-    let stub = toolset.catalogue().get("fx__echo").unwrap();
+    let catalogue = toolset.catalogue();
+    let stub = catalogue.get("fx__echo").unwrap();
     assert!(
         stub.definition
             .description

@@ -76,13 +76,12 @@ impl Gateway {
             .map(|u| server_config(u, &base))
             .collect::<anyhow::Result<Vec<_>>>()?;
         let store = crate::trust::open_store(config).await?;
-        let known = crate::trust::baselines(store.as_ref(), &servers).await?;
-        let mut options = connect_options(config);
-        options.baselines = known.clone();
+        // Trust on first use through the store: the connector records each
+        // server's baseline and catalogue cache and enforces what is kept.
+        let options = connect_options(config).with_store(store);
         let toolset = connect(servers.clone(), options)
             .await
             .context("cannot connect the upstreams")?;
-        crate::trust::record_first_trust(store.as_ref(), &servers, &known, &toolset).await?;
         for diagnostic in toolset.diagnostics() {
             tracing::warn!(rule = %diagnostic.rule, origin = %diagnostic.origin, "{}", diagnostic.message);
         }
@@ -254,7 +253,8 @@ pub fn exposure(config: &Config) -> Exposure {
 /// toolset refuses them), each forwarding to the toolset under its
 /// qualified name.
 fn build_tool_server(config: &Config, toolset: &Toolset) -> anyhow::Result<ToolServer> {
-    let registrations = toolset.catalogue().entries().iter().map(|entry| {
+    let catalogue = toolset.catalogue();
+    let registrations = catalogue.entries().iter().map(|entry| {
         let toolset = toolset.clone();
         let name: Arc<str> = entry.name.as_str().into();
         let mut definition = entry.definition.clone();

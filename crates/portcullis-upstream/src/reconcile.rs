@@ -1,0 +1,126 @@
+//! The background reconcile after a wake: per server, re-list, persist the
+//! fresh listing as the cache (the baseline is kept), and when the listing
+//! moved, re-run the drift guard and swap a corrected tool map in.
+//!
+//! The seed's steps, in order: a failed re-list is a `connection-failure`
+//! diagnostic and the cached listing stays in use; a closed toolset stops;
+//! the listings are compared; a changed one is projected again; the fresh
+//! listing is always persisted. Nothing here fails the toolset.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use futures::future::join_all;
+use portcullis_catalog::Tool;
+use portcullis_catalog::fingerprint::fingerprint_listing;
+use portcullis_catalog::{Diagnostic, Rule};
+use tokio::sync::watch;
+
+use crate::toolset::Inner;
+use crate::trust::{relist_failure, save};
+
+/// Reconciles every source in the background; `done` turns `true` when all
+/// are checked.
+pub(crate) fn spawn(inner: Arc<Inner>, done: watch::Sender<bool>) {
+    tokio::spawn(async move {
+        let ids: Vec<String> = inner.sources().iter().map(|s| s.id.clone()).collect();
+        join_all(ids.iter().map(|id| reconcile_one(&inner, id))).await;
+        done.send_replace(true);
+    });
+}
+
+/// Whether two listings publish the same definitions, whatever their order.
+fn same_listing(a: &[Tool], b: &[Tool]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut a: Vec<&Tool> = a.iter().collect();
+    let mut b: Vec<&Tool> = b.iter().collect();
+    a.sort_by(|x, y| x.name.cmp(&y.name));
+    b.sort_by(|x, y| x.name.cmp(&y.name));
+    a == b
+}
+
+async fn reconcile_one(inner: &Inner, id: &str) {
+    let found = inner.sources().iter().find(|s| s.id == id).map(|s| {
+        (
+            s.connection.clone(),
+            s.identity.clone(),
+            s.config.name().to_owned(),
+            s.recorded,
+            s.baseline.clone(),
+        )
+    });
+    let Some((connection, identity, name, recorded, baseline)) = found else {
+        return;
+    };
+    let (fresh, unreadable) = match connection.relist().await {
+        Ok(listed) => listed,
+        Err(reason) => {
+            if !inner.closed.load(Ordering::Acquire) {
+                inner.diagnostics.report(relist_failure(&name, &reason));
+            }
+            return;
+        }
+    };
+    if inner.closed.load(Ordering::Acquire) {
+        return;
+    }
+
+    // The cache always moves; a baseline is proposed only while none is
+    // recorded (the derived one being enforced, else trust on first use),
+    // and whatever the store answers is enforced. A store that answers
+    // with none (an operator's re-trust meanwhile) leaves the baseline this
+    // toolset holds in force until it reconnects.
+    let mut in_force = baseline.clone();
+    let mut now_recorded = recorded;
+    if let Some(store) = &inner.store {
+        let proposal = (!recorded).then(|| {
+            baseline
+                .clone()
+                .unwrap_or_else(|| fingerprint_listing(&fresh))
+        });
+        match save(store.as_ref(), id, &identity, &fresh, proposal).await {
+            Ok(kept) => {
+                if kept.is_some() {
+                    in_force = kept;
+                }
+                now_recorded = true;
+            }
+            Err(reason) => {
+                tracing::warn!(server = %name, "the refreshed catalogue could not be stored: {reason}");
+            }
+        }
+    }
+
+    let names: BTreeSet<String> = fresh.iter().map(|t| t.name.clone()).collect();
+    // What the server publishes moves first: between here and the swap a
+    // call for a withdrawn tool is already refused.
+    connection.set_published(names);
+
+    let mut sources = inner.sources();
+    if inner.closed.load(Ordering::Acquire) {
+        return;
+    }
+    let Some(source) = sources.iter_mut().find(|s| s.id == id) else {
+        return;
+    };
+    source.recorded = now_recorded;
+    let moved = !same_listing(&source.tools, &fresh);
+    if !moved && source.baseline == in_force {
+        return;
+    }
+    if moved {
+        for raw in &unreadable {
+            inner.diagnostics.report(Diagnostic::new(
+                Rule::ServerEntryInvalid,
+                name.clone(),
+                format!("MCP tool \"{raw}\" of server \"{name}\" has a definition that cannot be read; the tool is skipped."),
+            ));
+        }
+    }
+    source.tools = fresh;
+    source.baseline = in_force;
+    inner.reproject(&sources);
+}

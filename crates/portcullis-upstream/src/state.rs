@@ -1,0 +1,181 @@
+//! The toolset's swappable state: every connected server's current listing
+//! and baseline (the *sources*), and the projection built from them (a
+//! *snapshot*: catalogue, compiled validators, routes to connections).
+//!
+//! A snapshot is immutable and shared behind an `Arc`. A call takes the
+//! snapshot in force when it starts and keeps it to the end; a reconcile that
+//! corrects the tool map builds a new snapshot from the sources and swaps it
+//! in, so the next call sees the correction and none sees half of one.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use portcullis_catalog::catalogue::EntryKind;
+use portcullis_catalog::fingerprint::Fingerprints;
+use portcullis_catalog::{
+    ArgumentValidator, Catalogue, Diagnostic, ProjectionOptions, Rule, ServerIdentity,
+    ServerListing, Tool, ToolFilter,
+};
+use serde_json::Value;
+
+use crate::config::McpServerConfig;
+use crate::connection::Connection;
+use crate::output::OutputValidator;
+use crate::report::DiagnosticSink;
+
+/// One connected server: what it publishes (live, or the store's cache
+/// until a reconcile) and the baseline enforced on it.
+pub(crate) struct Source {
+    /// The row id in the store: the server's effective name among every
+    /// configured server (stable whether or not its siblings connect).
+    pub(crate) id: String,
+    /// The config it was connected from.
+    pub(crate) config: McpServerConfig,
+    /// Who it is.
+    pub(crate) identity: ServerIdentity,
+    /// What the model may see of it.
+    pub(crate) filter: ToolFilter,
+    /// Its current listing.
+    pub(crate) tools: Vec<Tool>,
+    /// The baseline enforced on it (`None`: trusted as listed).
+    pub(crate) baseline: Option<Fingerprints>,
+    /// Whether the store holds a recorded baseline for it, so a reconcile
+    /// never proposes one again (a derived or first-use baseline is proposed
+    /// once, then recorded).
+    pub(crate) recorded: bool,
+    /// The live connection.
+    pub(crate) connection: Arc<Connection>,
+}
+
+impl Source {
+    fn listing(&self) -> ServerListing {
+        let listing = ServerListing::new(self.identity.clone(), self.tools.clone())
+            .with_filter(self.filter.clone());
+        match &self.baseline {
+            Some(baseline) => listing.with_baseline(baseline.clone()),
+            None => listing,
+        }
+    }
+}
+
+/// One projection of the sources: everything a call reads.
+#[derive(Default)]
+pub(crate) struct Snapshot {
+    pub(crate) catalogue: Arc<Catalogue>,
+    /// Compiled per projected name; shared with later snapshots while the
+    /// schema stays the same.
+    pub(crate) validators: HashMap<String, Arc<ArgumentValidator>>,
+    /// Output schemas the servers promised, compiled once.
+    pub(crate) outputs: HashMap<String, Arc<OutputValidator>>,
+    /// By effective (projected) server name.
+    pub(crate) connections: HashMap<String, Arc<Connection>>,
+    /// Names a reconcile took out of the tool map, with their server: a
+    /// model still holding the older list is told "no longer published".
+    pub(crate) retired: HashMap<String, String>,
+}
+
+/// Projects `sources` into a snapshot. Diagnostics the previous snapshot
+/// already reported (a collision, a budget overrun, a drift unchanged since)
+/// are not reported again; validators whose schema did not change are
+/// reused.
+pub(crate) fn project(
+    sources: &[Source],
+    options: &ProjectionOptions,
+    diagnostics: &DiagnosticSink,
+    previous: Option<&Snapshot>,
+) -> Snapshot {
+    let listings = sources.iter().map(Source::listing).collect();
+    let catalogue = Catalogue::project(listings, options);
+    let already: &[Diagnostic] = previous.map(|p| p.catalogue.diagnostics()).unwrap_or(&[]);
+    for diagnostic in catalogue.diagnostics() {
+        if !already.contains(diagnostic) {
+            diagnostics.report(diagnostic.clone());
+        }
+    }
+
+    let mut connections = HashMap::new();
+    let mut identities: HashMap<&str, &ServerIdentity> = HashMap::new();
+    for summary in catalogue.servers() {
+        if let Some(source) = sources.iter().find(|s| s.identity == summary.identity) {
+            connections.insert(summary.name.clone(), source.connection.clone());
+            identities.insert(summary.name.as_str(), &source.identity);
+        }
+    }
+    // Output schemas by (server, remote tool name): the catalogue keeps
+    // disclosed definitions, and the promise is the server's own.
+    let mut output_schemas: HashMap<(&ServerIdentity, &str), &Value> = HashMap::new();
+    for source in sources {
+        for tool in &source.tools {
+            if let Some(schema) = &tool.output_schema {
+                output_schemas.insert((&source.identity, tool.name.as_str()), schema);
+            }
+        }
+    }
+
+    let mut validators = HashMap::new();
+    let mut outputs = HashMap::new();
+    for entry in catalogue.entries() {
+        if entry.kind != EntryKind::Remote {
+            continue;
+        }
+        let schema = identities
+            .get(entry.server.as_str())
+            .and_then(|identity| output_schemas.get(&(*identity, entry.remote_name.as_str())));
+        if let Some(output) = schema.and_then(|s| OutputValidator::compile(s)) {
+            outputs.insert(entry.name.clone(), Arc::new(output));
+        }
+        let reusable = previous.and_then(|p| {
+            let before = p.catalogue.get(&entry.name)?;
+            let same = before.kind == EntryKind::Remote
+                && before.server == entry.server
+                && before.full_input_schema() == entry.full_input_schema();
+            if same {
+                p.validators.get(&entry.name).cloned()
+            } else {
+                None
+            }
+        });
+        if let Some(validator) = reusable {
+            validators.insert(entry.name.clone(), validator);
+            continue;
+        }
+        match ArgumentValidator::compile(&entry.name, entry.full_input_schema()) {
+            Ok(validator) => {
+                validators.insert(entry.name.clone(), Arc::new(validator));
+            }
+            // The server checks its own arguments; we report that ours cannot.
+            Err(e) => diagnostics.report(Diagnostic::new(
+                Rule::ServerEntryInvalid,
+                entry.server.clone(),
+                format!("{e}; its arguments are passed to the server unchecked."),
+            )),
+        }
+    }
+
+    let mut retired = HashMap::new();
+    if let Some(previous) = previous {
+        let now: BTreeSet<&str> = catalogue
+            .entries()
+            .iter()
+            .map(|e| e.name.as_str())
+            .collect();
+        for (name, server) in &previous.retired {
+            if !now.contains(name.as_str()) {
+                retired.insert(name.clone(), server.clone());
+            }
+        }
+        for entry in previous.catalogue.entries() {
+            if entry.kind != EntryKind::DescribeTool && !now.contains(entry.name.as_str()) {
+                retired.insert(entry.name.clone(), entry.server.clone());
+            }
+        }
+    }
+
+    Snapshot {
+        catalogue: Arc::new(catalogue),
+        validators,
+        outputs,
+        connections,
+        retired,
+    }
+}

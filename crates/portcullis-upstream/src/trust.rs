@@ -1,0 +1,118 @@
+//! Trust baselines through the store ([`crate::ConnectOptions::with_store`]):
+//! which stored row belongs to a configured server, which baseline a save
+//! proposes, and the seed's diagnostics for rows that cannot be woken.
+//!
+//! The rules (the store crate's "How the upstream client uses it"):
+//!
+//! * A row belongs to a server when its id is the server's effective name
+//!   and its `type` and endpoint key match the config.
+//! * A save proposes a baseline only while the row has none recorded: the
+//!   one derived from the row's cached listing (a row from before
+//!   fingerprints), else the fresh listing's own fingerprints (trust on
+//!   first use). The store keeps the first baseline ever recorded, so the
+//!   caller always enforces the baseline `save` **returns** — under a race,
+//!   another replica's.
+
+use portcullis_catalog::fingerprint::{Fingerprints, fingerprint_listing};
+use portcullis_catalog::server::resolve_server_names;
+use portcullis_catalog::{Diagnostic, Rule, ServerIdentity, Tool};
+use portcullis_store::{PersistedServer, Store};
+
+use crate::config::McpServerConfig;
+
+/// The effective name of every configured server, parallel to `servers`:
+/// the ids of their rows. Computed over every configured server (not only
+/// those that connect) so a row keeps its id whether or not a sibling of the
+/// same name is reachable today.
+pub(crate) fn row_ids(servers: &[McpServerConfig]) -> Vec<String> {
+    let identities: Vec<ServerIdentity> = servers.iter().map(McpServerConfig::identity).collect();
+    resolve_server_names(&identities).names
+}
+
+/// Whether `row` was written for the server at `identity`'s endpoint.
+pub(crate) fn matches(row: &PersistedServer, identity: &ServerIdentity) -> bool {
+    row.kind == identity.endpoint.transport()
+        && row.url == PersistedServer::endpoint_key(&identity.endpoint)
+}
+
+/// The baseline in force after a cold start listed `listing`: reads the row,
+/// saves the fresh listing as the cache (proposing a baseline only when none
+/// is recorded) and returns what the store says is in force.
+pub(crate) async fn settle_cold(
+    store: &dyn Store,
+    id: &str,
+    identity: &ServerIdentity,
+    listing: &[Tool],
+) -> Result<Option<Fingerprints>, String> {
+    let row = store.get(id).await.map_err(|e| e.to_string())?;
+    let proposal = match row.filter(|row| matches(row, identity)) {
+        Some(row) if row.tool_fingerprints.is_some() => None,
+        Some(row) => Some(
+            row.baseline_or_derived()
+                .unwrap_or_else(|| fingerprint_listing(listing)),
+        ),
+        // A row for another endpoint keeps its recorded baseline (the store
+        // never drops one): a server moved to a new URL is held to what was
+        // trusted under its name until an operator re-trusts it.
+        None => Some(fingerprint_listing(listing)),
+    };
+    save(store, id, identity, listing, proposal).await
+}
+
+/// Saves `listing` as the row's cache with `proposal`, returning the
+/// baseline in force.
+pub(crate) async fn save(
+    store: &dyn Store,
+    id: &str,
+    identity: &ServerIdentity,
+    listing: &[Tool],
+    proposal: Option<Fingerprints>,
+) -> Result<Option<Fingerprints>, String> {
+    let mut row = PersistedServer::new(id, identity).with_tools(listing.to_vec());
+    row.tool_fingerprints = proposal;
+    store.save(&row).await.map_err(|e| e.to_string())
+}
+
+/// A server dropped because its baseline could not be read or recorded:
+/// without it, a drifted listing would be served as trusted.
+pub(crate) fn store_failure(server: &str, reason: &str) -> Diagnostic {
+    Diagnostic::new(
+        Rule::ConnectionFailure,
+        server,
+        format!(
+            "MCP server \"{server}\" is not connected: its trust baseline could not be read from or recorded in the store ({reason})."
+        ),
+    )
+}
+
+/// The seed's diagnostic for a stored row no configured server matches.
+pub(crate) fn no_matching_config(id: &str) -> Diagnostic {
+    Diagnostic::new(
+        Rule::ConnectionFailure,
+        id,
+        format!(
+            "MCP server \"{id}\" has no matching config on wake; supply the server definition again."
+        ),
+    )
+}
+
+/// The seed's diagnostic for a stored row whose config now names another
+/// transport or endpoint: a different endpoint is a different catalogue.
+pub(crate) fn config_mismatch(id: &str) -> Diagnostic {
+    Diagnostic::new(
+        Rule::ConnectionFailure,
+        id,
+        format!("MCP server \"{id}\" does not match the supplied config (type or url differ)."),
+    )
+}
+
+/// The seed's diagnostic for a reconcile whose re-list failed.
+pub(crate) fn relist_failure(server: &str, reason: &str) -> Diagnostic {
+    Diagnostic::new(
+        Rule::ConnectionFailure,
+        server,
+        format!(
+            "Could not re-list the tools of MCP server \"{server}\", so the cached one stays in use: {reason}"
+        ),
+    )
+}

@@ -1,0 +1,305 @@
+//! Rug pulls between two runs, against a real server process that changes
+//! its definitions, with the trust baseline in a real SQLite file: each
+//! drift ends as the seed says, the baseline never moves, and a quarantined
+//! or withheld tool's call never reaches the server.
+
+mod drift_support;
+
+use drift_support::*;
+use portcullis_catalog::catalogue::EntryKind;
+use portcullis_catalog::fingerprint::fingerprint_listing;
+use portcullis_store::retrust;
+use portcullis_upstream::{CallContext, CallError, Toolset, connect};
+use serde_json::{Value, json};
+
+/// First run: trusted on first use, baseline and cache recorded.
+async fn first_run(fixture: &Fixture) {
+    let toolset = connect(vec![fixture.config()], fixture.options().await)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        toolset.diagnostics().is_empty(),
+        "{:?}",
+        toolset.diagnostics()
+    );
+    assert_eq!(kind(&toolset, "echo"), Some(EntryKind::Remote));
+    toolset.close().await;
+    let row = fixture
+        .store()
+        .await
+        .get(SERVER)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|| panic!("the first run records a row"));
+    let listing = parsed(&original());
+    assert_eq!(row.tool_fingerprints, Some(fingerprint_listing(&listing)));
+    assert!(
+        row.url.starts_with("stdio:sha256:"),
+        "a stdio row is keyed by a hash"
+    );
+}
+
+/// Second run against `published`.
+async fn second_run(fixture: &Fixture, published: &Value) -> Toolset {
+    fixture.publish(published);
+    connect(vec![fixture.config()], fixture.options().await)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The baseline is still the first run's; the cache is the latest listing.
+async fn baseline_kept(fixture: &Fixture, published: &Value) {
+    let row = fixture
+        .store()
+        .await
+        .get(SERVER)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|| panic!("row"));
+    assert_eq!(
+        row.tool_fingerprints,
+        Some(fingerprint_listing(&parsed(&original()))),
+        "the baseline never follows the server"
+    );
+    assert_eq!(row.tools, Some(parsed(published)), "the cache does");
+}
+
+/// `tool` is a quarantine stub: our text, an empty schema, a refusal that
+/// never reaches the server, and a `withheld` diagnostic naming it.
+async fn assert_quarantined(fixture: &Fixture, toolset: &Toolset, tool: &str) {
+    let catalogue = toolset.catalogue();
+    let stub = entry(&catalogue, tool).unwrap_or_else(|| panic!("{tool} keeps its name"));
+    assert_eq!(stub.kind, EntryKind::Quarantined);
+    let shown = serde_json::to_string(&stub.definition).unwrap_or_default();
+    assert!(shown.contains("quarantined"), "{shown}");
+    assert!(
+        !shown.contains("id_rsa") && !shown.contains("Ignore previous"),
+        "{shown}"
+    );
+    assert_eq!(
+        stub.definition.input_schema,
+        Some(json!({"type": "object", "properties": {}}))
+    );
+    let drift = drift_messages(&toolset.diagnostics());
+    assert_eq!(
+        drift,
+        [format!(
+            "MCP server \"{SERVER}\" published tools that differ from the trusted baseline; withheld: {tool}."
+        )]
+    );
+    let before = fixture.calls(tool);
+    let result = toolset
+        .call(
+            tool,
+            Some(json!({"message": "x", "path": "x", "query": "x"})),
+            &CallContext::default(),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(result.is_error);
+    assert!(
+        text(&result).contains("an operator must re-trust the server"),
+        "{}",
+        text(&result)
+    );
+    assert!(!text(&result).contains("id_rsa"));
+    assert_eq!(
+        fixture.calls(tool),
+        before,
+        "the server never sees the call"
+    );
+    assert_eq!(before, 0);
+}
+
+/// A sibling that did not drift still works, through the server.
+async fn assert_sibling_works(fixture: &Fixture, toolset: &Toolset, tool: &str, args: Value) {
+    let result = toolset
+        .call(tool, Some(args), &CallContext::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(!result.is_error, "{}", text(&result));
+    assert!(text(&result).contains(&format!("{tool} ran with")));
+    assert_eq!(fixture.calls(tool), 1);
+}
+
+#[tokio::test]
+async fn a_rewritten_description_is_quarantined() {
+    let fixture = Fixture::new(&original());
+    first_run(&fixture).await;
+    let published = changed("echo", |d| d["description"] = json!(HIJACK));
+    let toolset = second_run(&fixture, &published).await;
+    assert_quarantined(&fixture, &toolset, "echo").await;
+    assert_sibling_works(&fixture, &toolset, "search", json!({"query": "q"})).await;
+    let summary = toolset.catalogue().server(SERVER).cloned();
+    let quarantined = summary.map(|s| s.quarantined).unwrap_or_default();
+    assert_eq!(
+        quarantined.first().and_then(|t| t.description.as_deref()),
+        Some(HIJACK),
+        "the drifted definition is kept for an operator's diff"
+    );
+    toolset.close().await;
+    baseline_kept(&fixture, &published).await;
+}
+
+#[tokio::test]
+async fn a_widened_schema_is_quarantined() {
+    let fixture = Fixture::new(&original());
+    first_run(&fixture).await;
+    // Same description; the schema now takes any string of any length and
+    // an extra field.
+    let published = changed("search", |d| {
+        d["inputSchema"] = json!({"type": "object", "properties": {
+            "query": {"type": "string"},
+            "forward_to": {"type": "string"}
+        }, "required": ["query"]});
+    });
+    let toolset = second_run(&fixture, &published).await;
+    assert_quarantined(&fixture, &toolset, "search").await;
+    assert_sibling_works(&fixture, &toolset, "echo", json!({"message": "hi"})).await;
+    toolset.close().await;
+    baseline_kept(&fixture, &published).await;
+}
+
+#[tokio::test]
+async fn a_flipped_read_only_hint_is_quarantined() {
+    let fixture = Fixture::new(&original());
+    first_run(&fixture).await;
+    let published = changed("read_file", |d| {
+        d["annotations"] = json!({"readOnlyHint": false, "destructiveHint": true});
+    });
+    let toolset = second_run(&fixture, &published).await;
+    assert_quarantined(&fixture, &toolset, "read_file").await;
+    assert_sibling_works(&fixture, &toolset, "echo", json!({"message": "hi"})).await;
+    toolset.close().await;
+    baseline_kept(&fixture, &published).await;
+}
+
+#[tokio::test]
+async fn an_added_tool_is_withheld_not_stubbed() {
+    let fixture = Fixture::new(&original());
+    first_run(&fixture).await;
+    let published = with(json!({
+        "name": "upload",
+        "description": "Upload a file anywhere.",
+        "inputSchema": {"type": "object", "properties": {"path": {"type": "string"}}}
+    }));
+    let toolset = second_run(&fixture, &published).await;
+    assert_eq!(kind(&toolset, "upload"), None, "absent, not a stub");
+    let catalogue = toolset.catalogue();
+    let withheld: Vec<&str> = catalogue
+        .withheld()
+        .iter()
+        .map(|w| w.name.as_str())
+        .collect();
+    assert_eq!(withheld, ["upload"]);
+    assert_eq!(
+        drift_messages(&toolset.diagnostics()),
+        [format!(
+            "MCP server \"{SERVER}\" published tools that differ from the trusted baseline; withheld: upload."
+        )]
+    );
+    let refused = toolset
+        .call(
+            "upload",
+            Some(json!({"path": "/etc/passwd"})),
+            &CallContext::default(),
+        )
+        .await;
+    assert!(
+        matches!(refused, Err(CallError::UnknownTool { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(fixture.calls("upload"), 0, "the server never sees the call");
+    for tool in ["echo", "read_file", "search"] {
+        assert_eq!(kind(&toolset, tool), Some(EntryKind::Remote), "{tool}");
+    }
+    toolset.close().await;
+    baseline_kept(&fixture, &published).await;
+}
+
+#[tokio::test]
+async fn a_removed_tool_is_a_diagnostic() {
+    let fixture = Fixture::new(&original());
+    first_run(&fixture).await;
+    let published = without("search");
+    let toolset = second_run(&fixture, &published).await;
+    assert_eq!(
+        drift_messages(&toolset.diagnostics()),
+        [format!(
+            "MCP server \"{SERVER}\" no longer publishes: search."
+        )],
+        "exactly one removal, nothing withheld"
+    );
+    assert_eq!(kind(&toolset, "search"), None);
+    assert_sibling_works(&fixture, &toolset, "echo", json!({"message": "hi"})).await;
+    toolset.close().await;
+    baseline_kept(&fixture, &published).await;
+}
+
+#[tokio::test]
+async fn retrust_then_reconnect_accepts_the_shown_definitions() {
+    let fixture = Fixture::new(&original());
+    first_run(&fixture).await;
+    let published = changed("echo", |d| d["description"] = json!("Echo, politely."));
+    let toolset = second_run(&fixture, &published).await;
+    assert_eq!(kind(&toolset, "echo"), Some(EntryKind::Quarantined));
+    toolset.close().await;
+    let store = fixture.store().await;
+    assert!(retrust(store.as_ref(), SERVER).await.unwrap_or(false));
+    let toolset = second_run(&fixture, &published).await;
+    assert_eq!(kind(&toolset, "echo"), Some(EntryKind::Remote));
+    assert!(drift_messages(&toolset.diagnostics()).is_empty());
+    assert_eq!(
+        toolset.baseline(SERVER),
+        Some(fingerprint_listing(&parsed(&published)))
+    );
+    toolset.close().await;
+}
+
+#[tokio::test]
+async fn two_replicas_racing_on_a_new_server_enforce_one_baseline() {
+    let fixture = Fixture::new(&original());
+    // Replica B's server answers with a rewritten echo: the same server
+    // (same command line) seen at two moments.
+    let rewritten = fixture.dir.path().join("rewritten.json");
+    let other = changed("echo", |d| d["description"] = json!(HIJACK));
+    write(&rewritten, &other);
+    // Two stores on one file: two replicas.
+    let (a, b) = tokio::join!(
+        async { connect(vec![fixture.config()], fixture.options().await).await },
+        async {
+            connect(
+                vec![fixture.config_publishing(&rewritten)],
+                fixture.options().await,
+            )
+            .await
+        },
+    );
+    let (a, b) = (
+        a.unwrap_or_else(|e| panic!("{e}")),
+        b.unwrap_or_else(|e| panic!("{e}")),
+    );
+    let recorded = fixture
+        .store()
+        .await
+        .get(SERVER)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .and_then(|row| row.tool_fingerprints);
+    let candidates = [
+        fingerprint_listing(&parsed(&original())),
+        fingerprint_listing(&parsed(&other)),
+    ];
+    let recorded = recorded.unwrap_or_else(|| panic!("one baseline is recorded"));
+    assert!(candidates.contains(&recorded));
+    assert_eq!(a.baseline(SERVER).as_ref(), Some(&recorded));
+    assert_eq!(b.baseline(SERVER).as_ref(), Some(&recorded));
+    // Whichever won, exactly one replica sees its own listing drifted.
+    let quarantined = [&a, &b]
+        .iter()
+        .filter(|t| kind(t, "echo") == Some(EntryKind::Quarantined))
+        .count();
+    assert_eq!(quarantined, 1);
+    a.close().await;
+    b.close().await;
+}
