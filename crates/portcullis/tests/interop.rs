@@ -189,6 +189,34 @@ async def main():
 asyncio.run(main())
 "#;
 
+/// Two Python SDK clients at once through the gateway, each calling
+/// `trigger-sampling-request` while the other's call is in flight; each
+/// answers sampling with its own tag. Prints each client's result.
+const PYTHON_PAIR: &str = r#"
+import asyncio, json, sys
+from mcp import Client, types
+
+def answering(tag):
+    async def sampling(context, params):
+        await asyncio.sleep(0.3)  # keep both calls in flight together
+        return types.CreateMessageResult(
+            role="assistant", content=types.TextContent(type="text", text="answered by " + tag),
+            model="model-" + tag, stopReason="endTurn")
+    return sampling
+
+async def one(url, tag):
+    async with Client(url, mode="legacy", sampling_callback=answering(tag)) as client:
+        result = await client.call_tool("trigger-sampling-request", {"prompt": "from " + tag, "maxTokens": 5})
+        return [block.text for block in result.content if block.type == "text"]
+
+async def main():
+    url = sys.argv[1]
+    first, second = await asyncio.gather(one(url, "alpha"), one(url, "beta"))
+    print(json.dumps({"alpha": first, "beta": second}))
+
+asyncio.run(main())
+"#;
+
 fn run(command: &mut Command) -> Output {
     command
         .stdin(Stdio::null())
@@ -197,10 +225,11 @@ fn run(command: &mut Command) -> Output {
 }
 
 fn python(peers: &Peers, args: &[&str]) -> Value {
-    let out = run(Command::new(&peers.python)
-        .arg("-c")
-        .arg(PYTHON_CLIENT)
-        .args(args));
+    python_script(peers, PYTHON_CLIENT, args)
+}
+
+fn python_script(peers: &Peers, script: &str, args: &[&str]) -> Value {
+    let out = run(Command::new(&peers.python).arg("-c").arg(script).args(args));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -360,4 +389,80 @@ fn inspector_cli_lists_and_calls_through_the_gateway() {
         text.starts_with("<untrusted-tool-output tool=\"get-sum\">"),
         "{called}"
     );
+}
+
+/// server-everything over Streamable HTTP (sessions, port from `PORT`) on a
+/// free loopback port; killed on drop.
+struct Everything {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Everything {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn everything_over_http(peers: &Peers) -> Everything {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port();
+    let preload = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.peers/loopback-only.cjs");
+    let child = Command::new(&peers.node)
+        .arg(&peers.everything)
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .env("NODE_OPTIONS", format!("--require {}", preload.display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("server-everything starts");
+    let everything = Everything {
+        child,
+        url: format!("http://127.0.0.1:{port}/mcp"),
+    };
+    // Listening is the event; a refused connection means not yet.
+    for _ in 0..600 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return everything;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("server-everything did not listen on {port}");
+}
+
+#[test]
+fn concurrent_calls_over_an_http_upstream_each_reach_their_own_client() {
+    let Some(peers) = peers() else { return };
+    let upstream = everything_over_http(&peers);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("portcullis.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[gateway]\nallow_write = true\nstore = \"memory\"\n\n[upstreams.everything]\ntype = \"streamable-http\"\nurl = \"{}\"\ntimeout_ms = 60000\n",
+            upstream.url
+        ),
+    )
+    .expect("config written");
+    let served = serve(&config);
+    // One upstream session, two callers: each sampling request arrives on
+    // the response stream of the call that caused it, and must reach that
+    // call's client, never the other.
+    let out = python_script(&peers, PYTHON_PAIR, &[&served.url]);
+    for (tag, other) in [("alpha", "beta"), ("beta", "alpha")] {
+        let text = joined(&out[tag]);
+        assert!(
+            text.contains(&format!("answered by {tag}")),
+            "{tag}: {text}"
+        );
+        assert!(
+            !text.contains(&format!("answered by {other}")),
+            "{tag}: {text}"
+        );
+    }
 }
