@@ -15,6 +15,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+use axum::routing::MethodRouter;
 use rmcp::ServerHandler;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
@@ -23,7 +27,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::ServerError;
-use crate::guard::{Guard, MCP_PATH, guard_layer};
+use crate::guard::{Guard, MCP_PATH, Refusal, guard_layer};
 
 /// Default cap on a request body (4 MiB, rmcp's own default).
 pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
@@ -53,6 +57,12 @@ pub struct HttpOptions {
     /// How long `close()` waits for in-flight requests before cutting open
     /// streams.
     pub shutdown_grace: Duration,
+    /// Routes served beside `/mcp` (a gateway's `/healthz` and `/metrics`),
+    /// as `(path, handler)`. They pass the Host and Origin guards like
+    /// `/mcp`, but not the token or body checks: each route decides about
+    /// the token itself ([`crate::guard::Guard::authorized`] compares in
+    /// constant time), since a health probe usually has none.
+    pub extra_routes: Vec<(String, MethodRouter)>,
 }
 
 impl Default for HttpOptions {
@@ -67,6 +77,7 @@ impl Default for HttpOptions {
             json_response: true,
             handle_signals: false,
             shutdown_grace: Duration::from_secs(10),
+            extra_routes: Vec::new(),
         }
     }
 }
@@ -83,6 +94,10 @@ impl std::fmt::Debug for HttpOptions {
             .field("json_response", &self.json_response)
             .field("handle_signals", &self.handle_signals)
             .field("shutdown_grace", &self.shutdown_grace)
+            .field(
+                "extra_routes",
+                &self.extra_routes.iter().map(|(p, _)| p).collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
@@ -138,6 +153,33 @@ impl HttpServer {
     pub async fn wait(self) {
         self.stop.cancelled().await;
         drain(self.task, self.streams, self.grace).await;
+    }
+}
+
+/// The guards with extra routes: the same checks in the same order, except
+/// that an extra route's path is admitted once Host and Origin have passed
+/// (the path check comes right after them, so `UnknownPath` says exactly
+/// that).
+#[derive(Clone)]
+struct ExtraGuard {
+    guard: Guard,
+    paths: Arc<[String]>,
+}
+
+async fn extra_guard_layer(
+    State(state): State<ExtraGuard>,
+    request: Request,
+    next: Next,
+) -> Response {
+    match state.guard.check(&request) {
+        Ok(()) => next.run(request).await,
+        Err(Refusal::UnknownPath) if state.paths.iter().any(|p| p == request.uri().path()) => {
+            next.run(request).await
+        }
+        Err(refusal) => {
+            tracing::debug!(?refusal, path = %request.uri().path(), "request refused");
+            refusal.into_response()
+        }
     }
 }
 
@@ -208,7 +250,24 @@ where
             StreamableHttpService::new(factory, Arc::new(NeverSessionManager::default()), config),
         )
     };
-    let app = mcp.layer(axum::middleware::from_fn_with_state(guard, guard_layer));
+    let app = if options.extra_routes.is_empty() {
+        mcp.layer(axum::middleware::from_fn_with_state(guard, guard_layer))
+    } else {
+        let mut app = mcp;
+        let mut paths = Vec::with_capacity(options.extra_routes.len());
+        for (path, route) in options.extra_routes.clone() {
+            app = app.route(&path, route);
+            paths.push(path);
+        }
+        let state = ExtraGuard {
+            guard,
+            paths: paths.into(),
+        };
+        app.layer(axum::middleware::from_fn_with_state(
+            state,
+            extra_guard_layer,
+        ))
+    };
 
     let stop = CancellationToken::new();
     let finished = CancellationToken::new();

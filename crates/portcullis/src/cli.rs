@@ -27,9 +27,24 @@ pub const DEFAULT_CONFIG: &str = "./portcullis.toml";
     arg_required_else_help = true
 )]
 pub struct Cli {
+    /// How log lines on stderr are written: `text` for people, `json` (one
+    /// object a line) for log collectors. Accepted before or after the
+    /// subcommand.
+    #[arg(long, global = true, value_enum, value_name = "FORMAT", default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
     /// The subcommand to run.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// The format of the log lines on stderr (`--log-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines (coloured on a terminal).
+    #[default]
+    Text,
+    /// One JSON object a line: timestamp, level, target, message and fields.
+    Json,
 }
 
 /// One subcommand of `portcullis`.

@@ -125,6 +125,17 @@ impl Gateway {
             .collect()
     }
 
+    /// The same connections behind a gate rebuilt from `config`
+    /// (`allow_write`, `allow_tools`, `identity`, `max_output_length`): what
+    /// a config reload that changed only the gate applies, so no upstream
+    /// reconnects.
+    pub fn regated(&self, config: &Config) -> anyhow::Result<Gateway> {
+        Ok(Gateway {
+            toolset: self.toolset.clone(),
+            tools: build_tool_server(config, &self.toolset)?,
+        })
+    }
+
     /// Ends every upstream connection; stdio children are killed.
     pub async fn close(&self) {
         self.toolset.close().await;
@@ -316,6 +327,7 @@ async fn forward(
     if let Some(relay) = relay {
         let _ = relay.await;
     }
+    crate::audit::note(&outcome);
     outcome.map_err(|e| call_error(&name, e))
 }
 

@@ -58,14 +58,18 @@
 
 #![warn(missing_docs)]
 
+mod audit;
 mod call_cmd;
 mod check;
 mod cli;
 mod config;
 mod demo_upstream;
 mod gateway;
+mod health;
 mod import;
+mod metrics;
 mod relay;
+mod reload;
 mod serve;
 mod tools_cmd;
 mod trust;
@@ -75,7 +79,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::Parser;
 
-use crate::cli::{Cli, Command};
+use crate::cli::{Cli, Command, LogFormat};
 
 /// How a run of `portcullis` ends; the one place exit codes are decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -165,7 +169,7 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Serve(_) => "info,rmcp=warn",
         _ => "warn",
     };
-    init_logging(quiet_default);
+    init_logging(quiet_default, cli.log_format);
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     if let Command::DemoUpstream = &cli.command {
         runtime.block_on(demo_upstream::run())?;
@@ -209,15 +213,28 @@ fn not_built(command: &str, arrives: &str, parsed: &str) -> Exit {
 }
 
 /// Logs go to stderr, always (stdout carries results, or MCP over `--stdio`).
-/// `RUST_LOG` overrides the default level.
-fn init_logging(default: &str) {
+/// `RUST_LOG` overrides the default level. `--log-format json` writes one
+/// JSON object a line with the event's fields flattened beside `message`
+/// (`upstream`, `tool`, `duration_ms`, `outcome` on a call), for collectors
+/// that index fields. Nothing logged anywhere carries argument values or
+/// secrets: call lines name the tool, never its arguments.
+fn init_logging(default: &str, format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(filter)
-        .try_init();
+        .with_env_filter(filter);
+    let _ = match format {
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .try_init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_span_list(false)
+            .try_init(),
+    };
 }
 
 /// `portcullis check`: load and validate the config, summarise it, report

@@ -1,16 +1,38 @@
 //! `portcullis serve`: the gateway. Connects every upstream, serves the
-//! catalogue behind every guard over HTTP on loopback (or stdio), and on
-//! SIGINT/SIGTERM drains in-flight calls, closes the upstreams (stdio
-//! children are killed) and exits 0.
+//! catalogue behind every guard over HTTP on loopback (or stdio), with
+//! `/healthz` and `/metrics` beside `/mcp`, every call logged, counted and
+//! audited; re-reads the config on SIGHUP or when the file changes (see
+//! [`crate::reload`]).
+//!
+//! Shutdown, on SIGINT or SIGTERM: stop accepting connections, let in-flight
+//! calls finish (up to [`SHUTDOWN_GRACE`]; then open streams are cut), close
+//! every upstream (stdio children, spawned in their own process groups, are
+//! killed with their groups), exit 0. Closing is bounded too
+//! ([`CLOSE_BOUND`]): an upstream that does not answer its goodbye (a child
+//! killed from outside, a remote server gone) cannot keep the gateway alive;
+//! whatever is left is killed when its handle drops.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use portcullis_server::{HttpOptions, serve_http, serve_stdio};
 
 use crate::Exit;
+use crate::audit::Recorder;
 use crate::config::Config;
 use crate::gateway::Gateway;
+use crate::metrics::Metrics;
+use crate::reload::{Generation, Live, LiveTools};
+
+/// How long in-flight calls may take to finish once a signal arrived,
+/// before their streams are cut.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// How long closing the upstreams may take before the gateway exits
+/// anyway.
+pub const CLOSE_BOUND: Duration = Duration::from_secs(3);
 
 /// Runs the gateway until a signal (HTTP) or until the client closes stdin
 /// (stdio).
@@ -20,33 +42,42 @@ pub async fn serve(
     stdio: bool,
 ) -> anyhow::Result<Exit> {
     let gateway = Gateway::start(config).await?;
-    let rows = gateway.rows();
-    let count = |status: &str| rows.iter().filter(|r| r.status == status).count();
+    let generation = Generation::new(config.clone(), gateway);
+    let snapshot = generation.snapshot();
     let summary = format!(
         "{} tools exposed, {} quarantined, {} withheld, from {} upstream(s)",
-        count("available"),
-        count("quarantined"),
-        count("withheld"),
+        snapshot.available,
+        snapshot.quarantined,
+        snapshot.withheld,
         config.upstreams.len()
     );
+    let recorder = Recorder::new(Arc::new(Metrics::default()), identity(config));
+    let recorder = crate::audit::attach_trail(recorder, config).await;
+    let live = Live::new(generation, recorder);
+    let watcher = tokio::spawn(crate::reload::watch(live.clone(), config.path.clone()));
+    let handler = LiveTools::new(live.clone());
+
     if stdio {
         eprintln!("portcullis: serving MCP on stdio; {summary}");
         tokio::select! {
-            served = serve_stdio(gateway.tools.clone()) => {
+            served = serve_stdio(handler) => {
                 if let Err(error) = served {
                     tracing::warn!(%error, "stdio session ended with an error");
                 }
             }
             () = shutdown_signal() => tracing::info!("signal received; shutting down"),
         }
-        gateway.close().await;
+        watcher.abort();
+        close(&live).await;
         return Ok(Exit::Success);
     }
+    let token = config.gateway.token.as_ref().map(|t| t.expose().to_owned());
     let options = HttpOptions {
         listen: listen.unwrap_or(config.gateway.listen),
         allowed_hosts: config.gateway.allowed_hosts.clone(),
         allowed_origins: config.gateway.allowed_origins.clone(),
-        token: config.gateway.token.as_ref().map(|t| t.expose().to_owned()),
+        extra_routes: crate::health::routes(live.clone(), token.as_deref()),
+        token,
         // Signals are handled here rather than by the surface, so the
         // upstreams are closed (and their children ended) before exiting.
         handle_signals: false,
@@ -55,12 +86,14 @@ pub async fn serve(
         // one (its answer comes back as a POST of the same session).
         // 2026-07-28 clients stay stateless.
         legacy_sessions: true,
+        shutdown_grace: SHUTDOWN_GRACE,
         ..HttpOptions::default()
     };
-    let server = match serve_http(gateway.tools.clone(), options).await {
+    let server = match serve_http(handler, options).await {
         Ok(server) => server,
         Err(error) => {
-            gateway.close().await;
+            watcher.abort();
+            close(&live).await;
             return Err(error).context("cannot start the HTTP surface");
         }
     };
@@ -72,9 +105,40 @@ pub async fn serve(
         stop.cancel();
     });
     server.wait().await;
-    gateway.close().await;
+    watcher.abort();
+    close(&live).await;
     eprintln!("portcullis: stopped");
     Ok(Exit::Success)
+}
+
+/// Writes the audit records still queued and closes the upstreams, each
+/// within [`CLOSE_BOUND`].
+async fn close(live: &Live) {
+    if tokio::time::timeout(CLOSE_BOUND, live.recorder().flush())
+        .await
+        .is_err()
+    {
+        tracing::warn!("the audit trail did not catch up before shutdown");
+    }
+    if tokio::time::timeout(CLOSE_BOUND, live.close())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            "upstreams did not close within {} s; ending them",
+            CLOSE_BOUND.as_secs()
+        );
+    }
+}
+
+/// The user id calls are made as (`[gateway] identity`'s `userId`), for
+/// the audit trail.
+fn identity(config: &Config) -> Option<String> {
+    let user = &config.gateway.identity.as_ref()?.user;
+    user.get("userId")
+        .or_else(|| user.get("id"))
+        .and_then(|v| v.as_str())
+        .map(str::to_owned)
 }
 
 /// Resolves on SIGINT or SIGTERM (Ctrl-C elsewhere).

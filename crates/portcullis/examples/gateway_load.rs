@@ -1,0 +1,315 @@
+//! Gateway load bench: an rmcp echo upstream over Streamable HTTP, driven
+//! directly and through `portcullis serve`, side by side in one run, at 1, 8
+//! and 32 concurrent clients.
+//!
+//! ```text
+//! cargo build --release -p portcullis --bins --examples
+//! target/release/examples/gateway_load [CALLS_PER_LEVEL]
+//! ```
+//!
+//! The gateway binary is looked for beside the examples directory
+//! (`target/release/portcullis`); `PORTCULLIS_BIN` overrides it. Each call
+//! is one stateless 2026-07-28 `tools/call` POST with a JSON response, on a shared
+//! keep-alive client. The direct and gateway runs of a level follow each
+//! other, so both see the same machine. Reported per level: calls/s of
+//! each and their ratio, p50 of each and the latency the gateway adds, the
+//! gateway's CPU time per call (user + system, from `/proc`), and the
+//! gateway's RSS idle (after connecting, before load) and peak (`VmHWM`).
+//!
+//! The gateway runs with its default logging (one info line per call on
+//! stderr, sent to /dev/null here); set `RUST_LOG=warn` to measure without
+//! it.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const LEVELS: [usize; 3] = [1, 8, 32];
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let runtime = tokio::runtime::Runtime::new()?;
+    if args.get(1).map(String::as_str) == Some("upstream") {
+        return runtime.block_on(upstream());
+    }
+    let calls: usize = args.get(1).and_then(|n| n.parse().ok()).unwrap_or(4000);
+    runtime.block_on(drive(calls))
+}
+
+/// The upstream: rmcp's Streamable HTTP service, stateless with JSON
+/// responses, one read-only echo tool. Prints its URL.
+async fn upstream() -> Result<(), Box<dyn std::error::Error>> {
+    use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+    use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+    let config = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_json_response(true);
+    let service = StreamableHttpService::new(
+        || Ok(Echo),
+        std::sync::Arc::new(NeverSessionManager::default()),
+        config,
+    );
+    let app = axum::Router::new().route_service("/mcp", service);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    println!("http://{}/mcp", listener.local_addr()?);
+    axum::serve(listener, app).await?;
+    Ok(())
+}
+
+#[derive(Clone)]
+struct Echo;
+
+impl rmcp::ServerHandler for Echo {
+    fn get_info(&self) -> rmcp::model::ServerConfig {
+        rmcp::model::ServerConfig::new(
+            rmcp::model::ServerCapabilities::builder()
+                .enable_tools()
+                .build(),
+        )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<rmcp::model::PaginatedRequestParams>,
+        _context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<rmcp::model::ListToolsResult, rmcp::ErrorData> {
+        let tool: rmcp::model::Tool = serde_json::from_value(json!({
+            "name": "echo",
+            "description": "Returns the message.",
+            "inputSchema": {"type": "object", "properties": {"message": {"type": "string"}}},
+            "annotations": {"readOnlyHint": true}
+        }))
+        .map_err(|e| rmcp::ErrorData::internal_error(e.to_string(), None))?;
+        Ok(rmcp::model::ListToolsResult::with_all_items(vec![tool]))
+    }
+
+    async fn call_tool(
+        &self,
+        request: rmcp::model::CallToolRequestParams,
+        _context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<rmcp::model::CallToolResponse, rmcp::ErrorData> {
+        let text = request
+            .arguments
+            .as_ref()
+            .and_then(|a| a.get("message"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        Ok(
+            rmcp::model::CallToolResult::success(vec![rmcp::model::ContentBlock::text(text)])
+                .into(),
+        )
+    }
+}
+
+/// One level's measurements against one endpoint.
+struct Level {
+    calls_per_second: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    cpu_per_call_us: f64,
+}
+
+async fn drive(calls: usize) -> Result<(), Box<dyn std::error::Error>> {
+    use tokio::io::AsyncBufReadExt;
+    let exe = std::env::current_exe()?;
+    let mut upstream = tokio::process::Command::new(&exe)
+        .arg("upstream")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let upstream_pid = upstream.id().ok_or("no upstream pid")?;
+    let upstream_url = tokio::io::BufReader::new(upstream.stdout.take().ok_or("no stdout")?)
+        .lines()
+        .next_line()
+        .await?
+        .ok_or("the upstream printed no URL")?;
+
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("portcullis.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[gateway]\nstore = \"memory\"\nprefix = \"never\"\n\n[upstreams.echo]\ntype = \"streamable-http\"\nurl = \"{upstream_url}\"\n"
+        ),
+    )?;
+    let bin = std::env::var_os("PORTCULLIS_BIN")
+        .map(PathBuf::from)
+        .or_else(|| {
+            exe.parent()
+                .and_then(|examples| examples.parent())
+                .map(|dir| dir.join("portcullis"))
+        })
+        .ok_or("cannot find the portcullis binary; set PORTCULLIS_BIN")?;
+    let mut gateway = tokio::process::Command::new(&bin)
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
+    let gateway_pid = gateway.id().ok_or("no gateway pid")?;
+    let mut stderr = tokio::io::BufReader::new(gateway.stderr.take().ok_or("no stderr")?).lines();
+    let gateway_url = loop {
+        let line = stderr
+            .next_line()
+            .await?
+            .ok_or("the gateway exited before listening")?;
+        if let Some(rest) = line.strip_prefix("portcullis: listening on ") {
+            break rest.split(';').next().unwrap_or_default().to_owned();
+        }
+    };
+    // Keep the pipe drained (one log line a call).
+    tokio::spawn(async move { while let Ok(Some(_)) = stderr.next_line().await {} });
+
+    let client = reqwest::Client::builder().tcp_nodelay(true).build()?;
+    // Warm-up: connections, allocator, lazy statics, both paths.
+    run(&client, &upstream_url, 8, 400).await?;
+    run(&client, &gateway_url, 8, 400).await?;
+    let idle = memory(gateway_pid);
+
+    println!(
+        "upstream {upstream_url} (pid {upstream_pid}); gateway {gateway_url} (pid {gateway_pid})"
+    );
+    println!(
+        "{calls} calls per level; gateway RSS idle {:.1} MiB\n",
+        idle.0
+    );
+    println!(
+        "| c | direct calls/s | gateway calls/s | ratio | direct p50 | gateway p50 | added p50 | gateway p99 | gateway CPU/call | upstream CPU/call (via gateway) |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for concurrency in LEVELS {
+        let direct = measure(&client, &upstream_url, concurrency, calls, upstream_pid).await?;
+        let upstream_cpu = cpu_seconds(upstream_pid);
+        let through = measure(&client, &gateway_url, concurrency, calls, gateway_pid).await?;
+        let upstream_cpu = (cpu_seconds(upstream_pid) - upstream_cpu) / calls as f64 * 1e6;
+        println!(
+            "| {concurrency} | {:.0} | {:.0} | {:.2}x | {:.3} ms | {:.3} ms | {:+.3} ms | {:.3} ms | {:.0} µs | {:.0} µs |",
+            direct.calls_per_second,
+            through.calls_per_second,
+            through.calls_per_second / direct.calls_per_second,
+            direct.p50_ms,
+            through.p50_ms,
+            through.p50_ms - direct.p50_ms,
+            through.p99_ms,
+            through.cpu_per_call_us,
+            upstream_cpu,
+        );
+    }
+    println!(
+        "\ngateway RSS: idle {:.1} MiB, peak {:.1} MiB",
+        idle.0,
+        memory(gateway_pid).1
+    );
+    let _ = gateway.kill().await;
+    let _ = upstream.kill().await;
+    Ok(())
+}
+
+async fn measure(
+    client: &reqwest::Client,
+    url: &str,
+    concurrency: usize,
+    calls: usize,
+    pid: u32,
+) -> Result<Level, Box<dyn std::error::Error>> {
+    let cpu_before = cpu_seconds(pid);
+    let started = Instant::now();
+    let mut latencies = run(client, url, concurrency, calls).await?;
+    let elapsed = started.elapsed();
+    let cpu = cpu_seconds(pid) - cpu_before;
+    latencies.sort();
+    let pct = |p: f64| latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)];
+    Ok(Level {
+        calls_per_second: latencies.len() as f64 / elapsed.as_secs_f64(),
+        p50_ms: ms(pct(0.50)),
+        p99_ms: ms(pct(0.99)),
+        cpu_per_call_us: cpu / latencies.len() as f64 * 1e6,
+    })
+}
+
+async fn run(
+    client: &reqwest::Client,
+    url: &str,
+    concurrency: usize,
+    calls: usize,
+) -> Result<Vec<Duration>, Box<dyn std::error::Error>> {
+    let per_worker = calls.div_ceil(concurrency);
+    let workers = (0..concurrency).map(|worker| {
+        let client = client.clone();
+        let url = url.to_owned();
+        tokio::spawn(async move {
+            let mut latencies = Vec::with_capacity(per_worker);
+            for i in 0..per_worker {
+                // A stateless 2026-07-28 request (per-request `_meta`), as a
+                // one-shot client sends it: no session to set up.
+                let body = json!({"jsonrpc": "2.0", "id": worker * per_worker + i, "method": "tools/call",
+                    "params": {"name": "echo", "arguments": {"message": "hi"}, "_meta": {
+                        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                        "io.modelcontextprotocol/clientInfo": {"name": "gateway_load", "version": "1"},
+                        "io.modelcontextprotocol/clientCapabilities": {}}}});
+                let started = Instant::now();
+                let response = client
+                    .post(&url)
+                    .header("content-type", "application/json")
+                    .header("accept", "application/json, text/event-stream")
+                    .header("mcp-protocol-version", "2026-07-28")
+                    .header("mcp-method", "tools/call")
+                    .header("mcp-name", "echo")
+                    .body(body.to_string())
+                    .send()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let status = response.status();
+                let text = response.text().await.map_err(|e| e.to_string())?;
+                latencies.push(started.elapsed());
+                if !status.is_success() || !text.contains("\"result\"") || !text.contains("hi") {
+                    return Err(format!("bad answer {status}: {text}"));
+                }
+            }
+            Ok::<_, String>(latencies)
+        })
+    });
+    let mut all = Vec::with_capacity(calls);
+    for worker in futures::future::join_all(workers).await {
+        all.extend(worker??);
+    }
+    Ok(all)
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// (VmRSS, VmHWM) of `pid` in MiB, from /proc (Linux only; zeros elsewhere).
+fn memory(pid: u32) -> (f64, f64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|kb| kb.parse::<f64>().ok())
+            .map_or(0.0, |kb| kb / 1024.0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// User + system CPU seconds used so far by `pid` (clock ticks at 100 Hz).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // utime and stime are the 14th and 15th fields, the 12th and 13th after
+    // the parenthesised command name.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(11) + ticks(12)) / 100.0
+}

@@ -1,0 +1,121 @@
+//! `/healthz` and `/metrics` on the gateway's HTTP surface, beside `/mcp`.
+//!
+//! Both pass the surface's Host and Origin guards (a page in a browser
+//! cannot read them through DNS rebinding). The token, when one is
+//! configured, is required on `/metrics` (it names every upstream and tool)
+//! but not on `/healthz`, which tells a probe only whether the gateway is up
+//! and how many upstreams are connected:
+//!
+//! ```json
+//! {"status":"ok","upstreams":{"up":2,"down":0},"tools":{"available":7,"quarantined":0,"withheld":1}}
+//! ```
+//!
+//! `status` is `ok` when every configured upstream is up, `degraded` when
+//! some are down (the answer is still 200: the gateway serves what it has;
+//! alert on `degraded` or on `portcullis_upstream_up`).
+
+use std::sync::Arc;
+
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{MethodRouter, get};
+use portcullis_server::guard::Guard;
+use serde_json::json;
+
+use crate::reload::Live;
+
+/// The path of the health probe.
+pub const HEALTHZ_PATH: &str = "/healthz";
+/// The path of the Prometheus scrape.
+pub const METRICS_PATH: &str = "/metrics";
+
+/// The routes to hand to the HTTP surface (`HttpOptions::extra_routes`).
+/// `token` is the surface's bearer token, required on `/metrics` when set.
+pub fn routes(live: Arc<Live>, token: Option<&str>) -> Vec<(String, MethodRouter)> {
+    // A guard used only for its constant-time token comparison.
+    let token_check = Arc::new(Guard::new(0, &[], &[], token, 0));
+    let health = {
+        let live = live.clone();
+        get(move || {
+            let live = live.clone();
+            async move { healthz(&live) }
+        })
+    };
+    let metrics = get(move |headers: HeaderMap| {
+        let live = live.clone();
+        let token_check = token_check.clone();
+        async move {
+            let authorization = headers
+                .get(header::AUTHORIZATION)
+                .and_then(|h| h.to_str().ok());
+            if !token_check.authorized(authorization) {
+                let mut refused = StatusCode::UNAUTHORIZED.into_response();
+                refused
+                    .headers_mut()
+                    .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+                return refused;
+            }
+            metrics(&live)
+        }
+    });
+    vec![
+        (HEALTHZ_PATH.to_owned(), health),
+        (METRICS_PATH.to_owned(), metrics),
+    ]
+}
+
+fn healthz(live: &Live) -> Response {
+    let snapshot = live.current().snapshot();
+    let up = snapshot.upstreams.iter().filter(|(_, up)| *up).count();
+    let down = snapshot.upstreams.len() - up;
+    let body = json!({
+        "status": if down == 0 { "ok" } else { "degraded" },
+        "upstreams": {"up": up, "down": down},
+        "tools": {
+            "available": snapshot.available,
+            "quarantined": snapshot.quarantined,
+            "withheld": snapshot.withheld,
+        },
+    });
+    ([(header::CACHE_CONTROL, "no-store")], axum::Json(body)).into_response()
+}
+
+fn metrics(live: &Live) -> Response {
+    let snapshot = live.current().snapshot();
+    let text = live.recorder().metrics().render(&snapshot);
+    (
+        [
+            (
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            ),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        text,
+    )
+        .into_response()
+}
+
+/// Whether the stdio child `pid` is still running (not gone, not a
+/// zombie). Where `/proc` cannot tell, the child is taken to be alive.
+#[cfg(target_os = "linux")]
+pub fn child_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state is the first field after the parenthesised command name.
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or_default()
+            .trim_start()
+            .starts_with(['Z', 'X']),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+        Err(_) => true,
+    }
+}
+
+/// Whether the stdio child `pid` is still running: without `/proc`, the
+/// child is taken to be alive.
+#[cfg(not(target_os = "linux"))]
+pub fn child_alive(_pid: u32) -> bool {
+    true
+}

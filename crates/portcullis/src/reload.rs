@@ -1,0 +1,790 @@
+//! The served tool set as something that can change under a running
+//! `serve`: the config re-read on SIGHUP or when the file changes, and every
+//! call observed on its way through.
+//!
+//! [`Live`] holds the current [`Generation`] (a config and the gateway
+//! built from it). [`LiveTools`] is the `ServerHandler` the surfaces serve:
+//! each request takes the generation current when it arrives and keeps it to
+//! the end, so a reload never changes the ground under an in-flight call,
+//! and an old generation's connections are closed only once its last call
+//! has answered.
+//!
+//! What a reload does depends on what changed:
+//!
+//! | change | effect |
+//! | --- | --- |
+//! | nothing (the file was only touched) | nothing |
+//! | the gate (`allow_write`, `allow_tools`, `identity`, `max_output_length`) | the tool server is rebuilt on the same connections: every upstream keeps its connection and its child process |
+//! | the sources (upstreams, plugins, apps, `prefix`, `approval`, disclosure, store, per-upstream `timeout_ms`/`tools`) | a new gateway is connected beside the old one and swapped in when ready; the old one closes once its in-flight calls finish. Every upstream reconnects, changed or not: the connector cannot yet rebuild its catalogue around connections it keeps (see ARCHITECTURE.md) |
+//! | the HTTP surface (`listen`, `allowed_hosts`, `allowed_origins`, `token`) | logged as needing a restart; the rest of the reload applies |
+//! | an invalid file | logged with the file, line and field; the old config keeps serving |
+//!
+//! Clients hear about a new tool set: 2026-07-28 clients through
+//! `subscriptions/listen` (`notifications/tools/list_changed`), and
+//! initialize-era clients with a live session (stdio) through the same
+//! notification on their session. Stateless HTTP clients of the 2025 era
+//! have no channel to be told on and see the change on their next
+//! `tools/list`.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::{Duration, Instant, SystemTime};
+
+use portcullis_store::audit::ArgumentShape;
+use portcullis_upstream::McpServerConfig;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, CancelledNotificationParam,
+    CompleteRequestParams, CompleteResult, CustomNotification, CustomRequest, CustomResult,
+    DiscoverResult, GetPromptRequestParams, GetPromptResponse, GetSkillRequestParams,
+    GetSkillResult, GetTaskParams, GetTaskResult, InitializeRequestParams, InitializeResult,
+    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListSkillsResult,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion,
+    ReadResourceDirectoryRequestParams, ReadResourceDirectoryResult, ReadResourceRequestParams,
+    ReadResourceResponse, ServerConfig, SubscribeRequestParams, SubscriptionFilter,
+    UnsubscribeRequestParams, UpdateTaskParams,
+};
+// Logging is deprecated by SEP-2577, still served for older clients.
+#[allow(deprecated)]
+use rmcp::model::SetLevelRequestParams;
+use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
+use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
+use serde_json::Value;
+use tokio::sync::watch;
+
+use crate::audit::{Decision, Recorder, Verdict};
+use crate::config::{self, App, Config, StoreChoice};
+use crate::gateway::{Gateway, server_config};
+use crate::metrics::{Outcome, Snapshot, UNKNOWN_TOOL};
+
+/// How often the config file is looked at for changes.
+pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Initialize-era sessions kept for notifications, at most; the oldest are
+/// forgotten first (a closed one is forgotten as soon as it is seen).
+const MAX_PEERS: usize = 1024;
+
+/// What, in a config, needs the sources reconnected when it changes.
+#[derive(Debug, PartialEq)]
+struct SourcesKey {
+    /// The connector's view of every upstream, secrets included (compared,
+    /// never printed).
+    servers: Vec<McpServerConfig>,
+    store: StoreChoice,
+    apps: BTreeMap<String, App>,
+    /// Everything else that shapes the catalogue, none of it secret.
+    rest: String,
+}
+
+impl SourcesKey {
+    fn of(config: &Config) -> anyhow::Result<SourcesKey> {
+        let base = config
+            .path
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        let servers = config
+            .upstreams
+            .values()
+            .map(|u| server_config(u, &base))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let per_upstream: Vec<_> = config
+            .upstreams
+            .values()
+            .map(|u| (&u.name, u.timeout_ms, format!("{:?}", u.tools)))
+            .collect();
+        let rest = format!(
+            "{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}",
+            config.disclosure,
+            config.gateway.prefix,
+            config.gateway.approval,
+            config.gateway.data_dir,
+            per_upstream,
+            config.plugins,
+            config.tool_plugins,
+        );
+        Ok(SourcesKey {
+            servers,
+            store: config.gateway.store.clone(),
+            apps: config.apps.clone(),
+            rest,
+        })
+    }
+}
+
+/// The parts of `[gateway]` the HTTP surface was started with: changing
+/// them needs a restart.
+fn surface_key(config: &Config) -> (String, Vec<String>, Vec<String>, bool) {
+    (
+        config.gateway.listen.to_string(),
+        config.gateway.allowed_hosts.clone(),
+        config.gateway.allowed_origins.clone(),
+        // Compared by value below; only whether it changed is kept.
+        false,
+    )
+}
+
+/// One config and the gateway built from it.
+pub struct Generation {
+    /// The config it was built from.
+    pub config: Config,
+    /// The connected gateway.
+    pub gateway: Gateway,
+    /// Each served name's source (upstream, plugin or app), for labels.
+    sources: HashMap<String, Arc<str>>,
+    /// Set when a newer generation replaced this one: its connections are
+    /// closed when the last request holding it lets go.
+    retired: AtomicBool,
+}
+
+impl Generation {
+    /// Wraps a started gateway.
+    pub fn new(config: Config, gateway: Gateway) -> Self {
+        let sources = gateway
+            .rows()
+            .into_iter()
+            .map(|row| (row.name, Arc::from(row.source.as_str())))
+            .collect();
+        Generation {
+            config,
+            gateway,
+            sources,
+            retired: AtomicBool::new(false),
+        }
+    }
+
+    /// What `/metrics` and `/healthz` show about this generation: tool
+    /// counts by status, and each configured upstream up or down (down: it
+    /// failed to connect, or its connection has since ended).
+    pub fn snapshot(&self) -> Snapshot {
+        let rows = self.gateway.rows();
+        let count = |status: &str| rows.iter().filter(|r| r.status == status).count();
+        let catalogue = self.gateway.toolset.catalogue();
+        let upstreams = self
+            .config
+            .upstreams
+            .keys()
+            .map(|name| {
+                let connected = catalogue
+                    .servers()
+                    .iter()
+                    .find(|s| &s.identity.name == name)
+                    .is_some_and(|s| {
+                        // A stdio upstream is down once its child is gone;
+                        // a remote one counts as up while it is connected.
+                        self.gateway
+                            .toolset
+                            .child_pid(&s.name)
+                            .is_none_or(crate::health::child_alive)
+                    });
+                (name.clone(), connected)
+            })
+            .collect();
+        Snapshot {
+            available: count("available"),
+            quarantined: count("quarantined"),
+            withheld: count("withheld"),
+            upstreams,
+        }
+    }
+}
+
+impl Drop for Generation {
+    fn drop(&mut self) {
+        if self.retired.load(Ordering::Acquire) {
+            // The last in-flight call on the old generation has answered:
+            // close its connections politely (dropping them would kill the
+            // children too, without telling remote servers).
+            let toolset = self.gateway.toolset.clone();
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(async move { toolset.close().await });
+            }
+        }
+    }
+}
+
+/// The running gateway's state, shared by every request and the reload
+/// task.
+pub struct Live {
+    current: RwLock<Arc<Generation>>,
+    recorder: Recorder,
+    /// Bumped on every applied reload; `subscriptions/listen` streams wait
+    /// on it.
+    changed: watch::Sender<u64>,
+    /// Initialize-era sessions to tell about a new tool set.
+    peers: Mutex<Vec<Peer<RoleServer>>>,
+    /// One reload at a time (a SIGHUP during a file-change reload waits).
+    reloading: tokio::sync::Mutex<()>,
+}
+
+impl Live {
+    /// The state of a gateway serving `generation`.
+    pub fn new(generation: Generation, recorder: Recorder) -> Arc<Live> {
+        Arc::new(Live {
+            current: RwLock::new(Arc::new(generation)),
+            recorder,
+            changed: watch::Sender::new(0),
+            peers: Mutex::new(Vec::new()),
+            reloading: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// The generation serving new requests.
+    pub fn current(&self) -> Arc<Generation> {
+        self.current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The recorder every call goes through.
+    pub fn recorder(&self) -> &Recorder {
+        &self.recorder
+    }
+
+    /// Re-reads the config at `path` and applies it. Returns whether a new
+    /// tool set was swapped in. An invalid config, or one whose sources fail
+    /// to start, is logged and changes nothing.
+    pub async fn reload(&self, path: &Path) -> bool {
+        let _one_at_a_time = self.reloading.lock().await;
+        let config = match config::load(path) {
+            Ok(config) => config,
+            Err(error) => {
+                tracing::error!(%error, "config reload rejected; still serving the previous config");
+                self.recorder.metrics().record_reload(false);
+                return false;
+            }
+        };
+        let old = self.current();
+        let (old_key, new_key) = match (SourcesKey::of(&old.config), SourcesKey::of(&config)) {
+            (Ok(old_key), Ok(new_key)) => (old_key, new_key),
+            (_, Err(error)) | (Err(error), _) => {
+                tracing::error!(error = %format!("{error:#}"), "config reload rejected; still serving the previous config");
+                self.recorder.metrics().record_reload(false);
+                return false;
+            }
+        };
+        if surface_key(&old.config) != surface_key(&config)
+            || old.config.gateway.token != config.gateway.token
+        {
+            tracing::warn!(
+                "listen, allowed_hosts, allowed_origins and token apply at startup only; restart the gateway to change them"
+            );
+        }
+        let reconnect = old_key != new_key;
+        let built = if reconnect {
+            tracing::info!("config reload: the sources changed; connecting them");
+            Gateway::start(&config).await
+        } else {
+            old.gateway.regated(&config)
+        };
+        let gateway = match built {
+            Ok(gateway) => gateway,
+            Err(error) => {
+                tracing::error!(error = %format!("{error:#}"), "config reload failed; still serving the previous config");
+                self.recorder.metrics().record_reload(false);
+                return false;
+            }
+        };
+        let generation = Generation::new(config, gateway);
+        let before: Vec<&str> = old.gateway.tools.tool_names();
+        let after: Vec<&str> = generation.gateway.tools.tool_names();
+        let tools_changed = before != after
+            || old.gateway.tools.listed_tools() != generation.gateway.tools.listed_tools();
+        let snapshot = generation.snapshot();
+        tracing::info!(
+            exposed = snapshot.available,
+            quarantined = snapshot.quarantined,
+            withheld = snapshot.withheld,
+            reconnected = reconnect,
+            "config reloaded"
+        );
+        if reconnect {
+            old.retired.store(true, Ordering::Release);
+        }
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(generation);
+        drop(old);
+        self.recorder.metrics().record_reload(true);
+        if tools_changed {
+            self.announce();
+        }
+        true
+    }
+
+    /// Tells every client that can hear it that the tool list changed.
+    fn announce(&self) {
+        self.changed.send_modify(|n| *n = n.wrapping_add(1));
+        let peers: Vec<Peer<RoleServer>> = {
+            let mut peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
+            peers.retain(|p| !p.is_transport_closed());
+            peers.clone()
+        };
+        for peer in peers {
+            tokio::spawn(async move {
+                let _ = peer.notify_tool_list_changed().await;
+            });
+        }
+    }
+
+    fn remember(&self, peer: Peer<RoleServer>) {
+        let mut peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
+        peers.retain(|p| !p.is_transport_closed());
+        if peers.len() >= MAX_PEERS {
+            peers.remove(0);
+        }
+        peers.push(peer);
+    }
+
+    /// Closes the current generation's connections (stdio children end).
+    pub async fn close(&self) {
+        self.current().gateway.close().await;
+    }
+}
+
+/// Watches `path`: a SIGHUP, or a change of the file's contents (looked at
+/// every [`POLL_INTERVAL`]), reloads it. Runs until the task is dropped.
+pub async fn watch(live: Arc<Live>, path: PathBuf) {
+    let mut last = std::fs::read(&path).ok();
+    #[cfg(unix)]
+    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+    let mut tick = tokio::time::interval(POLL_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        #[cfg(unix)]
+        let signalled = async {
+            match hangup.as_mut() {
+                Some(signal) => signal.recv().await.is_some(),
+                None => std::future::pending().await,
+            }
+        };
+        #[cfg(not(unix))]
+        let signalled = std::future::pending::<bool>();
+        tokio::select! {
+            true = signalled => {
+                tracing::info!(path = %path.display(), "SIGHUP: re-reading the config");
+                last = std::fs::read(&path).ok();
+                live.reload(&path).await;
+            }
+            _ = tick.tick() => {
+                // Contents, not the mtime: two saves within the mtime's
+                // granularity are still seen, and a touch is not a reload.
+                let now = std::fs::read(&path).ok();
+                if now.is_some() && now != last {
+                    last = now;
+                    tracing::info!(path = %path.display(), "config file changed: re-reading it");
+                    live.reload(&path).await;
+                }
+            }
+        }
+    }
+}
+
+/// The `ServerHandler` the surfaces serve: every request goes to the
+/// current generation's tool server; calls are observed (log line,
+/// metrics, audit trail); `tools/list_changed` reaches clients after a
+/// reload.
+#[derive(Clone)]
+pub struct LiveTools {
+    live: Arc<Live>,
+}
+
+impl LiveTools {
+    /// The handler over `live`.
+    pub fn new(live: Arc<Live>) -> Self {
+        LiveTools { live }
+    }
+
+    async fn observed_call(
+        &self,
+        mut request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let time = SystemTime::now();
+        let started = Instant::now();
+        let generation = self.live.current();
+        let recorder = self.live.recorder();
+        // The shape is taken here, before the arguments move on, so the
+        // trail never holds a value.
+        let shape = recorder.keeps_trail().then(|| {
+            let args = Value::Object(request.arguments.take().unwrap_or_default());
+            let shape = ArgumentShape::of(&args);
+            if let Value::Object(map) = args {
+                request.arguments = Some(map);
+            }
+            shape
+        });
+        let name = request.name.to_string();
+        let (answer, verdict) =
+            crate::audit::with_verdict(generation.gateway.tools.call_tool(request, context)).await;
+        let (upstream, tool) = match generation.sources.get(&name) {
+            Some(source) => (&**source, name.as_str()),
+            None => ("", UNKNOWN_TOOL),
+        };
+        let verdict = match (&answer, verdict) {
+            // Unknown, or withheld by the gate: never registered.
+            (Err(_), _) => Verdict {
+                decision: Decision::Denied,
+                outcome: Outcome::Refused,
+                code: None,
+            },
+            (Ok(_), Some(verdict)) => verdict,
+            (Ok(response), None) => edge_verdict(response),
+        };
+        recorder.record(time, upstream, tool, verdict, started.elapsed(), shape);
+        answer
+    }
+}
+
+/// The verdict on an answer the forwarding handler never saw: the edge
+/// refused the call itself (validation, the identity backstop), or the tool
+/// is not an upstream's (a native plugin or an app).
+fn edge_verdict(response: &CallToolResponse) -> Verdict {
+    use portcullis_catalog::error_mapping::codes;
+    let CallToolResponse::Complete(result) = response else {
+        return Verdict {
+            decision: Decision::Allowed,
+            outcome: Outcome::Ok,
+            code: None,
+        };
+    };
+    if result.is_error != Some(true) {
+        return Verdict {
+            decision: Decision::Allowed,
+            outcome: Outcome::Ok,
+            code: None,
+        };
+    }
+    let first = result
+        .content
+        .first()
+        .and_then(|c| c.as_text())
+        .map(|t| t.text.as_str())
+        .unwrap_or_default();
+    let (decision, outcome) = if first.starts_with(codes::ERR_INVALID_ARGUMENTS) {
+        (Decision::Invalid, Outcome::Refused)
+    } else if first.starts_with(codes::ERR_MCP_AUTH_REQUIRED)
+        || first.starts_with(codes::ERR_MCP_PERM_DENIED)
+    {
+        (Decision::Denied, Outcome::Refused)
+    } else {
+        (Decision::Allowed, Outcome::ToolError)
+    };
+    Verdict {
+        decision,
+        outcome,
+        code: None,
+    }
+}
+
+#[allow(deprecated)]
+impl ServerHandler for LiveTools {
+    fn get_info(&self) -> ServerConfig {
+        let mut info = self.live.current().gateway.tools.get_info();
+        // The tool set can change on reload, and clients are told.
+        if let Some(tools) = info.capabilities.tools.as_mut() {
+            tools.list_changed = Some(true);
+        }
+        info
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        self.live
+            .current()
+            .gateway
+            .tools
+            .supported_protocol_versions()
+    }
+
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        context.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
+    }
+
+    async fn discover(
+        &self,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<DiscoverResult, ErrorData> {
+        Ok(DiscoverResult::from_server_info(
+            self.supported_protocol_versions().into_owned(),
+            self.get_info(),
+        ))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        self.observed_call(request, context).await
+    }
+
+    async fn list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let generation = self.live.current();
+        generation.gateway.tools.list_tools(request, context).await
+    }
+
+    fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {
+        self.live.current().gateway.tools.get_tool(name)
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        self.live
+            .current()
+            .gateway
+            .tools
+            .accepted_subscription_filter(requested)
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        let mut changed = self.live.changed.subscribe();
+        changed.mark_unchanged();
+        loop {
+            tokio::select! {
+                () = context.cancelled() => return Ok(()),
+                seen = changed.changed() => {
+                    if seen.is_err() || context.sink().notify_tool_list_changed().await.is_err() {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        let generation = self.live.current();
+        generation.gateway.tools.complete(request, context).await
+    }
+
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let generation = self.live.current();
+        generation.gateway.tools.set_level(request, context).await
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        let generation = self.live.current();
+        generation.gateway.tools.get_prompt(request, context).await
+    }
+
+    async fn list_prompts(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        let generation = self.live.current();
+        generation
+            .gateway
+            .tools
+            .list_prompts(request, context)
+            .await
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let generation = self.live.current();
+        generation
+            .gateway
+            .tools
+            .list_resources(request, context)
+            .await
+    }
+
+    async fn list_resource_templates(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        let generation = self.live.current();
+        generation
+            .gateway
+            .tools
+            .list_resource_templates(request, context)
+            .await
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let generation = self.live.current();
+        generation
+            .gateway
+            .tools
+            .read_resource(request, context)
+            .await
+    }
+
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let generation = self.live.current();
+        generation.gateway.tools.subscribe(request, context).await
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let generation = self.live.current();
+        generation.gateway.tools.unsubscribe(request, context).await
+    }
+
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, ErrorData> {
+        let generation = self.live.current();
+        generation
+            .gateway
+            .tools
+            .on_custom_request(request, context)
+            .await
+    }
+
+    async fn on_cancelled(
+        &self,
+        notification: CancelledNotificationParam,
+        context: NotificationContext<RoleServer>,
+    ) {
+        let generation = self.live.current();
+        generation
+            .gateway
+            .tools
+            .on_cancelled(notification, context)
+            .await;
+    }
+
+    async fn on_progress(
+        &self,
+        notification: ProgressNotificationParam,
+        context: NotificationContext<RoleServer>,
+    ) {
+        let generation = self.live.current();
+        generation
+            .gateway
+            .tools
+            .on_progress(notification, context)
+            .await;
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        // A session that stays open (stdio, legacy HTTP sessions) can be told
+        // about a new tool set; a stateless request's peer closes with it
+        // and is forgotten.
+        self.live.remember(context.peer.clone());
+        let generation = self.live.current();
+        generation.gateway.tools.on_initialized(context).await;
+    }
+
+    async fn on_roots_list_changed(&self, context: NotificationContext<RoleServer>) {
+        let generation = self.live.current();
+        generation
+            .gateway
+            .tools
+            .on_roots_list_changed(context)
+            .await;
+    }
+
+    async fn on_custom_notification(
+        &self,
+        notification: CustomNotification,
+        context: NotificationContext<RoleServer>,
+    ) {
+        let generation = self.live.current();
+        generation
+            .gateway
+            .tools
+            .on_custom_notification(notification, context)
+            .await;
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let generation = self.live.current();
+        generation.gateway.tools.get_task(request, context).await
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let generation = self.live.current();
+        generation.gateway.tools.update_task(request, context).await
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let generation = self.live.current();
+        generation.gateway.tools.cancel_task(request, context).await
+    }
+
+    async fn list_skills(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListSkillsResult, ErrorData> {
+        let generation = self.live.current();
+        generation.gateway.tools.list_skills(request, context).await
+    }
+
+    async fn get_skill(
+        &self,
+        request: GetSkillRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetSkillResult, ErrorData> {
+        let generation = self.live.current();
+        generation.gateway.tools.get_skill(request, context).await
+    }
+
+    async fn read_resource_directory(
+        &self,
+        request: ReadResourceDirectoryRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceDirectoryResult, ErrorData> {
+        let generation = self.live.current();
+        generation
+            .gateway
+            .tools
+            .read_resource_directory(request, context)
+            .await
+    }
+}

@@ -1,0 +1,611 @@
+//! Operations, end to end on the real binary: graceful shutdown (in-flight
+//! calls finish, no child survives, a child killed from outside does not
+//! keep the gateway alive), `/healthz` and `/metrics`, JSON logs, and config
+//! reload (on change and on SIGHUP) that keeps unchanged connections.
+//!
+//! The upstream is the binary's own `demo-upstream` (a stdio child).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+/// How long anything here may take before the test gives up: generous, since
+/// the machine may be busy; never asserted on as a speed.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+const DEMO: &str =
+    "[upstreams.demo]\ntype = \"stdio\"\ncommand = \"portcullis\"\nargs = [\"demo-upstream\"]\n";
+
+/// A running `portcullis serve`, its announced URL, and its stderr lines as
+/// they come. Killed on drop, so a failing test leaves nothing behind.
+struct Served {
+    child: Child,
+    url: String,
+    stderr: mpsc::Receiver<String>,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Served {
+    /// `host:port` of the HTTP surface.
+    fn authority(&self) -> String {
+        self.url
+            .trim_start_matches("http://")
+            .split('/')
+            .next()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    /// Waits for a stderr line containing `needle`; returns it.
+    fn wait_for_line(&self, needle: &str) -> String {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.stderr.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return line,
+                Ok(_) => {}
+                Err(_) => panic!("no stderr line containing {needle:?}"),
+            }
+        }
+    }
+
+    /// Sends `signal` (`TERM`, `HUP`, …) to the gateway.
+    fn signal(&self, signal: &str) {
+        send_signal(self.child.id(), signal);
+    }
+
+    /// Waits for the gateway to exit; its exit code.
+    fn exit_code(&mut self) -> Option<i32> {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status.code();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the gateway did not exit within {PATIENCE:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+fn send_signal(pid: u32, signal: &str) {
+    let sent = Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success(), "kill -{signal} {pid}");
+}
+
+fn write_config(dir: &Path, text: &str) -> PathBuf {
+    let path = dir.join("portcullis.toml");
+    // Written to a temporary file and renamed, as editors do, so the
+    // gateway never reads half a file.
+    let partial = dir.join("portcullis.toml.partial");
+    std::fs::write(&partial, text).expect("config written");
+    std::fs::rename(&partial, &path).expect("config renamed");
+    path
+}
+
+/// Starts `portcullis serve` with `config` on a free port.
+fn serve(config: &Path, extra: &[&str], env: &[(&str, &str)]) -> Served {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .args(extra)
+        .args([
+            "serve",
+            "--config",
+            config.to_str().expect("utf-8 path"),
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("serve starts");
+    let stderr = child.stderr.take().expect("piped stderr");
+    let (sender, receiver) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            // Keep draining even when nobody listens any more.
+            let _ = sender.send(line);
+        }
+    });
+    let mut served = Served {
+        child,
+        url: String::new(),
+        stderr: receiver,
+    };
+    let line = served.wait_for_line("portcullis: listening on ");
+    served.url = line
+        .split("listening on ")
+        .nth(1)
+        .and_then(|rest| rest.split(';').next())
+        .unwrap_or_default()
+        .to_owned();
+    served
+}
+
+/// One HTTP/1.1 request; the status and the whole response.
+fn request(authority: &str, raw: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(authority).expect("connects to the gateway");
+    stream.write_all(raw.as_bytes()).expect("request written");
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, response)
+}
+
+fn get(authority: &str, path: &str, host: &str, headers: &str) -> (u16, String) {
+    request(
+        authority,
+        &format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n{headers}Connection: close\r\n\r\n"),
+    )
+}
+
+/// `message` as a one-shot, stateless 2026-07-28 request: the version,
+/// method and name headers, and the per-request `_meta` envelope. (`serve`
+/// gives initialize-era HTTP clients a session, which a one-shot request
+/// does not have.)
+fn stateless(message: &Value) -> (String, String) {
+    let mut message = message.clone();
+    let method = message["method"].as_str().unwrap_or_default().to_owned();
+    let mut headers = format!("MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: {method}\r\n");
+    if let Some(name) = message["params"]["name"].as_str() {
+        headers.push_str(&format!("Mcp-Name: {name}\r\n"));
+    }
+    let envelope = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "ops-test", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    });
+    if message.get("params").is_none() {
+        message["params"] = json!({});
+    }
+    let params = &mut message["params"];
+    if params.get("_meta").is_none() {
+        params["_meta"] = json!({});
+    }
+    if let (Some(meta), Some(extra)) = (params["_meta"].as_object_mut(), envelope.as_object()) {
+        meta.extend(extra.clone());
+    }
+    (headers, message.to_string())
+}
+
+/// The raw request text of one MCP POST.
+fn mcp_request(authority: &str, message: &Value, headers: &str) -> String {
+    let (envelope, body) = stateless(message);
+    format!(
+        "POST /mcp HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{envelope}{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+fn mcp(authority: &str, message: &Value, headers: &str) -> (u16, String) {
+    request(authority, &mcp_request(authority, message, headers))
+}
+
+/// The body after the headers.
+fn body(response: &str) -> &str {
+    response.split("\r\n\r\n").nth(1).unwrap_or_default()
+}
+
+fn tool_names(authority: &str) -> Vec<String> {
+    let (status, response) = mcp(
+        authority,
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+        "",
+    );
+    assert_eq!(status, 200, "{response}");
+    let listed: Value = serde_json::from_str(body(&response)).expect("a JSON-RPC answer");
+    let mut names: Vec<String> = listed["result"]["tools"]
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .filter_map(|t| t["name"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+fn child_pids(parent: u32) -> Vec<u32> {
+    let out = Command::new("pgrep")
+        .args(["-P", &parent.to_string()])
+        .output()
+        .expect("pgrep runs");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+/// Running: it exists and is not a zombie.
+fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or_default()
+            .trim_start()
+            .starts_with(['Z', 'X']),
+        Err(_) => false,
+    }
+}
+
+/// Polls `condition` until it holds (a state to reach, not a delay).
+fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while !condition() {
+        assert!(Instant::now() < deadline, "never happened: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn sigterm_lets_the_in_flight_call_finish_and_no_child_survives() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_config(
+        dir.path(),
+        &format!("[gateway]\nstore = \"memory\"\n\n{DEMO}"),
+    );
+    let mut served = serve(&config, &[], &[]);
+    let children = child_pids(served.child.id());
+    assert_eq!(children.len(), 1, "one stdio child: {children:?}");
+
+    let authority = served.authority();
+    let call = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {
+        "name": "count", "arguments": {"n": 25}, "_meta": {"progressToken": "slow"}}});
+    let mut stream = TcpStream::connect(&authority).expect("connects");
+    stream
+        .write_all(mcp_request(&authority, &call, "").as_bytes())
+        .expect("request written");
+    let mut lines = BufReader::new(stream).lines();
+    let first = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find(|l| l.contains("notifications/progress"));
+    assert!(first.is_some(), "the call never got going");
+
+    served.signal("TERM");
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    assert!(
+        rest.iter().any(|l| l.contains("counted to 25")),
+        "the in-flight call was cut off: {rest:?}"
+    );
+    assert_eq!(served.exit_code(), Some(0));
+    for pid in children {
+        assert!(!alive(pid), "the stdio child {pid} outlived the gateway");
+    }
+}
+
+#[test]
+fn a_child_killed_from_outside_does_not_keep_the_gateway_alive() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_config(
+        dir.path(),
+        &format!("[gateway]\nstore = \"memory\"\n\n{DEMO}"),
+    );
+    for signal in ["TERM", "KILL"] {
+        let mut served = serve(&config, &[], &[]);
+        let children = child_pids(served.child.id());
+        assert_eq!(children.len(), 1, "{children:?}");
+        send_signal(children[0], signal);
+        let authority = served.authority();
+        // The gateway notices: the upstream is reported down.
+        eventually("the upstream is reported down", || {
+            let (_, response) = get(&authority, "/healthz", &authority, "");
+            body(&response).contains("\"down\":1")
+        });
+        // A call now fails cleanly instead of hanging.
+        let (status, response) = mcp(
+            &authority,
+            &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "hi"}}}),
+            "",
+        );
+        assert_eq!(status, 200, "{response}");
+        assert!(response.contains("\"isError\":true"), "{response}");
+
+        served.signal("TERM");
+        assert_eq!(served.exit_code(), Some(0), "after a SIG{signal}ed child");
+        assert!(!alive(children[0]));
+    }
+}
+
+#[test]
+fn healthz_is_open_and_metrics_need_the_token() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_config(
+        dir.path(),
+        &format!(
+            "[gateway]\nstore = \"memory\"\nprefix = \"never\"\ntoken = \"${{OPS_TEST_TOKEN}}\"\n\n{DEMO}\n[upstreams.broken]\ntype = \"stdio\"\ncommand = \"./no-such-server\"\n"
+        ),
+    );
+    let served = serve(&config, &[], &[("OPS_TEST_TOKEN", "t0ken-for-ops")]);
+    let authority = served.authority();
+
+    let (status, response) = get(&authority, "/healthz", &authority, "");
+    assert_eq!(status, 200, "{response}");
+    let health: Value = serde_json::from_str(body(&response)).expect("JSON");
+    assert_eq!(
+        health,
+        json!({"status": "degraded", "upstreams": {"up": 1, "down": 1},
+               "tools": {"available": 3, "quarantined": 0, "withheld": 1}})
+    );
+    let (status, _) = get(&authority, "/healthz", "evil.example", "");
+    assert_eq!(status, 403, "the Host guard covers /healthz");
+    let (status, _) = get(
+        &authority,
+        "/healthz",
+        &authority,
+        "Origin: http://evil.example\r\n",
+    );
+    assert_eq!(status, 403, "the Origin guard covers /healthz");
+
+    let (status, _) = get(&authority, "/metrics", &authority, "");
+    assert_eq!(status, 401, "no token, no metrics");
+    let (status, _) = get(&authority, "/nothing-here", &authority, "");
+    assert_eq!(status, 404);
+
+    let bearer = "Authorization: Bearer t0ken-for-ops\r\n";
+    for (id, text) in [(1, "one"), (2, "two")] {
+        let (status, response) = mcp(
+            &authority,
+            &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": text}}}),
+            bearer,
+        );
+        assert_eq!(status, 200, "{response}");
+    }
+    let (status, _) = mcp(
+        &authority,
+        &json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "write_note", "arguments": {"text": "x"}}}),
+        bearer,
+    );
+    assert_eq!(status, 200);
+
+    let (status, response) = get(&authority, "/metrics", &authority, bearer);
+    assert_eq!(status, 200, "{response}");
+    assert!(response.contains("text/plain; version=0.0.4"), "{response}");
+    let text = body(&response);
+    for expected in [
+        "portcullis_calls_total{upstream=\"demo\",tool=\"echo\",outcome=\"ok\"} 2",
+        "portcullis_call_duration_seconds_count{upstream=\"demo\",tool=\"echo\"} 2",
+        "portcullis_call_errors_total{upstream=\"demo\",tool=\"echo\"} 0",
+        // A withheld tool is refused before any upstream sees it.
+        "outcome=\"refused\"} 1",
+        "portcullis_tools_withheld 1",
+        "portcullis_tools_quarantined 0",
+        "portcullis_upstream_up{upstream=\"demo\"} 1",
+        "portcullis_upstream_up{upstream=\"broken\"} 0",
+    ] {
+        assert!(text.contains(expected), "{expected} missing from:\n{text}");
+    }
+}
+
+#[test]
+fn json_logs_carry_call_fields_and_never_argument_values() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_config(
+        dir.path(),
+        &format!("[gateway]\nstore = \"memory\"\n\n{DEMO}"),
+    );
+    let served = serve(&config, &["--log-format", "json"], &[]);
+    let authority = served.authority();
+    let (status, _) = mcp(
+        &authority,
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "sup3r-secret-value"}}}),
+        "",
+    );
+    assert_eq!(status, 200);
+    let line = served.wait_for_line("\"tool call\"");
+    let event: Value = serde_json::from_str(&line).expect("a JSON log line");
+    assert_eq!(event["tool"], "echo", "{event}");
+    assert_eq!(event["upstream"], "demo", "{event}");
+    assert_eq!(event["outcome"], "ok", "{event}");
+    assert_eq!(event["decision"], "allowed", "{event}");
+    assert!(event["duration_ms"].is_number(), "{event}");
+    assert!(!line.contains("sup3r-secret-value"), "{line}");
+}
+
+#[test]
+fn a_changed_config_is_applied_without_restarting_unchanged_children() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_config(
+        dir.path(),
+        &format!("[gateway]\nstore = \"memory\"\n\n{DEMO}"),
+    );
+    let served = serve(&config, &[], &[]);
+    let authority = served.authority();
+    let children = child_pids(served.child.id());
+    assert_eq!(children.len(), 1, "{children:?}");
+    assert_eq!(tool_names(&authority), ["add", "count", "echo"]);
+
+    // The gate opens to writes: write_note appears, the child stays.
+    write_config(
+        dir.path(),
+        &format!("[gateway]\nstore = \"memory\"\nallow_write = true\n\n{DEMO}"),
+    );
+    served.wait_for_line("config reloaded");
+    assert_eq!(
+        tool_names(&authority),
+        ["add", "count", "echo", "write_note"]
+    );
+    assert_eq!(
+        child_pids(served.child.id()),
+        children,
+        "the child was restarted"
+    );
+
+    // A broken config is refused and the last good one keeps serving.
+    write_config(dir.path(), "[gateway]\nallow_write = \"yes\"\n");
+    let refused = served.wait_for_line("config reload rejected");
+    assert!(refused.contains("allow_write"), "{refused}");
+    assert_eq!(
+        tool_names(&authority),
+        ["add", "count", "echo", "write_note"]
+    );
+
+    // SIGHUP re-reads it too.
+    write_config(
+        dir.path(),
+        &format!("[gateway]\nstore = \"memory\"\nallow_write = true\n\n{DEMO}"),
+    );
+    served.wait_for_line("config reloaded");
+    served.signal("HUP");
+    served.wait_for_line("SIGHUP: re-reading the config");
+    served.wait_for_line("config reloaded");
+    assert_eq!(child_pids(served.child.id()), children);
+}
+
+#[test]
+fn stdio_clients_hear_that_the_tool_list_changed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_config(
+        dir.path(),
+        &format!("[gateway]\nstore = \"memory\"\n\n{DEMO}"),
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .args([
+            "serve",
+            "--stdio",
+            "--config",
+            config.to_str().unwrap_or_default(),
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("serve --stdio starts");
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    writeln!(stdin, "{initialize}").expect("written");
+    let answer: Value =
+        serde_json::from_str(&stdout.next().and_then(Result::ok).unwrap_or_default())
+            .expect("JSON-RPC on stdout");
+    assert_eq!(
+        answer["result"]["capabilities"]["tools"]["listChanged"], true,
+        "{answer}"
+    );
+    writeln!(
+        stdin,
+        "{}",
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    )
+    .expect("written");
+    // Answered only once the initialized notification was handled (the
+    // session is known to the gateway from then on).
+    writeln!(
+        stdin,
+        "{}",
+        json!({"jsonrpc": "2.0", "id": 2, "method": "ping"})
+    )
+    .expect("written");
+    let pong = stdout.next().and_then(Result::ok).unwrap_or_default();
+    assert!(pong.contains("\"id\":2"), "{pong}");
+
+    write_config(
+        dir.path(),
+        &format!("[gateway]\nstore = \"memory\"\nallow_write = true\n\n{DEMO}"),
+    );
+    let notified = stdout
+        .by_ref()
+        .map_while(Result::ok)
+        .find(|l| l.contains("notifications/tools/list_changed"));
+    assert!(notified.is_some(), "no list_changed before stdout closed");
+    writeln!(
+        stdin,
+        "{}",
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"})
+    )
+    .expect("written");
+    let listed = stdout.next().and_then(Result::ok).unwrap_or_default();
+    assert!(listed.contains("write_note"), "{listed}");
+    drop(stdin);
+    let status = child.wait().expect("exits when stdin closes");
+    assert_eq!(status.code(), Some(0));
+}
+
+#[test]
+fn every_call_is_in_the_audit_trail_with_its_argument_shape_only() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // The default store: SQLite in data_dir, beside the config.
+    let config = write_config(
+        dir.path(),
+        &format!(
+            "[gateway]\nidentity = {{ user = {{ userId = \"ops-agent\" }}, perms = [] }}\n\n{DEMO}"
+        ),
+    );
+    let mut served = serve(&config, &[], &[]);
+    let authority = served.authority();
+    let secret = "audit-s3cret-value";
+    for (id, message) in [
+        (1, json!({"name": "echo", "arguments": {"text": secret}})),
+        (2, json!({"name": "echo", "arguments": {}})),
+        (
+            3,
+            json!({"name": "write_note", "arguments": {"text": secret}}),
+        ),
+    ] {
+        let (status, response) = mcp(
+            &authority,
+            &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": message}),
+            "",
+        );
+        assert_eq!(status, 200, "{response}");
+    }
+    served.signal("TERM");
+    assert_eq!(served.exit_code(), Some(0));
+
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let records = runtime.block_on(async {
+        let store = portcullis_store::open(
+            &portcullis_store::StoreSpec::Sqlite(None),
+            &dir.path().join(".portcullis"),
+        )
+        .await
+        .expect("the gateway's SQLite store opens");
+        store.audit().recent(10).await.expect("the trail reads")
+    });
+    assert_eq!(records.len(), 3, "{records:?}");
+    // Newest first.
+    let (refused, invalid, ok) = (&records[0], &records[1], &records[2]);
+    assert_eq!(ok.tool, "echo");
+    assert_eq!(ok.identity.as_deref(), Some("ops-agent"));
+    assert_eq!(ok.decision.as_str(), "allowed");
+    assert_eq!(ok.outcome.kind(), "ok");
+    assert_eq!(ok.argument_shape.as_value(), &json!({"text": "string"}));
+    assert_eq!(invalid.decision.as_str(), "invalid", "{invalid:?}");
+    assert_eq!(refused.tool, "write_note");
+    assert_eq!(refused.decision.as_str(), "denied", "{refused:?}");
+    // The value is nowhere on disk.
+    for entry in std::fs::read_dir(dir.path().join(".portcullis")).expect("data_dir") {
+        let path = entry.expect("entry").path();
+        let bytes = std::fs::read(&path).unwrap_or_default();
+        assert!(
+            !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+            "{} holds an argument value",
+            path.display()
+        );
+    }
+}
