@@ -1,22 +1,58 @@
 //! `portcullis check`: validate the config and say what it sets up.
 //!
 //! A config that loads is summarised (what listens where, which guards are
-//! on, which sources are declared); paths that do not exist are reported.
-//! Nothing is contacted: connecting to upstreams is `tools`' job.
+//! on, which sources are declared). Every source is loaded as `serve` loads
+//! it — Agent Plugins directories (`plugin.json`, `mcp.json`), native
+//! `mcp-plugin.json` manifests (handlers resolved inside the plugin), route
+//! tables and OpenAPI documents — and every diagnostic is printed: errors
+//! (something would not load) make `check` exit 2, warnings (it loads, with
+//! a remark) do not. Nothing is contacted and nothing is written: connecting
+//! to upstreams is `tools`' job, and no signing key is created.
 
 use std::fmt::Write as _;
 
 use portcullis_catalog::ToolFilter;
 
 use crate::config::{AppDescription, Approval, Config, StoreChoice, UpstreamTransport};
+use crate::sources::{Severity, Signing, SourceKind};
 
 /// A URL without its query and fragment, which may carry a key.
 fn redacted(url: &str) -> &str {
     url.split(['?', '#']).next().unwrap_or(url)
 }
 
-/// A problem `check` found beyond what loading rejects.
-pub type Finding = String;
+/// A problem `check` found beyond what loading the config rejects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    /// Whether it stops something from loading.
+    pub severity: Severity,
+    /// What, and where.
+    pub text: String,
+}
+
+impl Finding {
+    fn error(text: impl Into<String>) -> Self {
+        Finding {
+            severity: Severity::Error,
+            text: text.into(),
+        }
+    }
+
+    /// Whether it makes `check` fail.
+    pub fn is_error(&self) -> bool {
+        self.severity == Severity::Error
+    }
+}
+
+impl std::fmt::Display for Finding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let level = match self.severity {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        };
+        write!(f, "{level}: {}", self.text)
+    }
+}
 
 /// The human-readable summary of `config`, and the problems found.
 pub fn summarize(config: &Config) -> (String, Vec<Finding>) {
@@ -106,11 +142,11 @@ pub fn summarize(config: &Config) -> (String, Vec<Finding>) {
         let _ = writeln!(out, "  upstream {}: {how}{filter}{timeout}", upstream.name);
         if let UpstreamTransport::Stdio { cwd: Some(cwd), .. } = &upstream.transport {
             if !cwd.is_dir() {
-                findings.push(format!(
+                findings.push(Finding::error(format!(
                     "upstreams.{}.cwd: {} is not a directory",
                     upstream.name,
                     cwd.display()
-                ));
+                )));
             }
         }
     }
@@ -120,9 +156,6 @@ pub fn summarize(config: &Config) -> (String, Vec<Finding>) {
     ] {
         for dir in dirs {
             let _ = writeln!(out, "  {kind}: {}", dir.display());
-            if !dir.is_dir() {
-                findings.push(format!("{kind}: {} is not a directory", dir.display()));
-            }
         }
     }
     for app in config.apps.values() {
@@ -136,31 +169,52 @@ pub fn summarize(config: &Config) -> (String, Vec<Finding>) {
             file.display(),
             app.base_url
         );
-        if !file.is_file() {
-            findings.push(format!(
-                "apps.{}: {} does not exist",
-                app.name,
-                file.display()
-            ));
-        }
     }
-    if config
+    // Load every source as `serve` would, without a key: what would not
+    // load is an error, a remark is a warning.
+    let loaded = crate::sources::load(config, &Signing::Unsigned);
+    if !loaded.plugin_servers.is_empty() {
+        let names: Vec<&str> = loaded.plugin_servers.iter().map(|s| s.name()).collect();
+        let _ = writeln!(out, "  plugin MCP servers: {}", names.join(", "));
+    }
+    for source in &loaded.sources {
+        let kind = match source.kind {
+            SourceKind::ToolPlugin => "tool plugin",
+            SourceKind::App => "app",
+        };
+        let tools: Vec<&str> = source
+            .registrations
+            .iter()
+            .map(|r| r.tool.name.as_str())
+            .collect();
+        let _ = writeln!(
+            out,
+            "  {kind} {}: {} tool(s): {}",
+            source.name,
+            tools.len(),
+            tools.join(", ")
+        );
+    }
+    findings.extend(loaded.findings.iter().map(|f| Finding {
+        severity: f.severity,
+        text: f.to_string(),
+    }));
+    let mut servers: std::collections::BTreeSet<&str> =
+        config.upstreams.keys().map(String::as_str).collect();
+    servers.extend(loaded.plugin_servers.iter().map(|s| s.name()));
+    servers.extend(loaded.sources.iter().map(|s| s.name.as_str()));
+    let unknown: Vec<&str> = config
         .disclosure
         .always_load
         .iter()
-        .any(|s| !config.upstreams.contains_key(s))
-    {
-        findings.push(format!(
-            "disclosure.always_load names servers that are not upstreams: {}",
-            config
-                .disclosure
-                .always_load
-                .iter()
-                .filter(|s| !config.upstreams.contains_key(*s))
-                .cloned()
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
+        .map(String::as_str)
+        .filter(|s| !servers.contains(s))
+        .collect();
+    if !unknown.is_empty() {
+        findings.push(Finding::error(format!(
+            "disclosure.always_load names servers that are not upstreams or sources: {}",
+            unknown.join(", ")
+        )));
     }
     (out, findings)
 }

@@ -42,6 +42,8 @@ pub struct Gateway {
     pub toolset: Toolset,
     /// The tools behind the exposure gate, as MCP serves them.
     pub tools: ToolServer,
+    /// The native plugins' and apps' tools, projected beside the upstreams.
+    pub sources: Arc<crate::sources::SourceCatalogue>,
 }
 
 /// One row of `portcullis tools --json`: the contract shape of the design
@@ -70,23 +72,52 @@ impl Gateway {
             .parent()
             .map(Path::to_path_buf)
             .unwrap_or_default();
-        let servers = config
+        let mut servers = config
             .upstreams
             .values()
             .map(|u| server_config(u, &base))
             .collect::<anyhow::Result<Vec<_>>>()?;
+        // Plugins, tool plugins and apps: a broken one is reported and
+        // skipped. Agent Plugins' servers join the upstreams.
+        let loaded = crate::sources::load(config, &crate::sources::signing(config));
+        for finding in &loaded.findings {
+            tracing::warn!(origin = %finding.origin, "{}", finding.message);
+        }
+        servers.extend(loaded.plugin_servers.iter().cloned());
         let store = crate::trust::open_store(config).await?;
         // Trust on first use through the store: the connector records each
         // server's baseline and catalogue cache and enforces what is kept.
-        let options = connect_options(config).with_store(store);
+        let mut options = connect_options(config).with_store(store.clone());
+        options.projection.prefix = crate::sources::resolve_prefix(
+            config.gateway.prefix,
+            servers.len(),
+            config.tool_plugins.len() + config.apps.len(),
+        );
+        let projection = options.projection.clone();
         let toolset = connect(servers.clone(), options)
             .await
             .context("cannot connect the upstreams")?;
         for diagnostic in toolset.diagnostics() {
             tracing::warn!(rule = %diagnostic.rule, origin = %diagnostic.origin, "{}", diagnostic.message);
         }
-        let tools = build_tool_server(config, &toolset)?;
-        Ok(Gateway { toolset, tools })
+        let upstream_names = servers.iter().map(|s| s.name().to_owned()).collect();
+        let sources = crate::sources::SourceCatalogue::project(
+            loaded.sources,
+            &upstream_names,
+            &toolset.catalogue(),
+            &projection,
+            store.as_ref(),
+        )
+        .await?;
+        for diagnostic in sources.diagnostics() {
+            tracing::warn!(rule = %diagnostic.rule, origin = %diagnostic.origin, "{}", diagnostic.message);
+        }
+        let tools = build_tool_server(config, &toolset, &sources)?;
+        Ok(Gateway {
+            toolset,
+            tools,
+            sources: Arc::new(sources),
+        })
     }
 
     /// Every tool, available or not, with why it is held back: the
@@ -99,10 +130,11 @@ impl Gateway {
             .iter()
             .map(|w| (w.id.as_str(), w.reason.as_str()))
             .collect();
-        self.toolset
-            .catalogue()
+        let upstream = self.toolset.catalogue();
+        upstream
             .status_rows()
             .into_iter()
+            .chain(self.sources.status_rows(upstream.has_describe_tool()))
             .map(|row| {
                 let tier = serde_json::to_value(row.tier)
                     .ok()
@@ -132,7 +164,8 @@ impl Gateway {
     pub fn regated(&self, config: &Config) -> anyhow::Result<Gateway> {
         Ok(Gateway {
             toolset: self.toolset.clone(),
-            tools: build_tool_server(config, &self.toolset)?,
+            tools: build_tool_server(config, &self.toolset, &self.sources)?,
+            sources: self.sources.clone(),
         })
     }
 
@@ -226,6 +259,16 @@ fn connect_options(config: &Config) -> ConnectOptions {
     options
 }
 
+/// The policy of `[gateway] approval`, for the calls that do not go through
+/// the connector (native plugins and apps).
+fn policy(config: &Config) -> Arc<dyn Policy> {
+    if config.gateway.approval == Approval::Never {
+        Arc::new(portcullis_catalog::policy::AllowAll)
+    } else {
+        Arc::new(ApprovalPolicy(config.gateway.approval.clone()))
+    }
+}
+
 /// `[gateway] approval`: the calls that need a person's approval first. The
 /// toolset refuses them unless the call carries an approval, which no
 /// surface can obtain yet, so they are refused with a message saying why.
@@ -263,9 +306,20 @@ pub fn exposure(config: &Config) -> Exposure {
 /// One registration per catalogue entry (quarantine stubs included: the
 /// toolset refuses them), each forwarding to the toolset under its
 /// qualified name.
-fn build_tool_server(config: &Config, toolset: &Toolset) -> anyhow::Result<ToolServer> {
+fn build_tool_server(
+    config: &Config,
+    toolset: &Toolset,
+    sources: &crate::sources::SourceCatalogue,
+) -> anyhow::Result<ToolServer> {
+    // With sources beside the upstreams, one describe tool answers from
+    // both catalogues in place of the connector's.
     let catalogue = toolset.catalogue();
-    let registrations = catalogue.entries().iter().map(|entry| {
+    let joint_describe = sources.needs_joint_describe(&catalogue);
+    let entries = catalogue
+        .entries()
+        .iter()
+        .filter(|entry| !(joint_describe && entry.kind == EntryKind::DescribeTool));
+    let registrations = entries.map(|entry| {
         let toolset = toolset.clone();
         let name: Arc<str> = entry.name.as_str().into();
         let mut definition = entry.definition.clone();
@@ -285,6 +339,8 @@ fn build_tool_server(config: &Config, toolset: &Toolset) -> anyhow::Result<ToolS
     });
     ToolServer::builder()
         .register_all(registrations)
+        .register_all(sources.registrations(policy(config)))
+        .register_all(joint_describe.then(|| sources.describe_registration(toolset.clone())))
         .exposure(exposure(config))
         .max_output_length(config.gateway.max_output_length)
         .server_info("portcullis", env!("CARGO_PKG_VERSION"))

@@ -71,6 +71,7 @@ mod metrics;
 mod relay;
 mod reload;
 mod serve;
+mod sources;
 mod tools_cmd;
 mod trust;
 
@@ -250,9 +251,9 @@ fn run_check(path: &std::path::Path) -> anyhow::Result<Exit> {
     let (summary, findings) = check::summarize(&config);
     print!("{summary}");
     for finding in &findings {
-        eprintln!("warning: {finding}");
+        eprintln!("{finding}");
     }
-    Ok(if findings.is_empty() {
+    Ok(if !findings.iter().any(check::Finding::is_error) {
         Exit::Success
     } else {
         Exit::Usage
