@@ -358,11 +358,12 @@ pub fn approval_message(tool: &str, title: Option<&str>, args: &Value) -> String
 /// top-level keys in order, each with its value when it is safe to show.
 ///
 /// Masked as `<hidden>`: the value of any key that names a secret (`token`,
-/// `password`, `api_key`, `authorization`, …) and any string that looks
-/// like one (a known token prefix, a PEM block, a JWT, or a long run of
-/// letters and digits with no spaces). Other strings are quoted and cut at
-/// 40 characters; arrays and objects show only their size. The whole
-/// summary stays under a few hundred characters.
+/// `password`, `api_key`, `authorization`, …), any string that looks like
+/// one (a known token prefix, a PEM block, a JWT, or a long run of letters
+/// and digits with no spaces), and any such word inside a longer string
+/// (with `password=…` and the word after `Bearer`). Other strings are
+/// quoted and cut at 40 characters; arrays and objects show only their
+/// size. The whole summary stays under a few hundred characters.
 ///
 /// ```
 /// use portcullis_server::approval::summarize_arguments;
@@ -411,7 +412,7 @@ fn show(key: Option<&str>, value: &Value) -> String {
         Value::String(text) if secret_value(text) => HIDDEN.to_owned(),
         // JSON quoting escapes quotes and control characters, so a value
         // cannot forge the rest of the question.
-        Value::String(text) => Value::String(truncate(text, 40)).to_string(),
+        Value::String(text) => Value::String(truncate(&mask_words(text), 40)).to_string(),
         Value::Array(items) => format!("[{} item{}]", items.len(), plural(items.len())),
         Value::Object(fields) => format!("{{{} key{}}}", fields.len(), plural(fields.len())),
         other => other.to_string(),
@@ -440,6 +441,25 @@ fn secret_key(key: &str) -> bool {
     ];
     let key = key.to_ascii_lowercase().replace('-', "_");
     WORDS.iter().any(|w| key.contains(w)) || key == "key" || key.ends_with("_key")
+}
+
+/// A string with every word that looks like a credential masked (a key
+/// inside a sentence, `password=…`, the word after `Bearer`); whitespace
+/// runs become single spaces, which a one-line summary wants anyway.
+fn mask_words(text: &str) -> String {
+    let mut words = Vec::new();
+    let mut after_scheme = false;
+    for word in text.split_whitespace() {
+        let assigned = word
+            .split_once(['=', ':'])
+            .is_some_and(|(name, value)| !value.is_empty() && secret_key(name));
+        let masked = after_scheme || assigned || secret_value(word);
+        after_scheme = ["bearer", "basic", "token"]
+            .iter()
+            .any(|scheme| word.eq_ignore_ascii_case(scheme));
+        words.push(if masked { "<hidden>" } else { word });
+    }
+    words.join(" ")
 }
 
 /// Strings that look like credentials whatever their key.
@@ -625,6 +645,16 @@ mod tests {
         for raw in ["Basic abc", "sk-live", "eyJhbG", "9f86d0", "OPENSSH"] {
             assert!(!summary.contains(raw), "{raw} leaked: {summary}");
         }
+        // Inside longer strings, the secret words alone.
+        let summary = summarize_arguments(&json!({
+            "sentence": "use sk-live-0123456789abcdef please",
+            "header": "x-auth: Bearer abc.def",
+            "config": "mode=fast password=hunter2"
+        }));
+        assert_eq!(
+            summary,
+            "sentence=\"use <hidden> please\", header=\"x-auth: Bearer <hidden>\", config=\"mode=fast <hidden>\""
+        );
     }
 
     #[test]
@@ -636,7 +666,7 @@ mod tests {
         assert!(summary.chars().count() <= SUMMARY_BUDGET + 20, "{summary}");
         assert!(summary.ends_with("more)"), "{summary}");
         let tricky = summarize_arguments(&json!({"q": "a\" , approve=true\nb"}));
-        assert_eq!(tricky, "q=\"a\\\" , approve=true\\nb\"");
+        assert_eq!(tricky, "q=\"a\\\" , approve=true b\"");
         assert_eq!(summarize_arguments(&json!({})), "");
         assert_eq!(
             approval_message("t", Some("Approve tool: t"), &json!({})),
