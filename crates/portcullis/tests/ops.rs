@@ -609,3 +609,95 @@ fn every_call_is_in_the_audit_trail_with_its_argument_shape_only() {
         );
     }
 }
+
+/// A client handler that reports `notifications/tools/list_changed`.
+#[derive(Clone)]
+struct ListWatcher(tokio::sync::mpsc::UnboundedSender<()>);
+
+impl rmcp::ClientHandler for ListWatcher {
+    async fn on_tool_list_changed(
+        &self,
+        _context: rmcp::service::NotificationContext<rmcp::RoleClient>,
+    ) {
+        let _ = self.0.send(());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_clients_of_both_eras_hear_that_the_tool_list_changed() {
+    use rmcp::ServiceExt as _;
+    use rmcp::service::{ClientLifecycleMode, ClientServiceExt as _};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_config(
+        dir.path(),
+        &format!("[gateway]\nstore = \"memory\"\n\n{DEMO}"),
+    );
+    let served = tokio::task::block_in_place(|| serve(&config, &[], &[]));
+    let url = served.url.clone();
+
+    // An initialize-era client: a session, told on its session stream.
+    let (legacy_tx, mut legacy_heard) = tokio::sync::mpsc::unbounded_channel();
+    let legacy = ListWatcher(legacy_tx)
+        .serve(rmcp::transport::StreamableHttpClientTransport::from_uri(
+            url.clone(),
+        ))
+        .await
+        .expect("an initialize-era client connects");
+    let advertised = legacy
+        .peer_info()
+        .and_then(|info| info.capabilities.tools.clone())
+        .and_then(|tools| tools.list_changed);
+    assert_eq!(advertised, Some(true));
+
+    // A 2026-07-28 client: stateless, told on a subscriptions/listen stream.
+    let modern = ()
+        .serve_with_lifecycle(
+            rmcp::transport::StreamableHttpClientTransport::from_uri(url.clone()),
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .expect("a 2026 client connects");
+    let mut subscription = modern
+        .peer()
+        .listen(
+            rmcp::model::SubscriptionFilter::builder()
+                .tools_list_changed()
+                .build(),
+        )
+        .await
+        .expect("subscriptions/listen is accepted");
+
+    write_config(
+        dir.path(),
+        &format!("[gateway]\nstore = \"memory\"\nallow_write = true\n\n{DEMO}"),
+    );
+    tokio::time::timeout(PATIENCE, legacy_heard.recv())
+        .await
+        .expect("the session client was told in time")
+        .expect("the session client was told");
+    let heard = tokio::time::timeout(PATIENCE, subscription.next())
+        .await
+        .expect("the subscriber was told in time")
+        .expect("the subscription stayed open");
+    assert!(
+        matches!(
+            heard,
+            Some(rmcp::model::ServerNotification::ToolListChangedNotification(_))
+        ),
+        "{heard:?}"
+    );
+    let names: Vec<String> = modern
+        .list_all_tools()
+        .await
+        .expect("tools/list")
+        .iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    assert!(names.iter().any(|n| n == "write_note"), "{names:?}");
+    let _ = legacy.cancel().await;
+    let _ = modern.cancel().await;
+    drop(served);
+}
