@@ -360,4 +360,37 @@ mod tests {
         assert_eq!(error.code, ErrorCode::METHOD_NOT_FOUND);
         assert!(error.message.contains("roots/list"), "{}", error.message);
     }
+
+    #[tokio::test]
+    async fn input_requests_are_answered_by_the_caller_under_their_keys() {
+        let requests = || {
+            InputRequests::from_iter([(
+                "client_roots".to_owned(),
+                InputRequest::ListRoots(ListRootsRequest::default()),
+            )])
+        };
+        let cancel = CancellationToken::new();
+        let none = answer_inputs(None, requests(), &cancel).await.unwrap_err();
+        assert_eq!(none.code, ErrorCode::METHOD_NOT_FOUND);
+        assert!(
+            none.message.contains("not made by an MCP client"),
+            "{}",
+            none.message
+        );
+        let undeclared = relay(ClientCapabilities::default());
+        let error = answer_inputs(undeclared.as_ref(), requests(), &cancel)
+            .await
+            .unwrap_err();
+        assert!(
+            error.message.contains("did not declare"),
+            "{}",
+            error.message
+        );
+        let able = relay(roots());
+        let answers = answer_inputs(able.as_ref(), requests(), &cancel)
+            .await
+            .unwrap();
+        assert_eq!(answers.keys().collect::<Vec<_>>(), ["client_roots"]);
+        assert_eq!(answers["client_roots"]["roots"], serde_json::json!([]));
+    }
 }
