@@ -29,11 +29,22 @@
 //! is refused with "no longer published" instead of reaching the server.
 //! Server `instructions` are discarded.
 //!
-//! Trust baselines come in through [`ConnectOptions::baselines`] (keyed by
-//! server identity), so a store can supply them; the fingerprints a first
-//! trust would record are in each
-//! [`ServerSummary`](portcullis_catalog::catalogue::ServerSummary) of
-//! [`Toolset::catalogue`].
+//! With a store ([`ConnectOptions::with_store`], any
+//! [`portcullis_store::Store`] backend), [`connect`] is a cold start that
+//! remembers: each server's fresh listing is saved as its catalogue cache,
+//! its fingerprints are recorded as its trust baseline the first time it is
+//! seen (stdio servers too, keyed by a hash of their command line), and the
+//! baseline the store keeps — never the listing — is what every projection
+//! is guarded by, so a rug pull between runs ends in quarantine (changed),
+//! withholding (added) or a diagnostic (removed). [`rebuild_from_store`] is a
+//! wake: the tool map is projected from the cached listings after the
+//! handshake alone, with no `tools/list` on the way, and a background
+//! reconcile re-lists, re-runs the drift guard and corrects the map in place
+//! ([`Toolset::reconciled`] resolves when it is done). The tool map is an
+//! immutable snapshot: [`Toolset::catalogue`] returns the one in force, a
+//! call keeps the one it started with, and [`Toolset::watch_catalogue`]
+//! announces each correction. Without a store, baselines can be handed in
+//! through [`ConnectOptions::baselines`].
 //!
 //! | module | concern |
 //! |---|---|
@@ -43,6 +54,7 @@
 //! | [`credentials`] | per-session bearer tokens |
 //! | [`options`] | [`ConnectOptions`] |
 //! | [`toolset`] | [`connect`], [`Toolset`], [`CallContext`] |
+//! | [`wake`] | [`rebuild_from_store`]; the background reconcile behind [`Toolset::reconciled`] |
 //! | [`progress`] | progress notifications routed to the caller |
 //! | [`relay`] | a server's sampling, elicitation and roots requests relayed to the calling client |
 //! | [`error`] | [`WiringError`], [`CallError`] |

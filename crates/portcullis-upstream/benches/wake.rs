@@ -1,0 +1,148 @@
+//! Time to a usable tool map for 50 servers × 100 tools: a wake from a
+//! SQLite store (handshake only, projected from the cached listings) against
+//! a cold connect (handshake and `tools/list` per server), side by side in
+//! one run, against loopback Streamable HTTP servers in this process.
+//!
+//! `cargo bench -p portcullis-upstream --bench wake` prints the medians of
+//! several rounds of each, and how many `tools/list` pages the servers
+//! served during each kind of round (a wake's happen in its background
+//! reconcile, after the map is usable).
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use portcullis_store::{SqliteStore, Store};
+use portcullis_upstream::{ConnectOptions, McpServerConfig, connect, rebuild_from_store};
+
+const SERVERS: usize = 50;
+/// The fixture publishes 10 tools of its own; padding makes 100.
+const PAD: usize = 90;
+const ROUNDS: usize = 9;
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn main() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => panic!("tokio runtime: {e}"),
+    };
+    runtime.block_on(run());
+}
+
+async fn run() {
+    let mut servers = Vec::with_capacity(SERVERS);
+    for i in 0..SERVERS {
+        servers.push(
+            common::http_fixture(common::FixtureConfig {
+                label: i.to_string(),
+                pad: PAD,
+                ..Default::default()
+            })
+            .await,
+        );
+    }
+    let configs: Vec<McpServerConfig> = servers
+        .iter()
+        .enumerate()
+        .map(|(i, s)| McpServerConfig::streamable_http(format!("s{i}"), s.mcp_url()))
+        .collect();
+    let lists = || -> usize {
+        servers
+            .iter()
+            .map(|s| s.state.list_pages.load(Ordering::SeqCst))
+            .sum()
+    };
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+    let store: Arc<dyn Store> = match SqliteStore::open(&dir.path().join("bench.sqlite")).await {
+        Ok(store) => Arc::new(store),
+        Err(e) => panic!("sqlite: {e}"),
+    };
+    let with_store = || ConnectOptions::default().with_store(store.clone());
+
+    // Persist the catalogues once (and warm every connection pool).
+    let first = connect(configs.clone(), with_store())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let tools = first.catalogue().entries().len();
+    assert_eq!(first.catalogue().servers().len(), SERVERS);
+    assert!(tools >= SERVERS * 100, "{tools} tools");
+    first.close().await;
+
+    let (mut cold, mut cold_plain, mut wake, mut wake_settled) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut cold_lists, mut wake_lists_at_map, mut wake_lists_total) = (0, 0, 0);
+    for _ in 0..ROUNDS {
+        let before = lists();
+        let start = Instant::now();
+        let toolset = connect(configs.clone(), with_store())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        cold.push(start.elapsed());
+        cold_lists += lists() - before;
+        assert_eq!(toolset.catalogue().entries().len(), tools);
+        toolset.close().await;
+
+        let start = Instant::now();
+        let toolset = connect(configs.clone(), ConnectOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        cold_plain.push(start.elapsed());
+        toolset.close().await;
+
+        let before = lists();
+        let start = Instant::now();
+        let toolset = rebuild_from_store(configs.clone(), with_store())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        wake.push(start.elapsed());
+        wake_lists_at_map += lists() - before;
+        assert_eq!(toolset.catalogue().entries().len(), tools);
+        toolset.reconciled().await;
+        wake_settled.push(start.elapsed());
+        wake_lists_total += lists() - before;
+        assert!(
+            toolset.diagnostics().is_empty(),
+            "{:?}",
+            toolset.diagnostics()
+        );
+        toolset.close().await;
+    }
+
+    println!(
+        "{SERVERS} servers x {} tools each, {ROUNDS} rounds, medians:",
+        tools / SERVERS
+    );
+    println!(
+        "  cold connect, SQLite store    {:>8.1} ms   tools/list pages per round: {}",
+        ms(median(cold)),
+        cold_lists / ROUNDS
+    );
+    println!(
+        "  cold connect, no store        {:>8.1} ms",
+        ms(median(cold_plain))
+    );
+    println!(
+        "  wake from SQLite (map usable) {:>8.1} ms   tools/list pages before the map: {}",
+        ms(median(wake)),
+        wake_lists_at_map / ROUNDS
+    );
+    println!(
+        "  wake, until reconciled()      {:>8.1} ms   tools/list pages per round: {}",
+        ms(median(wake_settled)),
+        wake_lists_total / ROUNDS
+    );
+}
