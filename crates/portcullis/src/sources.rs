@@ -730,7 +730,8 @@ async fn stored_baseline(
 }
 
 /// One call to a source tool, in the upstream call path's order: policy
-/// (an `ask` without an approval is refused, as for upstream tools), then
+/// (an `ask` passes only when the person at the client approved this call
+/// at the edge, else it is refused, as for upstream tools), then
 /// validation against the full schema, then the handler. Framing and error
 /// mapping happen at the edge.
 async fn run(
@@ -751,6 +752,8 @@ async fn run(
         Decision::Deny { reason } => {
             return Ok(DeniedResult::new(&tool.name, "policy", &reason).to_tool_result());
         }
+        // The edge asked the person and they said yes for this very call.
+        Decision::Ask { .. } if ctx.approved() => {}
         ask @ Decision::Ask { .. } => {
             return Err(ToolError::msg(format!(
                 "ERR_TOOL_FAILED: tool \"{}\" needs approval first: {}",
