@@ -15,6 +15,7 @@
 //! | [`tool_server`] | the rmcp `ServerHandler`: lookup, backstop, validation, policy, the handler, error mapping, framing |
 //! | [`approval`] | a policy's `ask`: the person at the client approves first (elicitation, or the 2026-07-28 `input_required` round trip) |
 //! | [`handler`] | what a tool is: an async function of its arguments and a [`CallContext`] |
+//! | [`passthrough`] | resources, prompts, completions, logging and subscriptions through a provider beside the tools |
 //! | [`mcp_server`] | the seed's `createMcpServer(root, port, …, options)` |
 //!
 //! The rules themselves (framing, `ERR_…` codes, validation) live in
@@ -71,6 +72,7 @@ pub mod guard;
 pub mod handler;
 pub mod http;
 pub mod mcp_server;
+pub mod passthrough;
 pub mod stdio;
 pub mod tool_server;
 
@@ -80,5 +82,6 @@ pub use exposure::{Access, Exposure, Identity, Withheld};
 pub use handler::{CallContext, ToolError, ToolHandler, typed};
 pub use http::{HttpOptions, HttpServer, serve_http};
 pub use mcp_server::{ServeOptions, create_mcp_server};
+pub use passthrough::{PassthroughCapabilities, PassthroughProvider};
 pub use stdio::{serve_io, serve_stdio};
 pub use tool_server::{CallError, Registration, ToolServer, ToolServerBuilder, schema_of};

@@ -38,6 +38,7 @@ use crate::approval::{Approvals, DEFAULT_APPROVAL_TIMEOUT, Retry, Verdict};
 use crate::error::ServerError;
 use crate::exposure::{Access, Exposure, Identity, Withheld, check_call};
 use crate::handler::{CallContext, ToolError, ToolHandler, typed};
+use crate::passthrough::PassthroughProvider;
 
 /// The source name of tools registered without one.
 pub const IN_PROCESS_SOURCE: &str = "in-process";
@@ -94,6 +95,7 @@ pub struct ToolServerBuilder {
     policy: Option<Arc<dyn Policy>>,
     cancel_grace: Duration,
     approval_timeout: Duration,
+    passthrough: Option<Arc<dyn PassthroughProvider>>,
 }
 
 impl Default for ToolServerBuilder {
@@ -106,6 +108,7 @@ impl Default for ToolServerBuilder {
             policy: None,
             cancel_grace: DEFAULT_CANCEL_GRACE,
             approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
+            passthrough: None,
         }
     }
 }
@@ -179,6 +182,13 @@ impl ToolServerBuilder {
     /// [`DEFAULT_APPROVAL_TIMEOUT`]); after that the call is denied.
     pub fn approval_timeout(mut self, timeout: Duration) -> Self {
         self.approval_timeout = timeout;
+        self
+    }
+
+    /// Serves resources, prompts, completions and logging through
+    /// `provider` beside the tools (see [`crate::passthrough`]).
+    pub fn passthrough(mut self, provider: Arc<dyn PassthroughProvider>) -> Self {
+        self.passthrough = Some(provider);
         self
     }
 
@@ -270,6 +280,7 @@ impl ToolServerBuilder {
                 policy: self.policy,
                 cancel_grace: self.cancel_grace,
                 approvals: Approvals::new(self.approval_timeout),
+                passthrough: self.passthrough,
             }),
         })
     }
@@ -322,6 +333,7 @@ struct Inner {
     policy: Option<Arc<dyn Policy>>,
     cancel_grace: Duration,
     approvals: Approvals,
+    passthrough: Option<Arc<dyn PassthroughProvider>>,
 }
 
 /// How a call ended on this surface: a result, or (2026-07-28 clients
@@ -538,11 +550,14 @@ impl ServerHandler for ToolServer {
     fn get_info(&self) -> ServerConfig {
         // No tools, no `tools` capability: the seed advertises `{}`, and the
         // 2026 suite checks that a declared capability actually works.
-        let capabilities = if self.inner.listed.is_empty() {
+        let mut capabilities = if self.inner.listed.is_empty() {
             ServerCapabilities::default()
         } else {
             ServerCapabilities::builder().enable_tools().build()
         };
+        if let Some(provider) = &self.inner.passthrough {
+            provider.capabilities().advertise(&mut capabilities);
+        }
         ServerConfig::new(capabilities).with_server_info(self.inner.server_info.clone())
     }
 
@@ -566,16 +581,158 @@ impl ServerHandler for ToolServer {
     /// `subscriptions/listen` (2026-07-28) is accepted so clients can hold
     /// one open, but a built tool set never changes, so it advertises no
     /// `listChanged` and rmcp acknowledges an empty filter; the stream then
-    /// stays quiet until the client closes it.
+    /// stays quiet until the client closes it. A passthrough provider adds
+    /// the prompt and resource notifications it serves.
     fn accepted_subscription_filter(
         &self,
-        _requested: &rmcp::model::SubscriptionFilter,
+        requested: &rmcp::model::SubscriptionFilter,
     ) -> Option<rmcp::model::SubscriptionFilter> {
-        Some(
-            rmcp::model::SubscriptionFilter::builder()
-                .tools_list_changed()
-                .build(),
-        )
+        let mut accepted = rmcp::model::SubscriptionFilter::builder()
+            .tools_list_changed()
+            .build();
+        if let Some(provider) = &self.inner.passthrough {
+            provider.capabilities().accept(requested, &mut accepted);
+        }
+        Some(accepted)
+    }
+
+    async fn listen(&self, context: rmcp::service::SubscriptionContext) -> Result<(), ErrorData> {
+        match &self.inner.passthrough {
+            Some(provider) => provider.listen(context).await,
+            None => {
+                context.cancelled().await;
+                Ok(())
+            }
+        }
+    }
+
+    async fn on_initialized(&self, context: rmcp::service::NotificationContext<RoleServer>) {
+        if let Some(provider) = &self.inner.passthrough {
+            provider.session_started(context.peer);
+        }
+    }
+
+    // Everything beyond tools goes to the passthrough provider, if any
+    // (see `crate::passthrough`); without one these are `-32601`.
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourcesResult, ErrorData> {
+        match &self.inner.passthrough {
+            Some(p) => p.list_resources(request, context).await,
+            None => Err(ErrorData::method_not_found::<
+                rmcp::model::ListResourcesRequestMethod,
+            >()),
+        }
+    }
+
+    async fn list_resource_templates(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourceTemplatesResult, ErrorData> {
+        match &self.inner.passthrough {
+            Some(p) => p.list_resource_templates(request, context).await,
+            None => Err(ErrorData::method_not_found::<
+                rmcp::model::ListResourceTemplatesRequestMethod,
+            >()),
+        }
+    }
+
+    async fn read_resource(
+        &self,
+        request: rmcp::model::ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ReadResourceResponse, ErrorData> {
+        match &self.inner.passthrough {
+            Some(p) => p.read_resource(request, context).await,
+            None => Err(ErrorData::method_not_found::<
+                rmcp::model::ReadResourceRequestMethod,
+            >()),
+        }
+    }
+
+    #[allow(deprecated)]
+    async fn subscribe(
+        &self,
+        request: rmcp::model::SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        match &self.inner.passthrough {
+            Some(p) if p.capabilities().subscribe => p.subscribe(request, context).await,
+            _ => Err(ErrorData::method_not_found::<
+                rmcp::model::SubscribeRequestMethod,
+            >()),
+        }
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: rmcp::model::UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        match &self.inner.passthrough {
+            Some(p) if p.capabilities().subscribe => p.unsubscribe(request, context).await,
+            _ => Err(ErrorData::method_not_found::<
+                rmcp::model::UnsubscribeRequestMethod,
+            >()),
+        }
+    }
+
+    async fn list_prompts(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListPromptsResult, ErrorData> {
+        match &self.inner.passthrough {
+            Some(p) => p.list_prompts(request, context).await,
+            None => Err(ErrorData::method_not_found::<
+                rmcp::model::ListPromptsRequestMethod,
+            >()),
+        }
+    }
+
+    async fn get_prompt(
+        &self,
+        request: rmcp::model::GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetPromptResponse, ErrorData> {
+        match &self.inner.passthrough {
+            Some(p) => p.get_prompt(request, context).await,
+            None => Err(ErrorData::method_not_found::<
+                rmcp::model::GetPromptRequestMethod,
+            >()),
+        }
+    }
+
+    async fn complete(
+        &self,
+        request: rmcp::model::CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CompleteResult, ErrorData> {
+        match &self.inner.passthrough {
+            Some(p) if p.capabilities().completions => p.complete(request, context).await,
+            _ => Err(ErrorData::method_not_found::<
+                rmcp::model::CompleteRequestMethod,
+            >()),
+        }
+    }
+
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        request: rmcp::model::SetLevelRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        match &self.inner.passthrough {
+            Some(p) if p.capabilities().logging => p.set_level(request, context).await,
+            _ => Err(ErrorData::method_not_found::<
+                rmcp::model::SetLevelRequestMethod,
+            >()),
+        }
     }
 
     async fn call_tool(

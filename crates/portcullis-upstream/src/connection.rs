@@ -391,6 +391,21 @@ impl Connection {
         self.pid
     }
 
+    /// The rmcp peer, for the requests [`crate::passthrough`] carries.
+    pub(crate) fn peer(&self) -> &Peer<RoleClient> {
+        &self.peer
+    }
+
+    /// The per-request timeout (the config's `timeout_ms`).
+    pub(crate) fn request_timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Where the client handler publishes the server's notices.
+    pub(crate) fn notices(&self) -> &crate::passthrough::Notices {
+        &self.handler.notices
+    }
+
     /// Whether calls may be sent.
     pub(crate) fn is_available(&self) -> bool {
         if self.peer.is_transport_closed() {

@@ -55,6 +55,7 @@
 //! | [`options`] | [`ConnectOptions`] |
 //! | [`toolset`] | [`connect`], [`Toolset`], [`CallContext`] |
 //! | [`wake`] | [`rebuild_from_store`]; the background reconcile behind [`Toolset::reconciled`] |
+//! | [`passthrough`] | resources, templates, prompts, completions, log level, subscriptions and their notifications, per server |
 //! | [`progress`] | progress notifications routed to the caller |
 //! | [`relay`] | a server's sampling, elicitation and roots requests relayed to the calling client |
 //! | [`error`] | [`WiringError`], [`CallError`] |
@@ -98,6 +99,7 @@ pub mod hosts;
 mod http;
 pub mod options;
 mod output;
+pub mod passthrough;
 pub mod plugins;
 pub mod progress;
 pub mod relay;
@@ -119,6 +121,7 @@ pub use error::{CallError, WiringError};
 pub use hosts::AllowedHosts;
 pub use http::MAX_REDIRECTS;
 pub use options::{ConnectOptions, DEFAULT_TIMEOUT};
+pub use passthrough::{Notice, Passthrough, PassthroughError, ServerNotice};
 pub use plugins::{PluginLoad, PluginManifest, load_agent_plugin};
 pub use progress::Progress;
 pub use relay::ClientRelay;

@@ -58,6 +58,9 @@ pub(crate) struct UpstreamHandler {
     pub(crate) relays: Relays,
     /// Signalled when a handshake-era server says its tool list changed.
     pub(crate) tools_changed: Arc<Notify>,
+    /// Log messages, resource updates and list changes, for
+    /// [`crate::passthrough`].
+    pub(crate) notices: crate::passthrough::Notices,
 }
 
 impl UpstreamHandler {
@@ -208,6 +211,34 @@ impl ClientHandler for UpstreamHandler {
         // A permit is kept if the watcher is busy re-listing, so a change
         // during a re-list is not lost.
         self.tools_changed.notify_one();
+    }
+
+    async fn on_logging_message(
+        &self,
+        params: rmcp::model::LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.notices
+            .publish(crate::passthrough::Notice::Log(params));
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: rmcp::model::ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.notices
+            .publish(crate::passthrough::Notice::ResourceUpdated(params.uri));
+    }
+
+    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.notices
+            .publish(crate::passthrough::Notice::ResourcesChanged);
+    }
+
+    async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.notices
+            .publish(crate::passthrough::Notice::PromptsChanged);
     }
 
     fn get_info(&self) -> ClientConfig {

@@ -464,6 +464,11 @@ impl Toolset {
             .and_then(|s| s.baseline.clone())
     }
 
+    /// Everything the servers serve besides tools (resources, prompts,
+    /// completions, logging, subscriptions), over the same connections.
+    pub fn passthrough(&self) -> crate::passthrough::Passthrough {
+        crate::passthrough::Passthrough::new(self.clone())
+    }
 
     /// The process id of a connected stdio server's child, by effective
     /// server name.

@@ -44,6 +44,8 @@ pub struct Gateway {
     pub tools: ToolServer,
     /// The native plugins' and apps' tools, projected beside the upstreams.
     pub sources: Arc<crate::sources::SourceCatalogue>,
+    /// Resources, prompts, completions and logging of the upstreams.
+    pub proxy: crate::proxy::Proxy,
 }
 
 /// One row of `portcullis tools --json`: the contract shape of the design
@@ -112,11 +114,13 @@ impl Gateway {
         for diagnostic in sources.diagnostics() {
             tracing::warn!(rule = %diagnostic.rule, origin = %diagnostic.origin, "{}", diagnostic.message);
         }
-        let tools = build_tool_server(config, &toolset, &sources)?;
+        let proxy = crate::proxy::Proxy::start(&toolset, projection.prefix).await;
+        let tools = build_tool_server(config, &toolset, &sources, &proxy)?;
         Ok(Gateway {
             toolset,
             tools,
             sources: Arc::new(sources),
+            proxy,
         })
     }
 
@@ -164,8 +168,9 @@ impl Gateway {
     pub fn regated(&self, config: &Config) -> anyhow::Result<Gateway> {
         Ok(Gateway {
             toolset: self.toolset.clone(),
-            tools: build_tool_server(config, &self.toolset, &self.sources)?,
+            tools: build_tool_server(config, &self.toolset, &self.sources, &self.proxy)?,
             sources: self.sources.clone(),
+            proxy: self.proxy.clone(),
         })
     }
 
@@ -310,6 +315,7 @@ fn build_tool_server(
     config: &Config,
     toolset: &Toolset,
     sources: &crate::sources::SourceCatalogue,
+    proxy: &crate::proxy::Proxy,
 ) -> anyhow::Result<ToolServer> {
     // With sources beside the upstreams, one describe tool answers from
     // both catalogues in place of the connector's.
@@ -344,6 +350,7 @@ fn build_tool_server(
         .exposure(exposure(config))
         .max_output_length(config.gateway.max_output_length)
         .server_info("portcullis", env!("CARGO_PKG_VERSION"))
+        .passthrough(Arc::new(proxy.clone()))
         .build()
         .context("cannot build the tool server from the catalogue")
 }

@@ -68,6 +68,7 @@ mod gateway;
 mod health;
 mod import;
 mod metrics;
+mod proxy;
 mod relay;
 mod reload;
 mod serve;

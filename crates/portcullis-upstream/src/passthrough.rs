@@ -1,0 +1,674 @@
+//! Everything an upstream serves besides tools, per server: resources,
+//! resource templates, prompts, completions, the log level and resource
+//! subscriptions, and the notifications that come with them (log messages,
+//! `resources/updated`, list changes).
+//!
+//! [`Toolset::passthrough`](crate::Toolset::passthrough) hands out a
+//! [`Passthrough`] over the toolset's connections. Requests travel as tool
+//! calls do: over the same connection, within the server's timeout (the
+//! server is told to cancel when it elapses), with failures typed as
+//! [`PassthroughError`]. Listings follow `nextCursor` to the end. Nothing
+//! here renames or filters: naming, pinning and routing are the catalogue's
+//! ([`portcullis_catalog::passthrough`]); this module only carries requests.
+//!
+//! Both protocol eras are served. A 2025-era server gets `logging/setLevel`
+//! and `resources/subscribe` as such; a 2026-07-28 server has neither, so a
+//! level is not forwarded ([`PassthroughError::Unsupported`]) and a
+//! subscription becomes a `subscriptions/listen` for that URI. List changes
+//! of a 2026 server arrive on a listen opened by [`Passthrough::notices`].
+
+// Logging and resources/subscribe are deprecated by SEP-2577 (2026-07-28)
+// but every 2025-era server and client still uses them: they are proxied.
+#![allow(deprecated)]
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use rmcp::model::{
+    ClientRequest, CompleteRequest, CompleteRequestParams, CompleteResult, GetPromptRequest,
+    GetPromptRequestParams, GetPromptResponse, ListPromptsRequest, ListResourceTemplatesRequest,
+    ListResourcesRequest, LoggingLevel, LoggingMessageNotificationParam, PaginatedRequestParams,
+    Prompt, ProtocolVersion, ReadResourceRequest, ReadResourceRequestParams, ReadResourceResponse,
+    Resource, ResourceTemplate, ServerCapabilities, ServerNotification, ServerResult,
+    SetLevelRequest, SetLevelRequestParams, SubscribeRequest, SubscribeRequestParams,
+    SubscriptionFilter, UnsubscribeRequest, UnsubscribeRequestParams,
+};
+use rmcp::service::{PeerRequestOptions, ServiceError};
+use serde_json::Value;
+use thiserror::Error;
+use tokio::sync::{broadcast, mpsc};
+use tokio_util::sync::CancellationToken;
+
+use crate::connection::Connection;
+use crate::toolset::Toolset;
+
+/// Pages followed before giving up on a server that keeps handing out
+/// cursors.
+const MAX_PAGES: usize = 1000;
+
+/// Notices buffered per connection before a slow reader loses the oldest.
+const NOTICE_CAPACITY: usize = 256;
+
+/// Why a request to an upstream produced no answer.
+#[derive(Debug, Clone, PartialEq, Error)]
+#[non_exhaustive]
+pub enum PassthroughError {
+    /// No connected server has this name.
+    #[error("MCP server \"{server}\" is not connected.")]
+    UnknownServer {
+        /// The name asked for.
+        server: String,
+    },
+    /// The server is closed, failed authorization, or its connection ended.
+    #[error("MCP server \"{server}\" is unavailable.")]
+    Unavailable {
+        /// The server's effective name.
+        server: String,
+    },
+    /// The server does not serve this method (not advertised, or not in the
+    /// protocol revision it speaks).
+    #[error("MCP server \"{server}\" does not support {method}.")]
+    Unsupported {
+        /// The server's effective name.
+        server: String,
+        /// The MCP method.
+        method: &'static str,
+    },
+    /// No answer within the server's timeout; the server was told to cancel.
+    #[error("MCP server \"{server}\" did not answer {method} within {timeout_ms} ms.")]
+    Timeout {
+        /// The server's effective name.
+        server: String,
+        /// The MCP method.
+        method: &'static str,
+        /// The timeout that elapsed.
+        timeout_ms: u128,
+    },
+    /// The server answered with a JSON-RPC error, kept whole so a gateway
+    /// can hand it on (a resource-not-found keeps its code and `data.uri`).
+    #[error("MCP server \"{server}\" refused {method}: {message}")]
+    Protocol {
+        /// The server's effective name.
+        server: String,
+        /// The MCP method.
+        method: &'static str,
+        /// The JSON-RPC error code.
+        code: i32,
+        /// The server's message.
+        message: String,
+        /// The error's `data`, if any (boxed: errors stay small).
+        data: Option<Box<Value>>,
+    },
+    /// The connection failed during the request, or the answer was not the
+    /// kind of result asked for.
+    #[error("MCP server \"{server}\" failed during {method}: {reason}")]
+    Transport {
+        /// The server's effective name.
+        server: String,
+        /// The MCP method.
+        method: &'static str,
+        /// What broke.
+        reason: String,
+    },
+}
+
+/// Something a server said without being asked.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Notice {
+    /// `notifications/message`.
+    Log(LoggingMessageNotificationParam),
+    /// `notifications/resources/updated` for this URI (the server's own).
+    ResourceUpdated(String),
+    /// `notifications/resources/list_changed`.
+    ResourcesChanged,
+    /// `notifications/prompts/list_changed`.
+    PromptsChanged,
+}
+
+/// A [`Notice`] and the server (effective name) it came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerNotice {
+    /// The server's effective name.
+    pub server: String,
+    /// What it said.
+    pub notice: Notice,
+}
+
+/// The per-connection end of notices: the client handler publishes on it,
+/// and it keeps the 2026 listens this module opened.
+#[derive(Clone)]
+pub(crate) struct Notices {
+    sender: broadcast::Sender<Notice>,
+    state: Arc<Mutex<ListenState>>,
+}
+
+#[derive(Default)]
+struct ListenState {
+    /// A `subscriptions/listen` for list changes is open (2026 servers).
+    lists: bool,
+    /// One listen per subscribed URI (2026 servers), by URI.
+    uris: HashMap<String, CancellationToken>,
+}
+
+impl Default for Notices {
+    fn default() -> Self {
+        Notices {
+            sender: broadcast::channel(NOTICE_CAPACITY).0,
+            state: Arc::default(),
+        }
+    }
+}
+
+impl Notices {
+    /// Publishes a notice; nobody listening is not an error.
+    pub(crate) fn publish(&self, notice: Notice) {
+        let _ = self.sender.send(notice);
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, ListenState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Requests other than tools, to the toolset's servers by effective name.
+/// Cheap to clone.
+#[derive(Clone)]
+pub struct Passthrough {
+    toolset: Toolset,
+}
+
+impl std::fmt::Debug for Passthrough {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Passthrough")
+            .field("servers", &self.servers())
+            .finish()
+    }
+}
+
+/// Follows `nextCursor` to the end, refusing a cursor seen before.
+macro_rules! list_all {
+    ($self:ident, $server:expr, $method:literal, $Req:ident, $Res:ident, $field:ident) => {{
+        let connection = $self.connection($server)?;
+        let mut items = Vec::new();
+        let mut cursor: Option<String> = None;
+        let mut seen = BTreeSet::new();
+        for _ in 0..MAX_PAGES {
+            let params = PaginatedRequestParams::default().with_cursor(cursor.take());
+            let request = ClientRequest::$Req($Req {
+                method: Default::default(),
+                params: Some(params),
+                extensions: Default::default(),
+            });
+            match send(&connection, $server, $method, request).await? {
+                ServerResult::$Res(page) => {
+                    items.extend(page.$field);
+                    match page.next_cursor {
+                        Some(next) if !next.is_empty() && seen.insert(next.clone()) => {
+                            cursor = Some(next)
+                        }
+                        _ => break,
+                    }
+                }
+                _ => return Err(mismatch($server, $method)),
+            }
+        }
+        Ok(items)
+    }};
+}
+
+impl Passthrough {
+    pub(crate) fn new(toolset: Toolset) -> Self {
+        Passthrough { toolset }
+    }
+
+    /// Every connected server, by effective name, sorted.
+    pub fn servers(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .toolset
+            .inner
+            .snapshot()
+            .connections
+            .keys()
+            .cloned()
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// What `server` declared it can do (`None` if it is not connected).
+    pub fn capabilities(&self, server: &str) -> Option<ServerCapabilities> {
+        let connection = self
+            .toolset
+            .inner
+            .snapshot()
+            .connections
+            .get(server)?
+            .clone();
+        connection
+            .peer()
+            .peer_info()
+            .map(|i| i.capabilities.clone())
+    }
+
+    /// Whether `server` speaks a handshake-era revision (2025-11-25 or
+    /// older), with `logging/setLevel` and `resources/subscribe`.
+    pub fn has_initialize(&self, server: &str) -> bool {
+        self.protocol_version(server)
+            .is_none_or(|v| v.has_initialize())
+    }
+
+    fn protocol_version(&self, server: &str) -> Option<ProtocolVersion> {
+        let connection = self
+            .toolset
+            .inner
+            .snapshot()
+            .connections
+            .get(server)?
+            .clone();
+        connection
+            .peer()
+            .peer_info()
+            .map(|i| i.protocol_version.clone())
+    }
+
+    fn connection(&self, server: &str) -> Result<Arc<Connection>, PassthroughError> {
+        let connection = self
+            .toolset
+            .inner
+            .snapshot()
+            .connections
+            .get(server)
+            .cloned()
+            .ok_or_else(|| PassthroughError::UnknownServer {
+                server: server.to_owned(),
+            })?;
+        let closed = self
+            .toolset
+            .inner
+            .closed
+            .load(std::sync::atomic::Ordering::Acquire);
+        if closed || !connection.is_available() {
+            return Err(PassthroughError::Unavailable {
+                server: server.to_owned(),
+            });
+        }
+        Ok(connection)
+    }
+
+    /// `resources/list`, every page.
+    pub async fn list_resources(&self, server: &str) -> Result<Vec<Resource>, PassthroughError> {
+        list_all!(
+            self,
+            server,
+            "resources/list",
+            ListResourcesRequest,
+            ListResourcesResult,
+            resources
+        )
+    }
+
+    /// `resources/templates/list`, every page.
+    pub async fn list_resource_templates(
+        &self,
+        server: &str,
+    ) -> Result<Vec<ResourceTemplate>, PassthroughError> {
+        list_all!(
+            self,
+            server,
+            "resources/templates/list",
+            ListResourceTemplatesRequest,
+            ListResourceTemplatesResult,
+            resource_templates
+        )
+    }
+
+    /// `prompts/list`, every page.
+    pub async fn list_prompts(&self, server: &str) -> Result<Vec<Prompt>, PassthroughError> {
+        list_all!(
+            self,
+            server,
+            "prompts/list",
+            ListPromptsRequest,
+            ListPromptsResult,
+            prompts
+        )
+    }
+
+    /// `resources/read` with the server's own URI in `params`. A 2026
+    /// server may answer `input_required`; that is handed back as it is.
+    pub async fn read_resource(
+        &self,
+        server: &str,
+        params: ReadResourceRequestParams,
+    ) -> Result<ReadResourceResponse, PassthroughError> {
+        const METHOD: &str = "resources/read";
+        let connection = self.connection(server)?;
+        let request = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(params));
+        match send(&connection, server, METHOD, request).await? {
+            ServerResult::ReadResourceResult(result) => Ok(ReadResourceResponse::Complete(result)),
+            ServerResult::InputRequiredResult(result) => {
+                Ok(ReadResourceResponse::InputRequired(result))
+            }
+            _ => Err(mismatch(server, METHOD)),
+        }
+    }
+
+    /// `prompts/get` with the server's own prompt name in `params`. A 2026
+    /// server may answer `input_required`; that is handed back as it is.
+    pub async fn get_prompt(
+        &self,
+        server: &str,
+        params: GetPromptRequestParams,
+    ) -> Result<GetPromptResponse, PassthroughError> {
+        const METHOD: &str = "prompts/get";
+        let connection = self.connection(server)?;
+        let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(params));
+        match send(&connection, server, METHOD, request).await? {
+            ServerResult::GetPromptResult(result) => Ok(GetPromptResponse::Complete(result)),
+            ServerResult::InputRequiredResult(result) => {
+                Ok(GetPromptResponse::InputRequired(result))
+            }
+            _ => Err(mismatch(server, METHOD)),
+        }
+    }
+
+    /// `completion/complete` with the server's own prompt name or URI in
+    /// the reference.
+    pub async fn complete(
+        &self,
+        server: &str,
+        params: CompleteRequestParams,
+    ) -> Result<CompleteResult, PassthroughError> {
+        const METHOD: &str = "completion/complete";
+        let connection = self.connection(server)?;
+        let request = ClientRequest::CompleteRequest(CompleteRequest::new(params));
+        match send(&connection, server, METHOD, request).await? {
+            ServerResult::CompleteResult(result) => Ok(result),
+            _ => Err(mismatch(server, METHOD)),
+        }
+    }
+
+    /// `logging/setLevel`. A 2026-07-28 server has no such method (the
+    /// level travels with each request there): `Unsupported`.
+    pub async fn set_level(
+        &self,
+        server: &str,
+        level: LoggingLevel,
+    ) -> Result<(), PassthroughError> {
+        const METHOD: &str = "logging/setLevel";
+        let connection = self.connection(server)?;
+        if !self.has_initialize(server) {
+            return Err(unsupported(server, METHOD));
+        }
+        let request =
+            ClientRequest::SetLevelRequest(SetLevelRequest::new(SetLevelRequestParams::new(level)));
+        expect_empty(
+            send(&connection, server, METHOD, request).await?,
+            server,
+            METHOD,
+        )
+    }
+
+    /// Subscribes to updates of `uri` (the server's own). Handshake-era
+    /// servers get `resources/subscribe`; a 2026-07-28 server gets a
+    /// `subscriptions/listen` for that URI, kept open until
+    /// [`Passthrough::unsubscribe`] or the connection ends. Updates arrive
+    /// as [`Notice::ResourceUpdated`].
+    pub async fn subscribe(&self, server: &str, uri: &str) -> Result<(), PassthroughError> {
+        const METHOD: &str = "resources/subscribe";
+        let connection = self.connection(server)?;
+        if self.has_initialize(server) {
+            let request = ClientRequest::SubscribeRequest(SubscribeRequest::new(
+                SubscribeRequestParams::new(uri),
+            ));
+            return expect_empty(
+                send(&connection, server, METHOD, request).await?,
+                server,
+                METHOD,
+            );
+        }
+        if connection.notices().state().uris.contains_key(uri) {
+            return Ok(());
+        }
+        let filter = SubscriptionFilter::builder()
+            .resource_subscription(uri)
+            .build();
+        let mut subscription = tokio::time::timeout(
+            connection.request_timeout(),
+            connection.peer().listen(filter),
+        )
+        .await
+        .map_err(|_| PassthroughError::Timeout {
+            server: server.to_owned(),
+            method: METHOD,
+            timeout_ms: connection.request_timeout().as_millis(),
+        })?
+        .map_err(|e| service_error(&connection, server, METHOD, e))?;
+        let stop = CancellationToken::new();
+        connection
+            .notices()
+            .state()
+            .uris
+            .insert(uri.to_owned(), stop.clone());
+        let notices = connection.notices().clone();
+        let owned = uri.to_owned();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => {
+                        let _ = subscription.cancel().await;
+                        return;
+                    }
+                    next = subscription.next() => match next {
+                        Ok(Some(notification)) => relay_listened(&notices, notification),
+                        _ => break,
+                    },
+                }
+            }
+            notices.state().uris.remove(&owned);
+        });
+        Ok(())
+    }
+
+    /// Ends a subscription to `uri` (the server's own).
+    pub async fn unsubscribe(&self, server: &str, uri: &str) -> Result<(), PassthroughError> {
+        const METHOD: &str = "resources/unsubscribe";
+        let connection = self.connection(server)?;
+        if self.has_initialize(server) {
+            let request = ClientRequest::UnsubscribeRequest(UnsubscribeRequest::new(
+                UnsubscribeRequestParams::new(uri),
+            ));
+            return expect_empty(
+                send(&connection, server, METHOD, request).await?,
+                server,
+                METHOD,
+            );
+        }
+        if let Some(stop) = connection.notices().state().uris.remove(uri) {
+            stop.cancel();
+        }
+        Ok(())
+    }
+
+    /// Every notice of every connected server, tagged with the server's
+    /// name, until the receiver is dropped. For a 2026-07-28 server that
+    /// announces list changes, a `subscriptions/listen` for prompt and
+    /// resource list changes is opened (once per connection).
+    pub fn notices(&self) -> mpsc::UnboundedReceiver<ServerNotice> {
+        let (sender, receiver) = mpsc::unbounded_channel();
+        let connections = self.toolset.inner.snapshot().connections.clone();
+        for (server, connection) in connections {
+            listen_for_lists(&connection);
+            let mut notices = connection.notices().sender.subscribe();
+            let sender = sender.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = sender.closed() => return,
+                        next = notices.recv() => match next {
+                            Ok(notice) => {
+                                let tagged = ServerNotice { server: server.clone(), notice };
+                                if sender.send(tagged).is_err() {
+                                    return;
+                                }
+                            }
+                            Err(broadcast::error::RecvError::Lagged(missed)) => {
+                                tracing::warn!(server, missed, "a slow reader missed upstream notices");
+                            }
+                            Err(broadcast::error::RecvError::Closed) => return,
+                        },
+                    }
+                }
+            });
+        }
+        receiver
+    }
+}
+
+/// Opens, once per connection, a 2026-07-28 listen for the list changes
+/// the server announces (handshake-era servers push them unasked).
+fn listen_for_lists(connection: &Arc<Connection>) {
+    let peer = connection.peer().clone();
+    let Some(info) = peer.peer_info() else { return };
+    if info.protocol_version.has_initialize() {
+        return;
+    }
+    let prompts = info
+        .capabilities
+        .prompts
+        .as_ref()
+        .and_then(|p| p.list_changed)
+        .unwrap_or(false);
+    let resources = info
+        .capabilities
+        .resources
+        .as_ref()
+        .and_then(|r| r.list_changed)
+        .unwrap_or(false);
+    if !prompts && !resources {
+        return;
+    }
+    let notices = connection.notices().clone();
+    {
+        let mut state = notices.state();
+        if state.lists {
+            return;
+        }
+        state.lists = true;
+    }
+    let mut builder = SubscriptionFilter::builder();
+    if prompts {
+        builder = builder.prompts_list_changed();
+    }
+    if resources {
+        builder = builder.resources_list_changed();
+    }
+    let filter = builder.build();
+    tokio::spawn(async move {
+        if let Ok(mut subscription) = peer.listen(filter).await {
+            while let Ok(Some(notification)) = subscription.next().await {
+                relay_listened(&notices, notification);
+            }
+        }
+        notices.state().lists = false;
+    });
+}
+
+/// Publishes what a 2026 listen delivered.
+fn relay_listened(notices: &Notices, notification: ServerNotification) {
+    match notification {
+        ServerNotification::ResourceUpdatedNotification(n) => {
+            notices.publish(Notice::ResourceUpdated(n.params.uri));
+        }
+        ServerNotification::ResourceListChangedNotification(_) => {
+            notices.publish(Notice::ResourcesChanged);
+        }
+        ServerNotification::PromptListChangedNotification(_) => {
+            notices.publish(Notice::PromptsChanged);
+        }
+        ServerNotification::LoggingMessageNotification(n) => {
+            notices.publish(Notice::Log(n.params));
+        }
+        _ => {}
+    }
+}
+
+/// Sends one request within the connection's timeout.
+async fn send(
+    connection: &Connection,
+    server: &str,
+    method: &'static str,
+    request: ClientRequest,
+) -> Result<ServerResult, PassthroughError> {
+    let options = PeerRequestOptions::with_timeout(connection.request_timeout());
+    let handle = connection
+        .peer()
+        .send_request_with_option(request, options)
+        .await
+        .map_err(|e| service_error(connection, server, method, e))?;
+    handle
+        .await_response()
+        .await
+        .map_err(|e| service_error(connection, server, method, e))
+}
+
+fn service_error(
+    connection: &Connection,
+    server: &str,
+    method: &'static str,
+    error: ServiceError,
+) -> PassthroughError {
+    match error {
+        ServiceError::Timeout { timeout } => PassthroughError::Timeout {
+            server: server.to_owned(),
+            method,
+            timeout_ms: timeout.as_millis(),
+        },
+        ServiceError::McpError(data) => PassthroughError::Protocol {
+            server: server.to_owned(),
+            method,
+            code: data.code.0,
+            message: data.message.to_string(),
+            data: data.data.map(Box::new),
+        },
+        other => {
+            if !connection.is_available() {
+                return PassthroughError::Unavailable {
+                    server: server.to_owned(),
+                };
+            }
+            PassthroughError::Transport {
+                server: server.to_owned(),
+                method,
+                reason: other.to_string(),
+            }
+        }
+    }
+}
+
+fn expect_empty(
+    result: ServerResult,
+    server: &str,
+    method: &'static str,
+) -> Result<(), PassthroughError> {
+    match result {
+        ServerResult::EmptyResult(_) => Ok(()),
+        _ => Err(mismatch(server, method)),
+    }
+}
+
+fn mismatch(server: &str, method: &'static str) -> PassthroughError {
+    PassthroughError::Transport {
+        server: server.to_owned(),
+        method,
+        reason: "the server answered with another kind of result".to_owned(),
+    }
+}
+
+fn unsupported(server: &str, method: &'static str) -> PassthroughError {
+    PassthroughError::Unsupported {
+        server: server.to_owned(),
+        method,
+    }
+}

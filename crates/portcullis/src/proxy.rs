@@ -1,0 +1,781 @@
+//! Faithful proxying beyond tools: the gateway's
+//! [`PassthroughProvider`] over the upstreams' resources, resource
+//! templates, prompts, completions, logging and resource subscriptions.
+//!
+//! Names and URIs follow the tools' prefix rule (the catalogue's
+//! [`portcullis_catalog::passthrough`]): with one source under `auto` (or
+//! `never`) prompt names and URIs pass unchanged; otherwise prompts are
+//! `server__prompt` and URIs `portcullis://server/<uri>`, and every request
+//! is routed back to its server under its own names. URIs inside answers
+//! (`resources/read` contents, resources embedded in prompt messages,
+//! `resources/updated`) are rewritten the same way.
+//!
+//! Pins: prompts, resources and templates are compared with the pins of the
+//! server's baseline in force (kept beside its tool fingerprints in the
+//! store, under `prompt:` / `resource:` / `template:` keys and the
+//! `pins:v1` marker, see [`portcullis_catalog::pins`]); what drifted or was
+//! added since is withheld and a request for it refused. A baseline without
+//! the marker (recorded by the tool-only first trust) pins nothing here:
+//! every definition passes until the baseline carries pins.
+//!
+//! Lists are fetched live on every list request (so a server whose list
+//! moves is followed), then pinned and projected. Notifications flow the
+//! other way: each upstream's log messages go to every downstream session
+//! (each at the level it asked for; the upstreams are set to the most
+//! verbose level any session asked for), `resources/updated` to the
+//! sessions subscribed to that URI, and list changes to every session and
+//! every 2026-07-28 `subscriptions/listen` that asked for them.
+
+// Logging and resources/subscribe are deprecated by SEP-2577 but are what
+// every 2025-era client uses; they are proxied.
+#![allow(deprecated)]
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+
+use futures::future::BoxFuture;
+use portcullis_catalog::definition::{Prompt, Resource, ResourceTemplate};
+use portcullis_catalog::fingerprint::Fingerprints;
+use portcullis_catalog::naming::Prefix;
+use portcullis_catalog::passthrough::{
+    Passthrough as Projection, PromptRoute, ServerDefinitions, UriRoute,
+};
+use portcullis_catalog::pins::split_baseline;
+use portcullis_server::{PassthroughCapabilities, PassthroughProvider};
+use portcullis_upstream::{Notice, Passthrough, PassthroughError, ServerNotice, Toolset};
+use rmcp::model::{
+    CompleteRequestParams, CompleteResult, ErrorCode, GetPromptRequestParams, GetPromptResponse,
+    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, LoggingLevel,
+    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, Reference,
+    ResourceUpdatedNotificationParam, ServerNotification, SetLevelRequestParams,
+    SubscribeRequestParams, UnsubscribeRequestParams,
+};
+use rmcp::service::{RequestContext, SubscriptionContext};
+use rmcp::{ErrorData, Peer, RoleServer};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use tokio::sync::broadcast;
+
+/// One downstream session that can be told things later.
+struct Session {
+    peer: Peer<RoleServer>,
+    /// The level it asked for (`logging/setLevel`); `None`: everything.
+    level: Option<LoggingLevel>,
+    /// The URIs (as it sees them) it subscribed to.
+    subscriptions: BTreeSet<String>,
+}
+
+/// What a 2026-07-28 listen may be told.
+#[derive(Debug, Clone)]
+enum Event {
+    PromptsChanged,
+    ResourcesChanged,
+    ResourceUpdated(String),
+}
+
+/// The gateway's passthrough: cheap to clone.
+#[derive(Clone)]
+pub struct Proxy {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    upstream: Passthrough,
+    prefix: Prefix,
+    source_count: usize,
+    capabilities: PassthroughCapabilities,
+    /// The pins part of each server's baseline (`None`: not pinned).
+    pins: HashMap<String, Option<Fingerprints>>,
+    /// The last definitions listed per server.
+    definitions: Mutex<HashMap<String, ServerDefinitions>>,
+    projection: RwLock<Arc<Projection>>,
+    sessions: Mutex<Vec<Session>>,
+    /// Upstream subscriptions by (server, its URI): how many downstream
+    /// subscribers share each.
+    subscribed: tokio::sync::Mutex<HashMap<(String, String), usize>>,
+    events: broadcast::Sender<Event>,
+}
+
+/// Reads a wire type through JSON (the catalogue's models and rmcp's share
+/// the MCP shape).
+fn convert<T: Serialize, U: DeserializeOwned>(value: &T) -> Option<U> {
+    serde_json::to_value(value)
+        .ok()
+        .and_then(|v| serde_json::from_value(v).ok())
+}
+
+fn level_rank(level: LoggingLevel) -> u8 {
+    level as u8
+}
+
+fn same_session(a: &Peer<RoleServer>, b: &Peer<RoleServer>) -> bool {
+    match (a.peer_info(), b.peer_info()) {
+        (Some(a), Some(b)) => Arc::ptr_eq(&a, &b),
+        _ => false,
+    }
+}
+
+impl Proxy {
+    /// Lists every server's prompts, resources and templates, pins and
+    /// projects them, and starts relaying the servers' notifications.
+    /// `prefix` is the mode the tools were projected under.
+    pub async fn start(toolset: &Toolset, prefix: Prefix) -> Proxy {
+        let upstream = toolset.passthrough();
+        let catalogue = toolset.catalogue();
+        let source_count = catalogue.servers().len();
+        let mut pins = HashMap::new();
+        let mut capabilities = PassthroughCapabilities::default();
+        for summary in catalogue.servers() {
+            let server_pins = toolset
+                .baseline(&summary.name)
+                .and_then(|baseline| split_baseline(&baseline).1);
+            pins.insert(summary.name.clone(), server_pins);
+            let Some(caps) = upstream.capabilities(&summary.name) else {
+                continue;
+            };
+            if let Some(resources) = &caps.resources {
+                capabilities.resources = true;
+                capabilities.subscribe |= resources.subscribe.unwrap_or(false);
+                capabilities.resources_list_changed |= resources.list_changed.unwrap_or(false);
+            }
+            if let Some(prompts) = &caps.prompts {
+                capabilities.prompts = true;
+                capabilities.prompts_list_changed |= prompts.list_changed.unwrap_or(false);
+            }
+            capabilities.completions |= caps.completions.is_some();
+            capabilities.logging |= caps.logging.is_some();
+        }
+        let proxy = Proxy {
+            inner: Arc::new(Inner {
+                upstream,
+                prefix,
+                source_count,
+                capabilities,
+                pins,
+                definitions: Mutex::default(),
+                projection: RwLock::default(),
+                sessions: Mutex::default(),
+                subscribed: tokio::sync::Mutex::default(),
+                events: broadcast::channel(64).0,
+            }),
+        };
+        proxy.refresh(true, true, true).await;
+        for diagnostic in proxy.projection().diagnostics() {
+            tracing::warn!(rule = %diagnostic.rule, origin = %diagnostic.origin, "{}", diagnostic.message);
+        }
+        let mut notices = proxy.inner.upstream.notices();
+        let relay = proxy.clone();
+        tokio::spawn(async move {
+            while let Some(notice) = notices.recv().await {
+                relay.relay(notice).await;
+            }
+        });
+        proxy
+    }
+
+    /// The projection in force.
+    pub fn projection(&self) -> Arc<Projection> {
+        self.inner
+            .projection
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Lists the asked kinds again from every server that serves them, and
+    /// projects the result. A server that fails keeps its last listing.
+    async fn refresh(&self, prompts: bool, resources: bool, templates: bool) {
+        let upstream = &self.inner.upstream;
+        let servers: Vec<String> = self.inner.pins.keys().cloned().collect();
+        let listings = futures::future::join_all(servers.iter().map(|server| async move {
+            let caps = upstream.capabilities(server);
+            let has_prompts = caps.as_ref().is_some_and(|c| c.prompts.is_some());
+            let has_resources = caps.as_ref().is_some_and(|c| c.resources.is_some());
+            let prompts = match prompts && has_prompts {
+                true => Some(upstream.list_prompts(server).await),
+                false => None,
+            };
+            let resources = match resources && has_resources {
+                true => Some(upstream.list_resources(server).await),
+                false => None,
+            };
+            let templates = match templates && has_resources {
+                true => Some(upstream.list_resource_templates(server).await),
+                false => None,
+            };
+            (server.clone(), prompts, resources, templates)
+        }))
+        .await;
+        let projection = {
+            let mut definitions = self
+                .inner
+                .definitions
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            for (server, prompts, resources, templates) in listings {
+                let entry =
+                    definitions
+                        .entry(server.clone())
+                        .or_insert_with(|| ServerDefinitions {
+                            server: server.clone(),
+                            pins: self.inner.pins.get(&server).cloned().flatten(),
+                            ..Default::default()
+                        });
+                if let Some(listed) = keep(&server, prompts) {
+                    entry.prompts = listed.iter().filter_map(convert::<_, Prompt>).collect();
+                }
+                if let Some(listed) = keep(&server, resources) {
+                    entry.resources = listed.iter().filter_map(convert::<_, Resource>).collect();
+                }
+                if let Some(listed) = keep(&server, templates) {
+                    entry.templates = listed
+                        .iter()
+                        .filter_map(convert::<_, ResourceTemplate>)
+                        .collect();
+                }
+            }
+            Projection::project(
+                definitions.values().cloned().collect(),
+                self.inner.prefix,
+                self.inner.source_count,
+            )
+        };
+        *self
+            .inner
+            .projection
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Arc::new(projection);
+    }
+
+    /// Registers (or finds) the session `peer` belongs to and applies `f`.
+    fn with_session(&self, peer: &Peer<RoleServer>, f: impl FnOnce(&mut Session)) {
+        let mut sessions = self
+            .inner
+            .sessions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        sessions.retain(|s| !s.peer.is_transport_closed());
+        match sessions.iter_mut().find(|s| same_session(&s.peer, peer)) {
+            Some(session) => f(session),
+            None => {
+                let mut session = Session {
+                    peer: peer.clone(),
+                    level: None,
+                    subscriptions: BTreeSet::new(),
+                };
+                f(&mut session);
+                sessions.push(session);
+            }
+        }
+    }
+
+    /// The live sessions a notice should reach.
+    fn sessions_where(&self, wanted: impl Fn(&Session) -> bool) -> Vec<Peer<RoleServer>> {
+        let mut sessions = self
+            .inner
+            .sessions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        sessions.retain(|s| !s.peer.is_transport_closed());
+        sessions
+            .iter()
+            .filter(|s| wanted(s))
+            .map(|s| s.peer.clone())
+            .collect()
+    }
+
+    /// Hands one upstream notice on.
+    async fn relay(&self, notice: ServerNotice) {
+        let ServerNotice { server, notice } = notice;
+        match notice {
+            Notice::Log(mut param) => {
+                if self.projection().is_qualified() {
+                    param.logger = Some(match param.logger.take() {
+                        Some(logger) => format!("{server}/{logger}"),
+                        None => server.clone(),
+                    });
+                }
+                let rank = level_rank(param.level);
+                for peer in self.sessions_where(|s| s.level.is_none_or(|l| rank >= level_rank(l))) {
+                    let _ = peer.notify_logging_message(param.clone()).await;
+                }
+            }
+            Notice::ResourceUpdated(uri) => {
+                let exposed = self.projection().expose_uri(&server, &uri);
+                let _ = self
+                    .inner
+                    .events
+                    .send(Event::ResourceUpdated(exposed.clone()));
+                for peer in self.sessions_where(|s| s.subscriptions.contains(&exposed)) {
+                    let _ = peer
+                        .notify_resource_updated(ResourceUpdatedNotificationParam::new(
+                            exposed.clone(),
+                        ))
+                        .await;
+                }
+            }
+            Notice::ResourcesChanged => {
+                self.refresh(false, true, true).await;
+                let _ = self.inner.events.send(Event::ResourcesChanged);
+                for peer in self.sessions_where(|_| true) {
+                    let _ = peer.notify_resource_list_changed().await;
+                }
+            }
+            Notice::PromptsChanged => {
+                self.refresh(true, false, false).await;
+                let _ = self.inner.events.send(Event::PromptsChanged);
+                for peer in self.sessions_where(|_| true) {
+                    let _ = peer.notify_prompt_list_changed().await;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Subscribes upstream unless another subscriber already did.
+    async fn hold(&self, server: &str, uri: &str) -> Result<(), ErrorData> {
+        let mut subscribed = self.inner.subscribed.lock().await;
+        let key = (server.to_owned(), uri.to_owned());
+        if let Some(count) = subscribed.get_mut(&key) {
+            *count += 1;
+            return Ok(());
+        }
+        self.inner
+            .upstream
+            .subscribe(server, uri)
+            .await
+            .map_err(|e| upstream_error(&e, None))?;
+        subscribed.insert(key, 1);
+        Ok(())
+    }
+
+    /// Drops one subscriber; the last one unsubscribes upstream.
+    async fn release(&self, server: &str, uri: &str) {
+        let mut subscribed = self.inner.subscribed.lock().await;
+        let key = (server.to_owned(), uri.to_owned());
+        let Some(count) = subscribed.get_mut(&key) else {
+            return;
+        };
+        *count -= 1;
+        if *count == 0 {
+            subscribed.remove(&key);
+            if let Err(error) = self.inner.upstream.unsubscribe(server, uri).await {
+                tracing::debug!(%error, "upstream unsubscribe failed");
+            }
+        }
+    }
+
+    /// The upstream and its own URI for `uri` as the client wrote it.
+    fn route_uri(&self, uri: &str) -> Result<(String, String), ErrorData> {
+        let projection = self.projection();
+        match projection.route_uri(uri) {
+            UriRoute::Upstream { server, uri } => Ok((server.to_owned(), uri)),
+            UriRoute::Withheld(withheld) => Err(ErrorData::invalid_params(
+                format!("resource {uri} is withheld: {}", withheld.reason),
+                Some(json!({"uri": uri})),
+            )),
+            UriRoute::Unknown => Err(ErrorData::resource_not_found(
+                format!("Resource not found: {uri}"),
+                Some(json!({"uri": uri})),
+            )),
+        }
+    }
+}
+
+/// A listing, or `None` (keep the last one) when it failed or was not asked.
+fn keep<T>(server: &str, listed: Option<Result<Vec<T>, PassthroughError>>) -> Option<Vec<T>> {
+    match listed? {
+        Ok(items) => Some(items),
+        Err(error) => {
+            tracing::warn!(server, %error, "listing failed; keeping the last one");
+            None
+        }
+    }
+}
+
+/// An upstream failure as the client should see it: a server's own
+/// JSON-RPC error keeps its code and data (with `data.uri` put back as the
+/// client wrote it); anything else is an internal error naming the server.
+fn upstream_error(error: &PassthroughError, client_uri: Option<&str>) -> ErrorData {
+    match error {
+        PassthroughError::Protocol {
+            code,
+            message,
+            data,
+            ..
+        } => {
+            let mut data = data.as_deref().cloned();
+            if let (Some(Value::Object(map)), Some(uri)) = (&mut data, client_uri)
+                && map.contains_key("uri")
+            {
+                map.insert("uri".into(), Value::String(uri.to_owned()));
+            }
+            ErrorData::new(ErrorCode(*code), message.clone(), data)
+        }
+        PassthroughError::Unsupported { method, .. } => ErrorData::new(
+            ErrorCode::METHOD_NOT_FOUND,
+            format!("{error}"),
+            Some(json!({"method": method})),
+        ),
+        other => ErrorData::internal_error(other.to_string(), None),
+    }
+}
+
+/// Rewrites every resource URI in an answer of `server` to the client's
+/// form: `contents[].uri` of a read, and the resources embedded in or
+/// linked from prompt messages.
+fn expose_uris(projection: &Projection, server: &str, value: &mut Value) {
+    if !projection.is_qualified() {
+        return;
+    }
+    let fix = |uri: &mut Value| {
+        if let Value::String(text) = uri {
+            *text = projection.expose_uri(server, text);
+        }
+    };
+    if let Some(Value::Array(contents)) = value.get_mut("contents") {
+        for content in contents {
+            if let Some(uri) = content.get_mut("uri") {
+                fix(uri);
+            }
+        }
+    }
+    if let Some(Value::Array(messages)) = value.get_mut("messages") {
+        for message in messages {
+            let Some(content) = message.get_mut("content") else {
+                continue;
+            };
+            match content.get("type").and_then(Value::as_str) {
+                Some("resource") => {
+                    if let Some(uri) = content.get_mut("resource").and_then(|r| r.get_mut("uri")) {
+                        fix(uri);
+                    }
+                }
+                Some("resource_link") => {
+                    if let Some(uri) = content.get_mut("uri") {
+                        fix(uri);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+fn rewrite<T: Serialize + DeserializeOwned>(projection: &Projection, server: &str, answer: T) -> T {
+    if !projection.is_qualified() {
+        return answer;
+    }
+    let Ok(mut value) = serde_json::to_value(&answer) else {
+        return answer;
+    };
+    expose_uris(projection, server, &mut value);
+    serde_json::from_value(value).unwrap_or(answer)
+}
+
+fn wire_error(what: &str) -> ErrorData {
+    ErrorData::internal_error(format!("could not build the {what} list"), None)
+}
+
+impl PassthroughProvider for Proxy {
+    fn capabilities(&self) -> PassthroughCapabilities {
+        self.inner.capabilities
+    }
+
+    fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> BoxFuture<'_, Result<ListResourcesResult, ErrorData>> {
+        Box::pin(async move {
+            self.refresh(false, true, false).await;
+            let resources: Vec<rmcp::model::Resource> = self
+                .projection()
+                .resources()
+                .iter()
+                .map(|r| convert(&r.resource).ok_or_else(|| wire_error("resource")))
+                .collect::<Result<_, _>>()?;
+            Ok(ListResourcesResult::with_all_items(resources))
+        })
+    }
+
+    fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> BoxFuture<'_, Result<ListResourceTemplatesResult, ErrorData>> {
+        Box::pin(async move {
+            self.refresh(false, false, true).await;
+            let templates: Vec<rmcp::model::ResourceTemplate> = self
+                .projection()
+                .templates()
+                .iter()
+                .map(|t| convert(&t.template).ok_or_else(|| wire_error("resource template")))
+                .collect::<Result<_, _>>()?;
+            Ok(ListResourceTemplatesResult::with_all_items(templates))
+        })
+    }
+
+    fn read_resource(
+        &self,
+        mut request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> BoxFuture<'_, Result<ReadResourceResponse, ErrorData>> {
+        Box::pin(async move {
+            let client_uri = request.uri.clone();
+            let (server, uri) = self.route_uri(&client_uri)?;
+            request.uri = uri;
+            let answer = self
+                .inner
+                .upstream
+                .read_resource(&server, request)
+                .await
+                .map_err(|e| upstream_error(&e, Some(&client_uri)))?;
+            Ok(match answer {
+                ReadResourceResponse::Complete(result) => {
+                    ReadResourceResponse::Complete(rewrite(&self.projection(), &server, result))
+                }
+                other => other,
+            })
+        })
+    }
+
+    fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> BoxFuture<'_, Result<(), ErrorData>> {
+        Box::pin(async move {
+            let (server, uri) = self.route_uri(&request.uri)?;
+            let mut fresh = false;
+            self.with_session(&context.peer, |s| {
+                fresh = s.subscriptions.insert(request.uri.clone());
+            });
+            if fresh && let Err(error) = self.hold(&server, &uri).await {
+                self.with_session(&context.peer, |s| {
+                    s.subscriptions.remove(&request.uri);
+                });
+                return Err(error);
+            }
+            Ok(())
+        })
+    }
+
+    fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> BoxFuture<'_, Result<(), ErrorData>> {
+        Box::pin(async move {
+            let (server, uri) = self.route_uri(&request.uri)?;
+            let mut held = false;
+            self.with_session(&context.peer, |s| {
+                held = s.subscriptions.remove(&request.uri);
+            });
+            if held {
+                self.release(&server, &uri).await;
+            }
+            Ok(())
+        })
+    }
+
+    fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> BoxFuture<'_, Result<ListPromptsResult, ErrorData>> {
+        Box::pin(async move {
+            self.refresh(true, false, false).await;
+            let prompts: Vec<rmcp::model::Prompt> = self
+                .projection()
+                .prompts()
+                .iter()
+                .map(|p| convert(&p.prompt).ok_or_else(|| wire_error("prompt")))
+                .collect::<Result<_, _>>()?;
+            Ok(ListPromptsResult::with_all_items(prompts))
+        })
+    }
+
+    fn get_prompt(
+        &self,
+        mut request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> BoxFuture<'_, Result<GetPromptResponse, ErrorData>> {
+        Box::pin(async move {
+            let projection = self.projection();
+            let server = match projection.route_prompt(&request.name) {
+                PromptRoute::Upstream {
+                    server,
+                    remote_name,
+                } => {
+                    request.name = remote_name.to_owned();
+                    server.to_owned()
+                }
+                PromptRoute::Withheld(withheld) => {
+                    return Err(ErrorData::invalid_params(
+                        format!("prompt {} is withheld: {}", request.name, withheld.reason),
+                        None,
+                    ));
+                }
+                PromptRoute::Unknown => {
+                    return Err(ErrorData::invalid_params(
+                        format!("unknown prompt: {}", request.name),
+                        None,
+                    ));
+                }
+            };
+            let answer = self
+                .inner
+                .upstream
+                .get_prompt(&server, request)
+                .await
+                .map_err(|e| upstream_error(&e, None))?;
+            Ok(match answer {
+                GetPromptResponse::Complete(result) => {
+                    GetPromptResponse::Complete(rewrite(&projection, &server, result))
+                }
+                other => other,
+            })
+        })
+    }
+
+    fn complete(
+        &self,
+        mut request: CompleteRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> BoxFuture<'_, Result<CompleteResult, ErrorData>> {
+        Box::pin(async move {
+            let server = match &mut request.r#ref {
+                Reference::Prompt(prompt) => match self.projection().route_prompt(&prompt.name) {
+                    PromptRoute::Upstream {
+                        server,
+                        remote_name,
+                    } => {
+                        prompt.name = remote_name.to_owned();
+                        server.to_owned()
+                    }
+                    _ => {
+                        return Err(ErrorData::invalid_params(
+                            format!("unknown prompt: {}", prompt.name),
+                            None,
+                        ));
+                    }
+                },
+                Reference::Resource(resource) => {
+                    let (server, uri) = self.route_uri(&resource.uri)?;
+                    resource.uri = uri;
+                    server
+                }
+                _ => {
+                    return Err(ErrorData::invalid_params(
+                        "unsupported completion reference",
+                        None,
+                    ));
+                }
+            };
+            self.inner
+                .upstream
+                .complete(&server, request)
+                .await
+                .map_err(|e| upstream_error(&e, None))
+        })
+    }
+
+    fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> BoxFuture<'_, Result<(), ErrorData>> {
+        Box::pin(async move {
+            self.with_session(&context.peer, |s| s.level = Some(request.level));
+            // The upstreams are shared: set them to the most verbose level
+            // any live session asked for, and filter per session on the way
+            // out.
+            let level = {
+                let sessions = self
+                    .inner
+                    .sessions
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                sessions
+                    .iter()
+                    .filter(|s| !s.peer.is_transport_closed())
+                    .filter_map(|s| s.level)
+                    .chain(std::iter::once(request.level))
+                    .min_by_key(|l| level_rank(*l))
+                    .unwrap_or(request.level)
+            };
+            let upstream = &self.inner.upstream;
+            for server in upstream.servers() {
+                let logs = upstream
+                    .capabilities(&server)
+                    .is_some_and(|c| c.logging.is_some());
+                if !logs || !upstream.has_initialize(&server) {
+                    continue;
+                }
+                if let Err(error) = upstream.set_level(&server, level).await {
+                    tracing::warn!(server, %error, "could not set the upstream log level");
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn session_started(&self, peer: Peer<RoleServer>) {
+        self.with_session(&peer, |_| {});
+    }
+
+    fn listen(&self, context: SubscriptionContext) -> BoxFuture<'_, Result<(), ErrorData>> {
+        Box::pin(async move {
+            let mut events = self.inner.events.subscribe();
+            let uris = context
+                .accepted()
+                .resource_subscriptions
+                .clone()
+                .unwrap_or_default();
+            let mut held = Vec::new();
+            for uri in &uris {
+                if let Ok((server, upstream_uri)) = self.route_uri(uri)
+                    && self.hold(&server, &upstream_uri).await.is_ok()
+                {
+                    held.push((server, upstream_uri));
+                }
+            }
+            loop {
+                let event = tokio::select! {
+                    _ = context.cancelled() => break,
+                    event = events.recv() => event,
+                };
+                let notification = match event {
+                    Ok(Event::PromptsChanged) => {
+                        ServerNotification::PromptListChangedNotification(Default::default())
+                    }
+                    Ok(Event::ResourcesChanged) => {
+                        ServerNotification::ResourceListChangedNotification(Default::default())
+                    }
+                    Ok(Event::ResourceUpdated(uri)) if uris.contains(&uri) => {
+                        ServerNotification::ResourceUpdatedNotification(
+                            rmcp::model::ResourceUpdatedNotification::new(
+                                ResourceUpdatedNotificationParam::new(uri),
+                            ),
+                        )
+                    }
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(broadcast::error::RecvError::Closed) => break,
+                };
+                // A kind the client did not ask for is refused by the sink;
+                // only a closed subscription ends the loop.
+                if let Err(rmcp::service::SubscriptionSendError::SubscriptionClosed) =
+                    context.sink().send(notification).await
+                {
+                    break;
+                }
+            }
+            for (server, uri) in held {
+                self.release(&server, &uri).await;
+            }
+            Ok(())
+        })
+    }
+}
