@@ -16,6 +16,8 @@
 //! gateway's CPU time per call (user + system, from `/proc`), and the
 //! gateway's RSS idle (after connecting, before load) and peak (`VmHWM`).
 //!
+//! The gateway's store is in memory (`GATEWAY_LOAD_STORE=sqlite` for the
+//! default SQLite file, which then also takes one audit record a call).
 //! The gateway runs with its default logging (one info line per call on
 //! stderr, sent to /dev/null here); set `RUST_LOG=warn` to measure without
 //! it.
@@ -128,10 +130,17 @@ async fn drive(calls: usize) -> Result<(), Box<dyn std::error::Error>> {
 
     let dir = tempfile::tempdir()?;
     let config = dir.path().join("portcullis.toml");
+    // The store holds the trust baseline and the audit trail (one record a
+    // call): in memory by default here, or the real default, SQLite in the
+    // data directory, with GATEWAY_LOAD_STORE=sqlite.
+    let store = match std::env::var("GATEWAY_LOAD_STORE").as_deref() {
+        Ok("sqlite") => "sqlite",
+        _ => "memory",
+    };
     std::fs::write(
         &config,
         format!(
-            "[gateway]\nstore = \"memory\"\nprefix = \"never\"\n\n[upstreams.echo]\ntype = \"streamable-http\"\nurl = \"{upstream_url}\"\n"
+            "[gateway]\nstore = \"{store}\"\nprefix = \"never\"\n\n[upstreams.echo]\ntype = \"streamable-http\"\nurl = \"{upstream_url}\"\n"
         ),
     )?;
     let bin = std::env::var_os("PORTCULLIS_BIN")
@@ -174,7 +183,7 @@ async fn drive(calls: usize) -> Result<(), Box<dyn std::error::Error>> {
         "upstream {upstream_url} (pid {upstream_pid}); gateway {gateway_url} (pid {gateway_pid})"
     );
     println!(
-        "{calls} calls per level; gateway RSS idle {:.1} MiB\n",
+        "{calls} calls per level; store {store}; gateway RSS idle {:.1} MiB\n",
         idle.0
     );
     println!(

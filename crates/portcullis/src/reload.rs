@@ -18,6 +18,7 @@
 //! | the sources (upstreams, plugins, apps, `prefix`, `approval`, disclosure, store, per-upstream `timeout_ms`/`tools`) | a new gateway is connected beside the old one and swapped in when ready; the old one closes once its in-flight calls finish. Every upstream reconnects, changed or not: the connector cannot yet rebuild its catalogue around connections it keeps (see ARCHITECTURE.md) |
 //! | the HTTP surface (`listen`, `allowed_hosts`, `allowed_origins`, `token`) | logged as needing a restart; the rest of the reload applies |
 //! | an invalid file | logged with the file, line and field; the old config keeps serving |
+//! | an upstream's listing (reconciled by the connector, not a config change) | the tool server is rebuilt on the same connections ([`follow_catalogue`]) |
 //!
 //! Clients hear about a new tool set: 2026-07-28 clients through
 //! `subscriptions/listen` (`notifications/tools/list_changed`), and
@@ -210,9 +211,11 @@ impl Drop for Generation {
 pub struct Live {
     current: RwLock<Arc<Generation>>,
     recorder: Recorder,
-    /// Bumped on every applied reload; `subscriptions/listen` streams wait
-    /// on it.
+    /// Bumped whenever the served tool list changed; `subscriptions/listen`
+    /// streams wait on it.
     changed: watch::Sender<u64>,
+    /// Bumped whenever a new generation is swapped in.
+    swaps: watch::Sender<u64>,
     /// Initialize-era sessions to tell about a new tool set.
     peers: Mutex<Vec<Peer<RoleServer>>>,
     /// One reload at a time (a SIGHUP during a file-change reload waits).
@@ -226,6 +229,7 @@ impl Live {
             current: RwLock::new(Arc::new(generation)),
             recorder,
             changed: watch::Sender::new(0),
+            swaps: watch::Sender::new(0),
             peers: Mutex::new(Vec::new()),
             reloading: tokio::sync::Mutex::new(()),
         })
@@ -304,13 +308,39 @@ impl Live {
         if reconnect {
             old.retired.store(true, Ordering::Release);
         }
-        *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(generation);
         drop(old);
+        self.swap(generation, tools_changed);
         self.recorder.metrics().record_reload(true);
+        true
+    }
+
+    /// Makes `generation` the one serving new requests.
+    fn swap(&self, generation: Generation, tools_changed: bool) {
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(generation);
+        self.swaps.send_modify(|n| *n = n.wrapping_add(1));
         if tools_changed {
             self.announce();
         }
-        true
+    }
+
+    /// The upstreams' catalogue changed under the current generation (a
+    /// server's listing changed and was reconciled): the tool server is
+    /// rebuilt on the same connections and clients are told.
+    async fn refresh(&self) {
+        let _one_at_a_time = self.reloading.lock().await;
+        let old = self.current();
+        let generation = match old.gateway.regated(&old.config) {
+            Ok(gateway) => Generation::new(old.config.clone(), gateway),
+            Err(error) => {
+                tracing::error!(error = %format!("{error:#}"), "the catalogue changed but the tool server cannot be rebuilt; serving the previous tools");
+                return;
+            }
+        };
+        let tools_changed =
+            old.gateway.tools.listed_tools() != generation.gateway.tools.listed_tools();
+        drop(old);
+        tracing::info!(tools_changed, "upstream catalogue changed; tools rebuilt");
+        self.swap(generation, tools_changed);
     }
 
     /// Tells every client that can hear it that the tool list changed.
@@ -375,6 +405,34 @@ pub async fn watch(live: Arc<Live>, path: PathBuf) {
                     last = now;
                     tracing::info!(path = %path.display(), "config file changed: re-reading it");
                     live.reload(&path).await;
+                }
+            }
+        }
+    }
+}
+
+/// Keeps the served tools in step with the upstreams' catalogue: whenever
+/// the current generation's catalogue changes (an upstream's listing changed
+/// and was reconciled), its tool server is rebuilt. Runs until dropped.
+pub async fn follow_catalogue(live: Arc<Live>) {
+    loop {
+        let mut swaps = live.swaps.subscribe();
+        swaps.mark_unchanged();
+        // Only the receiver is kept: holding the generation here would keep
+        // a replaced one (and its connections) alive.
+        let mut catalogue = live.current().gateway.toolset.watch_catalogue();
+        catalogue.mark_unchanged();
+        tokio::select! {
+            changed = catalogue.changed() => {
+                if changed.is_ok() {
+                    live.refresh().await;
+                } else if swaps.changed().await.is_err() {
+                    return;
+                }
+            }
+            swapped = swaps.changed() => {
+                if swapped.is_err() {
+                    return;
                 }
             }
         }

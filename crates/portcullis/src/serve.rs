@@ -55,6 +55,7 @@ pub async fn serve(
     let recorder = crate::audit::attach_trail(recorder, config).await;
     let live = Live::new(generation, recorder);
     let watcher = tokio::spawn(crate::reload::watch(live.clone(), config.path.clone()));
+    let follower = tokio::spawn(crate::reload::follow_catalogue(live.clone()));
     let handler = LiveTools::new(live.clone());
 
     if stdio {
@@ -68,6 +69,7 @@ pub async fn serve(
             () = shutdown_signal() => tracing::info!("signal received; shutting down"),
         }
         watcher.abort();
+        follower.abort();
         close(&live).await;
         return Ok(Exit::Success);
     }
@@ -93,6 +95,7 @@ pub async fn serve(
         Ok(server) => server,
         Err(error) => {
             watcher.abort();
+            follower.abort();
             close(&live).await;
             return Err(error).context("cannot start the HTTP surface");
         }
@@ -106,6 +109,7 @@ pub async fn serve(
     });
     server.wait().await;
     watcher.abort();
+    follower.abort();
     close(&live).await;
     eprintln!("portcullis: stopped");
     Ok(Exit::Success)
