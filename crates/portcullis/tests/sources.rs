@@ -407,6 +407,30 @@ async fn check_names_the_broken_manifest_and_fails() {
         "check writes nothing (no key, no store)"
     );
 
+    // An OpenAPI document loads too; an operation it cannot serve is a
+    // warning, not an error.
+    write(
+        &dir.path().join("apps/billing/openapi.yaml"),
+        "openapi: 3.0.3\ninfo: { title: Billing, version: '1' }\npaths:\n  /invoices/{id}:\n    get:\n      operationId: getInvoice\n      parameters:\n        - { in: path, name: id, required: true, schema: { type: string } }\n  /upload:\n    post:\n      operationId: upload\n      requestBody:\n        required: true\n        content:\n          application/octet-stream: { schema: { type: string } }\n",
+    );
+    let mut toml_text = std::fs::read_to_string(&config).unwrap();
+    toml_text.push_str(&format!(
+        "\n[apps.billing]\nopenapi = \"apps/billing/openapi.yaml\"\nbase_url = \"http://{addr}\"\n"
+    ));
+    std::fs::write(&config, toml_text).unwrap();
+    let out = portcullis(&["check", "--config", path]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("app billing: 1 tool(s): getInvoice"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(
+        text(&out.stderr).contains("warning: apps.billing: "),
+        "{}",
+        text(&out.stderr)
+    );
+
     write(
         &dir.path().join("tools/greeter/mcp-plugin.json"),
         &NATIVE_MANIFEST.replace(r#""handler": "./greet.sh", "#, ""),
@@ -464,4 +488,40 @@ async fn the_sources_example_runs_offline() {
     );
     let out = portcullis(&["check", "--config", path]).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_named_like_an_upstream_gives_way() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = dir.path().join("tools/demo");
+    write(
+        &plugin.join("mcp-plugin.json"),
+        &NATIVE_MANIFEST.replace(r#""name": "greeter""#, r#""name": "demo""#),
+    );
+    write(
+        &plugin.join("greet.sh"),
+        "#!/bin/sh\ncat >/dev/null\necho hi\n",
+    );
+    executable(&plugin.join("greet.sh"));
+    let config = dir.path().join("portcullis.toml");
+    write(
+        &config,
+        "[gateway]\nstore = \"memory\"\n\n[upstreams.demo]\ntype = \"stdio\"\ncommand = \"portcullis\"\nargs = [\"demo-upstream\"]\n\n[[tool_plugins]]\npath = \"tools/demo\"\n",
+    );
+    let out = portcullis(&["tools", "--json", "--config", config.to_str().unwrap()]).await;
+    let listed = rows(&out);
+    // The upstream keeps its name; the plugin takes its suffixed one.
+    assert_eq!(row(&listed, "demo__echo")["source"], "demo");
+    let greet = listed
+        .iter()
+        .find(|r| r["name"].as_str().is_some_and(|n| n.ends_with("__greet")))
+        .unwrap_or_else(|| panic!("{listed:?}"));
+    let source = greet["source"].as_str().unwrap();
+    assert!(source.starts_with("demo_") && source.len() > 5, "{greet}");
+    assert_eq!(greet["name"], format!("{source}__greet"));
+    assert!(
+        text(&out.stderr).contains("server-name-collision"),
+        "{}",
+        text(&out.stderr)
+    );
 }
