@@ -45,15 +45,21 @@
 //! - `call` runs one call through the same gate and edge, prints the result
 //!   (`--json`: the `CallToolResult`), exits 0, 1 (tool error or refusal) or
 //!   2 (unknown tool, with the closest names; config errors).
-//! - `check` loads and validates the config; `import` turns an `mcpServers`
-//!   JSON config into TOML, secrets turned into `${VAR}` references.
+//! - Sources besides upstreams (`sources`): `[[plugins]]` Agent Plugins
+//!   directories add their `mcp.json` servers to the upstreams;
+//!   `[[tool_plugins]]` native plugins and `[apps.*]` route tables or
+//!   OpenAPI documents (calls signed with the gateway key) are projected by
+//!   the catalogue's rules beside them, with trust baselines, behind the same
+//!   gate and edge. A broken one is reported and skipped.
+//! - `check` loads and validates the config and every plugin, manifest,
+//!   route table and OpenAPI document (exit 2 on an error); `import` turns
+//!   an `mcpServers` JSON config into TOML, secrets turned into `${VAR}` references.
 //! - A hidden `demo-upstream` subcommand serves a few demo tools over stdio:
 //!   the upstream of `examples/portcullis.toml`. In a config, a stdio
 //!   `command = "portcullis"` is this binary.
 //!
 //! Not yet: `drift` and `retrust` (they parse their arguments, say so and
-//! exit 2), plugins, apps and OpenAPI sources,
-//! human approval (`approval` calls are refused), reload, proxying beyond
+//! exit 2), human approval (`approval` calls are refused), reload, proxying beyond
 //! tools, `/healthz` and `/metrics`.
 
 #![warn(missing_docs)]
