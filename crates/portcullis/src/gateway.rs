@@ -274,9 +274,11 @@ fn policy(config: &Config) -> Arc<dyn Policy> {
     }
 }
 
-/// `[gateway] approval`: the calls that need a person's approval first. The
-/// toolset refuses them unless the call carries an approval, which no
-/// surface can obtain yet, so they are refused with a message saying why.
+/// `[gateway] approval`: the calls that need a person's approval first.
+/// The tool server asks the person at the client (see
+/// `portcullis_server::approval`) and [`forward`] marks an approved call,
+/// which the toolset's copy of this policy then lets through; a call that
+/// reaches the toolset unapproved is refused there too.
 struct ApprovalPolicy(Approval);
 
 impl Policy for ApprovalPolicy {
@@ -345,6 +347,7 @@ fn build_tool_server(
     });
     ToolServer::builder()
         .register_all(registrations)
+        .policy(ApprovalPolicy(config.gateway.approval.clone()))
         .register_all(sources.registrations(policy(config)))
         .register_all(joint_describe.then(|| sources.describe_registration(toolset.clone())))
         .exposure(exposure(config))
@@ -365,6 +368,10 @@ async fn forward(
     ctx: portcullis_server::CallContext,
 ) -> Result<ToolResult, ToolError> {
     let mut upstream = UpstreamContext::default().with_cancel(ctx.cancellation().clone());
+    // The person at the client approved this very call at the edge.
+    if ctx.approved() {
+        upstream = upstream.approved();
+    }
     // The upstream's sampling, elicitation and roots requests during this
     // call go to the client that made it.
     if let Some(client) = crate::relay::DownstreamRelay::for_call(&ctx) {

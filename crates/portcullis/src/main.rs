@@ -59,7 +59,7 @@
 //!   `command = "portcullis"` is this binary.
 //!
 //! Not yet: `drift` and `retrust` (they parse their arguments, say so and
-//! exit 2), human approval (`approval` calls are refused), reload, proxying beyond
+//! exit 2), reload, proxying beyond
 //! tools, `/healthz` and `/metrics`.
 
 #![warn(missing_docs)]

@@ -1,0 +1,270 @@
+//! Human approval end to end: the real `portcullis` binary with
+//! `[gateway] approval` set, the built-in demo upstream behind it, and the
+//! Python SDK (`mcp` 2.3.0) as the person's client, answering the approval
+//! question through its elicitation callback:
+//!
+//! * a stateless 2026-07-28 client over HTTP (the `input_required` round
+//!   trip) and an initialize-era client over HTTP (an elicitation on its
+//!   session), with `approval = ["demo__write_note"]`;
+//! * an initialize-era client over `serve --stdio`, with
+//!   `approval = "writes"`.
+//!
+//! The demo upstream's `write_note` answers `saved note N`, N counting the
+//! calls that reached it: a declined call must not move N, an approved one
+//! must move it by exactly one.
+//!
+//! The Python venv is installed under `.peers/` by `.ci/peers.sh`. Outside
+//! CI a missing venv skips the test (it says so); with `CI=true` it is a
+//! failure.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use serde_json::{Value, json};
+
+/// The venv's python, or `None` (outside CI only) when it is missing.
+fn python() -> Option<PathBuf> {
+    let python = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.peers/venv/bin/python");
+    if !python.is_file() {
+        let message = format!(
+            "{} not found; run .ci/peers.sh to install the MCP peers",
+            python.display()
+        );
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("{message} (CI=true: a missing peer is a failure)");
+        }
+        println!("SKIPPED: {message}");
+        return None;
+    }
+    // Absolute but not canonical: the venv's python is a symlink whose
+    // target would not see the venv's packages.
+    Some(std::path::absolute(python).expect("an absolute path"))
+}
+
+/// A gateway config: the demo upstream (this very binary) under the prefix
+/// `demo__`, writes allowed, an in-memory store, and `approval` as given
+/// (a TOML value).
+fn config(dir: &Path, approval: &str) -> PathBuf {
+    let toml = format!(
+        "[gateway]\nallow_write = true\nstore = \"memory\"\nprefix = \"always\"\napproval = {approval}\n\n\
+         [upstreams.demo]\ntype = \"stdio\"\ncommand = \"portcullis\"\nargs = [\"demo-upstream\"]\ntimeout_ms = 30000\n"
+    );
+    let path = dir.join("portcullis.toml");
+    std::fs::write(&path, toml).expect("config written");
+    path
+}
+
+/// A running `portcullis serve` over HTTP; killed on drop.
+struct Served {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(config: &Path) -> Served {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .args(["serve", "--config"])
+        .arg(config)
+        .args(["--listen", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("serve starts");
+    let stderr = child.stderr.take().expect("piped stderr");
+    let mut lines = BufReader::new(stderr).lines();
+    let url = loop {
+        let line = lines
+            .next()
+            .expect("serve announces where it listens before its stderr ends")
+            .expect("stderr is text");
+        if let Some(rest) = line.strip_prefix("portcullis: listening on ") {
+            break rest.split(';').next().unwrap_or_default().to_owned();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    Served { child, url }
+}
+
+/// The Python SDK client: connects in the given mode and makes the planned
+/// calls, answering each approval question with the answer planned for
+/// that call (`approve`, `decline` or `cancel`). Prints one JSON object:
+/// the negotiated protocol, every question it was asked, every result.
+const PYTHON_CLIENT: &str = r#"
+import asyncio, json, sys
+from mcp import Client, StdioServerParameters, types
+
+answers = []
+asked = []
+
+async def elicitation(context, params):
+    asked.append(params.message)
+    answer = answers.pop(0) if answers else "decline"
+    if answer == "approve":
+        return types.ElicitResult(action="accept", content={"approve": True})
+    return types.ElicitResult(action=answer)
+
+async def main():
+    mode, plan, target = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3:]
+    if target[0].startswith("http"):
+        server = target[0]
+    else:
+        server = StdioServerParameters(command=target[0], args=target[1:])
+    out = {"calls": [], "asked": asked}
+    async with Client(server, mode=mode, elicitation_callback=elicitation) as client:
+        out["protocol"] = client.protocol_version
+        for tool, arguments, answer in plan:
+            if answer:
+                answers.append(answer)
+            result = await client.call_tool(tool, arguments)
+            out["calls"].append(result.model_dump(by_alias=True, mode="json", exclude_none=True))
+    print(json.dumps(out))
+
+asyncio.run(main())
+"#;
+
+/// Runs the client with `plan` (`[tool, arguments, answer or null]`) and
+/// returns what it printed.
+fn client(python: &Path, mode: &str, plan: &Value, target: &[&str]) -> Value {
+    let out = Command::new(python)
+        .arg("-c")
+        .arg(PYTHON_CLIENT)
+        .arg(mode)
+        .arg(plan.to_string())
+        .args(target)
+        .stdin(Stdio::null())
+        .output()
+        .expect("the Python client runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the Python client failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("the Python client printed no JSON ({e}): {stdout}"))
+}
+
+fn text(call: &Value) -> String {
+    call["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn write(note: &str, answer: &str) -> Value {
+    json!(["demo__write_note", {"text": note}, answer])
+}
+
+/// An approved call reached the upstream as its `n`th note.
+fn assert_saved(call: &Value, n: usize) {
+    assert_ne!(call["isError"], true, "{call}");
+    let text = text(call);
+    assert!(
+        text.contains(&format!("\nsaved note {n}\n")),
+        "expected note {n}: {text}"
+    );
+}
+
+/// A refused call: the seed's denied shape, and the reason.
+fn assert_denied(call: &Value, by: &str, reason: &str) {
+    assert_eq!(call["isError"], true, "{call}");
+    assert_eq!(call["structuredContent"]["__denied"], true, "{call}");
+    assert_eq!(call["structuredContent"]["deniedBy"], by, "{call}");
+    let text = text(call);
+    assert!(
+        text.starts_with("The \"demo__write_note\" action was not approved by"),
+        "{text}"
+    );
+    assert!(text.contains(reason), "{text}");
+}
+
+#[test]
+fn approval_over_http_in_both_protocol_eras() {
+    let Some(python) = python() else { return };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let served = serve(&config(dir.path(), "[\"demo__write_note\"]"));
+
+    // A stateless 2026-07-28 client: the input_required round trip.
+    let plan = json!([
+        write("declined note", "decline"),
+        write("approved note", "approve"),
+        ["demo__echo", {"text": "no question for reads"}, null],
+        write("api key sk-live-0123456789abcdef0123", "cancel"),
+        write("second approved note", "approve"),
+    ]);
+    let out = client(&python, "2026-07-28", &plan, &[&served.url]);
+    assert_eq!(out["protocol"], "2026-07-28", "{out}");
+    let calls = out["calls"].as_array().expect("calls");
+    assert_denied(&calls[0], "the user", "the user declined it");
+    // The declined call never reached the upstream: this is its first note.
+    assert_saved(&calls[1], 1);
+    assert!(text(&calls[2]).contains("\nno question for reads\n"));
+    assert_denied(&calls[3], "the user", "dismissed");
+    assert_saved(&calls[4], 2);
+    // Four questions (the read was not asked about), each naming the tool;
+    // the secret-looking argument never appears in one.
+    let asked: Vec<&str> = out["asked"]
+        .as_array()
+        .expect("asked")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(asked.len(), 4, "{asked:?}");
+    assert!(asked.iter().all(|q| q.contains("\"demo__write_note\"")));
+    assert!(asked[1].contains("text=\"approved note\""), "{}", asked[1]);
+    assert!(asked.iter().all(|q| !q.contains("sk-live")), "{asked:?}");
+
+    // An initialize-era client: an elicitation on its session.
+    let plan = json!([
+        write("legacy approved", "approve"),
+        write("legacy declined", "decline"),
+    ]);
+    let out = client(&python, "legacy", &plan, &[&served.url]);
+    assert_ne!(out["protocol"], "2026-07-28", "{out}");
+    let calls = out["calls"].as_array().expect("calls");
+    assert_saved(&calls[0], 3);
+    assert_denied(&calls[1], "the user", "the user declined it");
+    assert_eq!(out["asked"].as_array().map(Vec::len), Some(2), "{out}");
+
+    // And the upstream saw exactly the three approved calls.
+    let out = client(
+        &python,
+        "legacy",
+        &json!([write("closing note", "approve")]),
+        &[&served.url],
+    );
+    assert_saved(&out["calls"][0], 4);
+}
+
+#[test]
+fn approval_over_stdio_for_every_write() {
+    let Some(python) = python() else { return };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = config(dir.path(), "\"writes\"");
+    let plan = json!([
+        write("declined over stdio", "decline"),
+        ["demo__add", {"a": 2, "b": 40}, null],
+        write("approved over stdio", "approve"),
+    ]);
+    let binary = env!("CARGO_BIN_EXE_portcullis");
+    let config = config.display().to_string();
+    let out = client(
+        &python,
+        "legacy",
+        &plan,
+        &[binary, "serve", "--stdio", "--config", &config],
+    );
+    let calls = out["calls"].as_array().expect("calls");
+    assert_denied(&calls[0], "the user", "the user declined it");
+    assert!(text(&calls[1]).contains("\n42\n"), "{}", calls[1]);
+    assert_saved(&calls[2], 1);
+    assert_eq!(out["asked"].as_array().map(Vec::len), Some(2), "{out}");
+}
