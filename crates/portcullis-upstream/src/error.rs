@@ -144,4 +144,13 @@ pub enum CallError {
         /// What broke.
         reason: String,
     },
+    /// The effect log holds a failure recorded for this call's idempotency
+    /// key (see `crate::effects`); the server was not called again.
+    #[error("{message}")]
+    Replayed {
+        /// The qualified name called.
+        tool: String,
+        /// The recorded failure's message, verbatim.
+        message: String,
+    },
 }

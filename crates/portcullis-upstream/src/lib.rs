@@ -93,6 +93,7 @@
 pub mod config;
 mod connection;
 pub mod credentials;
+mod effects;
 pub mod error;
 mod health;
 pub mod hosts;

@@ -42,6 +42,10 @@ pub struct CallContext {
     /// elicitation and roots requests (see [`crate::relay`]). Without one,
     /// such requests are refused with an error.
     pub relay: Option<Arc<dyn ClientRelay>>,
+    /// The caller's idempotency key: with a store, a call repeated under
+    /// the same key (and arguments) replays the recorded outcome instead of
+    /// reaching the server again (see `crate::effects`).
+    pub idempotency_key: Option<String>,
 }
 
 impl CallContext {
@@ -76,6 +80,12 @@ impl CallContext {
         self.approved = true;
         self
     }
+
+    /// Sets the idempotency key.
+    pub fn with_idempotency_key(mut self, key: impl Into<String>) -> Self {
+        self.idempotency_key = Some(key.into());
+        self
+    }
 }
 
 impl std::fmt::Debug for CallContext {
@@ -86,6 +96,7 @@ impl std::fmt::Debug for CallContext {
             .field("progress", &self.progress.is_some())
             .field("approved", &self.approved)
             .field("relay", &self.relay.is_some())
+            .field("idempotency_key", &self.idempotency_key.is_some())
             .finish()
     }
 }
@@ -583,13 +594,20 @@ impl Toolset {
                 tool: name.to_owned(),
             });
         };
-        let result = connection
-            .call(name, &server, &entry.remote_name, arguments, context, token)
-            .await?;
-        if let Some(output) = state.outputs.get(name) {
-            output.check(name, &result)?;
-        }
-        Ok(result)
+        let session = context.session.as_deref().or(inner.session.as_deref());
+        let key = context.idempotency_key.as_deref();
+        let effect_args = arguments.clone();
+        let send = async {
+            let result = connection
+                .call(name, &server, &entry.remote_name, arguments, context, token)
+                .await?;
+            if let Some(output) = state.outputs.get(name) {
+                output.check(name, &result)?;
+            }
+            Ok(result)
+        };
+        crate::effects::replay_or_call(inner.store.as_ref(), session, key, name, &effect_args, send)
+            .await
     }
 
     /// The session this toolset was built for.
