@@ -57,8 +57,20 @@ pub enum Command {
     /// One call through every guard.
     Call(CallArgs),
     /// What changed since a server was trusted, as a diff.
+    #[command(
+        after_help = "Exit codes: 0 nothing drifted, 1 drift found (a tool is quarantined, \
+                            withheld as new, or removed), 2 configuration error, unknown SERVER, \
+                            or a server in scope that could not be reached (not checked)."
+    )]
     Drift(DriftArgs),
     /// Accept a server's current definitions as its new baseline.
+    #[command(
+        after_help = "Shows the drift first and asks y/N on the terminal; without a terminal \
+                            it refuses unless --yes is given. Exit codes: 0 re-trusted (or nothing \
+                            to re-trust), 1 declined, or the server changed again since it was \
+                            shown, 2 configuration error, unknown SERVER, no terminal without \
+                            --yes, or the server could not be reached."
+    )]
     Retrust(RetrustArgs),
     /// Validate config, plugins and manifests; print diagnostics.
     Check(CheckArgs),
@@ -126,6 +138,11 @@ pub struct DriftArgs {
     /// The gateway config.
     #[command(flatten)]
     pub config: ConfigArg,
+    /// Print one JSON object: `drift` (bool), `servers` (each with `server`,
+    /// `quarantined` [{tool, name, changed, trusted, current}], `withheld`
+    /// [{tool, name}], `removed` [names]) and `unreachable` [{server, reason}].
+    #[arg(long)]
+    pub json: bool,
     /// The server (upstream or source name) to diff; every trusted server when omitted.
     #[arg(value_name = "SERVER")]
     pub server: Option<String>,

@@ -13,8 +13,12 @@
 //! | `count` | read-only | counts to `n`, 20 ms a step, reporting progress on the way |
 //! | `write_note` | a write | "saves" a note (kept in memory only) |
 //!
-//! `PORTCULLIS_DEMO_ECHO_DESCRIPTION` replaces `echo`'s description: a
-//! rug pull on demand, for tests of the trust baseline.
+//! `PORTCULLIS_DEMO_ECHO_DESCRIPTION` replaces `echo`'s description and
+//! `PORTCULLIS_DEMO_ECHO_SCHEMA` (JSON) its input schema: a rug pull on
+//! demand, for tests of the trust baseline. `PORTCULLIS_DEMO_DROP` leaves the
+//! named tool out of the listing and `PORTCULLIS_DEMO_EXTRA` adds a read-only
+//! tool of that name (it answers like `echo`), for tests of removed and
+//! added tools.
 //!
 //! Hidden from `--help`: it is a fixture, not a feature.
 
@@ -41,7 +45,8 @@ fn definitions() -> Vec<rmcp::model::Tool> {
         json!({
             "name": "echo",
             "description": std::env::var("PORTCULLIS_DEMO_ECHO_DESCRIPTION").unwrap_or_else(|_| "Returns the text it is given.".to_owned()),
-            "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+            "inputSchema": std::env::var("PORTCULLIS_DEMO_ECHO_SCHEMA").ok().and_then(|s| serde_json::from_str::<Value>(&s).ok())
+                .unwrap_or_else(|| json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]})),
             "annotations": {"readOnlyHint": true}
         }),
         json!({
@@ -63,8 +68,19 @@ fn definitions() -> Vec<rmcp::model::Tool> {
             "annotations": {"readOnlyHint": false, "destructiveHint": false}
         }),
     ];
+    let extra = std::env::var("PORTCULLIS_DEMO_EXTRA").ok().map(|name| {
+        json!({
+            "name": name,
+            "description": "Returns the text it is given (an extra tool).",
+            "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+            "annotations": {"readOnlyHint": true}
+        })
+    });
+    let dropped = std::env::var("PORTCULLIS_DEMO_DROP").unwrap_or_default();
     tools
         .into_iter()
+        .chain(extra)
+        .filter(|t| t["name"] != dropped.as_str())
         .filter_map(|t| serde_json::from_value(t).ok())
         .collect()
 }
@@ -100,7 +116,12 @@ impl ServerHandler for DemoUpstream {
         let args = request.arguments.unwrap_or_default();
         let string = |key: &str| args.get(key).and_then(Value::as_str).map(str::to_owned);
         let number = |key: &str| args.get(key).and_then(Value::as_f64);
-        Ok(match request.name.as_ref() {
+        let extra = std::env::var("PORTCULLIS_DEMO_EXTRA").ok();
+        let name = match request.name.as_ref() {
+            n if extra.as_deref() == Some(n) => "echo",
+            n => n,
+        };
+        Ok(match name {
             "echo" => match string("text") {
                 Some(t) => text(t),
                 None => tool_error("echo needs a string `text`"),

@@ -54,12 +54,16 @@
 //! - `check` loads and validates the config and every plugin, manifest,
 //!   route table and OpenAPI document (exit 2 on an error); `import` turns
 //!   an `mcpServers` JSON config into TOML, secrets turned into `${VAR}` references.
+//! - `drift [SERVER]` connects and prints, per server, each quarantined
+//!   tool as a line diff of its trusted and current definitions, the tools
+//!   withheld as new and those removed (`--json`: one object); exits 1 when
+//!   anything drifted. `retrust SERVER` shows the same, asks (or `--yes`),
+//!   records the listing it showed as the new baseline and reconnects.
 //! - A hidden `demo-upstream` subcommand serves a few demo tools over stdio:
 //!   the upstream of `examples/portcullis.toml`. In a config, a stdio
 //!   `command = "portcullis"` is this binary.
 //!
-//! Not yet: `drift` and `retrust` (they parse their arguments, say so and
-//! exit 2), reload, proxying beyond
+//! Not yet: reload, proxying beyond
 //! tools, `/healthz` and `/metrics`.
 
 #![warn(missing_docs)]
@@ -70,6 +74,8 @@ mod check;
 mod cli;
 mod config;
 mod demo_upstream;
+mod diff;
+mod drift_cmd;
 mod gateway;
 mod health;
 mod import;
@@ -77,6 +83,7 @@ mod metrics;
 mod proxy;
 mod relay;
 mod reload;
+mod retrust_cmd;
 mod serve;
 mod sources;
 mod tools_cmd;
@@ -151,29 +158,6 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
     let quiet_default = match &cli.command {
         Command::Check(a) => return run_check(&a.config.config),
         Command::Import(a) => return run_import(&a.file, a.output.as_deref()),
-        Command::Drift(a) => {
-            return Ok(not_built(
-                "drift",
-                "the drift diff",
-                &format!(
-                    "config={} server={}",
-                    a.config.config.display(),
-                    a.server.as_deref().unwrap_or("(all)")
-                ),
-            ));
-        }
-        Command::Retrust(a) => {
-            return Ok(not_built(
-                "retrust",
-                "re-trusting a server",
-                &format!(
-                    "config={} yes={} server={}",
-                    a.config.config.display(),
-                    a.yes,
-                    a.server
-                ),
-            ));
-        }
         Command::Serve(_) => "info,rmcp=warn",
         _ => "warn",
     };
@@ -187,6 +171,8 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Serve(a) => &a.config.config,
         Command::Tools(a) => &a.config.config,
         Command::Call(a) => &a.config.config,
+        Command::Drift(a) => &a.config.config,
+        Command::Retrust(a) => &a.config.config,
         _ => return Ok(Exit::Usage),
     };
     let config = match config::load(path) {
@@ -201,6 +187,8 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
             Command::Serve(a) => serve::serve(&config, a.listen, a.stdio).await,
             Command::Tools(a) => tools_cmd::tools(&config, a.json).await,
             Command::Call(a) => call_cmd::call(&config, &a.tool, &a.args, a.json).await,
+            Command::Drift(a) => drift_cmd::drift(&config, a.server.as_deref(), a.json).await,
+            Command::Retrust(a) => retrust_cmd::retrust(&config, &a.server, a.yes).await,
             _ => Ok(Exit::Usage),
         }
     });
@@ -208,16 +196,6 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
     // blocking readers of a child that is already gone.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     outcome
-}
-
-/// The stub of a subcommand not built yet: says so, echoes what it parsed,
-/// exits 2.
-fn not_built(command: &str, arrives: &str, parsed: &str) -> Exit {
-    eprintln!(
-        "portcullis {command}: not built yet — {arrives} arrives with the {command} issue. \
-         Parsed: {parsed}"
-    );
-    Exit::Usage
 }
 
 /// Logs go to stderr, always (stdout carries results, or MCP over `--stdio`).

@@ -1,0 +1,589 @@
+//! `portcullis drift [SERVER]`: what changed since a server was trusted.
+//!
+//! Connects the way `tools` does (so the trust baseline is enforced and the
+//! catalogue cache refreshed), then, per connected server (or only SERVER):
+//!
+//! * each **quarantined** tool as a line diff of its trusted definition
+//!   ([`Store::trusted_tools`], kept with the baseline) against its current
+//!   one (the catalogue's [`ServerSummary::quarantined`]), field by field:
+//!   title, description, input schema, annotations, output schema — schemas
+//!   pretty-printed with their keys sorted, so only real changes show;
+//! * the tools **withheld** because they were published after the baseline;
+//! * the tools **removed** since.
+//!
+//! Exit codes (a choice, documented in `--help` and the README): 0 nothing
+//! drifted, 1 drift found (so a script or CI job can gate on it, as `diff`
+//! and `git diff --exit-code` do), 2 configuration error, unknown SERVER, or
+//! a server that could not be reached (no claim of "no drift" is made for a
+//! server that was not checked). Drift found wins over unreachable.
+//!
+//! [`Store::trusted_tools`]: portcullis_store::Store::trusted_tools
+//! [`ServerSummary::quarantined`]: portcullis_catalog::catalogue::ServerSummary::quarantined
+
+use std::fmt::Write as _;
+use std::io::IsTerminal as _;
+
+use portcullis_catalog::catalogue::{EntryKind, ServerSummary};
+use portcullis_catalog::fingerprint::Fingerprints;
+use portcullis_catalog::{Catalogue, Tool};
+use portcullis_store::Store;
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::Exit;
+use crate::config::Config;
+use crate::diff::{self, Style};
+use crate::gateway::Gateway;
+
+/// What `drift` found, for every server it looked at. `--json` prints it.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Report {
+    /// True when at least one server drifted (the exit code says the same).
+    pub drift: bool,
+    /// The connected servers in scope, in catalogue order, drifted or not.
+    pub servers: Vec<ServerDrift>,
+    /// Servers in scope that could not be connected, so were not checked.
+    pub unreachable: Vec<Unreachable>,
+}
+
+/// How one server differs from its baseline.
+#[derive(Debug, Clone, Serialize)]
+pub struct ServerDrift {
+    /// The server's (effective) name, as `retrust` takes it.
+    pub server: String,
+    /// Tools whose definition changed since they were trusted.
+    pub quarantined: Vec<ToolDrift>,
+    /// Tools published after the baseline was recorded.
+    pub withheld: Vec<AddedTool>,
+    /// Tool names in the baseline that the server no longer publishes.
+    pub removed: Vec<String>,
+    /// The fingerprints of the server's whole current listing: what a
+    /// re-trust of what was shown records.
+    #[serde(skip)]
+    pub fingerprints: Fingerprints,
+}
+
+impl ServerDrift {
+    /// True when the server matches its baseline exactly.
+    pub fn is_clean(&self) -> bool {
+        self.quarantined.is_empty() && self.withheld.is_empty() && self.removed.is_empty()
+    }
+}
+
+/// One quarantined tool: its trusted and current definitions.
+#[derive(Debug, Clone, Serialize)]
+pub struct ToolDrift {
+    /// The tool's name on its server.
+    pub tool: String,
+    /// The qualified name it is listed under, when it is listed (a filter may
+    /// hide it).
+    pub name: Option<String>,
+    /// The fields that differ (`title`, `description`, `inputSchema`,
+    /// `annotations`, `outputSchema`); empty when the trusted definition is
+    /// unknown.
+    pub changed: Vec<&'static str>,
+    /// The definition the baseline was recorded from; null when the store
+    /// did not keep it (a baseline recorded by an older version, or from a
+    /// listing that was not cached).
+    pub trusted: Option<Tool>,
+    /// The definition the server publishes now.
+    pub current: Tool,
+}
+
+/// A tool published after the baseline: withheld until a re-trust.
+#[derive(Debug, Clone, Serialize)]
+pub struct AddedTool {
+    /// The tool's name on its server.
+    pub tool: String,
+    /// The qualified name it would be listed under.
+    pub name: String,
+}
+
+/// A server in scope that was not checked.
+#[derive(Debug, Clone, Serialize)]
+pub struct Unreachable {
+    /// The configured name.
+    pub server: String,
+    /// Why, in the connector's words (never a server's).
+    pub reason: String,
+}
+
+/// The fields of a definition the fingerprint covers, in the order they are
+/// shown: JSON name, label, rendered text (`None`: the tool has no such
+/// field).
+fn fields(tool: &Tool) -> [(&'static str, &'static str, Option<String>); 5] {
+    let json = |value: Option<Value>| value.map(|v| pretty(&v));
+    [
+        ("title", "title", tool.title.clone()),
+        ("description", "description", tool.description.clone()),
+        (
+            "inputSchema",
+            "input schema",
+            json(tool.input_schema.clone()),
+        ),
+        (
+            "annotations",
+            "annotations",
+            json(
+                tool.annotations
+                    .as_ref()
+                    .and_then(|a| serde_json::to_value(a).ok()),
+            ),
+        ),
+        (
+            "outputSchema",
+            "output schema",
+            json(tool.output_schema.clone()),
+        ),
+    ]
+}
+
+/// Pretty JSON with object keys sorted at every depth, so two schemas that
+/// differ only in key order render identically (the fingerprint ignores key
+/// order too), and a diff shows only what really changed.
+pub fn pretty(value: &Value) -> String {
+    fn sorted(value: &Value) -> Value {
+        match value {
+            Value::Object(map) => {
+                let mut keys: Vec<&String> = map.keys().collect();
+                keys.sort();
+                let mut out = Map::with_capacity(map.len());
+                for key in keys {
+                    out.insert(key.clone(), sorted(&map[key.as_str()]));
+                }
+                Value::Object(out)
+            }
+            Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
+            other => other.clone(),
+        }
+    }
+    serde_json::to_string_pretty(&sorted(value)).unwrap_or_else(|_| value.to_string())
+}
+
+/// The fields of `current` that differ from `trusted`.
+fn changed_fields(trusted: &Tool, current: &Tool) -> Vec<&'static str> {
+    fields(trusted)
+        .into_iter()
+        .zip(fields(current))
+        .filter(|((_, _, a), (_, _, b))| a != b)
+        .map(|((key, _, _), _)| key)
+        .collect()
+}
+
+/// Checks SERVER against the configured upstreams and the servers the
+/// catalogue knows (an Agent Plugin's servers are named by its `mcp.json`):
+/// `Err` with a message naming them all.
+pub fn known_server(config: &Config, gateway: &Gateway, server: &str) -> Result<(), String> {
+    let catalogue = gateway.toolset.catalogue();
+    let mut known: Vec<&str> = config.upstreams.keys().map(String::as_str).collect();
+    for summary in catalogue.servers() {
+        known.push(&summary.name);
+        known.push(&summary.identity.name);
+    }
+    known.sort_unstable();
+    known.dedup();
+    if known.contains(&server) {
+        return Ok(());
+    }
+    let listed = if known.is_empty() {
+        "none are configured".to_owned()
+    } else {
+        format!("known servers: {}", known.join(", "))
+    };
+    Err(format!(
+        "unknown server \"{}\" in {}; {listed}",
+        diff::inert(server),
+        config.path.display()
+    ))
+}
+
+/// Builds the report for every connected server (or only `only`) from a
+/// started gateway and the store holding the trusted definitions.
+pub async fn collect(
+    config: &Config,
+    gateway: &Gateway,
+    store: &dyn Store,
+    only: Option<&str>,
+) -> anyhow::Result<Report> {
+    let upstream = gateway.toolset.catalogue();
+    let mut report = Report::default();
+    add_catalogue(&mut report, &upstream, store, only).await?;
+    let diagnostics = gateway.toolset.diagnostics();
+    for name in config.upstreams.keys() {
+        if only.is_some_and(|s| s != name) {
+            continue;
+        }
+        if upstream.servers().iter().any(|s| s.identity.name == *name) {
+            continue;
+        }
+        let reason = diagnostics
+            .iter()
+            .filter(|d| d.origin == *name)
+            .map(|d| d.message.clone())
+            .collect::<Vec<_>>()
+            .join("; ");
+        report.unreachable.push(Unreachable {
+            server: name.clone(),
+            reason: if reason.is_empty() {
+                "could not connect".to_owned()
+            } else {
+                reason
+            },
+        });
+    }
+    report.drift = report.servers.iter().any(|s| !s.is_clean());
+    Ok(report)
+}
+
+/// Adds every server of `catalogue` in scope to the report.
+async fn add_catalogue(
+    report: &mut Report,
+    catalogue: &Catalogue,
+    store: &dyn Store,
+    only: Option<&str>,
+) -> anyhow::Result<()> {
+    for summary in catalogue.servers() {
+        if only.is_some_and(|s| s != summary.identity.name && s != summary.name) {
+            continue;
+        }
+        report
+            .servers
+            .push(server_drift(catalogue, summary, store).await?);
+    }
+    Ok(())
+}
+
+/// One server's part of the report.
+async fn server_drift(
+    catalogue: &Catalogue,
+    summary: &ServerSummary,
+    store: &dyn Store,
+) -> anyhow::Result<ServerDrift> {
+    let trusted = if summary.quarantined.is_empty() {
+        None
+    } else {
+        store
+            .trusted_tools(&summary.name)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot read the trusted definitions: {e}"))?
+    };
+    let quarantined = summary
+        .quarantined
+        .iter()
+        .map(|current| {
+            let trusted = trusted
+                .as_ref()
+                .and_then(|tools| tools.iter().find(|t| t.name == current.name))
+                .cloned();
+            let name = catalogue
+                .entries()
+                .iter()
+                .find(|e| {
+                    e.kind == EntryKind::Quarantined
+                        && e.server == summary.name
+                        && e.remote_name == current.name
+                })
+                .map(|e| e.name.clone());
+            ToolDrift {
+                tool: current.name.clone(),
+                name,
+                changed: trusted
+                    .as_ref()
+                    .map(|t| changed_fields(t, current))
+                    .unwrap_or_default(),
+                trusted,
+                current: current.clone(),
+            }
+        })
+        .collect();
+    let withheld = summary
+        .drift
+        .added
+        .iter()
+        .map(|tool| AddedTool {
+            tool: tool.clone(),
+            name: catalogue
+                .withheld()
+                .iter()
+                .find(|w| w.server == summary.name && w.remote_name == *tool)
+                .map(|w| w.name.clone())
+                .unwrap_or_else(|| tool.clone()),
+        })
+        .collect();
+    Ok(ServerDrift {
+        server: summary.name.clone(),
+        quarantined,
+        withheld,
+        removed: summary.drift.removed.clone(),
+        fingerprints: summary.fingerprints.clone(),
+    })
+}
+
+/// The text of one server's drift, as `drift` and `retrust` print it.
+pub fn render_server(server: &ServerDrift, style: Style) -> String {
+    let mut out = String::new();
+    let bold = |text: &str| style.paint("1", text);
+    if server.is_clean() {
+        let _ = writeln!(
+            out,
+            "{}: no drift (matches its trusted baseline)",
+            bold(&server.server)
+        );
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "{}: {} quarantined, {} withheld, {} removed",
+        bold(&server.server),
+        server.quarantined.len(),
+        server.withheld.len(),
+        server.removed.len()
+    );
+    for tool in &server.quarantined {
+        let listed = match &tool.name {
+            Some(name) if *name != tool.tool => format!(" (listed as {name})"),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "  quarantined {}{listed}: its definition changed since it was trusted",
+            bold(&diff::inert(&tool.tool))
+        );
+        match &tool.trusted {
+            Some(trusted) => {
+                for ((_, label, old), (_, _, new)) in
+                    fields(trusted).into_iter().zip(fields(&tool.current))
+                {
+                    if old == new {
+                        continue;
+                    }
+                    let _ = writeln!(out, "    {label}:");
+                    let absent = "(none)";
+                    let lines = diff::diff_lines(
+                        old.as_deref().unwrap_or(absent),
+                        new.as_deref().unwrap_or(absent),
+                    );
+                    out.push_str(&diff::render(&lines, "      ", style));
+                }
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    "    the trusted definition is unknown (the store did not keep it); the current one:"
+                );
+                for (_, label, text) in fields(&tool.current) {
+                    let Some(text) = text else { continue };
+                    let _ = writeln!(out, "    {label}:");
+                    out.push_str(&diff::render(&diff::diff_lines("", &text), "      ", style));
+                }
+            }
+        }
+    }
+    for tool in &server.withheld {
+        let _ = writeln!(
+            out,
+            "  withheld {}: published after the server was trusted",
+            bold(&diff::inert(&tool.tool))
+        );
+    }
+    for tool in &server.removed {
+        let _ = writeln!(
+            out,
+            "  removed {}: in the baseline, no longer published",
+            bold(&diff::inert(tool))
+        );
+    }
+    out
+}
+
+/// The whole text report.
+pub fn render(report: &Report, style: Style) -> String {
+    let mut out = String::new();
+    for server in &report.servers {
+        if !server.is_clean() {
+            out.push_str(&render_server(server, style));
+            let _ = writeln!(
+                out,
+                "  to accept the current definitions: portcullis retrust {}\n",
+                server.server
+            );
+        }
+    }
+    for server in &report.unreachable {
+        let _ = writeln!(
+            out,
+            "{}: not checked: {}",
+            server.server,
+            diff::inert(&server.reason)
+        );
+    }
+    if !report.drift {
+        let checked = report.servers.len();
+        let noun = if checked == 1 { "server" } else { "servers" };
+        let _ = if report.unreachable.is_empty() {
+            writeln!(
+                out,
+                "no drift: {checked} {noun} checked, each matches its trusted baseline"
+            )
+        } else {
+            writeln!(
+                out,
+                "no drift in the {checked} {noun} checked; {} not checked",
+                report.unreachable.len()
+            )
+        };
+    }
+    out
+}
+
+/// The exit code a report earns: 1 drift, else 2 when a server in scope was
+/// not checked, else 0.
+pub fn exit_for(report: &Report) -> Exit {
+    if report.drift {
+        Exit::ToolError
+    } else if !report.unreachable.is_empty() {
+        Exit::Usage
+    } else {
+        Exit::Success
+    }
+}
+
+/// `portcullis drift [--json] [SERVER]`.
+pub async fn drift(config: &Config, server: Option<&str>, json: bool) -> anyhow::Result<Exit> {
+    let store = crate::trust::open_store(config).await?;
+    let gateway = Gateway::start(config).await?;
+    let checked = match server.map(|s| known_server(config, &gateway, s)) {
+        Some(Err(message)) => Err(message),
+        _ => Ok(collect(config, &gateway, store.as_ref(), server).await),
+    };
+    gateway.close().await;
+    let report = match checked {
+        Ok(report) => report?,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return Ok(Exit::Usage);
+        }
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        let style = Style::for_terminal(std::io::stdout().is_terminal());
+        print!("{}", render(&report, style));
+    }
+    Ok(exit_for(&report))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn echo(description: &str, schema: Value) -> Tool {
+        Tool::new("echo")
+            .with_description(description)
+            .with_input_schema(schema)
+    }
+
+    #[test]
+    fn pretty_sorts_keys_at_every_depth() {
+        let a = json!({"type": "object", "properties": {"b": {"type": "string"}, "a": {"type": "number"}}});
+        let b = json!({"properties": {"a": {"type": "number"}, "b": {"type": "string"}}, "type": "object"});
+        assert_eq!(pretty(&a), pretty(&b));
+        assert!(pretty(&a).find("\"a\"") < pretty(&a).find("\"b\""));
+    }
+
+    #[test]
+    fn a_changed_description_and_schema_render_as_a_line_diff() {
+        let trusted = echo(
+            "Returns the text.",
+            json!({"type": "object", "properties": {"text": {"type": "string"}}}),
+        );
+        let current = echo(
+            "Reads ~/.ssh first.",
+            json!({"type": "object", "properties": {"text": {"type": "string"}, "path": {"type": "string"}}}),
+        );
+        assert_eq!(
+            changed_fields(&trusted, &current),
+            ["description", "inputSchema"]
+        );
+        let server = ServerDrift {
+            server: "demo".into(),
+            quarantined: vec![ToolDrift {
+                tool: "echo".into(),
+                name: Some("echo".into()),
+                changed: changed_fields(&trusted, &current),
+                trusted: Some(trusted),
+                current,
+            }],
+            withheld: vec![AddedTool {
+                tool: "shout".into(),
+                name: "shout".into(),
+            }],
+            removed: vec!["count".into()],
+            fingerprints: Fingerprints::new(),
+        };
+        let shown = render_server(&server, Style::Plain);
+        assert!(
+            shown.contains("demo: 1 quarantined, 1 withheld, 1 removed"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("      - Returns the text.\n      + Reads ~/.ssh first.\n"),
+            "{shown}"
+        );
+        assert!(shown.contains("      +     \"path\": {"), "{shown}");
+        assert!(
+            shown.contains("withheld shout") && shown.contains("removed count"),
+            "{shown}"
+        );
+        assert!(
+            !shown.contains("title:"),
+            "unchanged fields are not shown: {shown}"
+        );
+    }
+
+    #[test]
+    fn an_unknown_trusted_definition_shows_the_current_one() {
+        let server = ServerDrift {
+            server: "demo".into(),
+            quarantined: vec![ToolDrift {
+                tool: "echo".into(),
+                name: None,
+                changed: vec![],
+                trusted: None,
+                current: echo("New words.", json!({"type": "object"})),
+            }],
+            withheld: vec![],
+            removed: vec![],
+            fingerprints: Fingerprints::new(),
+        };
+        let shown = render_server(&server, Style::Plain);
+        assert!(shown.contains("trusted definition is unknown"), "{shown}");
+        assert!(shown.contains("      + New words.\n"), "{shown}");
+    }
+
+    #[test]
+    fn exit_codes_follow_what_was_found() {
+        let clean = ServerDrift {
+            server: "a".into(),
+            quarantined: vec![],
+            withheld: vec![],
+            removed: vec![],
+            fingerprints: Fingerprints::new(),
+        };
+        let mut report = Report {
+            drift: false,
+            servers: vec![clean.clone()],
+            unreachable: vec![],
+        };
+        assert_eq!(exit_for(&report), Exit::Success);
+        assert!(render(&report, Style::Plain).contains("no drift: 1 server checked"));
+        report.unreachable.push(Unreachable {
+            server: "b".into(),
+            reason: "refused".into(),
+        });
+        assert_eq!(exit_for(&report), Exit::Usage);
+        report.drift = true;
+        assert_eq!(exit_for(&report), Exit::ToolError);
+    }
+}
