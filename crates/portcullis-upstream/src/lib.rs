@@ -55,6 +55,7 @@
 //! | [`options`] | [`ConnectOptions`] |
 //! | [`toolset`] | [`connect`], [`Toolset`], [`CallContext`] |
 //! | [`wake`] | [`rebuild_from_store`]; the background reconcile behind [`Toolset::reconciled`] |
+//! | [`reconfigure`] | [`Toolset::reconfigure`]: a reload keeps unchanged connections |
 //! | [`passthrough`] | resources, templates, prompts, completions, log level, subscriptions and their notifications, per server |
 //! | [`progress`] | progress notifications routed to the caller |
 //! | [`relay`] | a server's sampling, elicitation and roots requests relayed to the calling client |
@@ -105,6 +106,7 @@ pub mod plugins;
 pub mod progress;
 pub mod relay;
 mod reconcile;
+pub mod reconfigure;
 mod report;
 mod sse;
 mod state;
@@ -128,4 +130,5 @@ pub use progress::Progress;
 pub use relay::ClientRelay;
 pub use report::DiagnosticCallback;
 pub use toolset::{CallContext, Toolset, connect};
+pub use reconfigure::Reconfigured;
 pub use wake::rebuild_from_store;

@@ -341,6 +341,44 @@ pub(crate) fn assemble(
     }
 }
 
+/// One server of a cold start: connected and listed, its listing saved to
+/// the store (when there is one) and the baseline the store keeps enforced;
+/// without a store, [`ConnectOptions::baselines`] applies. A failure is
+/// reported and gives `None`.
+pub(crate) async fn cold_source(
+    config: McpServerConfig,
+    id: String,
+    options: &ConnectOptions,
+    diagnostics: &DiagnosticSink,
+    http: Option<reqwest::Client>,
+) -> Option<Source> {
+    let connected = open_server(&config, options, diagnostics, http, None).await?;
+    let identity = config.identity();
+    let (baseline, recorded) = match &options.store {
+        Some(store) => {
+            match crate::trust::settle_cold(store.as_ref(), &id, &identity, &connected.tools).await
+            {
+                Ok(in_force) => (in_force, true),
+                Err(reason) => {
+                    diagnostics.report(crate::trust::store_failure(config.name(), &reason));
+                    connected.connection.close().await;
+                    return None;
+                }
+            }
+        }
+        None => (options.baselines.get(&identity).cloned(), false),
+    };
+    Some(source(
+        id,
+        config,
+        options,
+        connected.connection,
+        connected.tools,
+        baseline,
+        recorded,
+    ))
+}
+
 /// Connects every server concurrently, lists their tools and projects them
 /// (a cold start).
 ///
@@ -368,44 +406,10 @@ pub async fn connect(
     let http = http_client(&options);
     let ids = crate::trust::row_ids(&servers);
 
-    let attempts = servers.into_iter().zip(ids).map(|(config, id)| {
-        let options = &options;
-        let diagnostics = diagnostics.clone();
-        let http = http.clone();
-        async move {
-            let connected = open_server(&config, options, &diagnostics, http, None).await?;
-            let identity = config.identity();
-            let (baseline, recorded) = match &options.store {
-                Some(store) => {
-                    match crate::trust::settle_cold(
-                        store.as_ref(),
-                        &id,
-                        &identity,
-                        &connected.tools,
-                    )
-                    .await
-                    {
-                        Ok(in_force) => (in_force, true),
-                        Err(reason) => {
-                            diagnostics.report(crate::trust::store_failure(config.name(), &reason));
-                            connected.connection.close().await;
-                            return None;
-                        }
-                    }
-                }
-                None => (options.baselines.get(&identity).cloned(), false),
-            };
-            Some(source(
-                id,
-                config,
-                options,
-                connected.connection,
-                connected.tools,
-                baseline,
-                recorded,
-            ))
-        }
-    });
+    let attempts = servers
+        .into_iter()
+        .zip(ids)
+        .map(|(config, id)| cold_source(config, id, &options, &diagnostics, http.clone()));
     let sources: Vec<Source> = join_all(attempts).await.into_iter().flatten().collect();
     // Every listing is live: nothing is left to reconcile.
     let (_, reconciled) = watch::channel(true);

@@ -57,6 +57,15 @@ impl Fixture {
         self.config_publishing(&self.tools_path())
     }
 
+    /// This fixture's server under another name.
+    pub fn config_named(&self, name: &str) -> McpServerConfig {
+        let mut config = self.config();
+        if let McpServerConfig::Stdio(stdio) = &mut config {
+            stdio.name = name.to_owned();
+        }
+        config
+    }
+
     /// The same server (same command line, same stored identity) reading
     /// its definitions from another file.
     pub fn config_publishing(&self, tools: &Path) -> McpServerConfig {

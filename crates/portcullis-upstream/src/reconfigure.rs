@@ -1,0 +1,101 @@
+//! [`Toolset::reconfigure`]: a config reload without a restart. Servers
+//! whose config did not change keep their connection (and child process);
+//! new ones are connected as in a cold start; removed ones are closed; the
+//! tool map is projected again and swapped in like a reconcile's correction.
+
+use std::sync::Arc;
+
+use futures::future::join_all;
+
+use crate::config::McpServerConfig;
+use crate::connection::Connection;
+use crate::error::WiringError;
+use crate::options::ConnectOptions;
+use crate::state::Source;
+use crate::toolset::{Toolset, check_wiring, cold_source, http_client};
+use crate::trust::row_ids;
+
+/// What a reconfigure did, by effective server name (the store's row ids).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reconfigured {
+    /// Servers whose config is unchanged: their connections were kept.
+    pub kept: Vec<String>,
+    /// Servers connected now (new, or with a changed config), whether or not
+    /// the connection succeeded (a failure is a diagnostic).
+    pub connected: Vec<String>,
+    /// Servers whose connections were closed (removed, or changed).
+    pub closed: Vec<String>,
+}
+
+impl Toolset {
+    /// Applies a new server list: keeps every connection whose server's
+    /// config (name, transport, URL or command line, headers, env) is
+    /// unchanged, connects the new and changed ones exactly as
+    /// [`crate::connect`] would (listing them, and with a store recording and
+    /// enforcing their baselines), closes the removed and changed ones, and
+    /// swaps in the tool map projected from the result. A call already in
+    /// flight keeps the snapshot it started with; the next one sees the new
+    /// map ([`Toolset::watch_catalogue`] announces it).
+    ///
+    /// From `options` it takes the per-server filters (applied to kept
+    /// servers too) and what connecting needs (host guard, timeouts,
+    /// credentials, store). The policy, session, credential resolver of
+    /// calls, projection options and store of the toolset stay those it was
+    /// built with: changing those means building a new toolset.
+    pub async fn reconfigure(
+        &self,
+        servers: Vec<McpServerConfig>,
+        options: &ConnectOptions,
+    ) -> Result<Reconfigured, WiringError> {
+        check_wiring(options)?;
+        let inner = &self.inner;
+        let ids = row_ids(&servers);
+        let desired: Vec<(McpServerConfig, String)> = servers.into_iter().zip(ids).collect();
+        let fresh: Vec<(McpServerConfig, String)> = {
+            let sources = inner.sources();
+            desired
+                .iter()
+                .filter(|(config, id)| !sources.iter().any(|s| &s.id == id && &s.config == config))
+                .cloned()
+                .collect()
+        };
+        let mut report = Reconfigured {
+            connected: fresh.iter().map(|(_, id)| id.clone()).collect(),
+            ..Reconfigured::default()
+        };
+        let http = http_client(options);
+        let attempts = fresh
+            .into_iter()
+            .map(|(config, id)| cold_source(config, id, options, &inner.diagnostics, http.clone()));
+        let connected: Vec<Source> = join_all(attempts).await.into_iter().flatten().collect();
+
+        let mut retired: Vec<Arc<Connection>> = Vec::new();
+        {
+            let mut sources = inner.sources();
+            let mut kept = Vec::with_capacity(sources.len());
+            for mut source in sources.drain(..) {
+                let wanted = desired
+                    .iter()
+                    .any(|(config, id)| *id == source.id && *config == source.config);
+                if wanted {
+                    source.filter = options
+                        .server_tools
+                        .get(source.config.name())
+                        .cloned()
+                        .unwrap_or_else(|| options.tools.clone());
+                    report.kept.push(source.id.clone());
+                    kept.push(source);
+                } else {
+                    report.closed.push(source.id.clone());
+                    retired.push(source.connection.clone());
+                }
+            }
+            kept.extend(connected);
+            *sources = kept;
+            inner.reproject(&sources);
+        }
+        // Closed after the swap: the new map no longer routes to them.
+        join_all(retired.iter().map(|c| c.close())).await;
+        Ok(report)
+    }
+}
