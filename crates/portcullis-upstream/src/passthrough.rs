@@ -46,6 +46,9 @@ use crate::toolset::Toolset;
 /// cursors.
 const MAX_PAGES: usize = 1000;
 
+/// JSON-RPC "method not found".
+const METHOD_NOT_FOUND: i32 = -32601;
+
 /// Notices buffered per connection before a slow reader loses the oldest.
 const NOTICE_CAPACITY: usize = 256;
 
@@ -422,11 +425,15 @@ impl Passthrough {
             let request = ClientRequest::SubscribeRequest(SubscribeRequest::new(
                 SubscribeRequestParams::new(uri),
             ));
-            return expect_empty(
-                send(&connection, server, METHOD, request).await?,
-                server,
-                METHOD,
-            );
+            match send(&connection, server, METHOD, request).await {
+                Ok(answer) => return expect_empty(answer, server, METHOD),
+                // A session an Auto client opened with `server/discover` may
+                // be held to the 2026 lifecycle by the server even after the
+                // fallback to `initialize` (rmcp servers are), where
+                // `resources/subscribe` is gone: listen instead.
+                Err(PassthroughError::Protocol { code, .. }) if code == METHOD_NOT_FOUND => {}
+                Err(other) => return Err(other),
+            }
         }
         if connection.notices().state().uris.contains_key(uri) {
             return Ok(());
@@ -475,6 +482,11 @@ impl Passthrough {
     pub async fn unsubscribe(&self, server: &str, uri: &str) -> Result<(), PassthroughError> {
         const METHOD: &str = "resources/unsubscribe";
         let connection = self.connection(server)?;
+        // A subscription that became a listen ends with it.
+        if let Some(stop) = connection.notices().state().uris.remove(uri) {
+            stop.cancel();
+            return Ok(());
+        }
         if self.has_initialize(server) {
             let request = ClientRequest::UnsubscribeRequest(UnsubscribeRequest::new(
                 UnsubscribeRequestParams::new(uri),
@@ -484,9 +496,6 @@ impl Passthrough {
                 server,
                 METHOD,
             );
-        }
-        if let Some(stop) = connection.notices().state().uris.remove(uri) {
-            stop.cancel();
         }
         Ok(())
     }
