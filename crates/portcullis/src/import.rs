@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 
+use portcullis_catalog::TransportKind;
 use portcullis_upstream::{McpServerConfig, parse_mcp_servers_json};
 use serde::Serialize;
 
@@ -68,6 +69,7 @@ pub fn import(text: &str) -> anyhow::Result<Imported> {
     };
     for server in parsed.servers {
         let name = server.name().to_owned();
+        let server_kind = server.transport();
         let entry = match server {
             McpServerConfig::Stdio(stdio) => {
                 let mut env = BTreeMap::new();
@@ -97,9 +99,19 @@ pub fn import(text: &str) -> anyhow::Result<Imported> {
                 }
             }
             McpServerConfig::StreamableHttp(remote) | McpServerConfig::Sse(remote) => {
-                let kind = if text_is_sse(&remote.url, &name, text) {
+                // The parser decided the transport exactly as `connect` would
+                // for the same entry: an untyped `url` is Streamable HTTP. A
+                // URL that looks like a legacy SSE endpoint is only flagged,
+                // never guessed: an explicit `"type": "http"` means what it says.
+                let kind = if matches!(server_kind, TransportKind::Sse) {
                     "sse"
                 } else {
+                    if looks_like_sse(&remote.url) {
+                        imported.notes.push(format!(
+                            "upstreams.{name} is imported as streamable-http, but its url looks like a legacy SSE endpoint; \
+                             set type = \"sse\" if the server speaks HTTP+SSE"
+                        ));
+                    }
                     "streamable-http"
                 };
                 let mut headers = BTreeMap::new();
@@ -148,18 +160,11 @@ pub fn import(text: &str) -> anyhow::Result<Imported> {
     Ok(imported)
 }
 
-/// The parser has already decided the transport; this only recovers which of
-/// the two remote kinds it was, from the entry's own `type`.
-fn text_is_sse(url: &str, name: &str, text: &str) -> bool {
-    let Ok(root) = serde_json::from_str::<serde_json::Value>(text) else {
-        return false;
-    };
-    let entry = root
-        .get("mcpServers")
-        .or_else(|| root.get("servers"))
-        .and_then(|s| s.get(name));
-    entry.and_then(|e| e.get("type")).and_then(|t| t.as_str()) == Some("sse")
-        || (entry.and_then(|e| e.get("type")).is_none() && url.ends_with("/sse"))
+/// True when `url`'s path ends in `/sse`, the usual endpoint of a legacy
+/// HTTP+SSE server.
+fn looks_like_sse(url: &str) -> bool {
+    let path = url.split(['?', '#']).next().unwrap_or(url);
+    path.trim_end_matches('/').ends_with("/sse")
 }
 
 /// The seed's `secret-in-env` heuristic: a key ending in a credential word,
@@ -268,6 +273,27 @@ mod tests {
         assert_eq!(imported.notes.len(), 1);
         assert!(import("{}").is_err());
         assert!(import("not json").is_err());
+    }
+
+    #[test]
+    fn the_parsers_transport_is_kept_and_an_sse_looking_url_is_flagged() {
+        let text = r#"{"mcpServers": {
+            "typed": {"type": "sse", "url": "https://old.example.com/events"},
+            "untyped": {"url": "https://old.example.com/sse/"},
+            "http": {"type": "http", "url": "https://new.example.com/mcp"}
+        }}"#;
+        let imported = import(text).unwrap();
+        let env = |_: &str| None;
+        let config = config::parse(Path::new("i.toml"), &imported.toml, &env).unwrap();
+        let kind = |name: &str| match &config.upstreams[name].transport {
+            config::UpstreamTransport::Remote { kind, .. } => kind.as_str(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(kind("typed"), "sse");
+        assert_eq!(kind("untyped"), "streamable-http");
+        assert_eq!(kind("http"), "streamable-http");
+        assert_eq!(imported.notes.len(), 1, "{:?}", imported.notes);
+        assert!(imported.notes[0].contains("upstreams.untyped"));
     }
 
     #[test]
