@@ -161,10 +161,10 @@ impl Gateway {
             .collect()
     }
 
-    /// The same connections behind a gate rebuilt from `config`
-    /// (`allow_write`, `allow_tools`, `identity`, `max_output_length`): what
-    /// a config reload that changed only the gate applies, so no upstream
-    /// reconnects.
+    /// The same connections and sources behind a gate rebuilt from
+    /// `config` (`allow_write`, `allow_tools`, `identity`,
+    /// `max_output_length`): what a config reload that changed only the
+    /// gate applies, so no upstream reconnects.
     pub fn regated(&self, config: &Config) -> anyhow::Result<Gateway> {
         Ok(Gateway {
             toolset: self.toolset.clone(),
