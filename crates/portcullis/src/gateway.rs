@@ -46,6 +46,9 @@ pub struct Gateway {
     pub sources: Arc<crate::sources::SourceCatalogue>,
     /// Resources, prompts, completions and logging of the upstreams.
     pub proxy: crate::proxy::Proxy,
+    /// The store the connector records baselines and catalogue caches in;
+    /// kept so a reload that adds an upstream trusts it in the same store.
+    pub store: Arc<dyn portcullis_store::Store>,
 }
 
 /// One row of `portcullis tools --json`: the contract shape of the design
@@ -121,6 +124,7 @@ impl Gateway {
             tools,
             sources: Arc::new(sources),
             proxy,
+            store,
         })
     }
 
@@ -171,6 +175,51 @@ impl Gateway {
             tools: build_tool_server(config, &self.toolset, &self.sources, &self.proxy)?,
             sources: self.sources.clone(),
             proxy: self.proxy.clone(),
+            store: self.store.clone(),
+        })
+    }
+
+    /// The same toolset with its upstreams replaced by `config`'s: a server
+    /// whose config did not change keeps its connection (and child
+    /// process), a new or changed one is connected and trusted through the
+    /// same store, a removed one is closed ([`Toolset::reconfigure`]). Then
+    /// the proxy and the gate are rebuilt on the result.
+    ///
+    /// Only for configs without plugins, tool plugins or apps (the caller
+    /// checks): their tools are projected against the upstreams' catalogue
+    /// and the `auto` prefix counts them, so those reloads rebuild
+    /// everything.
+    pub async fn reconfigured(&self, config: &Config) -> anyhow::Result<Gateway> {
+        let base = config
+            .path
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        let servers = config
+            .upstreams
+            .values()
+            .map(|u| server_config(u, &base))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let options = connect_options(config).with_store(self.store.clone());
+        let prefix = options.projection.prefix;
+        let report = self
+            .toolset
+            .reconfigure(servers, &options)
+            .await
+            .context("cannot reconfigure the upstreams")?;
+        tracing::info!(
+            kept = ?report.kept,
+            connected = ?report.connected,
+            closed = ?report.closed,
+            "upstreams reconfigured"
+        );
+        let proxy = crate::proxy::Proxy::start(&self.toolset, prefix).await;
+        Ok(Gateway {
+            toolset: self.toolset.clone(),
+            tools: build_tool_server(config, &self.toolset, &self.sources, &proxy)?,
+            sources: self.sources.clone(),
+            proxy,
+            store: self.store.clone(),
         })
     }
 

@@ -15,7 +15,8 @@
 //! | --- | --- |
 //! | nothing (the file was only touched) | nothing |
 //! | the gate (`allow_write`, `allow_tools`, `identity`, `max_output_length`) | the tool server is rebuilt on the same connections: every upstream keeps its connection and its child process |
-//! | the sources (upstreams, plugins, apps, `prefix`, `approval`, disclosure, store, per-upstream `timeout_ms`/`tools`) | a new gateway is connected beside the old one and swapped in when ready; the old one closes once its in-flight calls finish. Every upstream reconnects, changed or not: the connector cannot yet rebuild its catalogue around connections it keeps (see ARCHITECTURE.md) |
+//! | only upstreams (added, removed, changed, or their `tools` filters), with no plugins, tool plugins or apps configured | the connector reconfigures in place ([`Gateway::reconfigured`]): an unchanged upstream keeps its connection and child process, a new or changed one is connected and trusted through the same store, a removed one is closed |
+//! | the other sources (plugins, apps, `prefix`, `approval`, disclosure, store, an upstream's `timeout_ms`) | a new gateway is connected beside the old one and swapped in when ready; the old one closes once its in-flight calls finish; every upstream reconnects |
 //! | the HTTP surface (`listen`, `allowed_hosts`, `allowed_origins`, `token`) | logged as needing a restart; the rest of the reload applies |
 //! | an invalid file | logged with the file, line and field; the old config keeps serving |
 //! | an upstream's listing (reconciled by the connector, not a config change) | the tool server is rebuilt on the same connections ([`follow_catalogue`]) |
@@ -75,6 +76,8 @@ struct SourcesKey {
     servers: Vec<McpServerConfig>,
     store: StoreChoice,
     apps: BTreeMap<String, App>,
+    /// Each upstream's `timeout_ms` and `tools` filter.
+    per_upstream: String,
     /// Everything else that shapes the catalogue, none of it secret.
     rest: String,
 }
@@ -97,12 +100,11 @@ impl SourcesKey {
             .map(|u| (&u.name, u.timeout_ms, format!("{:?}", u.tools)))
             .collect();
         let rest = format!(
-            "{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}",
+            "{:?}|{:?}|{:?}|{:?}|{:?}|{:?}",
             config.disclosure,
             config.gateway.prefix,
             config.gateway.approval,
             config.gateway.data_dir,
-            per_upstream,
             config.plugins,
             config.tool_plugins,
         );
@@ -110,9 +112,36 @@ impl SourcesKey {
             servers,
             store: config.gateway.store.clone(),
             apps: config.apps.clone(),
+            per_upstream: format!("{per_upstream:?}"),
             rest,
         })
     }
+}
+
+/// Whether a reload from `old` to `new` changes only the upstreams, so the
+/// connector can keep the connections of the unchanged ones
+/// ([`Gateway::reconfigured`]): the store and everything else that shapes
+/// the catalogue are the same, no plugin, tool plugin or app is configured
+/// (their projection depends on the upstreams'), and no upstream present in
+/// both changed its `timeout_ms` (a kept connection keeps its timeout).
+fn only_upstreams_changed(
+    old: &Config,
+    new: &Config,
+    old_key: &SourcesKey,
+    new_key: &SourcesKey,
+) -> bool {
+    let no_sources =
+        |c: &Config| c.plugins.is_empty() && c.tool_plugins.is_empty() && c.apps.is_empty();
+    let same_timeouts = new.upstreams.iter().all(|(name, upstream)| {
+        old.upstreams
+            .get(name)
+            .is_none_or(|before| before.timeout_ms == upstream.timeout_ms)
+    });
+    no_sources(old)
+        && no_sources(new)
+        && same_timeouts
+        && old_key.store == new_key.store
+        && old_key.rest == new_key.rest
 }
 
 /// The parts of `[gateway]` the HTTP surface was started with: changing
@@ -277,8 +306,15 @@ impl Live {
                 "listen, allowed_hosts, allowed_origins and token apply at startup only; restart the gateway to change them"
             );
         }
-        let reconnect = old_key != new_key;
-        let built = if reconnect {
+        let changed = old_key != new_key;
+        // Upstreams alone changed: the connector keeps the unchanged
+        // connections, so nothing is retired.
+        let in_place = changed && only_upstreams_changed(&old.config, &config, &old_key, &new_key);
+        let reconnect = changed && !in_place;
+        let built = if in_place {
+            tracing::info!("config reload: the upstreams changed; keeping the unchanged ones");
+            old.gateway.reconfigured(&config).await
+        } else if reconnect {
             tracing::info!("config reload: the sources changed; connecting them");
             Gateway::start(&config).await
         } else {

@@ -477,6 +477,65 @@ fn a_changed_config_is_applied_without_restarting_unchanged_children() {
 }
 
 #[test]
+fn adding_and_removing_an_upstream_keeps_the_unchanged_ones_connected() {
+    const MORE: &str = "[upstreams.more]\ntype = \"stdio\"\ncommand = \"portcullis\"\nargs = [\"demo-upstream\"]\n";
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_config(
+        dir.path(),
+        &format!("[gateway]\nstore = \"memory\"\n\n{DEMO}"),
+    );
+    let served = serve(&config, &[], &[]);
+    let authority = served.authority();
+    let first = child_pids(served.child.id());
+    assert_eq!(first.len(), 1, "{first:?}");
+    assert_eq!(tool_names(&authority), ["add", "count", "echo"]);
+
+    // A second upstream: connected beside the first, whose child stays; with
+    // two sources the auto prefix qualifies every name.
+    write_config(
+        dir.path(),
+        &format!("[gateway]\nstore = \"memory\"\n\n{DEMO}\n{MORE}"),
+    );
+    served.wait_for_line("upstreams reconfigured");
+    served.wait_for_line("config reloaded");
+    let both = child_pids(served.child.id());
+    assert_eq!(both.len(), 2, "{both:?}");
+    assert!(
+        both.contains(&first[0]),
+        "the unchanged child was restarted: {first:?} → {both:?}"
+    );
+    assert_eq!(
+        tool_names(&authority),
+        [
+            "demo__add",
+            "demo__count",
+            "demo__echo",
+            "more__add",
+            "more__count",
+            "more__echo"
+        ]
+    );
+
+    // Removing it closes its child only.
+    write_config(
+        dir.path(),
+        &format!("[gateway]\nstore = \"memory\"\n\n{DEMO}"),
+    );
+    served.wait_for_line("upstreams reconfigured");
+    served.wait_for_line("config reloaded");
+    let added: Vec<u32> = both
+        .iter()
+        .copied()
+        .filter(|pid| *pid != first[0])
+        .collect();
+    eventually("the removed upstream's child exits", || {
+        added.iter().all(|pid| !alive(*pid))
+    });
+    assert!(alive(first[0]), "the unchanged child died");
+    assert_eq!(tool_names(&authority), ["add", "count", "echo"]);
+}
+
+#[test]
 fn stdio_clients_hear_that_the_tool_list_changed() {
     let dir = tempfile::tempdir().expect("tempdir");
     let config = write_config(
