@@ -12,7 +12,8 @@
 //!
 //! A missing binary or `.peers/` folder is reported and the test passes
 //! without running, as the interop tests do (CI builds and installs both).
-
+// Every server here is a child process over stdio.
+#![cfg(feature = "stdio")]
 #![allow(deprecated)]
 
 use std::path::PathBuf;

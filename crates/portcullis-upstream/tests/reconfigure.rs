@@ -1,6 +1,8 @@
 //! `Toolset::reconfigure`: unchanged servers keep their connection (the
 //! same child process, no new `tools/list`), new ones connect, removed ones
 //! close, and the tool map is swapped in place. Real server processes.
+// Every server here is a child process over stdio.
+#![cfg(feature = "stdio")]
 
 mod drift_support;
 

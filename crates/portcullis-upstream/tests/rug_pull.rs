@@ -2,6 +2,8 @@
 //! its definitions, with the trust baseline in a real SQLite file: each
 //! drift ends as the seed says, the baseline never moves, and a quarantined
 //! or withheld tool's call never reaches the server.
+// Every server here is a child process over stdio.
+#![cfg(feature = "stdio")]
 
 mod drift_support;
 

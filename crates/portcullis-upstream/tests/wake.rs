@@ -2,6 +2,8 @@
 //! no `tools/list` before `reconciled()`, the reconcile corrects it in
 //! place, and the seed's wake diagnostics. A real server process, a real
 //! SQLite file.
+// Every server here is a child process over stdio.
+#![cfg(feature = "stdio")]
 
 mod drift_support;
 
