@@ -620,7 +620,7 @@ mod tests {
             "hex": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
             "pem": "-----BEGIN OPENSSH PRIVATE KEY-----\nabc",
             "keyboard": "qwerty",
-            "path": "/home/me/some/really/long/path/to/file/0123456789abcdef.txt"
+            "path": "/srv/you/some/really/long/path/to/file/0123456789abcdef.txt"
         }));
         for hidden in [
             "Authorization",
@@ -639,7 +639,7 @@ mod tests {
         assert!(summary.contains("keyboard=\"qwerty\""), "{summary}");
         // Paths stay readable, cut at 40 characters.
         assert!(
-            summary.contains("path=\"/home/me/some/really/long/path/to/file/…\""),
+            summary.contains("path=\"/srv/you/some/really/long/path/to/file/…\""),
             "{summary}"
         );
         for raw in ["Basic abc", "sk-live", "eyJhbG", "9f86d0", "OPENSSH"] {
