@@ -114,11 +114,14 @@ async fn run() {
         toolset.reconciled().await;
         wake_settled.push(start.elapsed());
         wake_lists_total += lists() - before;
-        assert!(
-            toolset.diagnostics().is_empty(),
-            "{:?}",
-            toolset.diagnostics()
-        );
+        // 100 padded tools exceed the default disclosure budget (a
+        // warning, expected); anything else means the wake went wrong.
+        let unexpected: Vec<_> = toolset
+            .diagnostics()
+            .into_iter()
+            .filter(|d| d.rule != portcullis_catalog::Rule::DisclosureBudgetExceeded)
+            .collect();
+        assert!(unexpected.is_empty(), "{unexpected:?}");
         toolset.close().await;
     }
 
