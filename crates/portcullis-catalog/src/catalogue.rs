@@ -307,6 +307,9 @@ impl Catalogue {
             } = listing;
             tools.sort_by(|a, b| a.name.cmp(&b.name));
             let published: BTreeSet<String> = tools.iter().map(|t| t.name.clone()).collect();
+            // Only the tool part guards tools: a baseline's pins (prompts,
+            // resources, templates, and their marker) are not tools.
+            let baseline = baseline.map(|b| crate::pins::split_baseline(&b).0);
             let guarded = guard_listing(&server, tools, baseline.as_ref());
             diagnostics.extend(guarded.diagnostics);
             let project_name = |remote: &str| {

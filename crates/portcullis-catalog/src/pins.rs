@@ -23,10 +23,22 @@
 //! prompt means the prompt was added since: it is withheld, as an added
 //! tool is. Tool keys are everything else, so the seed's tool-only
 //! baselines and test vectors are untouched: [`split_baseline`] hands the
-//! tool part to the tool guard unchanged.
+//! tool part to the tool guard unchanged (and [`crate::Catalogue::project`]
+//! applies it to every baseline it is given, so a pin is never mistaken for
+//! a tool).
+//!
+//! Beside each pin, the baseline keeps the **pinned text itself** under
+//! `def:<pin key>` (`def:prompt:<name>`, …): the canonical JSON the pin is
+//! the digest of. It is what an operator's `drift` diffs the current
+//! definition against (tools keep theirs in the store's trusted
+//! definitions; prompts and resources have no such table, and the baseline
+//! is written once, with the pins, so the two cannot disagree —
+//! [`trusted_definitions`] checks each against its pin anyway).
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use std::collections::BTreeMap;
+
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
@@ -34,6 +46,9 @@ use crate::definition::{Prompt, PromptArgument, Resource, ResourceTemplate};
 use crate::diagnostic::{Diagnostic, Rule};
 use crate::drift::{Drift, detect_drift};
 use crate::fingerprint::{Fingerprints, canonical_json};
+
+/// The namespace of the pinned text kept beside each pin: `def:prompt:x`.
+pub const DEFINITION_NAMESPACE: &str = "def:";
 
 /// The key that marks a baseline as covering prompts and resources.
 pub const PINS_MARKER: &str = "pins:v1";
@@ -80,6 +95,20 @@ impl PinKind {
     pub fn key(self, id: &str) -> String {
         format!("{}{id}", self.namespace())
     }
+
+    /// The baseline key of the pinned text of `id`.
+    ///
+    /// ```
+    /// use portcullis_catalog::pins::PinKind;
+    ///
+    /// assert_eq!(PinKind::Resource.definition_key("a://x"), "def:resource:a://x");
+    /// ```
+    pub fn definition_key(self, id: &str) -> String {
+        format!("{DEFINITION_NAMESPACE}{}{id}", self.namespace())
+    }
+
+    /// Every kind, in the order they are reported.
+    pub const ALL: [PinKind; 3] = [PinKind::Prompt, PinKind::Resource, PinKind::Template];
 }
 
 fn put(map: &mut Map<String, Value>, key: &str, value: &Option<String>) {
@@ -150,32 +179,53 @@ fn resource_like(
     Value::Object(map)
 }
 
-/// The pin of a resource.
-pub fn pin_resource(resource: &Resource) -> String {
-    digest(&resource_like(
+/// The canonical JSON a resource's pin is the digest of.
+pub fn resource_material(resource: &Resource) -> Value {
+    resource_like(
         "uri",
         &resource.uri,
         &resource.name,
         &resource.title,
         &resource.description,
         &resource.mime_type,
-    ))
+    )
 }
 
-/// The pin of a resource template.
-pub fn pin_template(template: &ResourceTemplate) -> String {
-    digest(&resource_like(
+/// The canonical JSON a resource template's pin is the digest of.
+pub fn template_material(template: &ResourceTemplate) -> Value {
+    resource_like(
         "uriTemplate",
         &template.uri_template,
         &template.name,
         &template.title,
         &template.description,
         &template.mime_type,
-    ))
+    )
 }
 
-/// Every pin of one server's definitions, with the marker: what a first
-/// trust records beside the tool fingerprints.
+/// The pin of a resource.
+pub fn pin_resource(resource: &Resource) -> String {
+    digest(&resource_material(resource))
+}
+
+/// The pin of a resource template.
+pub fn pin_template(template: &ResourceTemplate) -> String {
+    digest(&template_material(template))
+}
+
+/// Every pin of one server's definitions, with the marker and the pinned
+/// text beside each pin: what a first trust (or a re-trust) records beside
+/// the tool fingerprints.
+///
+/// ```
+/// use portcullis_catalog::definition::Prompt;
+/// use portcullis_catalog::pins::{PINS_MARKER, pin_all};
+///
+/// let pins = pin_all(&[Prompt::new("greet")], &[], &[]);
+/// assert!(pins.contains_key(PINS_MARKER));
+/// assert!(pins.contains_key("prompt:greet"));
+/// assert_eq!(pins["def:prompt:greet"], r#"{"name":"greet"}"#);
+/// ```
 pub fn pin_all(
     prompts: &[Prompt],
     resources: &[Resource],
@@ -183,16 +233,25 @@ pub fn pin_all(
 ) -> Fingerprints {
     let mut pins = Fingerprints::new();
     pins.insert(PINS_MARKER.to_owned(), PINS_MARKER_VALUE.to_owned());
+    let mut add = |kind: PinKind, id: &str, material: Value| {
+        pins.insert(kind.key(id), digest(&material));
+        pins.insert(kind.definition_key(id), canonical_json(&material));
+    };
     for prompt in prompts {
-        pins.insert(PinKind::Prompt.key(&prompt.name), pin_prompt(prompt));
+        add(PinKind::Prompt, &prompt.name, prompt_material(prompt));
     }
     for resource in resources {
-        pins.insert(PinKind::Resource.key(&resource.uri), pin_resource(resource));
+        add(
+            PinKind::Resource,
+            &resource.uri,
+            resource_material(resource),
+        );
     }
     for template in templates {
-        pins.insert(
-            PinKind::Template.key(&template.uri_template),
-            pin_template(template),
+        add(
+            PinKind::Template,
+            &template.uri_template,
+            template_material(template),
         );
     }
     pins
@@ -200,9 +259,30 @@ pub fn pin_all(
 
 fn is_pin_key(key: &str) -> bool {
     key == PINS_MARKER
-        || [PinKind::Prompt, PinKind::Resource, PinKind::Template]
+        || key.starts_with(DEFINITION_NAMESPACE)
+        || PinKind::ALL
             .iter()
             .any(|kind| key.starts_with(kind.namespace()))
+}
+
+/// The pinned text of every definition of `kind` in `pins`, by id: what
+/// was trusted, for an operator's diff. A text that is missing (a baseline
+/// recorded before texts were kept), unreadable, or whose digest is not its
+/// pin is left out: only what the pin vouches for is shown as trusted.
+pub fn trusted_definitions(pins: &Fingerprints, kind: PinKind) -> BTreeMap<String, Value> {
+    let mut found = BTreeMap::new();
+    for (id, pin) in of_kind(pins, kind) {
+        let Some(text) = pins.get(&kind.definition_key(&id)) else {
+            continue;
+        };
+        let Ok(material) = serde_json::from_str::<Value>(text) else {
+            continue;
+        };
+        if digest(&material) == pin {
+            found.insert(id, material);
+        }
+    }
+    found
 }
 
 /// A stored baseline split into its tool part (for the tool guard, exactly
@@ -422,6 +502,51 @@ mod tests {
             &mut diagnostics,
         );
         assert_eq!(open.trusted.len(), 2);
+    }
+
+    #[test]
+    fn the_pinned_text_is_kept_and_vouched_for_by_its_pin() {
+        let resource = Resource::new("a://x", "x").with_description("Notes");
+        let mut pins = pin_all(&prompts(), std::slice::from_ref(&resource), &[]);
+        let kept = trusted_definitions(&pins, PinKind::Resource);
+        assert_eq!(kept["a://x"], resource_material(&resource));
+        assert_eq!(
+            trusted_definitions(&pins, PinKind::Prompt)["summarise"]["arguments"][0]["name"],
+            "text"
+        );
+        // A text its pin does not vouch for is not shown as trusted.
+        pins.insert(
+            PinKind::Resource.definition_key("a://x"),
+            r#"{"name":"x","uri":"a://x"}"#.into(),
+        );
+        assert!(trusted_definitions(&pins, PinKind::Resource).is_empty());
+        // Texts are pins-side: the tool part and the kind's pins ignore them.
+        let (tools, pins) = split_baseline(&pins);
+        assert!(tools.is_empty());
+        assert_eq!(of_kind(&pins.unwrap(), PinKind::Prompt).len(), 2);
+    }
+
+    #[test]
+    fn a_catalogue_never_mistakes_a_pin_for_a_tool() {
+        use crate::catalogue::{Catalogue, ServerListing};
+        use crate::server::{Endpoint, ServerIdentity};
+        let tools = vec![Tool::new("search").with_description("Search")];
+        let baseline = merge_baseline(&fingerprint_listing(&tools), &pin_all(&prompts(), &[], &[]));
+        let identity = ServerIdentity {
+            name: "docs".into(),
+            endpoint: Endpoint::StreamableHttp {
+                url: "https://docs.example/mcp".into(),
+            },
+        };
+        let listing = ServerListing::new(identity, tools).with_baseline(baseline);
+        let catalogue = Catalogue::project(vec![listing], &Default::default());
+        let summary = &catalogue.servers()[0];
+        assert!(summary.drift.is_empty(), "{:?}", summary.drift);
+        assert!(
+            catalogue.diagnostics().is_empty(),
+            "{:?}",
+            catalogue.diagnostics()
+        );
     }
 
     #[test]

@@ -3,6 +3,7 @@
 use async_trait::async_trait;
 use portcullis_catalog::Tool;
 use portcullis_catalog::fingerprint::{Fingerprints, fingerprint_listing};
+use portcullis_catalog::pins::split_baseline;
 
 use crate::audit::AuditLog;
 use crate::effects::EffectLog;
@@ -75,10 +76,13 @@ pub async fn retrust(store: &dyn Store, id: &str) -> Result<bool, StoreError> {
 }
 
 /// Whether `tools` are the definitions `baseline` was computed from: the
-/// condition for keeping them as trusted definitions.
+/// condition for keeping them as trusted definitions. Only the baseline's
+/// tool part counts: its pins of prompts and resources
+/// ([`portcullis_catalog::pins`]) say nothing about tools, and the pinned
+/// text of those is kept inside the baseline itself.
 pub(crate) fn defines(tools: Option<&[Tool]>, baseline: Option<&Fingerprints>) -> bool {
     match (tools, baseline) {
-        (Some(tools), Some(baseline)) => &fingerprint_listing(tools) == baseline,
+        (Some(tools), Some(baseline)) => fingerprint_listing(tools) == split_baseline(baseline).0,
         _ => false,
     }
 }

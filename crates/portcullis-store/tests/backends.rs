@@ -211,6 +211,7 @@ macro_rules! suite {
     ($backend:ident $(+ $extra:ident)*) => {
         backend!($backend:
             baseline_survives_a_save_with_another_baseline,
+            a_baseline_with_pins_keeps_its_tools_and_pins,
             a_save_without_baseline_never_erases_it,
             concurrent_first_saves_record_one_baseline,
             retrust_then_save_rebaselines,

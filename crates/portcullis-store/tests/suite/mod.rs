@@ -82,6 +82,33 @@ pub async fn baseline_survives_a_save_with_another_baseline(h: Harness) {
     assert_eq!(ok(store.trusted_tools("docs").await), Some(v1));
 }
 
+pub async fn a_baseline_with_pins_keeps_its_tools_and_pins(h: Harness) {
+    use portcullis_catalog::definition::Prompt;
+    use portcullis_catalog::pins::{merge_baseline, pin_all, split_baseline};
+    let store = &*h.store;
+    let v1 = listing("v1");
+    let pins = pin_all(&[Prompt::new("greet").with_description("Say hi")], &[], &[]);
+    let baseline = merge_baseline(&fingerprint_listing(&v1), &pins);
+    let proposal = PersistedServer::new("docs", &docs())
+        .with_tools(v1.clone())
+        .with_fingerprints(baseline.clone());
+    assert_eq!(ok(store.save(&proposal).await), Some(baseline.clone()));
+    // The pins are no tools: the listing still defines the tool part, so it
+    // is kept as the trusted definitions.
+    assert_eq!(ok(store.trusted_tools("docs").await), Some(v1));
+    let stored = row(&*h.twin, "docs").await;
+    let (tools, kept) = split_baseline(&stored.tool_fingerprints.unwrap_or_default());
+    assert_eq!(tools, split_baseline(&baseline).0);
+    assert_eq!(kept, Some(pins), "the pins and their texts round-trip");
+    // A listing that drifted is not kept as trusted, pins or not.
+    assert!(ok(retrust(store, "docs").await));
+    let drifted = PersistedServer::new("docs", &docs())
+        .with_tools(listing("v2"))
+        .with_fingerprints(baseline);
+    ok(store.save(&drifted).await);
+    assert_eq!(ok(store.trusted_tools("docs").await), None);
+}
+
 pub async fn a_save_without_baseline_never_erases_it(h: Harness) {
     let store = &*h.store;
     // No baseline yet, none proposed: none recorded.
