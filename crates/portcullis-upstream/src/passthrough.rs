@@ -26,12 +26,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use rmcp::model::{
     ClientRequest, CompleteRequest, CompleteRequestParams, CompleteResult, GetPromptRequest,
-    GetPromptRequestParams, GetPromptResponse, ListPromptsRequest, ListResourceTemplatesRequest,
-    ListResourcesRequest, LoggingLevel, LoggingMessageNotificationParam, PaginatedRequestParams,
-    Prompt, ProtocolVersion, ReadResourceRequest, ReadResourceRequestParams, ReadResourceResponse,
-    Resource, ResourceTemplate, ServerCapabilities, ServerNotification, ServerResult,
-    SetLevelRequest, SetLevelRequestParams, SubscribeRequest, SubscribeRequestParams,
-    SubscriptionFilter, UnsubscribeRequest, UnsubscribeRequestParams,
+    GetPromptRequestParams, GetPromptResponse, InputRequiredResult, ListPromptsRequest,
+    ListResourceTemplatesRequest, ListResourcesRequest, LoggingLevel,
+    LoggingMessageNotificationParam, PaginatedRequestParams, Prompt, ProtocolVersion,
+    ReadResourceRequest, ReadResourceRequestParams, ReadResourceResponse, Resource,
+    ResourceTemplate, ServerCapabilities, ServerNotification, ServerResult, SetLevelRequest,
+    SetLevelRequestParams, SubscribeRequest, SubscribeRequestParams, SubscriptionFilter,
+    UnsubscribeRequest, UnsubscribeRequestParams,
 };
 use rmcp::service::{PeerRequestOptions, ServiceError};
 use serde_json::Value;
@@ -189,37 +190,6 @@ impl std::fmt::Debug for Passthrough {
     }
 }
 
-/// Follows `nextCursor` to the end, refusing a cursor seen before.
-macro_rules! list_all {
-    ($self:ident, $server:expr, $method:literal, $Req:ident, $Res:ident, $field:ident) => {{
-        let connection = $self.connection($server)?;
-        let mut items = Vec::new();
-        let mut cursor: Option<String> = None;
-        let mut seen = BTreeSet::new();
-        for _ in 0..MAX_PAGES {
-            let params = PaginatedRequestParams::default().with_cursor(cursor.take());
-            let request = ClientRequest::$Req($Req {
-                method: Default::default(),
-                params: Some(params),
-                extensions: Default::default(),
-            });
-            match send(&connection, $server, $method, request).await? {
-                ServerResult::$Res(page) => {
-                    items.extend(page.$field);
-                    match page.next_cursor {
-                        Some(next) if !next.is_empty() && seen.insert(next.clone()) => {
-                            cursor = Some(next)
-                        }
-                        _ => break,
-                    }
-                }
-                _ => return Err(mismatch($server, $method)),
-            }
-        }
-        Ok(items)
-    }};
-}
-
 impl Passthrough {
     pub(crate) fn new(toolset: Toolset) -> Self {
         Passthrough { toolset }
@@ -301,14 +271,16 @@ impl Passthrough {
 
     /// `resources/list`, every page.
     pub async fn list_resources(&self, server: &str) -> Result<Vec<Resource>, PassthroughError> {
-        list_all!(
-            self,
+        self.list_all(
             server,
             "resources/list",
-            ListResourcesRequest,
-            ListResourcesResult,
-            resources
+            |params| ClientRequest::ListResourcesRequest(ListResourcesRequest::with_param(params)),
+            |result| match result {
+                ServerResult::ListResourcesResult(page) => Some((page.resources, page.next_cursor)),
+                _ => None,
+            },
         )
+        .await
     }
 
     /// `resources/templates/list`, every page.
@@ -316,26 +288,63 @@ impl Passthrough {
         &self,
         server: &str,
     ) -> Result<Vec<ResourceTemplate>, PassthroughError> {
-        list_all!(
-            self,
+        self.list_all(
             server,
             "resources/templates/list",
-            ListResourceTemplatesRequest,
-            ListResourceTemplatesResult,
-            resource_templates
+            |params| {
+                ClientRequest::ListResourceTemplatesRequest(
+                    ListResourceTemplatesRequest::with_param(params),
+                )
+            },
+            |result| match result {
+                ServerResult::ListResourceTemplatesResult(page) => {
+                    Some((page.resource_templates, page.next_cursor))
+                }
+                _ => None,
+            },
         )
+        .await
     }
 
     /// `prompts/list`, every page.
     pub async fn list_prompts(&self, server: &str) -> Result<Vec<Prompt>, PassthroughError> {
-        list_all!(
-            self,
+        self.list_all(
             server,
             "prompts/list",
-            ListPromptsRequest,
-            ListPromptsResult,
-            prompts
+            |params| ClientRequest::ListPromptsRequest(ListPromptsRequest::with_param(params)),
+            |result| match result {
+                ServerResult::ListPromptsResult(page) => Some((page.prompts, page.next_cursor)),
+                _ => None,
+            },
         )
+        .await
+    }
+
+    /// Follows `nextCursor` to the end, refusing a cursor seen before (and
+    /// giving up after [`MAX_PAGES`]). `request` builds one page's request;
+    /// `page` takes a page's items and next cursor out of its result, `None`
+    /// for another kind of result.
+    async fn list_all<T>(
+        &self,
+        server: &str,
+        method: &'static str,
+        request: impl Fn(PaginatedRequestParams) -> ClientRequest,
+        page: impl Fn(ServerResult) -> Option<(Vec<T>, Option<String>)>,
+    ) -> Result<Vec<T>, PassthroughError> {
+        let connection = self.connection(server)?;
+        let mut items = Vec::new();
+        let mut cursor: Option<String> = None;
+        let mut seen = BTreeSet::new();
+        for _ in 0..MAX_PAGES {
+            let params = PaginatedRequestParams::default().with_cursor(cursor.take());
+            let (listed, next) = ask(&connection, server, method, request(params), &page).await?;
+            items.extend(listed);
+            match next {
+                Some(next) if !next.is_empty() && seen.insert(next.clone()) => cursor = Some(next),
+                _ => break,
+            }
+        }
+        Ok(items)
     }
 
     /// `resources/read` with the server's own URI in `params`. A 2026
@@ -345,16 +354,12 @@ impl Passthrough {
         server: &str,
         params: ReadResourceRequestParams,
     ) -> Result<ReadResourceResponse, PassthroughError> {
-        const METHOD: &str = "resources/read";
-        let connection = self.connection(server)?;
         let request = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(params));
-        match send(&connection, server, METHOD, request).await? {
-            ServerResult::ReadResourceResult(result) => Ok(ReadResourceResponse::Complete(result)),
-            ServerResult::InputRequiredResult(result) => {
-                Ok(ReadResourceResponse::InputRequired(result))
-            }
-            _ => Err(mismatch(server, METHOD)),
-        }
+        self.request(server, "resources/read", request, |result| match result {
+            ServerResult::ReadResourceResult(result) => Some(result.into()),
+            other => input_required(other),
+        })
+        .await
     }
 
     /// `prompts/get` with the server's own prompt name in `params`. A 2026
@@ -364,16 +369,12 @@ impl Passthrough {
         server: &str,
         params: GetPromptRequestParams,
     ) -> Result<GetPromptResponse, PassthroughError> {
-        const METHOD: &str = "prompts/get";
-        let connection = self.connection(server)?;
         let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(params));
-        match send(&connection, server, METHOD, request).await? {
-            ServerResult::GetPromptResult(result) => Ok(GetPromptResponse::Complete(result)),
-            ServerResult::InputRequiredResult(result) => {
-                Ok(GetPromptResponse::InputRequired(result))
-            }
-            _ => Err(mismatch(server, METHOD)),
-        }
+        self.request(server, "prompts/get", request, |result| match result {
+            ServerResult::GetPromptResult(result) => Some(result.into()),
+            other => input_required(other),
+        })
+        .await
     }
 
     /// `completion/complete` with the server's own prompt name or URI in
@@ -383,13 +384,30 @@ impl Passthrough {
         server: &str,
         params: CompleteRequestParams,
     ) -> Result<CompleteResult, PassthroughError> {
-        const METHOD: &str = "completion/complete";
-        let connection = self.connection(server)?;
         let request = ClientRequest::CompleteRequest(CompleteRequest::new(params));
-        match send(&connection, server, METHOD, request).await? {
-            ServerResult::CompleteResult(result) => Ok(result),
-            _ => Err(mismatch(server, METHOD)),
-        }
+        self.request(
+            server,
+            "completion/complete",
+            request,
+            |result| match result {
+                ServerResult::CompleteResult(result) => Some(result),
+                _ => None,
+            },
+        )
+        .await
+    }
+
+    /// One request to `server`, its answer taken out of the result by
+    /// `answer` (see [`ask`]).
+    async fn request<R>(
+        &self,
+        server: &str,
+        method: &'static str,
+        request: ClientRequest,
+        answer: impl FnOnce(ServerResult) -> Option<R>,
+    ) -> Result<R, PassthroughError> {
+        let connection = self.connection(server)?;
+        ask(&connection, server, method, request, answer).await
     }
 
     /// `logging/setLevel`. A 2026-07-28 server has no such method (the
@@ -406,11 +424,7 @@ impl Passthrough {
         }
         let request =
             ClientRequest::SetLevelRequest(SetLevelRequest::new(SetLevelRequestParams::new(level)));
-        expect_empty(
-            send(&connection, server, METHOD, request).await?,
-            server,
-            METHOD,
-        )
+        ask(&connection, server, METHOD, request, empty).await
     }
 
     /// Subscribes to updates of `uri` (the server's own). Handshake-era
@@ -425,8 +439,8 @@ impl Passthrough {
             let request = ClientRequest::SubscribeRequest(SubscribeRequest::new(
                 SubscribeRequestParams::new(uri),
             ));
-            match send(&connection, server, METHOD, request).await {
-                Ok(answer) => return expect_empty(answer, server, METHOD),
+            match ask(&connection, server, METHOD, request, empty).await {
+                Ok(()) => return Ok(()),
                 // A session an Auto client opened with `server/discover` may
                 // be held to the 2026 lifecycle by the server even after the
                 // fallback to `initialize` (rmcp servers are), where
@@ -491,11 +505,7 @@ impl Passthrough {
             let request = ClientRequest::UnsubscribeRequest(UnsubscribeRequest::new(
                 UnsubscribeRequestParams::new(uri),
             ));
-            return expect_empty(
-                send(&connection, server, METHOD, request).await?,
-                server,
-                METHOD,
-            );
+            return ask(&connection, server, METHOD, request, empty).await;
         }
         Ok(())
     }
@@ -656,15 +666,31 @@ fn service_error(
     }
 }
 
-fn expect_empty(
-    result: ServerResult,
+/// Sends one request and takes the answer out of its result with `answer`
+/// (`None`: another kind of result, a transport failure).
+async fn ask<R>(
+    connection: &Connection,
     server: &str,
     method: &'static str,
-) -> Result<(), PassthroughError> {
+    request: ClientRequest,
+    answer: impl FnOnce(ServerResult) -> Option<R>,
+) -> Result<R, PassthroughError> {
+    let result = send(connection, server, method, request).await?;
+    answer(result).ok_or_else(|| mismatch(server, method))
+}
+
+/// A 2026 server's `input_required` answer to `resources/read` or
+/// `prompts/get`, handed back as it is.
+fn input_required<R: From<InputRequiredResult>>(result: ServerResult) -> Option<R> {
     match result {
-        ServerResult::EmptyResult(_) => Ok(()),
-        _ => Err(mismatch(server, method)),
+        ServerResult::InputRequiredResult(result) => Some(result.into()),
+        _ => None,
     }
+}
+
+/// The answer of a request whose result is empty.
+fn empty(result: ServerResult) -> Option<()> {
+    matches!(result, ServerResult::EmptyResult(_)).then_some(())
 }
 
 fn mismatch(server: &str, method: &'static str) -> PassthroughError {

@@ -74,6 +74,39 @@ enum Event {
     ResourceUpdated(String),
 }
 
+/// A kind of definition the servers list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Prompts,
+    Resources,
+    Templates,
+}
+
+impl Kind {
+    /// What one entry is called in an error.
+    fn noun(self) -> &'static str {
+        match self {
+            Kind::Prompts => "prompt",
+            Kind::Resources => "resource",
+            Kind::Templates => "resource template",
+        }
+    }
+
+    /// The projection's entries of this kind as JSON (the catalogue's
+    /// models and rmcp's share the MCP shape); `None` if one does not
+    /// serialise.
+    fn exposed(self, projection: &Projection) -> Option<Vec<Value>> {
+        fn json<'a, T: Serialize + 'a>(entries: impl Iterator<Item = &'a T>) -> Option<Vec<Value>> {
+            entries.map(|e| serde_json::to_value(e).ok()).collect()
+        }
+        match self {
+            Kind::Prompts => json(projection.prompts().iter().map(|p| &p.prompt)),
+            Kind::Resources => json(projection.resources().iter().map(|r| &r.resource)),
+            Kind::Templates => json(projection.templates().iter().map(|t| &t.template)),
+        }
+    }
+}
+
 /// The gateway's passthrough: cheap to clone.
 #[derive(Clone)]
 pub struct Proxy {
@@ -160,7 +193,9 @@ impl Proxy {
                 events: broadcast::channel(64).0,
             }),
         };
-        proxy.refresh(true, true, true).await;
+        proxy
+            .refresh(&[Kind::Prompts, Kind::Resources, Kind::Templates])
+            .await;
         for diagnostic in proxy.projection().diagnostics() {
             tracing::warn!(rule = %diagnostic.rule, origin = %diagnostic.origin, "{}", diagnostic.message);
         }
@@ -185,7 +220,10 @@ impl Proxy {
 
     /// Lists the asked kinds again from every server that serves them, and
     /// projects the result. A server that fails keeps its last listing.
-    async fn refresh(&self, prompts: bool, resources: bool, templates: bool) {
+    async fn refresh(&self, kinds: &[Kind]) {
+        let prompts = kinds.contains(&Kind::Prompts);
+        let resources = kinds.contains(&Kind::Resources);
+        let templates = kinds.contains(&Kind::Templates);
         let upstream = &self.inner.upstream;
         let servers: Vec<String> = self.inner.pins.keys().cloned().collect();
         let listings = futures::future::join_all(servers.iter().map(|server| async move {
@@ -249,7 +287,7 @@ impl Proxy {
     }
 
     /// Registers (or finds) the session `peer` belongs to and applies `f`.
-    fn with_session(&self, peer: &Peer<RoleServer>, f: impl FnOnce(&mut Session)) {
+    fn with_session<T>(&self, peer: &Peer<RoleServer>, f: impl FnOnce(&mut Session) -> T) -> T {
         let mut sessions = self
             .inner
             .sessions
@@ -264,8 +302,9 @@ impl Proxy {
                     level: None,
                     subscriptions: BTreeSet::new(),
                 };
-                f(&mut session);
+                let answer = f(&mut session);
                 sessions.push(session);
+                answer
             }
         }
     }
@@ -316,14 +355,14 @@ impl Proxy {
                 }
             }
             Notice::ResourcesChanged => {
-                self.refresh(false, true, true).await;
+                self.refresh(&[Kind::Resources, Kind::Templates]).await;
                 let _ = self.inner.events.send(Event::ResourcesChanged);
                 for peer in self.sessions_where(|_| true) {
                     let _ = peer.notify_resource_list_changed().await;
                 }
             }
             Notice::PromptsChanged => {
-                self.refresh(true, false, false).await;
+                self.refresh(&[Kind::Prompts]).await;
                 let _ = self.inner.events.send(Event::PromptsChanged);
                 for peer in self.sessions_where(|_| true) {
                     let _ = peer.notify_prompt_list_changed().await;
@@ -368,19 +407,194 @@ impl Proxy {
 
     /// The upstream and its own URI for `uri` as the client wrote it.
     fn route_uri(&self, uri: &str) -> Result<(String, String), ErrorData> {
+        route_uri(&self.projection(), uri)
+    }
+
+    /// Lists `kind` afresh from every server and hands the client what the
+    /// projection exposes of it, wrapped by `wrap`.
+    async fn list<W: DeserializeOwned, L>(
+        &self,
+        kind: Kind,
+        wrap: fn(Vec<W>) -> L,
+    ) -> Result<L, ErrorData> {
+        self.refresh(&[kind]).await;
+        kind.exposed(&self.projection())
+            .and_then(|entries| {
+                entries
+                    .into_iter()
+                    .map(|entry| serde_json::from_value(entry).ok())
+                    .collect()
+            })
+            .map(wrap)
+            .ok_or_else(|| {
+                ErrorData::internal_error(format!("could not build the {} list", kind.noun()), None)
+            })
+    }
+
+    /// Hands one request on to the server it routes to, and the answer
+    /// back in the client's names. A failure reaches the client as
+    /// [`upstream_error`] puts it.
+    async fn forward<F: Forwarded>(&self, mut request: F) -> Result<F::Answer, ErrorData> {
         let projection = self.projection();
-        match projection.route_uri(uri) {
-            UriRoute::Upstream { server, uri } => Ok((server.to_owned(), uri)),
-            UriRoute::Withheld(withheld) => Err(ErrorData::invalid_params(
-                format!("resource {uri} is withheld: {}", withheld.reason),
-                Some(json!({"uri": uri})),
-            )),
-            UriRoute::Unknown => Err(ErrorData::resource_not_found(
-                format!("Resource not found: {uri}"),
-                Some(json!({"uri": uri})),
+        let client_uri = request.client_uri();
+        let server = request.route(&projection)?;
+        let answer = request
+            .send(&self.inner.upstream, &server)
+            .await
+            .map_err(|e| upstream_error(&e, client_uri.as_deref()))?;
+        Ok(F::expose(answer, &projection, &server))
+    }
+}
+
+/// A request the gateway hands on to one server: the per-method part of
+/// [`Proxy::forward`].
+trait Forwarded: Send + Sized {
+    /// The server's answer.
+    type Answer: Send;
+
+    /// The URI as the client wrote it, put back into an error's `data.uri`.
+    fn client_uri(&self) -> Option<String> {
+        None
+    }
+
+    /// Names the server the request goes to and rewrites it to that
+    /// server's own names, or refuses it.
+    fn route(&mut self, projection: &Projection) -> Result<String, ErrorData>;
+
+    /// Sends the rewritten request to `server`.
+    fn send(
+        self,
+        upstream: &Passthrough,
+        server: &str,
+    ) -> impl Future<Output = Result<Self::Answer, PassthroughError>> + Send;
+
+    /// The answer with the resource URIs in it in the client's form.
+    fn expose(answer: Self::Answer, projection: &Projection, server: &str) -> Self::Answer {
+        let _ = (projection, server);
+        answer
+    }
+}
+
+impl Forwarded for ReadResourceRequestParams {
+    type Answer = ReadResourceResponse;
+
+    fn client_uri(&self) -> Option<String> {
+        Some(self.uri.clone())
+    }
+
+    fn route(&mut self, projection: &Projection) -> Result<String, ErrorData> {
+        let (server, uri) = route_uri(projection, &self.uri)?;
+        self.uri = uri;
+        Ok(server)
+    }
+
+    fn send(
+        self,
+        upstream: &Passthrough,
+        server: &str,
+    ) -> impl Future<Output = Result<Self::Answer, PassthroughError>> + Send {
+        upstream.read_resource(server, self)
+    }
+
+    fn expose(answer: Self::Answer, projection: &Projection, server: &str) -> Self::Answer {
+        match answer {
+            ReadResourceResponse::Complete(read) => rewrite(projection, server, read).into(),
+            other => other,
+        }
+    }
+}
+
+impl Forwarded for GetPromptRequestParams {
+    type Answer = GetPromptResponse;
+
+    fn route(&mut self, projection: &Projection) -> Result<String, ErrorData> {
+        let (server, name) = route_prompt(projection, &self.name)?;
+        self.name = name;
+        Ok(server)
+    }
+
+    fn send(
+        self,
+        upstream: &Passthrough,
+        server: &str,
+    ) -> impl Future<Output = Result<Self::Answer, PassthroughError>> + Send {
+        upstream.get_prompt(server, self)
+    }
+
+    fn expose(answer: Self::Answer, projection: &Projection, server: &str) -> Self::Answer {
+        match answer {
+            GetPromptResponse::Complete(prompt) => rewrite(projection, server, prompt).into(),
+            other => other,
+        }
+    }
+}
+
+impl Forwarded for CompleteRequestParams {
+    type Answer = CompleteResult;
+
+    fn route(&mut self, projection: &Projection) -> Result<String, ErrorData> {
+        match &mut self.r#ref {
+            Reference::Prompt(prompt) => {
+                // A withheld prompt is not named as such here: completion
+                // says only that it knows no such prompt.
+                let (server, name) = route_prompt(projection, &prompt.name)
+                    .map_err(|_| unknown_prompt(&prompt.name))?;
+                prompt.name = name;
+                Ok(server)
+            }
+            Reference::Resource(resource) => {
+                let (server, uri) = route_uri(projection, &resource.uri)?;
+                resource.uri = uri;
+                Ok(server)
+            }
+            _ => Err(ErrorData::invalid_params(
+                "unsupported completion reference",
+                None,
             )),
         }
     }
+
+    fn send(
+        self,
+        upstream: &Passthrough,
+        server: &str,
+    ) -> impl Future<Output = Result<Self::Answer, PassthroughError>> + Send {
+        upstream.complete(server, self)
+    }
+}
+
+/// The upstream and its own URI for `uri` as the client wrote it.
+fn route_uri(projection: &Projection, uri: &str) -> Result<(String, String), ErrorData> {
+    match projection.route_uri(uri) {
+        UriRoute::Upstream { server, uri } => Ok((server.to_owned(), uri)),
+        UriRoute::Withheld(withheld) => Err(ErrorData::invalid_params(
+            format!("resource {uri} is withheld: {}", withheld.reason),
+            Some(json!({"uri": uri})),
+        )),
+        UriRoute::Unknown => Err(ErrorData::resource_not_found(
+            format!("Resource not found: {uri}"),
+            Some(json!({"uri": uri})),
+        )),
+    }
+}
+
+/// The upstream and its own prompt name for `name` as the client wrote it.
+fn route_prompt(projection: &Projection, name: &str) -> Result<(String, String), ErrorData> {
+    match projection.route_prompt(name) {
+        PromptRoute::Upstream {
+            server,
+            remote_name,
+        } => Ok((server.to_owned(), remote_name.to_owned())),
+        PromptRoute::Withheld(withheld) => Err(ErrorData::invalid_params(
+            format!("prompt {name} is withheld: {}", withheld.reason),
+            None,
+        )),
+        PromptRoute::Unknown => Err(unknown_prompt(name)),
+    }
+}
+
+fn unknown_prompt(name: &str) -> ErrorData {
+    ErrorData::invalid_params(format!("unknown prompt: {name}"), None)
 }
 
 /// A listing, or `None` (keep the last one) when it failed or was not asked.
@@ -474,10 +688,6 @@ fn rewrite<T: Serialize + DeserializeOwned>(projection: &Projection, server: &st
     serde_json::from_value(value).unwrap_or(answer)
 }
 
-fn wire_error(what: &str) -> ErrorData {
-    ErrorData::internal_error(format!("could not build the {what} list"), None)
-}
-
 impl PassthroughProvider for Proxy {
     fn capabilities(&self) -> PassthroughCapabilities {
         self.inner.capabilities
@@ -488,16 +698,7 @@ impl PassthroughProvider for Proxy {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> BoxFuture<'_, Result<ListResourcesResult, ErrorData>> {
-        Box::pin(async move {
-            self.refresh(false, true, false).await;
-            let resources: Vec<rmcp::model::Resource> = self
-                .projection()
-                .resources()
-                .iter()
-                .map(|r| convert(&r.resource).ok_or_else(|| wire_error("resource")))
-                .collect::<Result<_, _>>()?;
-            Ok(ListResourcesResult::with_all_items(resources))
-        })
+        Box::pin(self.list(Kind::Resources, ListResourcesResult::with_all_items))
     }
 
     fn list_resource_templates(
@@ -505,40 +706,15 @@ impl PassthroughProvider for Proxy {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> BoxFuture<'_, Result<ListResourceTemplatesResult, ErrorData>> {
-        Box::pin(async move {
-            self.refresh(false, false, true).await;
-            let templates: Vec<rmcp::model::ResourceTemplate> = self
-                .projection()
-                .templates()
-                .iter()
-                .map(|t| convert(&t.template).ok_or_else(|| wire_error("resource template")))
-                .collect::<Result<_, _>>()?;
-            Ok(ListResourceTemplatesResult::with_all_items(templates))
-        })
+        Box::pin(self.list(Kind::Templates, ListResourceTemplatesResult::with_all_items))
     }
 
     fn read_resource(
         &self,
-        mut request: ReadResourceRequestParams,
+        request: ReadResourceRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> BoxFuture<'_, Result<ReadResourceResponse, ErrorData>> {
-        Box::pin(async move {
-            let client_uri = request.uri.clone();
-            let (server, uri) = self.route_uri(&client_uri)?;
-            request.uri = uri;
-            let answer = self
-                .inner
-                .upstream
-                .read_resource(&server, request)
-                .await
-                .map_err(|e| upstream_error(&e, Some(&client_uri)))?;
-            Ok(match answer {
-                ReadResourceResponse::Complete(result) => {
-                    ReadResourceResponse::Complete(rewrite(&self.projection(), &server, result))
-                }
-                other => other,
-            })
-        })
+        Box::pin(self.forward(request))
     }
 
     fn subscribe(
@@ -548,14 +724,11 @@ impl PassthroughProvider for Proxy {
     ) -> BoxFuture<'_, Result<(), ErrorData>> {
         Box::pin(async move {
             let (server, uri) = self.route_uri(&request.uri)?;
-            let mut fresh = false;
-            self.with_session(&context.peer, |s| {
-                fresh = s.subscriptions.insert(request.uri.clone());
+            let fresh = self.with_session(&context.peer, |s| {
+                s.subscriptions.insert(request.uri.clone())
             });
             if fresh && let Err(error) = self.hold(&server, &uri).await {
-                self.with_session(&context.peer, |s| {
-                    s.subscriptions.remove(&request.uri);
-                });
+                self.with_session(&context.peer, |s| s.subscriptions.remove(&request.uri));
                 return Err(error);
             }
             Ok(())
@@ -569,11 +742,7 @@ impl PassthroughProvider for Proxy {
     ) -> BoxFuture<'_, Result<(), ErrorData>> {
         Box::pin(async move {
             let (server, uri) = self.route_uri(&request.uri)?;
-            let mut held = false;
-            self.with_session(&context.peer, |s| {
-                held = s.subscriptions.remove(&request.uri);
-            });
-            if held {
+            if self.with_session(&context.peer, |s| s.subscriptions.remove(&request.uri)) {
                 self.release(&server, &uri).await;
             }
             Ok(())
@@ -585,101 +754,23 @@ impl PassthroughProvider for Proxy {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> BoxFuture<'_, Result<ListPromptsResult, ErrorData>> {
-        Box::pin(async move {
-            self.refresh(true, false, false).await;
-            let prompts: Vec<rmcp::model::Prompt> = self
-                .projection()
-                .prompts()
-                .iter()
-                .map(|p| convert(&p.prompt).ok_or_else(|| wire_error("prompt")))
-                .collect::<Result<_, _>>()?;
-            Ok(ListPromptsResult::with_all_items(prompts))
-        })
+        Box::pin(self.list(Kind::Prompts, ListPromptsResult::with_all_items))
     }
 
     fn get_prompt(
         &self,
-        mut request: GetPromptRequestParams,
+        request: GetPromptRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> BoxFuture<'_, Result<GetPromptResponse, ErrorData>> {
-        Box::pin(async move {
-            let projection = self.projection();
-            let server = match projection.route_prompt(&request.name) {
-                PromptRoute::Upstream {
-                    server,
-                    remote_name,
-                } => {
-                    request.name = remote_name.to_owned();
-                    server.to_owned()
-                }
-                PromptRoute::Withheld(withheld) => {
-                    return Err(ErrorData::invalid_params(
-                        format!("prompt {} is withheld: {}", request.name, withheld.reason),
-                        None,
-                    ));
-                }
-                PromptRoute::Unknown => {
-                    return Err(ErrorData::invalid_params(
-                        format!("unknown prompt: {}", request.name),
-                        None,
-                    ));
-                }
-            };
-            let answer = self
-                .inner
-                .upstream
-                .get_prompt(&server, request)
-                .await
-                .map_err(|e| upstream_error(&e, None))?;
-            Ok(match answer {
-                GetPromptResponse::Complete(result) => {
-                    GetPromptResponse::Complete(rewrite(&projection, &server, result))
-                }
-                other => other,
-            })
-        })
+        Box::pin(self.forward(request))
     }
 
     fn complete(
         &self,
-        mut request: CompleteRequestParams,
+        request: CompleteRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> BoxFuture<'_, Result<CompleteResult, ErrorData>> {
-        Box::pin(async move {
-            let server = match &mut request.r#ref {
-                Reference::Prompt(prompt) => match self.projection().route_prompt(&prompt.name) {
-                    PromptRoute::Upstream {
-                        server,
-                        remote_name,
-                    } => {
-                        prompt.name = remote_name.to_owned();
-                        server.to_owned()
-                    }
-                    _ => {
-                        return Err(ErrorData::invalid_params(
-                            format!("unknown prompt: {}", prompt.name),
-                            None,
-                        ));
-                    }
-                },
-                Reference::Resource(resource) => {
-                    let (server, uri) = self.route_uri(&resource.uri)?;
-                    resource.uri = uri;
-                    server
-                }
-                _ => {
-                    return Err(ErrorData::invalid_params(
-                        "unsupported completion reference",
-                        None,
-                    ));
-                }
-            };
-            self.inner
-                .upstream
-                .complete(&server, request)
-                .await
-                .map_err(|e| upstream_error(&e, None))
-        })
+        Box::pin(self.forward(request))
     }
 
     fn set_level(
