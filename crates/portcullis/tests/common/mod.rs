@@ -1,0 +1,430 @@
+//! Scaffolding shared by the end-to-end tests of the `portcullis` binary:
+//! running it as a user would (one-shot commands, `serve` on a free
+//! loopback port with its stderr followed line by line), writing configs,
+//! finding the real peers (the Python SDK under `.peers/`) and the
+//! conformance fixture binary, child-process bookkeeping, and a legacy
+//! HTTP+SSE upstream served in-process (rmcp has no server for that
+//! transport any more).
+//!
+//! Each test file uses a different part, hence `dead_code` is allowed.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// How long anything here may take before a test gives up: generous, since
+/// the machine may be busy; never asserted on as a speed.
+pub const PATIENCE: Duration = Duration::from_secs(60);
+
+/// The one upstream most tests need: the binary's own `demo-upstream`
+/// (`echo`, `add`, `count`, and the write tool `write_note`) as a stdio child.
+pub const DEMO: &str =
+    "[upstreams.demo]\ntype = \"stdio\"\ncommand = \"portcullis\"\nargs = [\"demo-upstream\"]\n";
+
+/// Runs `portcullis ARGS…` to completion with stdin closed (not a terminal).
+pub fn portcullis(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("the portcullis binary runs")
+}
+
+/// Bytes as text, for assertions and messages.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Writes `dir/portcullis.toml` through a temporary file and a rename, as
+/// editors do, so a gateway watching it never reads half a file.
+pub fn write_config(dir: &Path, text: &str) -> PathBuf {
+    let path = dir.join("portcullis.toml");
+    let partial = dir.join("portcullis.toml.partial");
+    std::fs::write(&partial, text).expect("config written");
+    std::fs::rename(&partial, &path).expect("config renamed");
+    path
+}
+
+/// A TOML string literal (JSON's escaping is valid TOML basic-string
+/// escaping), for paths in configs.
+pub fn toml_string(value: &str) -> String {
+    Value::from(value).to_string()
+}
+
+/// A running `portcullis serve` on a free loopback port: the URL and the
+/// whole line it announced, and its later stderr lines as they come. Killed
+/// on drop, so a failing test leaves no gateway behind.
+pub struct Served {
+    /// The gateway process.
+    pub child: Child,
+    /// The MCP endpoint (`http://127.0.0.1:PORT/mcp`).
+    pub url: String,
+    /// The `portcullis: listening on …` line (with the tool summary).
+    pub listening: String,
+    stderr: mpsc::Receiver<String>,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Served {
+    /// `host:port` of the HTTP surface.
+    pub fn authority(&self) -> String {
+        self.url
+            .trim_start_matches("http://")
+            .split('/')
+            .next()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    /// Waits for a stderr line containing `needle`; returns it.
+    pub fn wait_for_line(&self, needle: &str) -> String {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.stderr.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return line,
+                Ok(_) => {}
+                Err(_) => panic!("no stderr line containing {needle:?}"),
+            }
+        }
+    }
+
+    /// The gateway's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends `signal` (`TERM`, `HUP`, …) to the gateway.
+    pub fn signal(&self, signal: &str) {
+        send_signal(self.child.id(), signal);
+    }
+
+    /// Waits for the gateway to exit; its exit code.
+    pub fn exit_code(&mut self) -> Option<i32> {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status.code();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the gateway did not exit within {PATIENCE:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// SIGTERM, then the exit code (0 is a clean, drained shutdown).
+    pub fn terminate(&mut self) -> Option<i32> {
+        self.signal("TERM");
+        self.exit_code()
+    }
+}
+
+/// `portcullis serve --config CONFIG --listen 127.0.0.1:0`, waiting for its
+/// startup line.
+pub fn serve(config: &Path) -> Served {
+    serve_with(config, &[], &[])
+}
+
+/// As [`serve`], with global flags before the subcommand (`--log-format
+/// json`) and extra environment for the gateway.
+pub fn serve_with(config: &Path, global: &[&str], env: &[(&str, &str)]) -> Served {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .args(global)
+        .args(["serve", "--config"])
+        .arg(config)
+        .args(["--listen", "127.0.0.1:0"])
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("serve starts");
+    let stderr = child.stderr.take().expect("piped stderr");
+    let (sender, receiver) = mpsc::channel();
+    std::thread::spawn(move || {
+        // Keep draining even when nobody listens any more, so the gateway
+        // never blocks on a full pipe.
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = sender.send(line);
+        }
+    });
+    let mut served = Served {
+        child,
+        url: String::new(),
+        listening: String::new(),
+        stderr: receiver,
+    };
+    let deadline = Instant::now() + PATIENCE;
+    let mut before = Vec::new();
+    let line = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match served.stderr.recv_timeout(left) {
+            Ok(line) if line.starts_with("portcullis: listening on ") => break line,
+            Ok(line) => before.push(line),
+            Err(_) => panic!(
+                "serve never announced where it listens; its stderr:\n{}",
+                before.join("\n")
+            ),
+        }
+    };
+    served.url = line
+        .trim_start_matches("portcullis: listening on ")
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    served.listening = line;
+    served
+}
+
+/// Sends `signal` to `pid` with `kill`.
+pub fn send_signal(pid: u32, signal: &str) {
+    let sent = Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success(), "kill -{signal} {pid}");
+}
+
+/// The direct children of `parent`.
+pub fn child_pids(parent: u32) -> Vec<u32> {
+    let out = Command::new("pgrep")
+        .args(["-P", &parent.to_string()])
+        .output()
+        .expect("pgrep runs");
+    text(&out.stdout)
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+/// Whether `pid` is a live process (a zombie is not).
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state is the field after the parenthesised command name.
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or_default()
+            .trim_start()
+            .starts_with('Z'),
+        Err(_) => false,
+    }
+}
+
+/// Waits (polling) until `condition` holds; panics naming `what` after
+/// [`PATIENCE`]. For effects in another process that announce nothing.
+pub fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while !condition() {
+        assert!(Instant::now() < deadline, "never happened: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The project's `.peers/` directory (installed by `.ci/peers.sh`).
+pub fn peers_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.peers")
+}
+
+/// Whether missing peers fail the test (`CI=true`) instead of skipping it.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// Reports a missing prerequisite: a failure under `CI=true`, else a
+/// printed skip. Returns `None` so callers can `let Some(x) = … else
+/// { return }`.
+pub fn missing<T>(what: &Path, how: &str) -> Option<T> {
+    let message = format!("{} not found; {how}", what.display());
+    if in_ci() {
+        panic!("{message} (CI=true: a missing peer is a failure)");
+    }
+    println!("SKIPPED: {message}");
+    None
+}
+
+/// The venv's python with the MCP Python SDK, or `None` (outside CI only)
+/// when it is missing.
+pub fn python() -> Option<PathBuf> {
+    let python = peers_dir().join("venv/bin/python");
+    if !python.is_file() {
+        return missing(&python, "run .ci/peers.sh to install the MCP peers");
+    }
+    // Absolute but not canonical: the venv's python is a symlink whose
+    // target would not see the venv's packages.
+    Some(std::path::absolute(python).expect("an absolute path"))
+}
+
+/// Runs a Python script (`-c`) with `args` and parses the last line it
+/// printed as JSON; a non-zero exit fails the test with its stderr.
+pub fn python_json(python: &Path, script: &str, args: &[&str]) -> Value {
+    let out = Command::new(python)
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("the Python client runs");
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the Python client failed: {}\n{stdout}",
+        text(&out.stderr)
+    );
+    serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("the Python client printed no JSON ({e}): {stdout}"))
+}
+
+/// The conformance fixture server next to the `portcullis` binary
+/// (`target/<profile>`; built by any workspace build or test run), or
+/// `None` (outside CI only) when it is not built.
+pub fn conformance_fixture() -> Option<PathBuf> {
+    let binary = PathBuf::from(env!("CARGO_BIN_EXE_portcullis"));
+    let path = binary
+        .parent()
+        .expect("the binary's directory")
+        .join(format!(
+            "portcullis-conformance-fixture{}",
+            std::env::consts::EXE_SUFFIX
+        ));
+    if path.is_file() {
+        Some(path)
+    } else {
+        missing(&path, "run `cargo build --workspace`")
+    }
+}
+
+/// A legacy (2024-11-05) HTTP+SSE MCP server on loopback serving any rmcp
+/// server handler: `GET /sse` opens a session (an `endpoint` event, then one
+/// `message` event per server message), `POST /message?sessionId=N` carries
+/// the client's messages. Stops when dropped.
+pub struct LegacySse {
+    addr: std::net::SocketAddr,
+    /// Sessions opened so far.
+    pub sessions: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl LegacySse {
+    /// The URL a client opens the event stream at.
+    pub fn url(&self) -> String {
+        format!("http://{}/sse", self.addr)
+    }
+}
+
+impl Drop for LegacySse {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+type ToServer = futures::channel::mpsc::UnboundedSender<rmcp::model::ClientJsonRpcMessage>;
+
+#[derive(Clone)]
+struct SseSessions<H> {
+    handler: H,
+    open: Arc<Mutex<HashMap<String, ToServer>>>,
+    opened: Arc<AtomicUsize>,
+}
+
+/// Serves `handler` (cloned per session) over legacy HTTP+SSE on a free
+/// loopback port.
+pub async fn legacy_sse<H>(handler: H) -> LegacySse
+where
+    H: rmcp::ServerHandler + Clone + Send + Sync + 'static,
+{
+    use axum::extract::{Query, State};
+    use axum::http::StatusCode;
+    use axum::response::sse::{Event, Sse};
+    use axum::routing::{get, post};
+    use futures::{SinkExt, StreamExt};
+    use rmcp::ServiceExt;
+
+    async fn open<H>(
+        State(state): State<SseSessions<H>>,
+    ) -> Sse<impl futures::Stream<Item = Result<Event, Infallible>>>
+    where
+        H: rmcp::ServerHandler + Clone + Send + Sync + 'static,
+    {
+        let id = state.opened.fetch_add(1, Ordering::SeqCst).to_string();
+        let (to_server, from_client) = futures::channel::mpsc::unbounded();
+        let (to_client, from_server) = futures::channel::mpsc::unbounded();
+        if let Ok(mut open) = state.open.lock() {
+            open.insert(id.clone(), to_server);
+        }
+        let handler = state.handler.clone();
+        tokio::spawn(async move {
+            let sink = to_client.sink_map_err(|_| std::io::Error::other("the client left"));
+            if let Ok(running) = handler.serve((sink, from_client)).await {
+                let _ = running.waiting().await;
+            }
+        });
+        let endpoint = Event::default()
+            .event("endpoint")
+            .data(format!("/message?sessionId={id}"));
+        let messages = from_server.map(|message: rmcp::model::ServerJsonRpcMessage| {
+            let data = serde_json::to_string(&message).unwrap_or_default();
+            Ok(Event::default().event("message").data(data))
+        });
+        Sse::new(futures::stream::once(async move { Ok(endpoint) }).chain(messages))
+    }
+
+    async fn message<H>(
+        State(state): State<SseSessions<H>>,
+        Query(query): Query<HashMap<String, String>>,
+        body: String,
+    ) -> StatusCode {
+        let Some(id) = query.get("sessionId") else {
+            return StatusCode::BAD_REQUEST;
+        };
+        let Ok(message) = serde_json::from_str(&body) else {
+            return StatusCode::BAD_REQUEST;
+        };
+        let session = state.open.lock().ok().and_then(|o| o.get(id).cloned());
+        match session {
+            Some(session) if session.unbounded_send(message).is_ok() => StatusCode::ACCEPTED,
+            _ => StatusCode::NOT_FOUND,
+        }
+    }
+
+    let state = SseSessions {
+        handler,
+        open: Arc::default(),
+        opened: Arc::default(),
+    };
+    let sessions = state.opened.clone();
+    let router = axum::Router::new()
+        .route("/sse", get(open::<H>))
+        .route("/message", post(message::<H>))
+        .with_state(state);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback");
+    let addr = listener.local_addr().expect("local address");
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    LegacySse {
+        addr,
+        sessions,
+        task,
+    }
+}
