@@ -18,7 +18,7 @@ use portcullis_catalog::{Diagnostic, Rule};
 use tokio::sync::watch;
 
 use crate::toolset::Inner;
-use crate::trust::{relist_failure, save};
+use crate::trust::{relist_failure, save, with_live_pins};
 
 /// Reconciles every source in the background; `done` turns `true` when all
 /// are checked.
@@ -76,11 +76,18 @@ async fn reconcile_one(inner: &Inner, id: &str) {
     let mut in_force = baseline.clone();
     let mut now_recorded = recorded;
     if let Some(store) = &inner.store {
-        let proposal = (!recorded).then(|| {
-            baseline
-                .clone()
-                .unwrap_or_else(|| fingerprint_listing(&fresh))
-        });
+        // A proposal pins prompts and resources as a cold start's does;
+        // a derived baseline (from the cached listing) has tools only.
+        let proposal = match recorded {
+            true => None,
+            false => {
+                let tools = baseline
+                    .clone()
+                    .unwrap_or_else(|| fingerprint_listing(&fresh));
+                let tools = portcullis_catalog::pins::split_baseline(&tools).0;
+                Some(with_live_pins(tools, &connection).await)
+            }
+        };
         match save(store.as_ref(), id, &identity, &fresh, proposal).await {
             Ok(kept) => {
                 if kept.is_some() {

@@ -356,8 +356,14 @@ pub(crate) async fn cold_source(
     let identity = config.identity();
     let (baseline, recorded) = match &options.store {
         Some(store) => {
-            match crate::trust::settle_cold(store.as_ref(), &id, &identity, &connected.tools).await
-            {
+            let settled = crate::trust::settle_cold(
+                store.as_ref(),
+                &id,
+                &identity,
+                &connected.tools,
+                &connected.connection,
+            );
+            match settled.await {
                 Ok(in_force) => (in_force, true),
                 Err(reason) => {
                     diagnostics.report(crate::trust::store_failure(config.name(), &reason));

@@ -12,13 +12,27 @@
 //!   first use). The store keeps the first baseline ever recorded, so the
 //!   caller always enforces the baseline `save` **returns** — under a race,
 //!   another replica's.
+//! * A proposal pins the server's prompts, resources and resource templates
+//!   too ([`portcullis_catalog::pins`]), listed live from the server when it
+//!   proposes (so only a first trust, or the first connect after a re-trust,
+//!   pays for those lists), and only the kinds the server advertises. A
+//!   server that advertises none still gets the `pins:v1` marker: prompts it
+//!   starts publishing later are withheld as added. A list that fails
+//!   leaves the proposal without pins (prompts and resources then pass
+//!   unpinned, as under a baseline from before pinning) rather than pinning
+//!   an empty list that would withhold everything the server has.
 
+use portcullis_catalog::definition::{Prompt, Resource, ResourceTemplate};
 use portcullis_catalog::fingerprint::{Fingerprints, fingerprint_listing};
+use portcullis_catalog::pins::{merge_baseline, pin_all};
 use portcullis_catalog::server::resolve_server_names;
 use portcullis_catalog::{Diagnostic, Rule, ServerIdentity, Tool};
 use portcullis_store::{PersistedServer, Store};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 use crate::config::McpServerConfig;
+use crate::connection::Connection;
 
 /// The effective name of every configured server, parallel to `servers`:
 /// the ids of their rows. Computed over every configured server (not only
@@ -38,14 +52,16 @@ pub(crate) fn matches(row: &PersistedServer, identity: &ServerIdentity) -> bool 
 /// The baseline in force after a cold start listed `listing`: reads the row,
 /// saves the fresh listing as the cache (proposing a baseline only when none
 /// is recorded) and returns what the store says is in force.
+/// `connection` is the server's, for listing what the proposal pins.
 pub(crate) async fn settle_cold(
     store: &dyn Store,
     id: &str,
     identity: &ServerIdentity,
     listing: &[Tool],
+    connection: &Connection,
 ) -> Result<Option<Fingerprints>, String> {
     let row = store.get(id).await.map_err(|e| e.to_string())?;
-    let proposal = match row.filter(|row| matches(row, identity)) {
+    let tools = match row.filter(|row| matches(row, identity)) {
         Some(row) if row.tool_fingerprints.is_some() => None,
         Some(row) => Some(
             row.baseline_or_derived()
@@ -56,7 +72,81 @@ pub(crate) async fn settle_cold(
         // trusted under its name until an operator re-trusts it.
         None => Some(fingerprint_listing(listing)),
     };
+    let proposal = match tools {
+        Some(tools) => Some(with_live_pins(tools, connection).await),
+        None => None,
+    };
     save(store, id, identity, listing, proposal).await
+}
+
+/// `tools` (a proposal's tool fingerprints) with the pins of what the
+/// server behind `connection` publishes besides tools, when those could be
+/// listed (see the module doc).
+pub(crate) async fn with_live_pins(tools: Fingerprints, connection: &Connection) -> Fingerprints {
+    match live_pins(connection).await {
+        Ok(pins) => merge_baseline(&tools, &pins),
+        Err(reason) => {
+            tracing::warn!(
+                server = %connection.server(),
+                "the prompts and resources could not be listed, so the trust baseline pins tools only: {reason}"
+            );
+            tools
+        }
+    }
+}
+
+/// Reads a list item through JSON (rmcp's models and the catalogue's share
+/// the MCP shape); one the catalogue cannot read is left unpinned, so it is
+/// withheld as unknown, as the gateway never shows it either.
+fn read_all<T: Serialize, U: DeserializeOwned>(items: Vec<T>) -> Vec<U> {
+    items
+        .into_iter()
+        .filter_map(|item| {
+            serde_json::to_value(item)
+                .ok()
+                .and_then(|v| serde_json::from_value(v).ok())
+        })
+        .collect()
+}
+
+/// One list's answer within `timeout`, or why not.
+fn answered<T>(
+    what: &str,
+    timeout: std::time::Duration,
+    listed: Result<Result<T, rmcp::ServiceError>, tokio::time::error::Elapsed>,
+) -> Result<T, String> {
+    match listed {
+        Ok(Ok(items)) => Ok(items),
+        Ok(Err(e)) => Err(format!("{what}: {e}")),
+        Err(_) => Err(format!(
+            "{what}: no answer within {} ms",
+            timeout.as_millis()
+        )),
+    }
+}
+
+/// The pins of the prompts, resources and templates the server advertises,
+/// each list within the connection's timeout.
+async fn live_pins(connection: &Connection) -> Result<Fingerprints, String> {
+    let peer = connection.peer();
+    let capabilities = peer.peer_info().map(|info| info.capabilities.clone());
+    let prompts_advertised = capabilities.as_ref().is_some_and(|c| c.prompts.is_some());
+    let resources_advertised = capabilities.as_ref().is_some_and(|c| c.resources.is_some());
+    let timeout = connection.request_timeout();
+    let mut prompts: Vec<Prompt> = Vec::new();
+    let mut resources: Vec<Resource> = Vec::new();
+    let mut templates: Vec<ResourceTemplate> = Vec::new();
+    if prompts_advertised {
+        let listed = tokio::time::timeout(timeout, peer.list_all_prompts()).await;
+        prompts = read_all(answered("prompts/list", timeout, listed)?);
+    }
+    if resources_advertised {
+        let listed = tokio::time::timeout(timeout, peer.list_all_resources()).await;
+        resources = read_all(answered("resources/list", timeout, listed)?);
+        let listed = tokio::time::timeout(timeout, peer.list_all_resource_templates()).await;
+        templates = read_all(answered("resources/templates/list", timeout, listed)?);
+    }
+    Ok(pin_all(&prompts, &resources, &templates))
 }
 
 /// Saves `listing` as the row's cache with `proposal`, returning the

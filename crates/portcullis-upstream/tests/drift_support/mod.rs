@@ -195,3 +195,61 @@ pub fn drift_messages(diagnostics: &[Diagnostic]) -> Vec<String> {
 pub fn text(result: &portcullis_catalog::ToolResult) -> String {
     serde_json::to_string(&result.content).unwrap_or_default()
 }
+
+/// `original()`'s tools with two prompts, two resources and a resource
+/// template: the object form of the definitions file.
+pub fn with_prompts_and_resources() -> Value {
+    json!({
+        "tools": original(),
+        "prompts": [
+            {
+                "name": "greet",
+                "description": "Greet someone by name.",
+                "arguments": [{"name": "who", "description": "Whom to greet", "required": true}]
+            },
+            {
+                "name": "summarise",
+                "description": "Summarise a text.",
+                "arguments": [{"name": "text", "description": "The text", "required": true}]
+            }
+        ],
+        "resources": [
+            {"uri": "docs://readme", "name": "readme", "description": "The README.", "mimeType": "text/markdown"},
+            {"uri": "docs://changelog", "name": "changelog", "description": "What changed.", "mimeType": "text/plain"}
+        ],
+        "resourceTemplates": [
+            {"uriTemplate": "docs://pages/{id}", "name": "page", "description": "One page.", "mimeType": "text/html"}
+        ]
+    })
+}
+
+/// `definitions` with the item of `list` whose `key` is `id` changed.
+pub fn rewritten(
+    definitions: &Value,
+    list: &str,
+    key: &str,
+    id: &str,
+    change: impl Fn(&mut Value),
+) -> Value {
+    let mut definitions = definitions.clone();
+    if let Some(items) = definitions[list].as_array_mut() {
+        for item in items.iter_mut() {
+            if item[key] == id {
+                change(item);
+            }
+        }
+    }
+    definitions
+}
+
+/// Our reading of one list of the object form.
+pub fn parsed_list<T: serde::de::DeserializeOwned>(definitions: &Value, list: &str) -> Vec<T> {
+    serde_json::from_value(definitions[list].clone()).unwrap_or_else(|e| panic!("{list}: {e}"))
+}
+
+/// The tool part of a stored baseline.
+pub fn tool_part(
+    baseline: Option<portcullis_catalog::fingerprint::Fingerprints>,
+) -> Option<portcullis_catalog::fingerprint::Fingerprints> {
+    baseline.map(|b| portcullis_catalog::pins::split_baseline(&b).0)
+}
