@@ -401,6 +401,11 @@ impl Connection {
         self.timeout
     }
 
+    /// What is known about the server's state.
+    pub(crate) fn health(&self) -> &ServerHealth {
+        &self.health
+    }
+
     /// Where the client handler publishes the server's notices.
     pub(crate) fn notices(&self) -> &crate::passthrough::Notices {
         &self.handler.notices
@@ -542,6 +547,9 @@ impl Connection {
                 return Err(CallError::Cancelled { tool: tool.to_owned() });
             }
         };
+        if answer.is_ok() {
+            self.health.set_reachable(true);
+        }
         answer.map_err(|e| self.service_error(tool, server, e))
     }
 
@@ -572,6 +580,8 @@ impl Connection {
                 if self.peer.is_transport_closed() {
                     self.health.mark_unavailable();
                 }
+                // The server did not answer: down until it does again.
+                self.health.set_reachable(false);
                 let reason = self.health.take_failure().unwrap_or_else(|| match &other {
                     ServiceError::TransportSend(error) => root_cause(error.error.as_ref()),
                     other => other.to_string(),

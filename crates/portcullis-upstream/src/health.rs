@@ -1,19 +1,43 @@
-//! What a connection knows about its server's state: available or not, and
-//! the first failure worth telling a person about.
+//! What a connection knows about its server's state: available or not,
+//! reachable or not, and the first failure worth telling a person about.
 //!
 //! The transports record here what they saw (a refused host, a 401) because
 //! rmcp wraps transport errors in its own; the connection reads the seed's
 //! message back from here instead of parsing rmcp's text.
+//!
+//! *Available* and *reachable* are two things. A connection that ended (a
+//! stdio child that exited, a transport rmcp closed, credentials refused,
+//! the toolset closed) is unavailable for good: calls are refused without
+//! being sent. A remote server (Streamable HTTP, SSE) can also be
+//! *unreachable* for a while — its process stopped, the network in between
+//! down — while the connection object lives on; rmcp's Streamable HTTP
+//! client keeps its worker through failed POSTs (and re-initialises an
+//! expired session), so the server can come back. A call that fails at the
+//! transport marks it unreachable, any answer from it (a result, an MCP
+//! error, a `ping`'s reply) marks it reachable again, and
+//! [`Toolset::check_remotes`] pings every remote server so an idle one is
+//! seen going down and coming back. [`Toolset::is_up`] joins the two for
+//! health reports; calls are still sent to an unreachable server (that is
+//! how a recovery is seen between checks).
 
 use std::sync::Mutex;
 use std::sync::PoisonError;
 use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
+use std::time::Duration;
+
+use rmcp::model::{ClientRequest, PingRequest};
+use rmcp::service::{PeerRequestOptions, ServiceError};
+
+use crate::connection::Connection;
+use crate::toolset::Toolset;
 
 /// Shared by a connection and its transport.
 #[derive(Debug)]
 pub(crate) struct ServerHealth {
     server: String,
     available: AtomicBool,
+    /// False from a transport failure until the server answers again.
+    reachable: AtomicBool,
     /// 401 or 403 once the server rejected our credentials; 0 otherwise.
     rejected: AtomicU16,
     failure: Mutex<Option<String>>,
@@ -24,6 +48,7 @@ impl ServerHealth {
         ServerHealth {
             server: server.into(),
             available: AtomicBool::new(true),
+            reachable: AtomicBool::new(true),
             rejected: AtomicU16::new(0),
             failure: Mutex::new(None),
         }
@@ -41,6 +66,28 @@ impl ServerHealth {
     /// Marks the server unavailable for the rest of the toolset's life.
     pub(crate) fn mark_unavailable(&self) {
         self.available.store(false, Ordering::Release);
+    }
+
+    /// Whether the server answered the last request sent to it (see the
+    /// module doc).
+    pub(crate) fn is_reachable(&self) -> bool {
+        self.reachable.load(Ordering::Acquire)
+    }
+
+    /// Records whether the server answered; a change is logged once.
+    pub(crate) fn set_reachable(&self, reachable: bool) {
+        // Read first: the common case (no change) writes nothing, so calls
+        // in flight on many cores do not contend for the cache line.
+        if self.reachable.load(Ordering::Relaxed) == reachable {
+            return;
+        }
+        if self.reachable.swap(reachable, Ordering::AcqRel) != reachable {
+            if reachable {
+                tracing::info!(server = %self.server, "upstream reachable again");
+            } else {
+                tracing::warn!(server = %self.server, "upstream unreachable");
+            }
+        }
     }
 
     /// Records a 401/403: the server is unavailable from now on.
@@ -81,5 +128,69 @@ pub(crate) fn rejection_message(server: &str, status: u16) -> String {
         format!("MCP server \"{server}\" denied access (HTTP 403).")
     } else {
         format!("MCP server \"{server}\" rejected authorization (HTTP {status}).")
+    }
+}
+
+/// The longest a health check waits for a server's `ping` answer (shorter
+/// when the server's own timeout is).
+pub const PING_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl Connection {
+    /// Sends an MCP `ping` and records whether the server answered within
+    /// `limit`. Any answer counts, an error included (a server that says
+    /// it does not know `ping` is still there).
+    pub(crate) async fn ping(&self, limit: Duration) -> bool {
+        if !self.is_available() {
+            return false;
+        }
+        let options = PeerRequestOptions::with_timeout(limit.min(self.request_timeout()));
+        let ping = ClientRequest::PingRequest(PingRequest {
+            method: Default::default(),
+            extensions: Default::default(),
+        });
+        let answered = match self.peer().send_request_with_option(ping, options).await {
+            Ok(handle) => match handle.await_response().await {
+                Ok(_) | Err(ServiceError::McpError(_)) => true,
+                Err(_) => false,
+            },
+            Err(ServiceError::McpError(_)) => true,
+            Err(_) => false,
+        };
+        // The failure text the transport recorded belongs to no call.
+        if !answered {
+            let _ = self.health().take_failure();
+        }
+        self.health().set_reachable(answered);
+        answered && self.is_available()
+    }
+}
+
+impl Toolset {
+    /// Whether the server of that effective name is up: connected, its
+    /// connection open (a stdio child that exited closes it), and — for a
+    /// remote server — reachable at its last call or check. A server that
+    /// failed to connect is not up.
+    pub fn is_up(&self, server: &str) -> bool {
+        self.inner
+            .snapshot()
+            .connections
+            .get(server)
+            .is_some_and(|c| c.is_available() && c.health().is_reachable())
+    }
+
+    /// Pings every connected remote server (Streamable HTTP, SSE) at once,
+    /// each bounded by [`PING_TIMEOUT`] and its own timeout, and records
+    /// which answered ([`Toolset::is_up`]). Stdio servers are left out:
+    /// their child process is watched instead.
+    pub async fn check_remotes(&self) {
+        let remotes: Vec<_> = self
+            .inner
+            .snapshot()
+            .connections
+            .values()
+            .filter(|c| c.pid().is_none() && c.is_available())
+            .cloned()
+            .collect();
+        futures::future::join_all(remotes.iter().map(|c| c.ping(PING_TIMEOUT))).await;
     }
 }

@@ -1,15 +1,23 @@
 //! `portcullis call TOOL 'JSON-ARGS'`: one call through every guard — the
 //! exposure gate, policy, validation, the upstream call, and framing exactly
-//! as the server edge applies it.
+//! as the server edge applies it — written to the audit trail like every
+//! call `serve` answers (same record: time, identity, qualified tool,
+//! decision, duration, outcome, argument shape; through the gateway's own
+//! store).
+
+use std::time::{Instant, SystemTime};
 
 use portcullis_catalog::ToolResult;
+use portcullis_store::audit::ArgumentShape;
 use serde_json::{Map, Value};
 
 use crate::Exit;
+use crate::audit::{Decision, Verdict};
 use crate::config::Config;
 use crate::gateway::Gateway;
+use crate::metrics::{Outcome, UNKNOWN_TOOL};
 
-/// Connects, makes the call, prints the result, closes.
+/// Connects, makes the call, prints the result, records it, closes.
 pub async fn call(
     config: &Config,
     tool: &str,
@@ -17,17 +25,66 @@ pub async fn call(
     json: bool,
 ) -> anyhow::Result<Exit> {
     let gateway = Gateway::start(config).await?;
-    let exit = call_on(&gateway, tool, args, json).await;
+    let time = SystemTime::now();
+    let started = Instant::now();
+    // Taken before the arguments move on: the trail never holds a value.
+    let shape = ArgumentShape::of(&Value::Object(args.clone()));
+    let (exit, verdict) = crate::audit::with_verdict(call_on(&gateway, tool, args, json)).await;
+    let (audited_tool, verdict) = match (&exit, verdict) {
+        (Ok(called), Some(noted)) => (called.tool, noted),
+        (Ok(called), None) => (called.tool, called.verdict.clone()),
+        // Printing failed: the call itself was made and noted.
+        (Err(_), Some(noted)) => (tool, noted),
+        (Err(_), None) => (tool, refused(Decision::Denied)),
+    };
+    let duration = started.elapsed();
+    let source = gateway
+        .rows()
+        .into_iter()
+        .find(|row| row.name == audited_tool)
+        .map(|row| row.source)
+        .unwrap_or_default();
+    crate::audit::log_call(&source, audited_tool, &verdict, duration);
+    let record = crate::audit::audit_record(
+        time,
+        crate::audit::identity(config),
+        audited_tool,
+        verdict,
+        duration,
+        shape,
+    );
+    if let Err(error) = gateway.store.audit().record(&record).await {
+        // The call happened; a trail that cannot be written is said, not
+        // turned into the call's failure.
+        tracing::warn!(%error, "the audit record of this call could not be written");
+    }
     gateway.close().await;
-    exit
+    exit.map(|called| called.exit)
 }
 
-async fn call_on(
+/// What [`call_on`] did: the exit code, the name the trail records (the
+/// qualified name, or one label for every unknown name), and the verdict
+/// when no handler noted one (the call was refused before a handler ran).
+struct Called<'a> {
+    exit: Exit,
+    tool: &'a str,
+    verdict: Verdict,
+}
+
+fn refused(decision: Decision) -> Verdict {
+    Verdict {
+        decision,
+        outcome: Outcome::Refused,
+        code: None,
+    }
+}
+
+async fn call_on<'a>(
     gateway: &Gateway,
-    tool: &str,
+    tool: &'a str,
     args: &Map<String, Value>,
     json: bool,
-) -> anyhow::Result<Exit> {
+) -> anyhow::Result<Called<'a>> {
     let rows = gateway.rows();
     // Withheld (never registered) or quarantined (never called): refused
     // here with the reason, as the surface would refuse it.
@@ -41,7 +98,16 @@ async fn call_on(
         if json {
             eprintln!("{message}");
         }
-        return Ok(Exit::ToolError);
+        let decision = if row.status == "quarantined" {
+            Decision::Quarantined
+        } else {
+            Decision::Denied
+        };
+        return Ok(Called {
+            exit: Exit::ToolError,
+            tool,
+            verdict: refused(decision),
+        });
     }
     match gateway
         .tools
@@ -50,10 +116,14 @@ async fn call_on(
     {
         Ok(result) => {
             print_result(&result, json)?;
-            Ok(if result.is_error {
-                Exit::ToolError
-            } else {
-                Exit::Success
+            Ok(Called {
+                exit: if result.is_error {
+                    Exit::ToolError
+                } else {
+                    Exit::Success
+                },
+                tool,
+                verdict: crate::audit::classify_result(&result),
             })
         }
         Err(_) => {
@@ -67,7 +137,11 @@ async fn call_on(
                     close.join(", ")
                 );
             }
-            Ok(Exit::Usage)
+            Ok(Called {
+                exit: Exit::Usage,
+                tool: UNKNOWN_TOOL,
+                verdict: refused(Decision::Denied),
+            })
         }
     }
 }

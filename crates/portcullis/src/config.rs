@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use portcullis_catalog::error_mapping::codes::ERR_INVALID_MCP_TOKEN;
 use portcullis_catalog::naming::Prefix;
@@ -26,6 +27,15 @@ use serde_json::Value;
 
 /// The default HTTP listen address: loopback only.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8765";
+
+/// How long the person at the client has to answer an approval question
+/// when `approval_timeout_ms` is not set.
+pub const DEFAULT_APPROVAL_TIMEOUT_MS: u64 = 120_000;
+
+/// How often remote upstreams are pinged when `health_interval_ms` is not
+/// set: often enough for an alert within a minute, rare enough to cost the
+/// upstream nothing.
+pub const DEFAULT_HEALTH_INTERVAL_MS: u64 = 30_000;
 
 /// A loaded, validated config.
 #[derive(Debug, Clone)]
@@ -63,6 +73,13 @@ pub struct Gateway {
     pub allow_tools: Vec<String>,
     /// Which calls ask the person at the client first.
     pub approval: Approval,
+    /// How long the person has to answer an approval question
+    /// (`approval_timeout_ms`); unanswered by then, the call is refused.
+    pub approval_timeout: Duration,
+    /// How often each remote upstream (Streamable HTTP, SSE) is pinged to
+    /// tell whether it is up (`health_interval_ms`); `None` (`0`): never,
+    /// only failed calls mark it down.
+    pub health_interval: Option<Duration>,
     /// The identity sent with application calls.
     pub identity: Option<Identity>,
     /// Cap, in characters, on one call's text output.
@@ -257,6 +274,8 @@ struct RawGateway {
     #[serde(default)]
     allow_tools: Vec<String>,
     approval: Option<RawApproval>,
+    approval_timeout_ms: Option<u64>,
+    health_interval_ms: Option<u64>,
     identity: Option<RawIdentity>,
     max_output_length: Option<usize>,
     prefix: Option<String>,
@@ -519,6 +538,19 @@ impl Validator<'_> {
             Some(RawApproval::Tools(tools)) if tools.is_empty() => Approval::Never,
             Some(RawApproval::Tools(tools)) => Approval::Tools(tools),
         };
+        let approval_timeout_ms = raw
+            .approval_timeout_ms
+            .unwrap_or(DEFAULT_APPROVAL_TIMEOUT_MS);
+        if approval_timeout_ms == 0 {
+            return Err(self.error(
+                "gateway.approval_timeout_ms",
+                "must be at least 1 millisecond (the person needs time to answer)",
+            ));
+        }
+        let health_interval = match raw.health_interval_ms.unwrap_or(DEFAULT_HEALTH_INTERVAL_MS) {
+            0 => None,
+            ms => Some(Duration::from_millis(ms)),
+        };
         let prefix = match raw.prefix.as_deref() {
             None => Prefix::Auto,
             Some(text) => text
@@ -552,6 +584,8 @@ impl Validator<'_> {
             allow_write: raw.allow_write,
             allow_tools: raw.allow_tools,
             approval,
+            approval_timeout: Duration::from_millis(approval_timeout_ms),
+            health_interval,
             identity: raw.identity.map(|i| Identity {
                 user: i.user,
                 perms: i.perms,
@@ -750,6 +784,8 @@ token = "${PORTCULLIS_TOKEN}"
 allow_write = true
 allow_tools = ["files__read_file"]
 approval = "writes"
+approval_timeout_ms = 45000
+health_interval_ms = 0
 identity = { user = { userId = "mcp-agent" }, perms = ["read"] }
 max_output_length = 5000
 prefix = "always"
@@ -796,6 +832,8 @@ key_file = ".portcullis/gateway.pub"
             Some("s3cret-token")
         );
         assert_eq!(gateway.approval, Approval::Writes);
+        assert_eq!(gateway.approval_timeout, Duration::from_secs(45));
+        assert_eq!(gateway.health_interval, None);
         assert_eq!(gateway.prefix, Prefix::Always);
         assert_eq!(gateway.data_dir, Path::new("conf/.portcullis"));
         assert_eq!(gateway.identity.as_ref().unwrap().perms, ["read"]);
@@ -832,6 +870,11 @@ key_file = ".portcullis/gateway.pub"
         assert!(!config.gateway.allow_write);
         assert!(config.gateway.token.is_none());
         assert_eq!(config.gateway.max_output_length, 100_000);
+        assert_eq!(config.gateway.approval_timeout, Duration::from_secs(120));
+        assert_eq!(
+            config.gateway.health_interval,
+            Some(Duration::from_secs(30))
+        );
         assert_eq!(config.gateway.store, StoreChoice::Sqlite);
         assert!(config.upstreams.is_empty());
     }
@@ -892,6 +935,11 @@ key_file = ".portcullis/gateway.pub"
                 "[gateway]\napproval = \"sometimes\"\n",
                 "gateway.approval",
                 "\"writes\"",
+            ),
+            (
+                "[gateway]\napproval_timeout_ms = 0\n",
+                "gateway.approval_timeout_ms",
+                "at least 1",
             ),
             ("[gateway]\nprefix = \"maybe\"\n", "gateway.prefix", "auto"),
             (

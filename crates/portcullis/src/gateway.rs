@@ -401,6 +401,7 @@ fn build_tool_server(
         .register_all(joint_describe.then(|| sources.describe_registration(toolset.clone())))
         .exposure(exposure(config))
         .max_output_length(config.gateway.max_output_length)
+        .approval_timeout(config.gateway.approval_timeout)
         .server_info("portcullis", env!("CARGO_PKG_VERSION"))
         .passthrough(Arc::new(proxy.clone()))
         .build()

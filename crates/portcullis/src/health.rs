@@ -13,13 +13,26 @@
 //! `status` is `ok` when every configured upstream is up, `degraded` when
 //! some are down (the answer is still 200: the gateway serves what it has;
 //! alert on `degraded` or on `portcullis_upstream_up`).
+//!
+//! What "down" means ([`upstream_up`]): the upstream failed to connect at
+//! start (or at the reload that added it); its connection ended (a stdio
+//! child that exited, a transport closed for good); or — a remote upstream
+//! (Streamable HTTP, SSE) — its last call failed at the transport, or it did
+//! not answer the health check: an MCP `ping` sent to every remote
+//! upstream every `health_interval_ms` (30 s by default, `0` turns the
+//! pings off; [`watch_upstreams`]). A remote upstream that answers again (a
+//! ping's reply, any call's answer) is up again. A connection that ended
+//! is not re-opened: that upstream stays down until a reload reconnects it
+//! or the gateway restarts.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get};
 use portcullis_server::guard::Guard;
+use portcullis_upstream::Toolset;
 use serde_json::json;
 
 use crate::reload::Live;
@@ -94,6 +107,34 @@ fn metrics(live: &Live) -> Response {
         text,
     )
         .into_response()
+}
+
+/// Whether the upstream of that effective name is up: connected and
+/// reachable (see the module doc), and, for a stdio upstream, its child
+/// still running.
+pub fn upstream_up(toolset: &Toolset, server: &str) -> bool {
+    toolset.is_up(server) && toolset.child_pid(server).is_none_or(child_alive)
+}
+
+/// How often the health check looks at the config again while
+/// `health_interval_ms = 0` has the pings off.
+const CHECK_CONFIG_EVERY: Duration = Duration::from_secs(5);
+
+/// Pings the current generation's remote upstreams every
+/// `[gateway] health_interval_ms` (read again each round, so a reload
+/// applies). Runs until dropped.
+pub async fn watch_upstreams(live: Arc<Live>) {
+    loop {
+        let Some(interval) = live.current().config.gateway.health_interval else {
+            tokio::time::sleep(CHECK_CONFIG_EVERY).await;
+            continue;
+        };
+        tokio::time::sleep(interval).await;
+        // The toolset, not the generation: a retired generation must not
+        // be held open by a ping in flight.
+        let toolset = live.current().gateway.toolset.clone();
+        toolset.check_remotes().await;
+    }
 }
 
 /// Whether the stdio child `pid` is still running (not gone, not a

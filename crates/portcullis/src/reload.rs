@@ -187,7 +187,8 @@ impl Generation {
 
     /// What `/metrics` and `/healthz` show about this generation: tool
     /// counts by status, and each configured upstream up or down (down: it
-    /// failed to connect, or its connection has since ended).
+    /// failed to connect, its connection has since ended, or a remote one
+    /// stopped answering; see [`crate::health`]).
     pub fn snapshot(&self) -> Snapshot {
         let rows = self.gateway.rows();
         let count = |status: &str| rows.iter().filter(|r| r.status == status).count();
@@ -201,14 +202,7 @@ impl Generation {
                     .servers()
                     .iter()
                     .find(|s| &s.identity.name == name)
-                    .is_some_and(|s| {
-                        // A stdio upstream is down once its child is gone;
-                        // a remote one counts as up while it is connected.
-                        self.gateway
-                            .toolset
-                            .child_pid(&s.name)
-                            .is_none_or(crate::health::child_alive)
-                    });
+                    .is_some_and(|s| crate::health::upstream_up(&self.gateway.toolset, &s.name));
                 (name.clone(), connected)
             })
             .collect();
@@ -352,6 +346,9 @@ impl Live {
 
     /// Makes `generation` the one serving new requests.
     fn swap(&self, generation: Generation, tools_changed: bool) {
+        // A gateway built on another store (the config's `store` changed)
+        // takes the audit trail with it.
+        self.recorder.follow_store(&generation.gateway.store);
         *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(generation);
         self.swaps.send_modify(|n| *n = n.wrapping_add(1));
         if tools_changed {
@@ -531,44 +528,16 @@ impl LiveTools {
     }
 }
 
-/// The verdict on an answer the forwarding handler never saw: the edge
-/// refused the call itself (validation, the identity backstop), or the tool
-/// is not an upstream's (a native plugin or an app).
+/// The verdict on an answer no handler noted: the edge refused the call
+/// itself (validation, approval, the identity backstop).
 fn edge_verdict(response: &CallToolResponse) -> Verdict {
-    use portcullis_catalog::error_mapping::codes;
-    let CallToolResponse::Complete(result) = response else {
-        return Verdict {
+    match response {
+        CallToolResponse::Complete(result) => crate::audit::classify_served(result),
+        _ => Verdict {
             decision: Decision::Allowed,
             outcome: Outcome::Ok,
             code: None,
-        };
-    };
-    if result.is_error != Some(true) {
-        return Verdict {
-            decision: Decision::Allowed,
-            outcome: Outcome::Ok,
-            code: None,
-        };
-    }
-    let first = result
-        .content
-        .first()
-        .and_then(|c| c.as_text())
-        .map(|t| t.text.as_str())
-        .unwrap_or_default();
-    let (decision, outcome) = if first.starts_with(codes::ERR_INVALID_ARGUMENTS) {
-        (Decision::Invalid, Outcome::Refused)
-    } else if first.starts_with(codes::ERR_MCP_AUTH_REQUIRED)
-        || first.starts_with(codes::ERR_MCP_PERM_DENIED)
-    {
-        (Decision::Denied, Outcome::Refused)
-    } else {
-        (Decision::Allowed, Outcome::ToolError)
-    };
-    Verdict {
-        decision,
-        outcome,
-        code: None,
+        },
     }
 }
 

@@ -51,11 +51,14 @@ pub async fn serve(
         snapshot.withheld,
         config.upstreams.len()
     );
-    let recorder = Recorder::new(Arc::new(Metrics::default()), identity(config));
-    let recorder = crate::audit::attach_trail(recorder, config).await;
+    // The audit trail goes to the gateway's own store (with `store =
+    // "memory"` too: one store per process, not a second one).
+    let recorder = Recorder::new(Arc::new(Metrics::default()), crate::audit::identity(config))
+        .with_trail(generation.gateway.store.clone());
     let live = Live::new(generation, recorder);
     let watcher = tokio::spawn(crate::reload::watch(live.clone(), config.path.clone()));
     let follower = tokio::spawn(crate::reload::follow_catalogue(live.clone()));
+    let pinger = tokio::spawn(crate::health::watch_upstreams(live.clone()));
     let handler = LiveTools::new(live.clone());
 
     if stdio {
@@ -70,6 +73,7 @@ pub async fn serve(
         }
         watcher.abort();
         follower.abort();
+        pinger.abort();
         close(&live).await;
         return Ok(Exit::Success);
     }
@@ -96,6 +100,7 @@ pub async fn serve(
         Err(error) => {
             watcher.abort();
             follower.abort();
+            pinger.abort();
             close(&live).await;
             return Err(error).context("cannot start the HTTP surface");
         }
@@ -110,6 +115,7 @@ pub async fn serve(
     server.wait().await;
     watcher.abort();
     follower.abort();
+    pinger.abort();
     close(&live).await;
     eprintln!("portcullis: stopped");
     Ok(Exit::Success)
@@ -133,16 +139,6 @@ async fn close(live: &Live) {
             CLOSE_BOUND.as_secs()
         );
     }
-}
-
-/// The user id calls are made as (`[gateway] identity`'s `userId`), for
-/// the audit trail.
-fn identity(config: &Config) -> Option<String> {
-    let user = &config.gateway.identity.as_ref()?.user;
-    user.get("userId")
-        .or_else(|| user.get("id"))
-        .and_then(|v| v.as_str())
-        .map(str::to_owned)
 }
 
 /// Resolves on SIGINT or SIGTERM (Ctrl-C elsewhere).

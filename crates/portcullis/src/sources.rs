@@ -481,6 +481,7 @@ impl SourceCatalogue {
         let mut handlers: HashMap<(String, String), (Access, Arc<dyn ToolHandler>)> =
             HashMap::new();
         let mut listings = Vec::with_capacity(sources.len());
+        let mut listed: HashMap<String, Vec<Tool>> = HashMap::new();
         for (source, identity) in sources.into_iter().zip(&identities) {
             let mut tools = Vec::with_capacity(source.registrations.len());
             for registration in source.registrations {
@@ -490,6 +491,9 @@ impl SourceCatalogue {
                 );
                 tools.push(registration.tool);
             }
+            // Kept for a first trust: the store keeps them as the trusted
+            // definitions `drift` diffs against.
+            listed.insert(identity.name.clone(), tools.clone());
             let mut listing = ServerListing::new(identity.clone(), tools);
             if let Some(baseline) = known.get(&identity.name) {
                 listing = listing.with_baseline(baseline.clone());
@@ -504,6 +508,7 @@ impl SourceCatalogue {
                 continue;
             }
             let row = PersistedServer::new(summary.name.clone(), &summary.identity)
+                .with_tools(listed.remove(&summary.name).unwrap_or_default())
                 .with_fingerprints(summary.fingerprints.clone());
             store
                 .save(&row)
@@ -593,6 +598,12 @@ impl SourceCatalogue {
             taken,
             diagnostics,
         })
+    }
+
+    /// The sources' own projection, for `drift` and `retrust` (which read
+    /// a source's drift as they read an upstream's).
+    pub fn catalogue(&self) -> &Catalogue {
+        &self.catalogue
     }
 
     /// Whether any source contributed a tool (available or not).
@@ -733,10 +744,25 @@ async fn stored_baseline(
 /// (an `ask` passes only when the person at the client approved this call
 /// at the edge, else it is refused, as for upstream tools), then
 /// validation against the full schema, then the handler. Framing and error
-/// mapping happen at the edge.
+/// mapping happen at the edge. The verdict is left for the surface
+/// observing the call ([`crate::audit::note_verdict`]), as an upstream
+/// tool's forwarding handler does, so the log line, the metrics (under the
+/// source's name) and the audit record tell what happened, not only what
+/// the edge folded it into.
 async fn run(
     tool: Arc<SourceTool>,
     policy: Arc<dyn Policy>,
+    args: Value,
+    ctx: CallContext,
+) -> Result<ToolResult, ToolError> {
+    let answer = run_gated(&tool, policy.as_ref(), args, ctx).await;
+    crate::audit::note_verdict(crate::audit::classify_source(&answer));
+    answer
+}
+
+async fn run_gated(
+    tool: &SourceTool,
+    policy: &dyn Policy,
     args: Value,
     ctx: CallContext,
 ) -> Result<ToolResult, ToolError> {
@@ -756,8 +782,9 @@ async fn run(
         Decision::Ask { .. } if ctx.approved() => {}
         ask @ Decision::Ask { .. } => {
             return Err(ToolError::msg(format!(
-                "ERR_TOOL_FAILED: tool \"{}\" needs approval first: {}",
+                "ERR_TOOL_FAILED: tool \"{}\" {}: {}",
                 tool.name,
+                crate::audit::NEEDS_APPROVAL,
                 ask.ask_title(&tool.name).unwrap_or_default()
             )));
         }

@@ -46,8 +46,13 @@ fn python() -> Option<PathBuf> {
 /// `demo__`, writes allowed, an in-memory store, and `approval` as given
 /// (a TOML value).
 fn config(dir: &Path, approval: &str) -> PathBuf {
+    config_with(dir, approval, "")
+}
+
+/// [`config`] with `more` (TOML lines) added to `[gateway]`.
+fn config_with(dir: &Path, approval: &str, more: &str) -> PathBuf {
     let toml = format!(
-        "[gateway]\nallow_write = true\nstore = \"memory\"\nprefix = \"always\"\napproval = {approval}\n\n\
+        "[gateway]\nallow_write = true\nstore = \"memory\"\nprefix = \"always\"\napproval = {approval}\n{more}\n\
          [upstreams.demo]\ntype = \"stdio\"\ncommand = \"portcullis\"\nargs = [\"demo-upstream\"]\ntimeout_ms = 30000\n"
     );
     let path = dir.join("portcullis.toml");
@@ -97,6 +102,8 @@ fn serve(config: &Path) -> Served {
 /// calls, answering each approval question with the answer planned for
 /// that call (`approve`, `decline` or `cancel`). Prints one JSON object:
 /// the negotiated protocol, every question it was asked, every result.
+/// `late-approve` approves only after 2.5 s, past a short
+/// `approval_timeout_ms`.
 const PYTHON_CLIENT: &str = r#"
 import asyncio, json, sys
 from mcp import Client, StdioServerParameters, types
@@ -107,6 +114,10 @@ asked = []
 async def elicitation(context, params):
     asked.append(params.message)
     answer = answers.pop(0) if answers else "decline"
+    if answer == "late-approve":
+        # A person who answers only after the gateway stopped waiting.
+        await asyncio.sleep(2.5)
+        answer = "approve"
     if answer == "approve":
         return types.ElicitResult(action="accept", content={"approve": True})
     return types.ElicitResult(action=answer)
@@ -267,4 +278,40 @@ fn approval_over_stdio_for_every_write() {
     assert!(text(&calls[1]).contains("\n42\n"), "{}", calls[1]);
     assert_saved(&calls[2], 1);
     assert_eq!(out["asked"].as_array().map(Vec::len), Some(2), "{out}");
+}
+
+#[test]
+fn an_unanswered_approval_times_out_as_configured_and_the_upstream_is_never_called() {
+    let Some(python) = python() else { return };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let served = serve(&config_with(
+        dir.path(),
+        "[\"demo__write_note\"]",
+        "approval_timeout_ms = 1000",
+    ));
+    let timed_out = "no answer came within 1 s";
+
+    // A 2026-07-28 client retries with its approval after the deadline.
+    let plan = json!([
+        write("too late", "late-approve"),
+        write("in time", "approve"),
+    ]);
+    let out = client(&python, "2026-07-28", &plan, &[&served.url]);
+    assert_eq!(out["protocol"], "2026-07-28", "{out}");
+    let calls = out["calls"].as_array().expect("calls");
+    assert_denied(&calls[0], "policy", timed_out);
+    // The late approval did not run the call: this is the first note.
+    assert_saved(&calls[1], 1);
+
+    // An initialize-era client: the elicitation goes unanswered past the
+    // deadline.
+    let plan = json!([
+        write("too late again", "late-approve"),
+        write("in time again", "approve"),
+    ]);
+    let out = client(&python, "legacy", &plan, &[&served.url]);
+    assert_ne!(out["protocol"], "2026-07-28", "{out}");
+    let calls = out["calls"].as_array().expect("calls");
+    assert_denied(&calls[0], "policy", timed_out);
+    assert_saved(&calls[1], 2);
 }

@@ -101,6 +101,11 @@ fn write_config(dir: &Path, text: &str) -> PathBuf {
 
 /// Starts `portcullis serve` with `config` on a free port.
 fn serve(config: &Path, extra: &[&str], env: &[(&str, &str)]) -> Served {
+    serve_on(config, "127.0.0.1:0", extra, env)
+}
+
+/// Starts `portcullis serve` with `config` on `listen`.
+fn serve_on(config: &Path, listen: &str, extra: &[&str], env: &[(&str, &str)]) -> Served {
     let mut child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
         .args(extra)
         .args([
@@ -108,7 +113,7 @@ fn serve(config: &Path, extra: &[&str], env: &[(&str, &str)]) -> Served {
             "--config",
             config.to_str().expect("utf-8 path"),
             "--listen",
-            "127.0.0.1:0",
+            listen,
         ])
         .envs(env.iter().copied())
         .stdin(Stdio::null())
@@ -615,6 +620,7 @@ fn every_call_is_in_the_audit_trail_with_its_argument_shape_only() {
             "[gateway]\nidentity = {{ user = {{ userId = \"ops-agent\" }}, perms = [] }}\n\n{DEMO}"
         ),
     );
+    let before = std::time::SystemTime::now();
     let mut served = serve(&config, &[], &[]);
     let authority = served.authority();
     let secret = "audit-s3cret-value";
@@ -636,6 +642,21 @@ fn every_call_is_in_the_audit_trail_with_its_argument_shape_only() {
     served.signal("TERM");
     assert_eq!(served.exit_code(), Some(0));
 
+    // `portcullis call` leaves the same record, in the same store.
+    let called = Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .args(["call", "--config", config.to_str().expect("utf-8 path")])
+        .args(["add", &json!({"a": 2, "b": 3, "note": secret}).to_string()])
+        .stdin(Stdio::null())
+        .output()
+        .expect("call runs");
+    assert_eq!(
+        called.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&called.stderr)
+    );
+    let after = std::time::SystemTime::now();
+
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let records = runtime.block_on(async {
         let store = portcullis_store::open(
@@ -646,17 +667,37 @@ fn every_call_is_in_the_audit_trail_with_its_argument_shape_only() {
         .expect("the gateway's SQLite store opens");
         store.audit().recent(10).await.expect("the trail reads")
     });
-    assert_eq!(records.len(), 3, "{records:?}");
+    assert_eq!(records.len(), 4, "{records:?}");
     // Newest first.
-    let (refused, invalid, ok) = (&records[0], &records[1], &records[2]);
+    let (from_cli, refused, invalid, ok) = (&records[0], &records[1], &records[2], &records[3]);
     assert_eq!(ok.tool, "echo");
     assert_eq!(ok.identity.as_deref(), Some("ops-agent"));
     assert_eq!(ok.decision.as_str(), "allowed");
     assert_eq!(ok.outcome.kind(), "ok");
     assert_eq!(ok.argument_shape.as_value(), &json!({"text": "string"}));
     assert_eq!(invalid.decision.as_str(), "invalid", "{invalid:?}");
+    assert_eq!(invalid.argument_shape.as_value(), &json!({}));
     assert_eq!(refused.tool, "write_note");
     assert_eq!(refused.decision.as_str(), "denied", "{refused:?}");
+    assert_eq!(from_cli.tool, "add");
+    assert_eq!(from_cli.identity.as_deref(), Some("ops-agent"));
+    assert_eq!(from_cli.decision.as_str(), "allowed", "{from_cli:?}");
+    assert_eq!(from_cli.outcome.kind(), "ok", "{from_cli:?}");
+    assert_eq!(
+        from_cli.argument_shape.as_value(),
+        &json!({"a": "integer", "b": "integer", "note": "string"})
+    );
+    for record in &records {
+        assert!(
+            before <= record.time && record.time <= after,
+            "{record:?} outside the run"
+        );
+        let took = after.duration_since(before).unwrap_or_default();
+        assert!(
+            u128::from(record.duration_ms) <= took.as_millis(),
+            "{record:?} took longer than the whole run"
+        );
+    }
     // The value is nowhere on disk.
     for entry in std::fs::read_dir(dir.path().join(".portcullis")).expect("data_dir") {
         let path = entry.expect("entry").path();
@@ -667,6 +708,76 @@ fn every_call_is_in_the_audit_trail_with_its_argument_shape_only() {
             path.display()
         );
     }
+}
+
+/// `/healthz` as JSON.
+fn health(authority: &str) -> Value {
+    let (status, response) = get(authority, "/healthz", authority, "");
+    assert_eq!(status, 200, "{response}");
+    serde_json::from_str(body(&response)).expect("JSON")
+}
+
+/// `/metrics` as text.
+fn metrics(authority: &str) -> String {
+    let (status, response) = get(authority, "/metrics", authority, "");
+    assert_eq!(status, 200, "{response}");
+    body(&response).to_owned()
+}
+
+#[test]
+fn a_remote_upstream_that_stops_is_reported_down_and_up_again_when_back() {
+    // The remote upstream: another gateway serving the demo over HTTP.
+    let remote_dir = tempfile::tempdir().expect("tempdir");
+    let remote_config = write_config(
+        remote_dir.path(),
+        &format!("[gateway]\nstore = \"memory\"\n\n{DEMO}"),
+    );
+    let mut remote = serve(&remote_config, &[], &[]);
+    let remote_authority = remote.authority();
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_config(
+        dir.path(),
+        &format!(
+            "[gateway]\nstore = \"memory\"\nhealth_interval_ms = 100\n\n[upstreams.remote]\ntype = \"streamable-http\"\nurl = \"{}\"\ntimeout_ms = 5000\n",
+            remote.url
+        ),
+    );
+    let served = serve(&config, &[], &[]);
+    let authority = served.authority();
+    assert_eq!(health(&authority)["upstreams"], json!({"up": 1, "down": 0}));
+    assert!(metrics(&authority).contains("portcullis_upstream_up{upstream=\"remote\"} 1"));
+
+    // Stopped: the health check notices without any call being made.
+    remote.signal("TERM");
+    assert_eq!(remote.exit_code(), Some(0));
+    eventually("the stopped upstream is reported down", || {
+        health(&authority)["upstreams"] == json!({"up": 0, "down": 1})
+    });
+    assert_eq!(health(&authority)["status"], "degraded");
+    assert!(metrics(&authority).contains("portcullis_upstream_up{upstream=\"remote\"} 0"));
+    let (status, response) = mcp(
+        &authority,
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "anyone?"}}}),
+        "",
+    );
+    assert_eq!(status, 200, "{response}");
+    assert!(response.contains("\"isError\":true"), "{response}");
+
+    // Back on the same address: up again, and calls go through.
+    let _back = serve_on(&remote_config, &remote_authority, &[], &[]);
+    eventually("the upstream is reported up again", || {
+        health(&authority)["upstreams"] == json!({"up": 1, "down": 0})
+    });
+    assert!(metrics(&authority).contains("portcullis_upstream_up{upstream=\"remote\"} 1"));
+    let (status, response) = mcp(
+        &authority,
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "welcome back"}}}),
+        "",
+    );
+    assert_eq!(status, 200, "{response}");
+    assert!(response.contains("welcome back"), "{response}");
+    assert!(!response.contains("\"isError\":true"), "{response}");
 }
 
 /// A client handler that reports `notifications/tools/list_changed`.

@@ -525,3 +525,138 @@ async fn a_source_named_like_an_upstream_gives_way() {
         text(&out.stderr)
     );
 }
+
+/// A running `portcullis serve`; killed on drop.
+struct Served {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(config: &Path) -> Served {
+    use std::io::BufRead as _;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .args(["serve", "--config"])
+        .arg(config)
+        .args(["--listen", "127.0.0.1:0"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("serve starts");
+    let stderr = child.stderr.take().expect("piped stderr");
+    let mut lines = std::io::BufReader::new(stderr).lines();
+    let url = loop {
+        let line = lines
+            .next()
+            .expect("serve announces where it listens")
+            .expect("stderr is text");
+        if let Some(rest) = line.strip_prefix("portcullis: listening on ") {
+            break rest.split(';').next().unwrap_or_default().to_owned();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    Served { child, url }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn source_calls_are_counted_logged_and_audited_under_their_source() {
+    use rmcp::ServiceExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let addr = start_app(dir.path().join("keys/gateway.pub")).await;
+    let config = layout(dir.path(), addr);
+    let mut served = tokio::task::block_in_place(|| serve(&config));
+    let secret = "src-s3cret-value";
+
+    let client = ()
+        .serve(rmcp::transport::StreamableHttpClientTransport::from_uri(
+            served.url.clone(),
+        ))
+        .await
+        .expect("a client connects");
+    let call = |name: &'static str, args: Value| {
+        let mut params = rmcp::model::CallToolRequestParams::new(name);
+        params.arguments = args.as_object().cloned();
+        client.call_tool(params)
+    };
+    let greeted = call("greeter__greet", json!({"name": secret}))
+        .await
+        .expect("the plugin tool answers");
+    assert_ne!(greeted.is_error, Some(true), "{greeted:?}");
+    let device = call("site__devices_get", json!({"id": secret}))
+        .await
+        .expect("the app route answers");
+    assert_ne!(device.is_error, Some(true), "{device:?}");
+    let invalid = call("greeter__greet", json!({}))
+        .await
+        .expect("an invalid call is answered");
+    assert_eq!(invalid.is_error, Some(true), "{invalid:?}");
+    let _ = client.cancel().await;
+
+    let metrics = reqwest::get(format!("{}/metrics", served.url.trim_end_matches("/mcp")))
+        .await
+        .expect("/metrics answers")
+        .text()
+        .await
+        .expect("text");
+    for expected in [
+        "portcullis_calls_total{upstream=\"greeter\",tool=\"greeter__greet\",outcome=\"ok\"} 1",
+        "portcullis_calls_total{upstream=\"greeter\",tool=\"greeter__greet\",outcome=\"refused\"} 1",
+        "portcullis_calls_total{upstream=\"site\",tool=\"site__devices_get\",outcome=\"ok\"} 1",
+        "portcullis_call_duration_seconds_count{upstream=\"site\",tool=\"site__devices_get\"} 1",
+    ] {
+        assert!(
+            metrics.contains(expected),
+            "{expected} missing from:\n{metrics}"
+        );
+    }
+
+    // Stopped politely, so every record is written.
+    let stopped = std::process::Command::new("kill")
+        .args(["-TERM", &served.child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(stopped.success());
+    let status = tokio::task::block_in_place(|| served.child.wait()).expect("the gateway exits");
+    assert_eq!(status.code(), Some(0));
+
+    let store = portcullis_store::open(
+        &portcullis_store::StoreSpec::Sqlite(None),
+        &dir.path().join("state"),
+    )
+    .await
+    .expect("the gateway's SQLite store opens");
+    let records = store.audit().recent(10).await.expect("the trail reads");
+    assert_eq!(records.len(), 3, "{records:?}");
+    // Newest first.
+    let (invalid, device, greeted) = (&records[0], &records[1], &records[2]);
+    assert_eq!(greeted.tool, "greeter__greet");
+    assert_eq!(greeted.identity.as_deref(), Some("mcp-agent"));
+    assert_eq!(greeted.decision.as_str(), "allowed");
+    assert_eq!(greeted.outcome.kind(), "ok");
+    assert_eq!(
+        greeted.argument_shape.as_value(),
+        &json!({"name": "string"})
+    );
+    assert_eq!(device.tool, "site__devices_get");
+    assert_eq!(device.outcome.kind(), "ok", "{device:?}");
+    assert_eq!(device.argument_shape.as_value(), &json!({"id": "string"}));
+    assert_eq!(invalid.tool, "greeter__greet");
+    assert_eq!(invalid.decision.as_str(), "invalid", "{invalid:?}");
+    drop(store);
+    for entry in std::fs::read_dir(dir.path().join("state")).expect("data_dir") {
+        let path = entry.expect("entry").path();
+        let bytes = std::fs::read(&path).unwrap_or_default();
+        assert!(
+            !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+            "{} holds an argument value",
+            path.display()
+        );
+    }
+}
