@@ -14,7 +14,7 @@
 //! | change | effect |
 //! | --- | --- |
 //! | nothing (the file was only touched) | nothing |
-//! | the gate (`allow_write`, `allow_tools`, `identity`, `max_output_length`) | the tool server is rebuilt on the same connections: every upstream keeps its connection and its child process |
+//! | the gate (`allow_write`, `allow_tools`, `identity`, `max_output_length`, `approval_timeout_ms`) | the tool server is rebuilt on the same connections: every upstream keeps its connection and its child process |
 //! | only upstreams (added, removed, changed, or their `tools` filters), with no plugins, tool plugins or apps configured | the connector reconfigures in place ([`Gateway::reconfigured`]): an unchanged upstream keeps its connection and child process, a new or changed one is connected and trusted through the same store, a removed one is closed |
 //! | the other sources (plugins, apps, `prefix`, `approval`, disclosure, store, an upstream's `timeout_ms`) | a new gateway is connected beside the old one and swapped in when ready; the old one closes once its in-flight calls finish; every upstream reconnects |
 //! | the HTTP surface (`listen`, `allowed_hosts`, `allowed_origins`, `token`) | logged as needing a restart; the rest of the reload applies |
