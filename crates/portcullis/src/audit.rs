@@ -48,6 +48,9 @@ pub enum Decision {
     /// Every guard let it through to the upstream (or to the catalogue, for
     /// `mcp__describe_tool`).
     Allowed,
+    /// The policy asked, the person at the client approved, and the call
+    /// went through.
+    Approved,
     /// Refused by the exposure gate or the policy: an unknown or withheld
     /// name, a denial, a missing permission.
     Denied,
@@ -64,6 +67,7 @@ impl Decision {
     pub fn to_store(self) -> AuditDecision {
         match self {
             Decision::Allowed => AuditDecision::Allowed,
+            Decision::Approved => AuditDecision::Approved,
             Decision::Denied => AuditDecision::Denied,
             Decision::Declined => AuditDecision::Declined,
             Decision::Quarantined => AuditDecision::Quarantined,
@@ -75,6 +79,7 @@ impl Decision {
     pub fn as_str(self) -> &'static str {
         match self {
             Decision::Allowed => "allowed",
+            Decision::Approved => "approved",
             Decision::Denied => "denied",
             Decision::Declined => "declined",
             Decision::Quarantined => "quarantined",
@@ -98,11 +103,12 @@ pub struct Verdict {
     pub code: Option<String>,
 }
 
-/// Called by the forwarding handler with the toolset's answer: leaves the
+/// Called by the forwarding handler with the toolset's answer (`approved`:
+/// the person at the client approved this call at the edge): leaves the
 /// verdict for the surface observing this call. Outside an observed call
 /// it does nothing.
-pub fn note(answer: &Result<ToolResult, CallError>) {
-    note_verdict(classify(answer));
+pub fn note(answer: &Result<ToolResult, CallError>, approved: bool) {
+    note_verdict(classify(answer).approved_if(approved));
 }
 
 /// Leaves `verdict` for the surface observing this call (a source tool's
@@ -121,6 +127,17 @@ pub async fn with_verdict<F: std::future::Future>(call: F) -> (F::Output, Option
     let output = VERDICT.scope(slot.clone(), call).await;
     let verdict = slot.lock().unwrap_or_else(PoisonError::into_inner).take();
     (output, verdict)
+}
+
+impl Verdict {
+    /// The same verdict, `Approved` rather than `Allowed` when the person
+    /// at the client approved the call.
+    pub fn approved_if(mut self, approved: bool) -> Verdict {
+        if approved && self.decision == Decision::Allowed {
+            self.decision = Decision::Approved;
+        }
+        self
+    }
 }
 
 /// The verdict on a toolset answer.
@@ -580,15 +597,18 @@ mod tests {
     #[tokio::test]
     async fn a_verdict_left_inside_the_scope_is_read_back() {
         let (value, verdict) = with_verdict(async {
-            note(&Ok(ToolResult::text("x")));
+            note(&Ok(ToolResult::text("x")), true);
             7
         })
         .await;
         assert_eq!(value, 7);
-        assert_eq!(verdict.map(|v| v.outcome), Some(Outcome::Ok));
+        assert_eq!(
+            verdict.map(|v| (v.decision, v.outcome)),
+            Some((Decision::Approved, Outcome::Ok))
+        );
         let (_, none) = with_verdict(async {}).await;
         assert_eq!(none, None);
         // Outside any scope, noting is harmless.
-        note(&Ok(ToolResult::text("x")));
+        note(&Ok(ToolResult::text("x")), false);
     }
 }

@@ -447,7 +447,7 @@ async fn forward(
     if let Some(relay) = relay {
         let _ = relay.await;
     }
-    crate::audit::note(&outcome);
+    crate::audit::note(&outcome, ctx.approved());
     outcome.map_err(|e| call_error(&name, e))
 }
 

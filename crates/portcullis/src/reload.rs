@@ -509,6 +509,11 @@ impl LiveTools {
         let name = request.name.to_string();
         let (answer, verdict) =
             crate::audit::with_verdict(generation.gateway.tools.call_tool(request, context)).await;
+        // A question put to the client (the 2026 approval round trip) does
+        // not end the call: the retry carrying the answer is recorded.
+        if matches!(answer, Ok(CallToolResponse::InputRequired(_))) {
+            return answer;
+        }
         let (upstream, tool) = match generation.sources.get(&name) {
             Some(source) => (&**source, name.as_str()),
             None => ("", UNKNOWN_TOOL),

@@ -755,8 +755,9 @@ async fn run(
     args: Value,
     ctx: CallContext,
 ) -> Result<ToolResult, ToolError> {
+    let approved = ctx.approved();
     let answer = run_gated(&tool, policy.as_ref(), args, ctx).await;
-    crate::audit::note_verdict(crate::audit::classify_source(&answer));
+    crate::audit::note_verdict(crate::audit::classify_source(&answer).approved_if(approved));
     answer
 }
 

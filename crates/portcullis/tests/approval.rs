@@ -46,13 +46,14 @@ fn python() -> Option<PathBuf> {
 /// `demo__`, writes allowed, an in-memory store, and `approval` as given
 /// (a TOML value).
 fn config(dir: &Path, approval: &str) -> PathBuf {
-    config_with(dir, approval, "")
+    config_with(dir, approval, "store = \"memory\"")
 }
 
-/// [`config`] with `more` (TOML lines) added to `[gateway]`.
+/// [`config`] with `more` (TOML lines, the store among them) in
+/// `[gateway]`.
 fn config_with(dir: &Path, approval: &str, more: &str) -> PathBuf {
     let toml = format!(
-        "[gateway]\nallow_write = true\nstore = \"memory\"\nprefix = \"always\"\napproval = {approval}\n{more}\n\
+        "[gateway]\nallow_write = true\nprefix = \"always\"\napproval = {approval}\n{more}\n\
          [upstreams.demo]\ntype = \"stdio\"\ncommand = \"portcullis\"\nargs = [\"demo-upstream\"]\ntimeout_ms = 30000\n"
     );
     let path = dir.join("portcullis.toml");
@@ -284,7 +285,8 @@ fn approval_over_stdio_for_every_write() {
 fn an_unanswered_approval_times_out_as_configured_and_the_upstream_is_never_called() {
     let Some(python) = python() else { return };
     let dir = tempfile::tempdir().expect("temp dir");
-    let served = serve(&config_with(
+    // The default store, SQLite in data_dir: the audit trail is read back.
+    let mut served = serve(&config_with(
         dir.path(),
         "[\"demo__write_note\"]",
         "approval_timeout_ms = 1000",
@@ -314,4 +316,40 @@ fn an_unanswered_approval_times_out_as_configured_and_the_upstream_is_never_call
     let calls = out["calls"].as_array().expect("calls");
     assert_denied(&calls[0], "policy", timed_out);
     assert_saved(&calls[1], 2);
+
+    // The trail tells an unanswered question from an approved call (one
+    // record a call: the 2026 question round is not a call of its own).
+    let stopped = Command::new("kill")
+        .args(["-TERM", &served.child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(stopped.success());
+    assert_eq!(served.child.wait().expect("exits").code(), Some(0));
+    let records = tokio::runtime::Runtime::new()
+        .expect("runtime")
+        .block_on(async {
+            let store = portcullis_store::open(
+                &portcullis_store::StoreSpec::Sqlite(None),
+                &dir.path().join(".portcullis"),
+            )
+            .await
+            .expect("the gateway's SQLite store opens");
+            store.audit().recent(10).await.expect("the trail reads")
+        });
+    let decisions: Vec<(&str, &str)> = records
+        .iter()
+        .rev()
+        .map(|r| (r.tool.as_str(), r.decision.as_str()))
+        .collect();
+    let note = "demo__write_note";
+    assert_eq!(
+        decisions,
+        [
+            (note, "declined"),
+            (note, "approved"),
+            (note, "declined"),
+            (note, "approved")
+        ],
+        "{records:?}"
+    );
 }
