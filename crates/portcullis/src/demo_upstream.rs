@@ -20,14 +20,21 @@
 //! tool of that name (it answers like `echo`), for tests of removed and
 //! added tools.
 //!
+//! `PORTCULLIS_DEMO_PROMPT` makes it advertise prompts and list one,
+//! `greet` (argument `who`), with that description;
+//! `PORTCULLIS_DEMO_RESOURCE` makes it advertise resources and list one,
+//! `demo://notes` (text/plain), with that description: for tests of the
+//! pins of prompts and resources. They are listed only (a `prompts/get` or
+//! `resources/read` is not answered).
+//!
 //! Hidden from `--help`: it is a fixture, not a feature.
 
 use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities,
-    ServerConfig,
+    ListPromptsResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ProgressNotificationParam, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -95,9 +102,54 @@ fn tool_error(message: impl Into<String>) -> CallToolResponse {
 
 impl ServerHandler for DemoUpstream {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build()).with_server_info(
-            Implementation::new("portcullis-demo-upstream", env!("CARGO_PKG_VERSION")),
-        )
+        let mut capabilities = ServerCapabilities::builder().enable_tools().build();
+        if std::env::var_os("PORTCULLIS_DEMO_PROMPT").is_some() {
+            capabilities.prompts = Some(Default::default());
+        }
+        if std::env::var_os("PORTCULLIS_DEMO_RESOURCE").is_some() {
+            capabilities.resources = Some(Default::default());
+        }
+        ServerConfig::new(capabilities).with_server_info(Implementation::new(
+            "portcullis-demo-upstream",
+            env!("CARGO_PKG_VERSION"),
+        ))
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        let prompts = match std::env::var("PORTCULLIS_DEMO_PROMPT") {
+            Ok(description) => vec![json!({
+                "name": "greet",
+                "description": description,
+                "arguments": [{"name": "who", "description": "Whom to greet", "required": true}]
+            })],
+            Err(_) => Vec::new(),
+        };
+        let prompts = serde_json::from_value(Value::Array(prompts))
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        Ok(ListPromptsResult::with_all_items(prompts))
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let resources = match std::env::var("PORTCULLIS_DEMO_RESOURCE") {
+            Ok(description) => vec![json!({
+                "uri": "demo://notes",
+                "name": "notes",
+                "description": description,
+                "mimeType": "text/plain"
+            })],
+            Err(_) => Vec::new(),
+        };
+        let resources = serde_json::from_value(Value::Array(resources))
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        Ok(ListResourcesResult::with_all_items(resources))
     }
 
     async fn list_tools(

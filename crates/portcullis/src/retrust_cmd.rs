@@ -8,16 +8,25 @@
 //!    `--yes`, refuse before connecting (exit 2);
 //! 3. [`portcullis_store::retrust`] clears the baseline (the only sanctioned
 //!    way), then the fingerprints **of the listing that was shown** are
-//!    proposed as the new one. The store records a proposal only when the
+//!    proposed as the new one — the tools' fingerprints with the pins of the
+//!    prompts, resources and templates shown (each with its text, for the
+//!    next `drift`). The store records a proposal only when the
 //!    row has no baseline, so if another replica re-recorded one in between,
 //!    the one in force is reported instead of silently kept. The row's
 //!    cached listing is saved back with it: when it is the listing shown
 //!    (the connect in step 1 refreshed it), the store keeps it as the
-//!    trusted definitions the next `drift` diffs against;
+//!    trusted definitions the next `drift` diffs against (a native plugin's
+//!    or app's current tools, which the store does not cache, are saved
+//!    with it for the same reason);
 //! 4. reconnect, so the new baseline is enforced, and print what was
 //!    accepted. A server that changed again since step 1 is caught here:
 //!    its new changes are quarantined against the baseline just accepted,
 //!    and the command says so and exits 1.
+//!
+//! SERVER is an upstream, an Agent Plugin's server, a native tool plugin or
+//! an app (by name). A server whose baseline predates pinning is re-trusted
+//! even without drift when it publishes prompts or resources, so they get
+//! pinned.
 //!
 //! Exit codes: 0 re-trusted (or nothing to re-trust), 1 declined at the
 //! prompt or the server changed again, 2 unknown SERVER, configuration
@@ -27,7 +36,9 @@ use std::fmt::Write as _;
 use std::io::{IsTerminal as _, Write as _};
 
 use anyhow::Context as _;
+use portcullis_catalog::Tool;
 use portcullis_catalog::fingerprint::{Fingerprints, fingerprint_listing};
+use portcullis_catalog::pins::{self, PinKind, split_baseline};
 use portcullis_store::Store;
 
 use crate::Exit;
@@ -65,14 +76,21 @@ pub async fn retrust(config: &Config, server: &str, yes: bool) -> anyhow::Result
         }
     };
     let fingerprints = shown.fingerprints.clone();
-    if shown.is_clean() {
+    if shown.is_clean() && !shown.unpinned {
         println!(
             "{}: no drift; its baseline already matches what it publishes, nothing to re-trust",
             shown.server
         );
         return Ok(Exit::Success);
     }
-    print!("{}", drift_cmd::render_server(&shown, style));
+    if shown.is_clean() {
+        println!(
+            "{}: no drift, but its baseline predates pinning: its prompts and resources are not pinned; re-trusting pins them as listed now",
+            shown.server
+        );
+    } else {
+        print!("{}", drift_cmd::render_server(&shown, style));
+    }
     if !yes && !confirm(&shown.server).await? {
         println!(
             "not re-trusted: the baseline of {} is unchanged",
@@ -81,7 +99,13 @@ pub async fn retrust(config: &Config, server: &str, yes: bool) -> anyhow::Result
         return Ok(Exit::ToolError);
     }
 
-    let in_force = replace_baseline(store.as_ref(), &shown.server, &fingerprints).await?;
+    let in_force = replace_baseline(
+        store.as_ref(),
+        &shown.server,
+        &fingerprints,
+        shown.listing.as_deref(),
+    )
+    .await?;
     if in_force.as_ref() != Some(&fingerprints) {
         eprintln!(
             "warning: another gateway recorded a different baseline for {} meanwhile; it is the one in force",
@@ -172,11 +196,14 @@ async fn confirm(server: &str) -> anyhow::Result<bool> {
 }
 
 /// Clears the baseline and proposes `fingerprints` (the listing shown) in
-/// its place; returns the baseline now in force.
+/// its place; returns the baseline now in force. `listing`: the current
+/// tools when the store does not cache them (a native plugin or app),
+/// saved with the baseline so the store keeps them as trusted.
 async fn replace_baseline(
     store: &dyn Store,
     id: &str,
     fingerprints: &Fingerprints,
+    listing: Option<&[Tool]>,
 ) -> anyhow::Result<Option<Fingerprints>> {
     let found = portcullis_store::retrust(store, id)
         .await
@@ -184,15 +211,19 @@ async fn replace_baseline(
     if !found {
         anyhow::bail!("the store has no row for server \"{id}\"; nothing re-trusted");
     }
-    let row = store
+    let mut row = store
         .get(id)
         .await
         .context("cannot read the server's row")?
         .with_context(|| format!("the row of server \"{id}\" vanished while re-trusting"))?;
+    if let Some(tools) = listing {
+        row = row.with_tools(tools.to_vec());
+    }
+    let tool_part = split_baseline(fingerprints).0;
     let cache_is_shown = row
         .tools
         .as_deref()
-        .is_some_and(|tools| fingerprint_listing(tools) == *fingerprints);
+        .is_some_and(|tools| fingerprint_listing(tools) == tool_part);
     tracing::debug!(
         server = id,
         cache_is_shown,
@@ -204,16 +235,29 @@ async fn replace_baseline(
         .context("cannot record the new baseline")
 }
 
-/// What was accepted: the new baseline's tools, with what changed.
+/// What was accepted: the new baseline's tools, prompts, resources and
+/// templates, with what changed.
 fn accepted(shown: &ServerDrift, baseline: &Fingerprints) -> String {
     let mut out = String::new();
+    let (tools, pinned) = split_baseline(baseline);
+    let mut counts = String::new();
+    if let Some(pinned) = &pinned {
+        let count = |kind| pins::of_kind(pinned, kind).len();
+        let _ = write!(
+            counts,
+            ", {} prompts, {} resources and {} resource templates pinned",
+            count(PinKind::Prompt),
+            count(PinKind::Resource),
+            count(PinKind::Template)
+        );
+    }
     let _ = writeln!(
         out,
-        "re-trusted {}: {} tools in the new baseline",
+        "re-trusted {}: {} tools in the new baseline{counts}",
         shown.server,
-        baseline.len()
+        tools.len()
     );
-    for tool in baseline.keys() {
+    for tool in tools.keys() {
         let why = if shown.quarantined.iter().any(|q| q.tool == *tool) {
             " (changed; accepted)"
         } else if shown.withheld.iter().any(|w| w.tool == *tool) {
@@ -229,6 +273,24 @@ fn accepted(shown: &ServerDrift, baseline: &Fingerprints) -> String {
             "  {} (no longer published, dropped from the baseline)",
             crate::diff::inert(tool)
         );
+    }
+    for (kind, drift) in shown.pinned_kinds() {
+        let noun = kind.noun();
+        for item in &drift.changed {
+            let id = crate::diff::inert(&item.id);
+            let _ = writeln!(out, "  {noun} {id} (changed; accepted)");
+        }
+        for id in &drift.added {
+            let id = crate::diff::inert(id);
+            let _ = writeln!(out, "  {noun} {id} (new; accepted)");
+        }
+        for id in &drift.removed {
+            let id = crate::diff::inert(id);
+            let _ = writeln!(
+                out,
+                "  {noun} {id} (no longer published, dropped from the baseline)"
+            );
+        }
     }
     out
 }
