@@ -194,3 +194,36 @@ impl Toolset {
         futures::future::join_all(remotes.iter().map(|c| c.ping(PING_TIMEOUT))).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reachability_is_apart_from_availability() {
+        let health = ServerHealth::new("docs");
+        assert!(health.is_available() && health.is_reachable());
+        // A remote server that stopped answering is down but may come back.
+        health.set_reachable(false);
+        assert!(!health.is_reachable());
+        assert!(health.is_available(), "calls are still sent to it");
+        health.set_reachable(true);
+        assert!(health.is_reachable());
+        // A closed connection stays unavailable whatever answers later.
+        health.mark_unavailable();
+        health.set_reachable(true);
+        assert!(!health.is_available());
+    }
+
+    #[test]
+    fn rejected_credentials_make_the_server_unavailable() {
+        let health = ServerHealth::new("docs");
+        health.reject(403);
+        assert_eq!(health.rejected(), Some(403));
+        assert!(!health.is_available());
+        assert_eq!(
+            health.take_failure().as_deref(),
+            Some("MCP server \"docs\" denied access (HTTP 403).")
+        );
+    }
+}
