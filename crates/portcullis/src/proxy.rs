@@ -14,9 +14,10 @@
 //! server's baseline in force (kept beside its tool fingerprints in the
 //! store, under `prompt:` / `resource:` / `template:` keys and the
 //! `pins:v1` marker, see [`portcullis_catalog::pins`]); what drifted or was
-//! added since is withheld and a request for it refused. A baseline without
-//! the marker (recorded by the tool-only first trust) pins nothing here:
-//! every definition passes until the baseline carries pins.
+//! added since is withheld and a request for it refused. A first trust
+//! records the pins (the upstream's proposal lists these definitions); a
+//! baseline without the marker (recorded before pinning) pins nothing here:
+//! every definition passes until a re-trust records pins.
 //!
 //! Lists are fetched live on every list request (so a server whose list
 //! moves is followed), then pinned and projected. Notifications flow the
