@@ -4,6 +4,7 @@
 //! tool map is projected again and swapped in like a reconcile's correction.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::join_all;
 
@@ -32,10 +33,12 @@ impl Toolset {
     /// config (name, transport, URL or command line, headers, env) is
     /// unchanged, connects the new and changed ones exactly as
     /// [`crate::connect`] would (listing them, and with a store recording and
-    /// enforcing their baselines), closes the removed and changed ones, and
-    /// swaps in the tool map projected from the result. A call already in
-    /// flight keeps the snapshot it started with; the next one sees the new
-    /// map ([`Toolset::watch_catalogue`] announces it).
+    /// enforcing their baselines), swaps in the tool map projected from the
+    /// result, and closes the removed and changed connections once the
+    /// calls in flight on them have answered (in the background: this
+    /// returns without waiting). A call already in flight keeps the snapshot
+    /// it started with; the next one sees the new map
+    /// ([`Toolset::watch_catalogue`] announces it).
     ///
     /// From `options` it takes the per-server filters (applied to kept
     /// servers too) and what connecting needs (host guard, timeouts,
@@ -94,8 +97,29 @@ impl Toolset {
             *sources = kept;
             inner.reproject(&sources);
         }
-        // Closed after the swap: the new map no longer routes to them.
-        join_all(retired.iter().map(|c| c.close())).await;
+        // Closed after the swap (the new map no longer routes to them), and
+        // only once the calls still running on them have answered: a call
+        // keeps the snapshot, and so the connection, it started with.
+        for connection in retired {
+            tokio::spawn(close_when_idle(connection));
+        }
         Ok(report)
     }
+}
+
+/// How long a replaced connection waits for its calls in flight before it
+/// is closed under them: longer than any sensible call timeout, only a
+/// bound against a holder that never lets go.
+const RETIRE_PATIENCE: Duration = Duration::from_secs(600);
+
+/// Closes `connection` once nothing but this task holds it (every snapshot
+/// a call in flight kept has been dropped), or after [`RETIRE_PATIENCE`].
+/// Polled: dropping an `Arc` announces nothing, and a check every 50 ms is
+/// cheap next to a reload.
+async fn close_when_idle(connection: Arc<Connection>) {
+    let deadline = tokio::time::Instant::now() + RETIRE_PATIENCE;
+    while Arc::strong_count(&connection) > 1 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    connection.close().await;
 }

@@ -328,6 +328,14 @@ impl Live {
         let tools_changed = before != after
             || old.gateway.tools.listed_tools() != generation.gateway.tools.listed_tools();
         let snapshot = generation.snapshot();
+        if reconnect {
+            old.retired.store(true, Ordering::Release);
+        }
+        drop(old);
+        self.swap(generation, tools_changed);
+        self.recorder.metrics().record_reload(true);
+        // Logged once the new generation serves: the line is an event an
+        // operator (or a test) can act on.
         tracing::info!(
             exposed = snapshot.available,
             quarantined = snapshot.quarantined,
@@ -335,12 +343,6 @@ impl Live {
             reconnected = reconnect,
             "config reloaded"
         );
-        if reconnect {
-            old.retired.store(true, Ordering::Release);
-        }
-        drop(old);
-        self.swap(generation, tools_changed);
-        self.recorder.metrics().record_reload(true);
         true
     }
 

@@ -428,3 +428,102 @@ where
         task,
     }
 }
+
+/// `message` as a one-shot, stateless 2026-07-28 request: the headers that
+/// go with it (version, method, name) and the body with its per-request
+/// `_meta` envelope. Raw requests use that revision because `serve` gives
+/// initialize-era HTTP clients a session, which a one-shot request has not.
+pub fn stateless(message: &Value) -> (String, String) {
+    let mut message = message.clone();
+    let method = message["method"].as_str().unwrap_or_default().to_owned();
+    let mut headers = format!("MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: {method}\r\n");
+    if let Some(name) = message["params"]["name"].as_str() {
+        headers.push_str(&format!("Mcp-Name: {name}\r\n"));
+    }
+    if message.get("params").is_none() {
+        message["params"] = serde_json::json!({});
+    }
+    let params = &mut message["params"];
+    if params.get("_meta").is_none() {
+        params["_meta"] = serde_json::json!({});
+    }
+    if let Some(meta) = params["_meta"].as_object_mut() {
+        meta.insert(
+            "io.modelcontextprotocol/protocolVersion".into(),
+            "2026-07-28".into(),
+        );
+        meta.insert(
+            "io.modelcontextprotocol/clientCapabilities".into(),
+            serde_json::json!({}),
+        );
+    }
+    (headers, message.to_string())
+}
+
+/// The raw text of one MCP POST of `message` to `authority` (its own
+/// `Host`), with extra `headers` (each ending in CRLF).
+pub fn mcp_request(authority: &str, message: &Value, headers: &str) -> String {
+    let (envelope, body) = stateless(message);
+    format!(
+        "POST /mcp HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{envelope}{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+/// Sends one raw HTTP/1.1 request; the status and the whole response (the
+/// request must say `Connection: close`).
+pub fn http(authority: &str, raw: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(authority).expect("connects to the gateway");
+    stream.write_all(raw.as_bytes()).expect("request written");
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, response)
+}
+
+/// One stateless MCP request to the gateway at `authority`.
+pub fn mcp(authority: &str, message: &Value) -> (u16, String) {
+    http(authority, &mcp_request(authority, message, ""))
+}
+
+/// Opens a stateless MCP request and hands back its response as lines as
+/// they arrive (an SSE stream for a call with a progress token), so a test
+/// can act while the call is in flight.
+pub fn mcp_streaming(
+    authority: &str,
+    message: &Value,
+) -> std::io::Lines<BufReader<std::net::TcpStream>> {
+    use std::io::Write;
+    let mut stream = std::net::TcpStream::connect(authority).expect("connects to the gateway");
+    stream
+        .write_all(mcp_request(authority, message, "").as_bytes())
+        .expect("request written");
+    BufReader::new(stream).lines()
+}
+
+/// The sorted tool names the gateway at `authority` lists.
+pub fn tool_names(authority: &str) -> Vec<String> {
+    let (status, response) = mcp(
+        authority,
+        &serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+    );
+    assert_eq!(status, 200, "{response}");
+    let body = response.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let listed: Value = serde_json::from_str(body).expect("a JSON-RPC answer");
+    let mut names: Vec<String> = listed["result"]["tools"]
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .filter_map(|t| t["name"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}

@@ -1,0 +1,184 @@
+//! Reload and shutdown with calls in flight, end to end through the real
+//! `portcullis` binary. The upstreams are a Streamable HTTP server run by
+//! this test (its `hold` tool answers only when the test releases it, so a
+//! call is in flight for exactly as long as the test needs) and the
+//! binary's own `demo-upstream` (a stdio child).
+//!
+//! * A config change that replaces both upstreams' connections while a call
+//!   is in flight: the call still answers; the replaced child exits; the new
+//!   connections serve.
+//! * SIGTERM while a call is in flight: the call answers, the gateway exits
+//!   0, and no child process (of any generation) survives it.
+//!
+//! (`ops.rs` covers reloads that keep connections, SIGHUP, and shutdown
+//! over the demo upstream alone.)
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use common::{alive, child_pids, eventually, toml_string, write_config};
+use portcullis_catalog::{Tool, ToolAnnotations, ToolResult};
+use portcullis_server::{CallContext, HttpOptions, HttpServer, ToolError, ToolServer, serve_http};
+use rmcp::ServiceExt;
+use rmcp::model::CallToolRequestParams;
+use tokio::sync::{Notify, Semaphore};
+
+/// The upstream's side of a held call.
+struct Hold {
+    /// Signalled when a `hold` call arrives.
+    started: Notify,
+    /// One permit per call the test lets answer.
+    release: Semaphore,
+    /// Calls that answered.
+    answered: AtomicUsize,
+}
+
+impl Default for Hold {
+    fn default() -> Self {
+        Hold {
+            started: Notify::new(),
+            release: Semaphore::new(0),
+            answered: AtomicUsize::new(0),
+        }
+    }
+}
+
+/// A Streamable HTTP upstream with `hold`, which answers `released N` once
+/// the test adds a permit.
+async fn held_upstream(hold: Arc<Hold>) -> HttpServer {
+    let tools = ToolServer::builder()
+        .tool(
+            Tool::new("hold").with_annotations(ToolAnnotations::read_only(true)),
+            move |_: serde_json::Value, _: CallContext| {
+                let hold = hold.clone();
+                async move {
+                    hold.started.notify_one();
+                    let permit = hold.release.acquire().await;
+                    permit.map(|p| p.forget()).ok();
+                    let n = hold.answered.fetch_add(1, Ordering::SeqCst) + 1;
+                    Ok::<_, ToolError>(ToolResult::text(format!("released {n}")))
+                }
+            },
+        )
+        .build()
+        .expect("the upstream's tools");
+    serve_http(tools, HttpOptions::default())
+        .await
+        .expect("the upstream listens")
+}
+
+/// Both upstreams; `generation` goes into the HTTP upstream's headers and
+/// the demo child's environment, so changing it changes both configs.
+fn config(dir: &std::path::Path, url: &str, generation: u32) -> std::path::PathBuf {
+    write_config(
+        dir,
+        &format!(
+            "[gateway]\nstore = \"memory\"\n\n\
+             [upstreams.held]\ntype = \"streamable-http\"\nurl = {}\ntimeout_ms = 60000\nheaders = {{ X-Generation = \"{generation}\" }}\n\n\
+             [upstreams.demo]\ntype = \"stdio\"\ncommand = \"portcullis\"\nargs = [\"demo-upstream\"]\nenv = {{ GENERATION = \"{generation}\" }}\n",
+            toml_string(url)
+        ),
+    )
+}
+
+/// Starts `held__hold` through the gateway at `url` and waits until the
+/// upstream has it: the call is in flight. The task yields its text.
+async fn call_in_flight(url: &str, hold: &Hold) -> tokio::task::JoinHandle<String> {
+    let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.to_owned());
+    let client = ().serve(transport).await.expect("an MCP client connects");
+    let started = hold.started.notified();
+    let call = tokio::spawn(async move {
+        let answer = client
+            .call_tool(CallToolRequestParams::new("held__hold"))
+            .await;
+        let _ = client.cancel().await;
+        match answer {
+            Ok(result) if result.is_error != Some(true) => result
+                .content
+                .iter()
+                .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+                .collect(),
+            Ok(result) => panic!("the call failed: {result:?}"),
+            Err(error) => panic!("the call failed: {error}"),
+        }
+    });
+    started.await;
+    call
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_replaces_the_connections_lets_the_call_in_flight_finish() {
+    let hold = Arc::new(Hold::default());
+    let upstream = held_upstream(hold.clone()).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = config(dir.path(), &upstream.url(), 1);
+    let mut served = tokio::task::block_in_place(|| common::serve(&path));
+    let first = child_pids(served.pid());
+    assert_eq!(first.len(), 1, "one stdio child: {first:?}");
+
+    let call = call_in_flight(&served.url, &hold).await;
+    config(dir.path(), &upstream.url(), 2);
+    tokio::task::block_in_place(|| {
+        served.wait_for_line("upstreams reconfigured");
+        served.wait_for_line("config reloaded");
+    });
+    assert_eq!(hold.answered.load(Ordering::SeqCst), 0, "still in flight");
+    hold.release.add_permits(1);
+    let text = call.await.expect("the call task");
+    assert!(text.contains("\nreleased 1\n"), "{text}");
+
+    // The replaced child is gone, its successor serves.
+    tokio::task::block_in_place(|| {
+        eventually("the replaced stdio child exits", || !alive(first[0]));
+    });
+    let now = child_pids(served.pid());
+    assert_eq!(now.len(), 1, "{now:?}");
+    assert_ne!(now, first, "the demo upstream was reconnected");
+    let authority = served.authority();
+    let names = tokio::task::block_in_place(|| common::tool_names(&authority));
+    assert!(names.contains(&"demo__echo".to_owned()), "{names:?}");
+    let second = call_in_flight(&served.url, &hold).await;
+    hold.release.add_permits(1);
+    let text = second.await.expect("the call task");
+    assert!(
+        text.contains("\nreleased 2\n"),
+        "the new connection: {text}"
+    );
+
+    let code = tokio::task::block_in_place(|| served.terminate());
+    assert_eq!(code, Some(0));
+    for pid in first.into_iter().chain(now) {
+        assert!(!alive(pid), "the stdio child {pid} outlived the gateway");
+    }
+    upstream.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_with_a_call_in_flight_answers_it_then_leaves_no_child() {
+    let hold = Arc::new(Hold::default());
+    let upstream = held_upstream(hold.clone()).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = config(dir.path(), &upstream.url(), 1);
+    let mut served = tokio::task::block_in_place(|| common::serve(&path));
+    let children = child_pids(served.pid());
+    assert_eq!(children.len(), 1, "{children:?}");
+
+    let call = call_in_flight(&served.url, &hold).await;
+    served.signal("TERM");
+    tokio::task::block_in_place(|| served.wait_for_line("draining in-flight calls"));
+    assert!(
+        served.child.try_wait().expect("try_wait").is_none(),
+        "the gateway waits for the call in flight"
+    );
+    hold.release.add_permits(1);
+    let text = call.await.expect("the call task");
+    assert!(text.contains("\nreleased 1\n"), "{text}");
+    let code = tokio::task::block_in_place(|| served.exit_code());
+    assert_eq!(code, Some(0));
+    for pid in children {
+        assert!(!alive(pid), "the stdio child {pid} outlived the gateway");
+    }
+    upstream.close().await;
+}
