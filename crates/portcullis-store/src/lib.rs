@@ -47,7 +47,10 @@
 //! * **Cold start**, per server, after the live `tools/list`: `get(id)`;
 //!   when the row has a recorded baseline propose none, otherwise propose
 //!   `row.baseline_or_derived()` (a pre-fingerprint row) or, with no row or
-//!   no listing, the fresh listing's own fingerprints (trust on first use).
+//!   no listing, the fresh listing's own fingerprints (trust on first use),
+//!   either with the pins of the server's prompts, resources and templates
+//!   merged in ([`portcullis_catalog::pins`]: one map, so one immutable
+//!   baseline; the store compares only its tool part with a listing).
 //!   `save` the row with the fresh listing and **enforce the baseline `save`
 //!   returns** — under a race it may be another replica's.
 //! * **Wake**: `list()`; for each row find the configured server whose
