@@ -547,9 +547,6 @@ impl Connection {
                 return Err(CallError::Cancelled { tool: tool.to_owned() });
             }
         };
-        if answer.is_ok() {
-            self.health.set_reachable(true);
-        }
         answer.map_err(|e| self.service_error(tool, server, e))
     }
 

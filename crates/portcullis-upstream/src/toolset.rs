@@ -611,6 +611,8 @@ impl Toolset {
             let result = connection
                 .call(name, &server, &entry.remote_name, arguments, context, token)
                 .await?;
+            // It answered, whichever path the call took: up (again).
+            connection.health().set_reachable(true);
             if let Some(output) = state.outputs.get(name) {
                 output.check(name, &result)?;
             }

@@ -780,6 +780,51 @@ fn a_remote_upstream_that_stops_is_reported_down_and_up_again_when_back() {
     assert!(!response.contains("\"isError\":true"), "{response}");
 }
 
+#[test]
+fn with_the_pings_off_a_failed_call_marks_a_remote_upstream_down_and_an_answer_up() {
+    let remote_dir = tempfile::tempdir().expect("tempdir");
+    let remote_config = write_config(
+        remote_dir.path(),
+        &format!("[gateway]\nstore = \"memory\"\n\n{DEMO}"),
+    );
+    let mut remote = serve(&remote_config, &[], &[]);
+    let remote_authority = remote.authority();
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_config(
+        dir.path(),
+        &format!(
+            "[gateway]\nstore = \"memory\"\nhealth_interval_ms = 0\n\n[upstreams.remote]\ntype = \"streamable-http\"\nurl = \"{}\"\ntimeout_ms = 5000\n",
+            remote.url
+        ),
+    );
+    let served = serve(&config, &[], &[]);
+    let authority = served.authority();
+    let echo = |id: u32, text: &str| {
+        mcp(
+            &authority,
+            &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": text}}}),
+            "",
+        )
+    };
+
+    remote.signal("TERM");
+    assert_eq!(remote.exit_code(), Some(0));
+    // No ping is sent, so nothing has noticed yet.
+    assert_eq!(health(&authority)["upstreams"], json!({"up": 1, "down": 0}));
+    // The failed call is what tells: down at once.
+    let (_, response) = echo(1, "anyone?");
+    assert!(response.contains("\"isError\":true"), "{response}");
+    assert_eq!(health(&authority)["upstreams"], json!({"up": 0, "down": 1}));
+
+    // Back: the next call is still sent, and its answer marks it up.
+    let _back = serve_on(&remote_config, &remote_authority, &[], &[]);
+    let (_, response) = echo(2, "welcome back");
+    assert!(response.contains("welcome back"), "{response}");
+    assert_eq!(health(&authority)["upstreams"], json!({"up": 1, "down": 0}));
+    assert!(metrics(&authority).contains("portcullis_upstream_up{upstream=\"remote\"} 1"));
+}
+
 /// A client handler that reports `notifications/tools/list_changed`.
 #[derive(Clone)]
 struct ListWatcher(tokio::sync::mpsc::UnboundedSender<()>);
