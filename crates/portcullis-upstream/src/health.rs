@@ -13,8 +13,8 @@
 //! down — while the connection object lives on; rmcp's Streamable HTTP
 //! client keeps its worker through failed POSTs (and re-initialises an
 //! expired session), so the server can come back. A call that fails at the
-//! transport marks it unreachable, any answer from it (a result, an MCP
-//! error, a `ping`'s reply) marks it reachable again, and
+//! transport marks it unreachable; a call answered, or any reply to a
+//! `ping` (an error reply included), marks it reachable again; and
 //! [`Toolset::check_remotes`] pings every remote server so an idle one is
 //! seen going down and coming back. [`Toolset::is_up`] joins the two for
 //! health reports; calls are still sent to an unreachable server (that is
