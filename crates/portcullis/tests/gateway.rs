@@ -3,10 +3,14 @@
 //! child), as a user runs it: `tools`, `call`, and `serve` reached by an rmcp
 //! client over HTTP on loopback.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Stdio};
+
+use common::{Served, alive, child_pids, portcullis, text};
 
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
@@ -15,18 +19,6 @@ use serde_json::{Value, json};
 /// The example config at the repository root.
 fn example() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/portcullis.toml")
-}
-
-fn portcullis(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_portcullis"))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("the portcullis binary runs")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 #[test]
@@ -194,93 +186,27 @@ fn allow_write_and_prefix_always_come_from_the_config() {
     );
 }
 
-/// A running `portcullis serve` and the URL it announced on stderr. Killed
-/// on drop, so a failing test leaves no gateway behind.
-struct Served {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn serve_example() -> Served {
     serve_config(&example(), &[])
 }
 
 /// Starts `portcullis serve` on a free loopback port with `config` and extra
-/// environment, and waits for its startup line.
+/// environment, and checks its startup line: the example's demo upstream.
 fn serve_config(config: &std::path::Path, env: &[(&str, &str)]) -> Served {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
-        .args([
-            "serve",
-            "--config",
-            config.to_str().unwrap(),
-            "--listen",
-            "127.0.0.1:0",
-        ])
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("serve starts");
-    let stderr = child.stderr.take().expect("piped stderr");
-    let mut lines = BufReader::new(stderr).lines();
-    let url = loop {
-        let line = lines
-            .next()
-            .expect("serve announces where it listens before its stderr ends")
-            .expect("stderr is text");
-        if let Some(rest) = line.strip_prefix("portcullis: listening on ") {
-            assert!(
-                rest.contains("3 tools exposed, 0 quarantined, 1 withheld"),
-                "{line}"
-            );
-            break rest.split(';').next().unwrap_or_default().to_owned();
-        }
-    };
-    // Keep draining stderr so the gateway never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    Served { child, url }
+    let served = common::serve_with(config, &[], env);
+    assert!(
+        served
+            .listening
+            .contains("3 tools exposed, 0 quarantined, 1 withheld"),
+        "{}",
+        served.listening
+    );
+    served
 }
 
-/// `body` as a stateless 2026-07-28 request: the standard headers (to put
-/// in place of `MCP-Protocol-Version`) and the body with its `_meta`
-/// envelope. Raw requests use that revision because `serve` gives
-/// initialize-era clients a session, which a one-shot request has not.
+/// `body` as a stateless 2026-07-28 request: the headers and the body.
 fn modern(body: &str) -> (String, String) {
-    let mut message: Value = serde_json::from_str(body).expect("a JSON-RPC body");
-    let method = message["method"].as_str().unwrap_or_default().to_owned();
-    let mut headers = format!("MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: {method}\r\n");
-    if let Some(name) = message["params"]["name"].as_str() {
-        headers.push_str(&format!("Mcp-Name: {name}\r\n"));
-    }
-    let params = message
-        .as_object_mut()
-        .expect("an object")
-        .entry("params")
-        .or_insert_with(|| json!({}));
-    let meta = params
-        .as_object_mut()
-        .expect("params are an object")
-        .entry("_meta")
-        .or_insert_with(|| json!({}))
-        .as_object_mut()
-        .expect("_meta is an object");
-    meta.insert(
-        "io.modelcontextprotocol/protocolVersion".into(),
-        json!("2026-07-28"),
-    );
-    meta.insert(
-        "io.modelcontextprotocol/clientCapabilities".into(),
-        json!({}),
-    );
-    (headers, message.to_string())
+    common::stateless(&serde_json::from_str(body).expect("a JSON-RPC body"))
 }
 
 /// A raw HTTP POST of `body` to `url` with this `Host` header: the status
@@ -292,50 +218,16 @@ fn post(url: &str, host: &str, body: &str) -> (u16, String) {
         .split('/')
         .next()
         .unwrap_or_default();
-    let mut stream = TcpStream::connect(authority).expect("connects to the gateway");
-    write!(
-        stream,
+    let raw = format!(
         "POST /mcp HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
-    )
-    .expect("request written");
-    let mut response = String::new();
-    let _ = stream.read_to_string(&mut response);
-    let status = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (status, response)
+    );
+    common::http(authority, &raw)
 }
 
 /// The status code of a ping to `url` with this `Host` header.
 fn status_with_host(url: &str, host: &str) -> u16 {
     post(url, host, r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).0
-}
-
-fn child_pids(parent: u32) -> Vec<u32> {
-    let out = Command::new("pgrep")
-        .args(["-P", &parent.to_string()])
-        .output()
-        .expect("pgrep runs");
-    text(&out.stdout)
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect()
-}
-
-fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state is the field after the parenthesised command name.
-        Ok(stat) => !stat
-            .rsplit(')')
-            .next()
-            .unwrap_or_default()
-            .trim_start()
-            .starts_with('Z'),
-        Err(_) => false,
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -13,7 +13,8 @@
 //! missing peer skips the test (it says so); with `CI=true` a missing peer
 //! is a failure, so CI cannot pass without running these.
 
-use std::io::{BufRead, BufReader};
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 
@@ -29,7 +30,7 @@ struct Peers {
 
 /// The peers, or `None` (outside CI only) when one is missing.
 fn peers() -> Option<Peers> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.peers");
+    let root = common::peers_dir();
     let modules = root.join("node_modules/@modelcontextprotocol");
     let wanted = [
         modules.join("server-everything/dist/index.js"),
@@ -37,15 +38,7 @@ fn peers() -> Option<Peers> {
         modules.join("inspector-cli/build/index.js"),
     ];
     if let Some(missing) = wanted.iter().find(|p| !p.is_file()) {
-        let message = format!(
-            "{} not found; run .ci/peers.sh to install the MCP peers",
-            missing.display()
-        );
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("{message} (CI=true: a missing peer is a failure)");
-        }
-        println!("SKIPPED: {message}");
-        return None;
+        return common::missing(missing, "run .ci/peers.sh to install the MCP peers");
     }
     // Absolute but not canonical: the venv's python is a symlink whose
     // target would not see the venv's packages.
@@ -80,9 +73,7 @@ fn config(peers: &Peers, dir: &Path) -> PathBuf {
         Value::from(node.display().to_string()),
         Value::from(peers.everything.display().to_string()),
     );
-    let path = dir.join("portcullis.toml");
-    std::fs::write(&path, toml).expect("config written");
-    path
+    common::write_config(dir, &toml)
 }
 
 /// An absolute path for `program` (the gateway resolves bare names on its
@@ -96,44 +87,6 @@ fn which(program: &Path) -> PathBuf {
         .output()
         .expect("sh runs");
     PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-}
-
-/// A running `portcullis serve` over HTTP; killed on drop.
-struct Served {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve(config: &Path) -> Served {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
-        .args(["serve", "--config"])
-        .arg(config)
-        .args(["--listen", "127.0.0.1:0"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("serve starts");
-    let stderr = child.stderr.take().expect("piped stderr");
-    let mut lines = BufReader::new(stderr).lines();
-    let url = loop {
-        let line = lines
-            .next()
-            .expect("serve announces where it listens before its stderr ends")
-            .expect("stderr is text");
-        if let Some(rest) = line.strip_prefix("portcullis: listening on ") {
-            break rest.split(';').next().unwrap_or_default().to_owned();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    Served { child, url }
 }
 
 /// The Python SDK client: connects (the initialize handshake), lists, calls
@@ -225,19 +178,7 @@ fn run(command: &mut Command) -> Output {
 }
 
 fn python(peers: &Peers, args: &[&str]) -> Value {
-    python_script(peers, PYTHON_CLIENT, args)
-}
-
-fn python_script(peers: &Peers, script: &str, args: &[&str]) -> Value {
-    let out = run(Command::new(&peers.python).arg("-c").arg(script).args(args));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "the Python client failed: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_str(stdout.lines().last().unwrap_or_default())
-        .unwrap_or_else(|e| panic!("the Python client printed no JSON ({e}): {stdout}"))
+    common::python_json(&peers.python, PYTHON_CLIENT, args)
 }
 
 fn joined(value: &Value) -> String {
@@ -316,7 +257,7 @@ fn assert_python_run(out: &Value, transport: &str) {
 fn python_sdk_over_http_reaches_server_everything_and_answers_its_requests() {
     let Some(peers) = peers() else { return };
     let dir = tempfile::tempdir().expect("temp dir");
-    let served = serve(&config(&peers, dir.path()));
+    let served = common::serve(&config(&peers, dir.path()));
     let out = python(&peers, &["http", &served.url]);
     assert_python_run(&out, "http");
 }
@@ -344,7 +285,7 @@ fn python_sdk_over_serve_stdio_reaches_server_everything_and_answers_its_request
 fn inspector_cli_lists_and_calls_through_the_gateway() {
     let Some(peers) = peers() else { return };
     let dir = tempfile::tempdir().expect("temp dir");
-    let served = serve(&config(&peers, dir.path()));
+    let served = common::serve(&config(&peers, dir.path()));
     // inspector-cli 1.0.3 must run from its own build directory (it looks
     // for its package.json relative to the working directory).
     let build = peers.inspector.parent().expect("the build directory");
@@ -440,20 +381,18 @@ fn concurrent_calls_over_an_http_upstream_each_reach_their_own_client() {
     let Some(peers) = peers() else { return };
     let upstream = everything_over_http(&peers);
     let dir = tempfile::tempdir().expect("temp dir");
-    let config = dir.path().join("portcullis.toml");
-    std::fs::write(
-        &config,
-        format!(
+    let config = common::write_config(
+        dir.path(),
+        &format!(
             "[gateway]\nallow_write = true\nstore = \"memory\"\n\n[upstreams.everything]\ntype = \"streamable-http\"\nurl = \"{}\"\ntimeout_ms = 60000\n",
             upstream.url
         ),
-    )
-    .expect("config written");
-    let served = serve(&config);
+    );
+    let served = common::serve(&config);
     // One upstream session, two callers: each sampling request arrives on
     // the response stream of the call that caused it, and must reach that
     // call's client, never the other.
-    let out = python_script(&peers, PYTHON_PAIR, &[&served.url]);
+    let out = common::python_json(&peers.python, PYTHON_PAIR, &[&served.url]);
     for (tag, other) in [("alpha", "beta"), ("beta", "alpha")] {
         let text = joined(&out[tag]);
         assert!(

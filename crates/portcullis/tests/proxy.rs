@@ -11,13 +11,14 @@
 //!
 //! The fixture binary is built with the workspace (`cargo build
 //! --workspace`, or any workspace test run); when it is missing the tests
-//! say so and pass without running.
+//! say so and pass without running, except under `CI=true`, where that is
+//! a failure.
 
 #![allow(deprecated)]
 
-use std::io::{BufRead, BufReader};
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use rmcp::model::{
@@ -30,62 +31,6 @@ use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::json;
 use tokio::sync::mpsc;
 
-/// The fixture next to the `portcullis` binary (`target/<profile>`).
-fn fixture() -> Option<PathBuf> {
-    let binary = PathBuf::from(env!("CARGO_BIN_EXE_portcullis"));
-    let path = binary.parent()?.join(format!(
-        "portcullis-conformance-fixture{}",
-        std::env::consts::EXE_SUFFIX
-    ));
-    if path.is_file() {
-        Some(path)
-    } else {
-        println!(
-            "SKIPPED: {} not built; run `cargo build --workspace`",
-            path.display()
-        );
-        None
-    }
-}
-
-/// A running `portcullis serve`; killed on drop.
-struct Served {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve(config: &Path) -> Served {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
-        .args(["serve", "--config"])
-        .arg(config)
-        .args(["--listen", "127.0.0.1:0"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("serve starts");
-    let stderr = child.stderr.take().expect("piped stderr");
-    let mut lines = BufReader::new(stderr).lines();
-    let url = loop {
-        let line = lines
-            .next()
-            .expect("serve announces where it listens before its stderr ends")
-            .expect("stderr is text");
-        if let Some(rest) = line.strip_prefix("portcullis: listening on ") {
-            break rest.split(';').next().unwrap_or_default().to_owned();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    Served { child, url }
-}
-
 /// A config with one stdio upstream per name, each the fixture.
 fn config(dir: &Path, fixture: &Path, names: &[&str]) -> PathBuf {
     let mut text = String::from("[gateway]\nstore = \"memory\"\n");
@@ -95,9 +40,7 @@ fn config(dir: &Path, fixture: &Path, names: &[&str]) -> PathBuf {
             fixture.display().to_string()
         ));
     }
-    let path = dir.join("portcullis.toml");
-    std::fs::write(&path, text).expect("config written");
-    path
+    common::write_config(dir, &text)
 }
 
 /// A client that hands every log message it receives to the test.
@@ -155,9 +98,11 @@ fn uri(contents: &ResourceContents) -> &str {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_upstream_passes_resources_prompts_completions_and_logs_unchanged() {
-    let Some(fixture) = fixture() else { return };
+    let Some(fixture) = common::conformance_fixture() else {
+        return;
+    };
     let dir = tempfile::tempdir().expect("temp dir");
-    let served = serve(&config(dir.path(), &fixture, &["fixture"]));
+    let served = common::serve(&config(dir.path(), &fixture, &["fixture"]));
     let (client, mut logs) = client(&served.url).await;
 
     let info = client.peer_info().expect("initialized");
@@ -266,9 +211,11 @@ async fn one_upstream_passes_resources_prompts_completions_and_logs_unchanged() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_upstreams_are_qualified_and_route_back() {
-    let Some(fixture) = fixture() else { return };
+    let Some(fixture) = common::conformance_fixture() else {
+        return;
+    };
     let dir = tempfile::tempdir().expect("temp dir");
-    let served = serve(&config(dir.path(), &fixture, &["a", "b"]));
+    let served = common::serve(&config(dir.path(), &fixture, &["a", "b"]));
     let (client, _logs) = client(&served.url).await;
 
     let prompts = client.list_all_prompts().await.expect("prompts/list");

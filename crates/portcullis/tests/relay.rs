@@ -15,9 +15,9 @@
 //! (Server-to-client requests through the gateway are covered by
 //! `interop.rs` and by the conformance run in `.ci/conformance.sh`.)
 
-use std::io::{BufRead, BufReader};
+mod common;
+
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -39,44 +39,6 @@ use tokio::sync::Notify;
 
 /// How many progress reports the `burst` tool sends before answering.
 const BURST: usize = 50;
-
-/// A running `portcullis serve`; killed on drop.
-struct Served {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve(config: &Path) -> Served {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
-        .args(["serve", "--config"])
-        .arg(config)
-        .args(["--listen", "127.0.0.1:0"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("serve starts");
-    let stderr = child.stderr.take().expect("piped stderr");
-    let mut lines = BufReader::new(stderr).lines();
-    let url = loop {
-        let line = lines
-            .next()
-            .expect("serve announces where it listens before its stderr ends")
-            .expect("stderr is text");
-        if let Some(rest) = line.strip_prefix("portcullis: listening on ") {
-            break rest.split(';').next().unwrap_or_default().to_owned();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    Served { child, url }
-}
 
 fn ro(name: &str) -> Tool {
     Tool::new(name).with_annotations(ToolAnnotations::read_only(true))
@@ -121,22 +83,19 @@ async fn upstream(seen: Arc<Seen>) -> portcullis_server::HttpServer {
 }
 
 fn config(dir: &Path, upstream: &str) -> std::path::PathBuf {
-    let path = dir.join("portcullis.toml");
-    std::fs::write(
-        &path,
-        format!(
+    common::write_config(
+        dir,
+        &format!(
             "[gateway]\nstore = \"memory\"\n\n[upstreams.up]\ntype = \"streamable-http\"\nurl = \"{upstream}\"\ntimeout_ms = 60000\n"
         ),
     )
-    .expect("config written");
-    path
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn progress_sent_just_before_the_result_all_arrives_first() {
     let upstream = upstream(Arc::default()).await;
     let dir = tempfile::tempdir().expect("temp dir");
-    let served = serve(&config(dir.path(), &upstream.url()));
+    let served = common::serve(&config(dir.path(), &upstream.url()));
 
     // Records every notification and the order it came in, relative to
     // the result.
@@ -213,7 +172,7 @@ async fn a_cancelled_call_is_cancelled_upstream() {
     let seen = Arc::new(Seen::default());
     let upstream = upstream(seen.clone()).await;
     let dir = tempfile::tempdir().expect("temp dir");
-    let served = serve(&config(dir.path(), &upstream.url()));
+    let served = common::serve(&config(dir.path(), &upstream.url()));
     let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(served.url.clone());
     let client = ().serve(transport).await.expect("an MCP client connects");
 
@@ -334,7 +293,7 @@ async fn a_2026_upstreams_input_required_is_answered_by_an_initialize_era_client
         .await
         .expect("the upstream listens");
     let dir = tempfile::tempdir().expect("temp dir");
-    let served = serve(&config(dir.path(), &upstream.url()));
+    let served = common::serve(&config(dir.path(), &upstream.url()));
     let handler = Answers::default();
     let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(served.url.clone());
     let client = handler
