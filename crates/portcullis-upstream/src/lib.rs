@@ -58,6 +58,7 @@
 //! | [`reconfigure`] | [`Toolset::reconfigure`]: a reload keeps unchanged connections |
 //! | [`passthrough`] | resources, templates, prompts, completions, log level, subscriptions and their notifications, per server |
 //! | [`progress`] | progress notifications routed to the caller |
+//! | [`notifications`] | log messages delivered in the transport, in the server's order ([`LogSink`]) |
 //! | [`relay`] | a server's sampling, elicitation and roots requests relayed to the calling client |
 //! | [`error`] | [`WiringError`], [`CallError`] |
 //!
@@ -99,6 +100,7 @@ pub mod error;
 mod health;
 pub mod hosts;
 mod http;
+pub mod notifications;
 pub mod options;
 mod output;
 pub mod passthrough;
@@ -123,6 +125,7 @@ pub use config::{
 pub use error::{CallError, WiringError};
 pub use hosts::AllowedHosts;
 pub use http::MAX_REDIRECTS;
+pub use notifications::LogSink;
 pub use options::{ConnectOptions, DEFAULT_TIMEOUT};
 pub use passthrough::{Notice, Passthrough, PassthroughError, ServerNotice};
 pub use plugins::{PluginLoad, PluginManifest, load_agent_plugin};

@@ -41,6 +41,7 @@ use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::connection::Connection;
+use crate::notifications::{LogRoute, LogSink};
 use crate::toolset::Toolset;
 
 /// Pages followed before giving up on a server that keeps handing out
@@ -140,11 +141,13 @@ pub struct ServerNotice {
 }
 
 /// The per-connection end of notices: the client handler publishes on it,
-/// and it keeps the 2026 listens this module opened.
+/// it keeps the 2026 listens this module opened, and the sink log messages
+/// go to ([`crate::notifications`]).
 #[derive(Clone)]
 pub(crate) struct Notices {
     sender: broadcast::Sender<Notice>,
     state: Arc<Mutex<ListenState>>,
+    logs: LogRoute,
 }
 
 #[derive(Default)]
@@ -160,6 +163,7 @@ impl Default for Notices {
         Notices {
             sender: broadcast::channel(NOTICE_CAPACITY).0,
             state: Arc::default(),
+            logs: LogRoute::default(),
         }
     }
 }
@@ -168,6 +172,11 @@ impl Notices {
     /// Publishes a notice; nobody listening is not an error.
     pub(crate) fn publish(&self, notice: Notice) {
         let _ = self.sender.send(notice);
+    }
+
+    /// Where this connection's log messages go.
+    pub(crate) fn logs(&self) -> &LogRoute {
+        &self.logs
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, ListenState> {
@@ -482,7 +491,7 @@ impl Passthrough {
                         return;
                     }
                     next = subscription.next() => match next {
-                        Ok(Some(notification)) => relay_listened(&notices, notification),
+                        Ok(Some(notification)) => relay_listened(&notices, notification).await,
                         _ => break,
                     },
                 }
@@ -508,6 +517,16 @@ impl Passthrough {
             return ask(&connection, server, METHOD, request, empty).await;
         }
         Ok(())
+    }
+
+    /// Hands every connected server's log messages to `sink` from now on,
+    /// each delivered in the transport before the server's next message is
+    /// read (so before a result the server sent after it) instead of being
+    /// published as [`Notice::Log`]. See [`crate::notifications`].
+    pub fn route_logs(&self, sink: Arc<dyn LogSink>) {
+        for (server, connection) in self.toolset.inner.snapshot().connections.iter() {
+            connection.notices().logs().set(server, sink.clone());
+        }
     }
 
     /// Every notice of every connected server, tagged with the server's
@@ -587,15 +606,16 @@ fn listen_for_lists(connection: &Arc<Connection>) {
     tokio::spawn(async move {
         if let Ok(mut subscription) = peer.listen(filter).await {
             while let Ok(Some(notification)) = subscription.next().await {
-                relay_listened(&notices, notification);
+                relay_listened(&notices, notification).await;
             }
         }
         notices.state().lists = false;
     });
 }
 
-/// Publishes what a 2026 listen delivered.
-fn relay_listened(notices: &Notices, notification: ServerNotification) {
+/// Publishes what a 2026 listen delivered (a log message goes where the
+/// transport's would).
+async fn relay_listened(notices: &Notices, notification: ServerNotification) {
     match notification {
         ServerNotification::ResourceUpdatedNotification(n) => {
             notices.publish(Notice::ResourceUpdated(n.params.uri));
@@ -607,7 +627,7 @@ fn relay_listened(notices: &Notices, notification: ServerNotification) {
             notices.publish(Notice::PromptsChanged);
         }
         ServerNotification::LoggingMessageNotification(n) => {
-            notices.publish(Notice::Log(n.params));
+            crate::notifications::deliver_log(notices, n.params).await;
         }
         _ => {}
     }

@@ -80,11 +80,13 @@ impl UpstreamHandler {
         }
     }
 
-    /// Wraps a transport so progress is routed as it arrives.
+    /// Wraps a transport so progress and log messages are routed as they
+    /// arrive.
     pub(crate) fn tap<T: Transport<RoleClient>>(&self, transport: T) -> Tapped<T> {
         Tapped {
             inner: transport,
             routes: self.routes.clone(),
+            notices: self.notices.clone(),
         }
     }
 }
@@ -114,11 +116,13 @@ fn deliver(routes: &Routes, params: &ProgressNotificationParam) {
     }
 }
 
-/// A transport that routes `notifications/progress` as it receives them,
-/// then hands every message on to rmcp unchanged.
+/// A transport that routes `notifications/progress` as it receives them
+/// (and delivers log messages, [`crate::notifications`]), then hands every
+/// message on to rmcp unchanged.
 pub(crate) struct Tapped<T> {
     inner: T,
     routes: Routes,
+    notices: crate::passthrough::Notices,
 }
 
 impl<T: Transport<RoleClient>> Transport<RoleClient> for Tapped<T> {
@@ -140,6 +144,7 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Tapped<T> {
         {
             deliver(&self.routes, &progress.params);
         }
+        crate::notifications::deliver(&self.notices, &message).await;
         Some(message)
     }
 
@@ -215,11 +220,10 @@ impl ClientHandler for UpstreamHandler {
 
     async fn on_logging_message(
         &self,
-        params: rmcp::model::LoggingMessageNotificationParam,
+        _params: rmcp::model::LoggingMessageNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        self.notices
-            .publish(crate::passthrough::Notice::Log(params));
+        // Already delivered by the transport (see `crate::notifications`).
     }
 
     async fn on_resource_updated(

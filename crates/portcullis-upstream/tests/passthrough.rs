@@ -19,13 +19,15 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use portcullis_upstream::{
-    CallContext, ConnectOptions, McpServerConfig, Notice, Passthrough, PassthroughError, Toolset,
-    connect,
+    CallContext, ConnectOptions, LogSink, McpServerConfig, Notice, Passthrough, PassthroughError,
+    Toolset, connect,
 };
 use rmcp::model::{
     ArgumentInfo, CompleteRequestParams, GetPromptRequestParams, GetPromptResponse, LoggingLevel,
-    ReadResourceRequestParams, ReadResourceResponse, Reference, ResourceContents,
+    LoggingMessageNotificationParam, ReadResourceRequestParams, ReadResourceResponse, Reference,
+    ResourceContents,
 };
 use serde_json::json;
 
@@ -331,5 +333,64 @@ async fn server_everything_logs_and_updates_through_the_handshake_path() {
         .await
         .expect("completion/complete");
     assert_eq!(completion.completion.values, ["Engineering"]);
+    toolset.close().await;
+}
+
+/// Records what a gateway would hand its clients, as it is handed over.
+#[derive(Default)]
+struct Recorded(std::sync::Mutex<Vec<(String, serde_json::Value)>>);
+
+impl Recorded {
+    fn take(&self) -> Vec<(String, serde_json::Value)> {
+        std::mem::take(&mut *self.0.lock().expect("not poisoned"))
+    }
+}
+
+impl LogSink for Recorded {
+    fn log(&self, server: &str, message: LoggingMessageNotificationParam) -> BoxFuture<'_, ()> {
+        if let Ok(mut seen) = self.0.lock() {
+            seen.push((server.to_owned(), message.data));
+        }
+        Box::pin(async {})
+    }
+}
+
+/// The fixture's `test_tool_with_logging` logs three messages and returns
+/// right after the last: each must be in the sink when the call returns,
+/// since the transport hands a log message over before it reads the
+/// result that followed it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_messages_are_handed_over_before_the_call_returns() {
+    let Some(binary) = fixture_binary() else {
+        return;
+    };
+    let (toolset, upstream) = connected(McpServerConfig::stdio(
+        "fixture",
+        binary.display().to_string(),
+        ["--stdio", "--legacy"],
+    ))
+    .await;
+    let sink = std::sync::Arc::new(Recorded::default());
+    upstream.route_logs(sink.clone());
+    let expected: Vec<(String, serde_json::Value)> = [
+        "Tool execution started",
+        "Tool processing data",
+        "Tool execution completed",
+    ]
+    .into_iter()
+    .map(|m| ("fixture".to_owned(), json!(m)))
+    .collect();
+    for round in 0..20 {
+        let result = toolset
+            .call(
+                "test_tool_with_logging",
+                Some(json!({})),
+                &CallContext::default(),
+            )
+            .await
+            .expect("the tool answers");
+        assert!(!result.is_error, "round {round}: {result:?}");
+        assert_eq!(sink.take(), expected, "round {round}");
+    }
     toolset.close().await;
 }

@@ -23,7 +23,9 @@
 //! moves is followed), then pinned and projected. Notifications flow the
 //! other way: each upstream's log messages go to every downstream session
 //! (each at the level it asked for; the upstreams are set to the most
-//! verbose level any session asked for), `resources/updated` to the
+//! verbose level any session asked for), handed over in the upstream's
+//! transport before it reads on, so a log message reaches the sessions
+//! before a result the server sent after it, `resources/updated` to the
 //! sessions subscribed to that URI, and list changes to every session and
 //! every 2026-07-28 `subscriptions/listen` that asked for them.
 
@@ -32,7 +34,8 @@
 #![allow(deprecated)]
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use portcullis_catalog::definition::{Prompt, Resource, ResourceTemplate};
@@ -43,13 +46,13 @@ use portcullis_catalog::passthrough::{
 };
 use portcullis_catalog::pins::split_baseline;
 use portcullis_server::{PassthroughCapabilities, PassthroughProvider};
-use portcullis_upstream::{Notice, Passthrough, PassthroughError, ServerNotice, Toolset};
+use portcullis_upstream::{LogSink, Notice, Passthrough, PassthroughError, ServerNotice, Toolset};
 use rmcp::model::{
     CompleteRequestParams, CompleteResult, ErrorCode, GetPromptRequestParams, GetPromptResponse,
     ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, LoggingLevel,
-    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, Reference,
-    ResourceUpdatedNotificationParam, ServerNotification, SetLevelRequestParams,
-    SubscribeRequestParams, UnsubscribeRequestParams,
+    LoggingMessageNotificationParam, PaginatedRequestParams, ReadResourceRequestParams,
+    ReadResourceResponse, Reference, ResourceUpdatedNotificationParam, ServerNotification,
+    SetLevelRequestParams, SubscribeRequestParams, UnsubscribeRequestParams,
 };
 use rmcp::service::{RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, Peer, RoleServer};
@@ -105,6 +108,25 @@ impl Kind {
             Kind::Resources => json(projection.resources().iter().map(|r| &r.resource)),
             Kind::Templates => json(projection.templates().iter().map(|t| &t.template)),
         }
+    }
+}
+
+/// How long one log message may take to reach one session before the
+/// upstream's connection moves on without it.
+const LOG_HANDOFF: Duration = Duration::from_secs(1);
+
+/// The gateway's end of the upstreams' log messages. Weak: the connections
+/// hold it, and must not keep the proxy alive.
+struct Logs(Weak<Inner>);
+
+impl LogSink for Logs {
+    fn log(&self, server: &str, message: LoggingMessageNotificationParam) -> BoxFuture<'_, ()> {
+        let server = server.to_owned();
+        Box::pin(async move {
+            if let Some(inner) = self.0.upgrade() {
+                Proxy { inner }.log(&server, message).await;
+            }
+        })
     }
 }
 
@@ -200,6 +222,11 @@ impl Proxy {
         for diagnostic in proxy.projection().diagnostics() {
             tracing::warn!(rule = %diagnostic.rule, origin = %diagnostic.origin, "{}", diagnostic.message);
         }
+        // Log messages are handed over in each upstream's transport, so
+        // they reach the sessions before a result the server sent after
+        // them (`portcullis_upstream::notifications`).
+        let logs = Logs(Arc::downgrade(&proxy.inner));
+        proxy.inner.upstream.route_logs(Arc::new(logs));
         let mut notices = proxy.inner.upstream.notices();
         let relay = proxy.clone();
         tokio::spawn(async move {
@@ -329,18 +356,9 @@ impl Proxy {
     async fn relay(&self, notice: ServerNotice) {
         let ServerNotice { server, notice } = notice;
         match notice {
-            Notice::Log(mut param) => {
-                if self.projection().is_qualified() {
-                    param.logger = Some(match param.logger.take() {
-                        Some(logger) => format!("{server}/{logger}"),
-                        None => server.clone(),
-                    });
-                }
-                let rank = level_rank(param.level);
-                for peer in self.sessions_where(|s| s.level.is_none_or(|l| rank >= level_rank(l))) {
-                    let _ = peer.notify_logging_message(param.clone()).await;
-                }
-            }
+            // Only a 2026 listen's log messages come this way; the
+            // transport's go straight to `log` (see `Logs`).
+            Notice::Log(param) => self.log(&server, param).await,
             Notice::ResourceUpdated(uri) => {
                 let exposed = self.projection().expose_uri(&server, &uri);
                 let _ = self
@@ -371,6 +389,26 @@ impl Proxy {
             }
             _ => {}
         }
+    }
+
+    /// Hands one upstream log message to every session that asked for its
+    /// level, the logger named after the server when names are qualified.
+    /// The sessions are told at once, each within [`LOG_HANDOFF`]: the
+    /// upstream's connection waits for this, so a stuck client must not
+    /// hold it long.
+    async fn log(&self, server: &str, mut param: LoggingMessageNotificationParam) {
+        if self.projection().is_qualified() {
+            param.logger = Some(match param.logger.take() {
+                Some(logger) => format!("{server}/{logger}"),
+                None => server.to_owned(),
+            });
+        }
+        let rank = level_rank(param.level);
+        let peers = self.sessions_where(|s| s.level.is_none_or(|l| rank >= level_rank(l)));
+        futures::future::join_all(peers.iter().map(|peer| {
+            tokio::time::timeout(LOG_HANDOFF, peer.notify_logging_message(param.clone()))
+        }))
+        .await;
     }
 
     /// Subscribes upstream unless another subscriber already did.

@@ -1,0 +1,88 @@
+//! Log messages (`notifications/message`) delivered in the transport, in
+//! the order the server sent them.
+//!
+//! rmcp runs notification handlers on tasks of their own but resolves a
+//! response in its receive loop, so a log message a server sent just
+//! before a tool's result could be handed on after the call had returned.
+//! Progress had the same race and is routed in the transport
+//! ([`crate::progress`]); log messages are too: the transport hands each
+//! one to the connection's [`LogSink`] and waits until the sink has passed
+//! it on before it reads the next message, so every log message sent
+//! before a result has been delivered before that result resolves the
+//! call.
+//!
+//! A log message is not tied to one call. rmcp 3.11 does not say which
+//! stream a notification arrived on (it marks only server *requests* with
+//! their stream), and a server's log is a session-level message in MCP: a
+//! sink hands it to every interested client, as before. Without a sink
+//! (a toolset no gateway serves) log messages are published as
+//! [`Notice::Log`](crate::Notice::Log) with the other notices.
+
+// Logging is deprecated by SEP-2577 (2026-07-28), but every 2025-era server
+// and client still uses it: it is proxied.
+#![allow(deprecated)]
+
+use std::sync::{Arc, PoisonError, RwLock};
+
+use futures::future::BoxFuture;
+use rmcp::model::{JsonRpcMessage, JsonRpcNotification, LoggingMessageNotificationParam};
+use rmcp::model::{ServerJsonRpcMessage, ServerNotification};
+
+use crate::passthrough::{Notice, Notices};
+
+/// Where an upstream's log messages go as they arrive: the gateway hands
+/// them to its downstream sessions.
+pub trait LogSink: Send + Sync + 'static {
+    /// Passes on one log message of `server` (its effective name). The
+    /// connection reads nothing more from the server until this resolves,
+    /// so it should only hand the message over, not wait on a slow reader
+    /// for long.
+    fn log(&self, server: &str, message: LoggingMessageNotificationParam) -> BoxFuture<'_, ()>;
+}
+
+/// A sink and the effective name of the server whose messages it gets.
+type Named = (String, Arc<dyn LogSink>);
+
+/// The sink of one connection, shared by its transport and
+/// [`Passthrough::route_logs`](crate::Passthrough::route_logs).
+#[derive(Clone, Default)]
+pub(crate) struct LogRoute {
+    sink: Arc<RwLock<Option<Named>>>,
+}
+
+impl LogRoute {
+    /// From now on, hands the connection's log messages to `sink` as
+    /// `server`'s.
+    pub(crate) fn set(&self, server: &str, sink: Arc<dyn LogSink>) {
+        *self.sink.write().unwrap_or_else(PoisonError::into_inner) =
+            Some((server.to_owned(), sink));
+    }
+
+    fn current(&self) -> Option<Named> {
+        self.sink
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+/// Delivers `message` if it is a log message: to the connection's sink
+/// (waiting until it is handed over), or else among the notices.
+pub(crate) async fn deliver(notices: &Notices, message: &ServerJsonRpcMessage) {
+    let JsonRpcMessage::Notification(JsonRpcNotification {
+        notification: ServerNotification::LoggingMessageNotification(log),
+        ..
+    }) = message
+    else {
+        return;
+    };
+    deliver_log(notices, log.params.clone()).await;
+}
+
+/// Hands one log message to the connection's sink, or publishes it.
+pub(crate) async fn deliver_log(notices: &Notices, params: LoggingMessageNotificationParam) {
+    match notices.logs().current() {
+        Some((server, sink)) => sink.log(&server, params).await,
+        None => notices.publish(Notice::Log(params)),
+    }
+}
