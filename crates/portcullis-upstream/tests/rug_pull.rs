@@ -505,3 +505,49 @@ async fn prompts_and_resources_are_pinned_on_first_use_and_a_rewrite_is_withheld
     );
     toolset.close().await;
 }
+
+#[tokio::test]
+async fn a_wake_after_a_retrust_pins_what_its_reconcile_lists() {
+    let definitions = with_prompts_and_resources();
+    let fixture = Fixture::new(&definitions);
+    let toolset = connect(vec![fixture.config()], fixture.options().await)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    toolset.close().await;
+    let pulled = rewritten(&definitions, "prompts", "name", "greet", |p| {
+        p["description"] = json!("Greet, politely.")
+    });
+    fixture.publish(&pulled);
+    let store = fixture.store().await;
+    assert!(retrust(store.as_ref(), SERVER).await.unwrap_or(false));
+
+    // The wake projects from the cache (no baseline recorded: a derived,
+    // tools-only one); its reconcile records the baseline, with the pins of
+    // what the server lists then.
+    let woken = rebuild_from_store(vec![fixture.config()], fixture.options().await)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    woken.reconciled().await;
+    let recorded = fixture
+        .store()
+        .await
+        .get(SERVER)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .and_then(|row| row.tool_fingerprints)
+        .unwrap_or_else(|| panic!("the reconcile records a baseline"));
+    let expected = pin_all(
+        &parsed_list::<Prompt>(&pulled, "prompts"),
+        &parsed_list::<Resource>(&pulled, "resources"),
+        &parsed_list::<ResourceTemplate>(&pulled, "resourceTemplates"),
+    );
+    assert_eq!(split_baseline(&recorded).1, Some(expected));
+    assert_eq!(woken.baseline(SERVER), Some(recorded));
+    let projection = projected(&woken).await;
+    assert!(
+        withheld(&projection).is_empty(),
+        "{:?}",
+        projection.withheld()
+    );
+    woken.close().await;
+}

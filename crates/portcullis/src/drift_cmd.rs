@@ -391,9 +391,11 @@ pub fn known_server(config: &Config, gateway: &Gateway, server: &str) -> Result<
         known.push(&summary.name);
         known.push(&summary.identity.name);
     }
+    // A source is known by its effective name only: one named like an
+    // upstream is projected under a suffixed name, and the plain one is
+    // the upstream's.
     for summary in gateway.sources.catalogue().servers() {
         known.push(&summary.name);
-        known.push(&summary.identity.name);
     }
     known.sort_unstable();
     known.dedup();
@@ -477,7 +479,11 @@ async fn add_catalogue(
     loaded: &[crate::sources::Source],
 ) -> anyhow::Result<()> {
     for summary in catalogue.servers() {
-        if only.is_some_and(|s| s != summary.identity.name && s != summary.name) {
+        // An upstream answers to its configured name too (an Agent Plugin
+        // server's may be suffixed); a source only to its effective one
+        // (see `known_server`).
+        let configured = toolset.is_some() && only == Some(summary.identity.name.as_str());
+        if only.is_some_and(|s| s != summary.name) && !configured {
             continue;
         }
         let mut drift = server_drift(catalogue, summary, store).await?;

@@ -488,3 +488,67 @@ fn a_native_tool_plugin_drifts_and_is_retrusted_by_its_name() {
         "{shown}"
     );
 }
+
+/// Rewrites the demo server's stored baseline as a gateway from before
+/// pinning recorded it: its tool part only.
+fn drop_pins(fx: &Fixture) {
+    let path = fx.data_dir().join("store.db");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    runtime.block_on(async {
+        let store = portcullis_store::SqliteStore::open(&path)
+            .await
+            .expect("the store opens");
+        let store: &dyn portcullis_store::Store = &store;
+        let row = store.get("demo").await.expect("readable").expect("a row");
+        let baseline = row.tool_fingerprints.clone().expect("a baseline");
+        let (tools, pins) = portcullis_catalog::pins::split_baseline(&baseline);
+        assert!(pins.is_some(), "the first trust pinned: {baseline:?}");
+        assert!(
+            portcullis_store::retrust(store, "demo")
+                .await
+                .expect("cleared")
+        );
+        store
+            .save(&row.with_fingerprints(tools))
+            .await
+            .expect("saved");
+    });
+}
+
+#[test]
+fn retrust_pins_a_server_whose_baseline_predates_pinning() {
+    let fx = Fixture::new();
+    fx.upstream(&pinned_env(GREET, NOTES));
+    assert_eq!(fx.statuses()["echo"]["status"], "available");
+    drop_pins(&fx);
+
+    // Nothing to compare the prompt with: no drift, and not pinned.
+    fx.upstream(&pinned_env(RUG_PULL, NOTES));
+    let out = fx.run("drift", &["--json", "demo"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    let report: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(report["servers"][0]["pinned"], false, "{report}");
+
+    // retrust pins what it lists now, though nothing drifted.
+    let out = fx.run("retrust", &["--yes", "demo"]);
+    let said = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{said}\n{}", text(&out.stderr));
+    assert!(said.contains("its baseline predates pinning"), "{said}");
+    assert!(
+        said.contains("re-trusted demo: 4 tools in the new baseline, 1 prompts, 1 resources and 0 resource templates pinned\n"),
+        "{said}"
+    );
+    let out = fx.run("drift", &["--json", "demo"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    let report: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(report["servers"][0]["pinned"], true, "{report}");
+    // And from now on a rewrite is caught.
+    fx.upstream(&pinned_env(GREET, NOTES));
+    let out = fx.run("drift", &["demo"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("changed prompt greet"),
+        "{}",
+        text(&out.stdout)
+    );
+}
