@@ -1,7 +1,8 @@
 //! What `connect` is told besides the servers.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::{BTreeSet, HashMap};
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use portcullis_catalog::fingerprint::Fingerprints;
@@ -51,6 +52,10 @@ pub struct ConnectOptions {
     pub store: Option<Arc<dyn Store>>,
     /// Sees each diagnostic as it is reported.
     pub on_diagnostic: Option<DiagnosticCallback>,
+    /// Told each time a server has finished connecting during
+    /// [`crate::connect`] (connected and listed, or failed), for progress
+    /// displays.
+    pub on_connect: Option<ConnectCallback>,
     /// The reqwest client for remote servers; one with no redirects, a
     /// connect timeout and pooling is built when absent. Its redirect policy
     /// must be `none`: redirects are followed by hand.
@@ -72,6 +77,7 @@ impl Default for ConnectOptions {
             baselines: HashMap::new(),
             store: None,
             on_diagnostic: None,
+            on_connect: None,
             http: None,
         }
     }
@@ -153,6 +159,89 @@ impl ConnectOptions {
         self.on_diagnostic = Some(Arc::new(f));
         self
     }
+
+    /// Sets the connect-progress callback: see [`ConnectOptions::on_connect`].
+    pub fn on_connect(mut self, f: impl Fn(&ConnectEvent) + Send + Sync + 'static) -> Self {
+        self.on_connect = Some(Arc::new(f));
+        self
+    }
+}
+
+/// One server finished connecting: what [`ConnectOptions::on_connect`] is
+/// told, once per configured server, in the order they finish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectEvent {
+    /// The server's configured name.
+    pub server: String,
+    /// Whether it connected and listed (a failure is also a
+    /// `connection-failure` diagnostic).
+    pub ok: bool,
+    /// How many servers have finished, this one included (1 to `total`).
+    pub done: usize,
+    /// How many have failed so far, this one included.
+    pub failed: usize,
+    /// How many servers are being connected.
+    pub total: usize,
+    /// The configured names of those still connecting, sorted.
+    pub waiting: Vec<String>,
+}
+
+/// Sees each [`ConnectEvent`].
+pub type ConnectCallback = Arc<dyn Fn(&ConnectEvent) + Send + Sync>;
+
+/// Counts servers finishing for one [`crate::connect`] and tells the
+/// callback.
+pub(crate) struct ConnectTracker {
+    callback: Option<ConnectCallback>,
+    total: usize,
+    state: Mutex<(BTreeSet<String>, usize, usize)>,
+}
+
+impl ConnectTracker {
+    /// A tracker for the servers named `names` (duplicates counted once in
+    /// `waiting` but each in `total`).
+    pub(crate) fn new(callback: Option<ConnectCallback>, names: &[String]) -> Arc<Self> {
+        Arc::new(ConnectTracker {
+            callback,
+            total: names.len(),
+            state: Mutex::new((names.iter().cloned().collect(), 0, 0)),
+        })
+    }
+
+    /// Runs `attempt` (one server's connection; `Some` when it connected)
+    /// and reports its end.
+    pub(crate) async fn track<T>(
+        self: Arc<Self>,
+        server: String,
+        attempt: impl Future<Output = Option<T>>,
+    ) -> Option<T> {
+        let outcome = attempt.await;
+        self.finished(server, outcome.is_some());
+        outcome
+    }
+
+    fn finished(&self, server: String, ok: bool) {
+        let Some(callback) = &self.callback else {
+            return;
+        };
+        // The callback runs under the lock, so events arrive in `done`
+        // order even when two servers finish at once.
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let (waiting, done, failed) = &mut *state;
+        waiting.remove(&server);
+        *done += 1;
+        if !ok {
+            *failed += 1;
+        }
+        callback(&ConnectEvent {
+            server,
+            ok,
+            done: *done,
+            failed: *failed,
+            total: self.total,
+            waiting: waiting.iter().cloned().collect(),
+        });
+    }
 }
 
 impl std::fmt::Debug for ConnectOptions {
@@ -165,6 +254,7 @@ impl std::fmt::Debug for ConnectOptions {
             .field("tools", &self.tools)
             .field("timeout", &self.timeout)
             .field("store", &self.store.as_ref().map(|s| s.backend()))
+            .field("on_connect", &self.on_connect.as_ref().map(|_| ".."))
             .finish_non_exhaustive()
     }
 }

@@ -411,11 +411,14 @@ pub async fn connect(
     let diagnostics = DiagnosticSink::new(options.on_diagnostic.clone());
     let http = http_client(&options);
     let ids = crate::trust::row_ids(&servers);
+    let names: Vec<String> = servers.iter().map(|s| s.name().to_owned()).collect();
+    let tracker = crate::options::ConnectTracker::new(options.on_connect.clone(), &names);
 
-    let attempts = servers
-        .into_iter()
-        .zip(ids)
-        .map(|(config, id)| cold_source(config, id, &options, &diagnostics, http.clone()));
+    let attempts = servers.into_iter().zip(ids).map(|(config, id)| {
+        let name = config.name().to_owned();
+        let attempt = cold_source(config, id, &options, &diagnostics, http.clone());
+        tracker.clone().track(name, attempt)
+    });
     let sources: Vec<Source> = join_all(attempts).await.into_iter().flatten().collect();
     // Every listing is live: nothing is left to reconcile.
     let (_, reconciled) = watch::channel(true);

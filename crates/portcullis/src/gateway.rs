@@ -93,6 +93,9 @@ impl Gateway {
         // Trust on first use through the store: the connector records each
         // server's baseline and catalogue cache and enforces what is kept.
         let mut options = connect_options(config).with_store(store.clone());
+        // A line of progress on a terminal while they connect.
+        let names: Vec<String> = servers.iter().map(|s| s.name().to_owned()).collect();
+        options.on_connect = crate::connecting::progress(&names);
         options.projection.prefix = crate::sources::resolve_prefix(
             config.gateway.prefix,
             servers.len(),

@@ -73,6 +73,7 @@ mod call_cmd;
 mod check;
 mod cli;
 mod config;
+mod connecting;
 mod demo_upstream;
 mod diff;
 mod drift_cmd;
@@ -162,6 +163,7 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
         _ => "warn",
     };
     init_logging(quiet_default, cli.log_format);
+    connecting::enable(matches!(cli.log_format, LogFormat::Json));
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     if let Command::DemoUpstream = &cli.command {
         runtime.block_on(demo_upstream::run())?;
