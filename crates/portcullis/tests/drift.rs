@@ -293,6 +293,68 @@ fn pinned_env(prompt: &str, resource: &str) -> String {
 const GREET: &str = "Greet someone by name.";
 const NOTES: &str = "Notes kept by the demo.";
 
+/// What `serve --stdio` answers an initialize-era client: `prompts/list`,
+/// then `prompts/get greet`, then `resources/list` (the three responses).
+fn served(fx: &Fixture) -> [Value; 3] {
+    use std::io::{BufRead as _, BufReader, Write as _};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .arg("serve")
+        .arg("--stdio")
+        .arg("--config")
+        .arg(&fx.config)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("serve --stdio starts");
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    let mut lines = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
+    let mut send = |message: Value| writeln!(stdin, "{message}").expect("the message is sent");
+    let mut answer = |id: u64| -> Value {
+        loop {
+            let line = lines
+                .next()
+                .expect("an answer before stdout closes")
+                .expect("stdout is readable");
+            let message: Value = serde_json::from_str(&line).expect("stdout is JSON-RPC");
+            if message["id"] == id {
+                return message;
+            }
+        }
+    };
+    send(
+        serde_json::json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}),
+    );
+    answer(1);
+    send(serde_json::json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+    send(serde_json::json!({"jsonrpc":"2.0","id":2,"method":"prompts/list"}));
+    let prompts = answer(2);
+    send(
+        serde_json::json!({"jsonrpc":"2.0","id":3,"method":"prompts/get","params":{"name":"greet","arguments":{"who":"x"}}}),
+    );
+    let get = answer(3);
+    send(serde_json::json!({"jsonrpc":"2.0","id":4,"method":"resources/list"}));
+    let resources = answer(4);
+    drop(send);
+    drop(stdin);
+    let status = child.wait().expect("serve exits when stdin closes");
+    assert_eq!(status.code(), Some(0));
+    [prompts, get, resources]
+}
+
+/// The `field`s of a list answer's `key` items.
+fn listed(answer: &Value, key: &str, field: &str) -> Vec<String> {
+    answer["result"][key]
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|i| i[field].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 #[test]
 fn a_rewritten_prompt_is_shown_as_a_diff_and_retrust_pins_it_again() {
     let fx = Fixture::new();
@@ -304,9 +366,26 @@ fn a_rewritten_prompt_is_shown_as_a_diff_and_retrust_pins_it_again() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
     let report: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
     assert_eq!(report["servers"][0]["pinned"], true, "{report}");
+    let [prompts, _, resources] = served(&fx);
+    assert_eq!(listed(&prompts, "prompts", "name"), ["greet"], "{prompts}");
+    assert_eq!(listed(&resources, "resources", "uri"), ["demo://notes"]);
 
-    // Between runs the prompt's description is rewritten.
+    // Between runs the prompt's description is rewritten: the gateway
+    // neither lists it nor forwards a request for it.
     fx.upstream(&pinned_env(RUG_PULL, NOTES));
+    let [prompts, get, resources] = served(&fx);
+    assert!(listed(&prompts, "prompts", "name").is_empty(), "{prompts}");
+    assert!(!prompts.to_string().contains("~/.ssh"), "{prompts}");
+    let refusal = get["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        refusal.contains("prompt greet is withheld") && refusal.contains("re-trust"),
+        "{get}"
+    );
+    assert_eq!(
+        listed(&resources, "resources", "uri"),
+        ["demo://notes"],
+        "unchanged, still served"
+    );
     let out = fx.run("drift", &[]);
     let shown = text(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{shown}\n{}", text(&out.stderr));
@@ -368,6 +447,13 @@ fn a_rewritten_prompt_is_shown_as_a_diff_and_retrust_pins_it_again() {
     );
     let out = fx.run("drift", &["demo"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    let [prompts, _, _] = served(&fx);
+    assert_eq!(
+        listed(&prompts, "prompts", "name"),
+        ["greet"],
+        "served again: {prompts}"
+    );
+    assert_eq!(prompts["result"]["prompts"][0]["description"], RUG_PULL);
 
     // The accepted text is the trusted one now; a resource rewrite is
     // diffed against it too.
