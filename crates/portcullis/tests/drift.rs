@@ -335,7 +335,6 @@ fn served(fx: &Fixture) -> [Value; 3] {
     let get = answer(3);
     send(serde_json::json!({"jsonrpc":"2.0","id":4,"method":"resources/list"}));
     let resources = answer(4);
-    drop(send);
     drop(stdin);
     let status = child.wait().expect("serve exits when stdin closes");
     assert_eq!(status.code(), Some(0));
