@@ -51,6 +51,25 @@ struct Entry {
     headers: BTreeMap<String, String>,
 }
 
+/// The one entry to put in the client's config in place of the servers
+/// that were imported, so the client starts Portcullis (over stdio, with
+/// `config`) and Portcullis starts them: a JSON member the user pastes as
+/// it is. `program` is the `portcullis` binary (a desktop client may not
+/// share the shell's `PATH`, so an absolute path is best).
+pub fn client_entry(client: crate::cli::Client, program: &str, config: &std::path::Path) -> String {
+    let args = serde_json::json!(["serve", "--stdio", "--config", config.display().to_string()]);
+    match client {
+        crate::cli::Client::Vscode => format!(
+            "\"servers\": {}",
+            serde_json::json!({"portcullis": {"type": "stdio", "command": program, "args": args}})
+        ),
+        crate::cli::Client::Claude | crate::cli::Client::Cursor => format!(
+            "\"mcpServers\": {}",
+            serde_json::json!({"portcullis": {"command": program, "args": args}})
+        ),
+    }
+}
+
 /// Converts the JSON config `text` into Portcullis TOML.
 pub fn import(text: &str) -> anyhow::Result<Imported> {
     let parsed = parse_mcp_servers_json(text)?;
@@ -224,6 +243,30 @@ mod tests {
         "broken": {"url": "http://example.com/mcp"}
       }
     }"#;
+
+    #[test]
+    fn the_entry_to_put_back_starts_portcullis_over_stdio() {
+        use crate::cli::Client;
+        let config = Path::new("/srv/gateway/portcullis.toml");
+        let claude = client_entry(Client::Claude, "/usr/local/bin/portcullis", config);
+        assert_eq!(
+            claude,
+            r#""mcpServers": {"portcullis":{"command":"/usr/local/bin/portcullis","args":["serve","--stdio","--config","/srv/gateway/portcullis.toml"]}}"#
+        );
+        let parsed: serde_json::Value =
+            serde_json::from_str(&format!("{{{claude}}}")).expect("a JSON member");
+        assert_eq!(parsed["mcpServers"]["portcullis"]["args"][1], "--stdio");
+        let cursor = client_entry(Client::Cursor, "portcullis", config);
+        assert!(
+            cursor.starts_with(r#""mcpServers": {"portcullis":{"#)
+                && cursor.contains(r#""command":"portcullis""#),
+            "{cursor}"
+        );
+        let vscode = client_entry(Client::Vscode, "portcullis", config);
+        let parsed: serde_json::Value =
+            serde_json::from_str(&format!("{{{vscode}}}")).expect("a JSON member");
+        assert_eq!(parsed["servers"]["portcullis"]["type"], "stdio");
+    }
 
     #[test]
     fn secrets_become_variables_and_the_result_loads() {

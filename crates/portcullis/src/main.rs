@@ -158,7 +158,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<Exit> {
     let quiet_default = match &cli.command {
         Command::Check(a) => return run_check(&a.config.config),
-        Command::Import(a) => return run_import(&a.file, a.output.as_deref()),
+        Command::Import(a) => return run_import(a.client, &a.file, a.output.as_deref()),
         Command::Serve(_) => "info,rmcp=warn",
         _ => "warn",
     };
@@ -248,7 +248,11 @@ fn run_check(path: &std::path::Path) -> anyhow::Result<Exit> {
 }
 
 /// `portcullis import`: convert a client's `mcpServers` JSON into TOML.
-fn run_import(file: &std::path::Path, output: Option<&std::path::Path>) -> anyhow::Result<Exit> {
+fn run_import(
+    client: cli::Client,
+    file: &std::path::Path,
+    output: Option<&std::path::Path>,
+) -> anyhow::Result<Exit> {
     use anyhow::Context as _;
     let text =
         std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
@@ -268,6 +272,18 @@ fn run_import(file: &std::path::Path, output: Option<&std::path::Path>) -> anyho
     for (variable, field) in &imported.variables {
         eprintln!("export {variable}=…   # the secret that was in {field}");
     }
+    // Where the config will be: the output, else (printed to stdout) the
+    // usual name in this directory.
+    let config = output.unwrap_or(std::path::Path::new("portcullis.toml"));
+    let config = std::path::absolute(config).unwrap_or_else(|_| config.to_path_buf());
+    let program = std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "portcullis".to_owned());
+    eprintln!(
+        "then, in {}, replace those servers with this one entry (Portcullis starts them):\n  {}",
+        file.display(),
+        import::client_entry(client, &program, &config)
+    );
     Ok(Exit::Success)
 }
 

@@ -290,6 +290,67 @@ fn import_writes_toml_that_check_accepts() {
 }
 
 #[test]
+fn import_of_a_claude_desktop_config_prints_the_entry_that_points_back_at_portcullis() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("claude_desktop_config.json");
+    std::fs::write(
+        &json,
+        r#"{"mcpServers": {
+            "files": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/srv/docs"],
+                      "env": {"API_KEY": "sk-live-secret"}},
+            "docs": {"url": "http://127.0.0.1:9/mcp"}
+        }}"#,
+    )
+    .unwrap();
+    let toml = dir.path().join("portcullis.toml");
+    let out = portcullis(&[
+        "import",
+        "claude",
+        json.to_str().unwrap(),
+        "--output",
+        toml.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let written = std::fs::read_to_string(&toml).unwrap();
+    assert!(
+        written.contains("[upstreams.files]\ntype = \"stdio\"\ncommand = \"npx\"\n"),
+        "{written}"
+    );
+    assert!(written.contains("API_KEY = \"${API_KEY}\""), "{written}");
+    assert!(!written.contains("sk-live-secret"), "{written}");
+    assert!(
+        written.contains("[upstreams.docs]\ntype = \"streamable-http\""),
+        "{written}"
+    );
+
+    // The entry to put back: Claude Desktop starts Portcullis over stdio
+    // with the written config.
+    let err = stderr(&out);
+    let entry = err
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("\"mcpServers\": "))
+        .unwrap_or_else(|| panic!("no mcpServers entry in {err}"));
+    let entry: serde_json::Value = serde_json::from_str(entry).expect("a JSON object");
+    let portcullis_entry = &entry["portcullis"];
+    let args: Vec<&str> = portcullis_entry["args"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|v| v.as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(args[..3], ["serve", "--stdio", "--config"], "{entry}");
+    assert_eq!(
+        std::path::Path::new(args[3]),
+        std::path::absolute(&toml).unwrap(),
+        "{entry}"
+    );
+    let program = portcullis_entry["command"].as_str().unwrap_or_default();
+    assert!(
+        std::path::Path::new(program).is_file(),
+        "the command is this binary: {entry}"
+    );
+    assert!(!err.contains("sk-live-secret"), "{err}");
+}
+
+#[test]
 fn import_rejects_an_unknown_client() {
     assert_usage_error(
         &["import", "zed", "f"],
