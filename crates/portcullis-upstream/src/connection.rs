@@ -31,6 +31,8 @@ use crate::report::DiagnosticSink;
 use crate::sse::LegacySseTransport;
 use crate::toolset::CallContext;
 
+mod direct;
+
 type Client = RunningService<RoleClient, UpstreamHandler>;
 
 /// Pages of `tools/list` followed before giving up on a server that keeps
@@ -85,6 +87,9 @@ pub(crate) struct Connection {
     subscription: Mutex<Option<tokio::task::JoinHandle<()>>>,
     timeout: Duration,
     pid: Option<u32>,
+    /// The direct call path of a 2026 Streamable HTTP server
+    /// ([`direct`]); `None` for every other server.
+    direct: Option<Arc<direct::Direct>>,
 }
 
 /// A connection and its first listing.
@@ -117,16 +122,28 @@ pub(crate) async fn connect(plan: ConnectPlan) -> Result<Connected, String> {
 async fn open(plan: ConnectPlan, health: Arc<ServerHealth>) -> Result<Connected, String> {
     let name = plan.config.name().to_owned();
     let handler = UpstreamHandler::default();
+    let mut direct = None;
     let (client, pid) = match &plan.config {
         McpServerConfig::StreamableHttp(remote) => {
             let (http, url) = guarded(&plan, remote, &health).await?;
             let config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
-            let transport = StreamableHttpClientTransport::with_client(http, config);
+            let transport = StreamableHttpClientTransport::with_client(http.clone(), config);
             let client = handler
                 .clone()
                 .serve_with_lifecycle(handler.tap(transport), auto_lifecycle())
                 .await
                 .map_err(|e| init_failure(&name, &e))?;
+            if let Some(server) = client.peer().peer_info() {
+                let info = rmcp::ClientHandler::get_info(&handler);
+                direct = direct::Direct::new(
+                    http,
+                    url,
+                    &server.protocol_version,
+                    info.client_info,
+                    info.capabilities,
+                )
+                .map(Arc::new);
+            }
             (client, None)
         }
         McpServerConfig::Sse(remote) => {
@@ -150,16 +167,25 @@ async fn open(plan: ConnectPlan, health: Arc<ServerHealth>) -> Result<Connected,
     peer.set_response_cache_config(ClientCacheConfig::disabled())
         .await;
     let (tools, unreadable) = match plan.known {
-        Some(known) => (known, Vec::new()),
-        None => read_tools(
-            list_all(&peer)
+        Some(known) => {
+            if let Some(direct) = &direct {
+                direct.saw_schemas(known.iter().map(|t| &t.input_schema));
+            }
+            (known, Vec::new())
+        }
+        None => {
+            let listed = list_all(&peer)
                 .await
-                .map_err(|e| format!("MCP server \"{name}\" could not list its tools: {e}"))?,
-        ),
+                .map_err(|e| format!("MCP server \"{name}\" could not list its tools: {e}"))?;
+            if let Some(direct) = &direct {
+                direct.saw_schemas(listed.iter().map(|t| &t.input_schema));
+            }
+            read_tools(listed)
+        }
     };
     let published = Arc::new(RwLock::new(tools.iter().map(|t| t.name.clone()).collect()));
     let stop = CancellationToken::new();
-    let subscription = watch_listing(&peer, &handler, &published, &stop);
+    let subscription = watch_listing(&peer, &handler, &published, &stop, direct.clone());
     Ok(Connected {
         connection: Connection {
             health,
@@ -171,6 +197,7 @@ async fn open(plan: ConnectPlan, health: Arc<ServerHealth>) -> Result<Connected,
             subscription: Mutex::new(subscription),
             timeout: plan.timeout,
             pid,
+            direct,
         },
         tools,
         unreadable,
@@ -293,6 +320,7 @@ fn watch_listing(
     handler: &UpstreamHandler,
     published: &Arc<RwLock<BTreeSet<String>>>,
     stop: &CancellationToken,
+    direct: Option<Arc<direct::Direct>>,
 ) -> Option<tokio::task::JoinHandle<()>> {
     let info = peer.peer_info()?;
     let announces = info
@@ -336,6 +364,9 @@ fn watch_listing(
             }
             match list_all(&peer).await {
                 Ok(tools) => {
+                    if let Some(direct) = &direct {
+                        direct.saw_schemas(tools.iter().map(|t| &t.input_schema));
+                    }
                     let names = tools.iter().map(|t| t.name.to_string()).collect();
                     *published.write().unwrap_or_else(PoisonError::into_inner) = names;
                 }
@@ -432,7 +463,12 @@ impl Connection {
     /// error is the reason, for a diagnostic.
     pub(crate) async fn relist(&self) -> Result<(Vec<Tool>, Vec<String>), String> {
         match tokio::time::timeout(self.timeout, list_all(&self.peer)).await {
-            Ok(Ok(listed)) => Ok(read_tools(listed)),
+            Ok(Ok(listed)) => {
+                if let Some(direct) = &self.direct {
+                    direct.saw_schemas(listed.iter().map(|t| &t.input_schema));
+                }
+                Ok(read_tools(listed))
+            }
             Ok(Err(e)) => Err(self.health.take_failure().unwrap_or_else(|| e.to_string())),
             Err(_) => Err(format!("no answer within {} ms", self.timeout.as_millis())),
         }
@@ -465,9 +501,32 @@ impl Connection {
         let mut params = CallToolRequestParams::new(remote_name.to_owned());
         params.arguments = Some(arguments);
         for _ in 0..=MAX_INPUT_ROUNDS {
-            let answer = self
-                .call_once(tool, server, params.clone(), context, token.clone())
-                .await?;
+            let direct = self
+                .direct
+                .as_ref()
+                .filter(|d| d.serves(remote_name, context.progress.is_some()));
+            let answer = match direct {
+                Some(direct) => {
+                    match self
+                        .call_direct(
+                            direct,
+                            tool,
+                            server,
+                            params.clone(),
+                            context,
+                            token.as_deref(),
+                        )
+                        .await?
+                    {
+                        direct::Answer::Result(result) => return Ok(result),
+                        direct::Answer::Other(answer) => *answer,
+                    }
+                }
+                None => {
+                    self.call_once(tool, server, params.clone(), context, token.clone())
+                        .await?
+                }
+            };
             let required = match answer {
                 ServerResult::CallToolResult(result) => {
                     return serde_json::to_value(&result)
@@ -544,6 +603,28 @@ impl Connection {
                 // which is that revision's cancellation signal.
                 let reason = Some("cancelled by the caller".to_owned());
                 let _ = self.peer.notify_cancelled(CancelledNotificationParam::new(Some(id), reason)).await;
+                return Err(CallError::Cancelled { tool: tool.to_owned() });
+            }
+        };
+        answer.map_err(|e| self.service_error(tool, server, e))
+    }
+
+    /// One round of `tools/call` on the direct path: the same timeout,
+    /// cancellation (dropping the request closes its stream, the 2026
+    /// signal) and error mapping as [`Connection::call_once`].
+    async fn call_direct(
+        &self,
+        direct: &direct::Direct,
+        tool: &str,
+        server: &str,
+        params: CallToolRequestParams,
+        context: &CallContext,
+        token: Option<&str>,
+    ) -> Result<direct::Answer, CallError> {
+        let round = tokio::time::timeout(self.timeout, direct.call(params, token, &self.handler));
+        let answer = tokio::select! {
+            answer = round => answer.unwrap_or(Err(ServiceError::Timeout { timeout: self.timeout })),
+            _ = context.cancel.cancelled() => {
                 return Err(CallError::Cancelled { tool: tool.to_owned() });
             }
         };

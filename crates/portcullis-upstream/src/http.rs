@@ -17,7 +17,7 @@
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -45,8 +45,8 @@ pub const MAX_REDIRECTS: usize = 5;
 
 const SESSION_HEADER: &str = "mcp-session-id";
 const LAST_EVENT_ID_HEADER: &str = "last-event-id";
-const EVENT_STREAM: &str = "text/event-stream";
-const JSON: &str = "application/json";
+pub(crate) const EVENT_STREAM: &str = "text/event-stream";
+pub(crate) const JSON: &str = "application/json";
 
 /// A bearer token for one call, carried to the transport in the request's
 /// extensions (the per-call `auth` resolution).
@@ -92,6 +92,10 @@ struct Shared {
     diagnostics: DiagnosticSink,
     /// Origins already reported as `cross-origin-headers-withheld`.
     reported: Mutex<HashSet<String>>,
+    /// The endpoint rmcp posts to, parsed once: rmcp hands the same URI
+    /// string to every request, and parsing it was a measurable part of a
+    /// proxied call.
+    endpoint: OnceLock<(Arc<str>, Url)>,
 }
 
 /// A reqwest client bound to one server's guard, headers and health.
@@ -133,6 +137,7 @@ impl GuardedHttp {
                 health: parts.health,
                 diagnostics: parts.diagnostics,
                 reported: Mutex::new(HashSet::new()),
+                endpoint: OnceLock::new(),
             }),
         })
     }
@@ -278,13 +283,22 @@ impl GuardedHttp {
         }
     }
 
-    fn parse_uri(&self, uri: &str) -> Result<Url, StreamableHttpError<HttpFailure>> {
-        Url::parse(uri).map_err(|_| {
+    fn parse_uri(&self, uri: &Arc<str>) -> Result<Url, StreamableHttpError<HttpFailure>> {
+        if let Some((known, url)) = self.shared.endpoint.get()
+            && known == uri
+        {
+            return Ok(url.clone());
+        }
+        let url = Url::parse(uri).map_err(|_| {
             StreamableHttpError::UnexpectedServerResponse(Cow::Owned(format!(
                 "MCP server \"{}\" has an unusable URL",
                 self.shared.server
             )))
-        })
+        })?;
+        // The first endpoint is the one rmcp keeps using; another URI (none
+        // today) is parsed each time.
+        let _ = self.shared.endpoint.set((uri.clone(), url.clone()));
+        Ok(url)
     }
 }
 
@@ -295,7 +309,9 @@ fn protocol_headers(
     let mut headers = HeaderMap::new();
     headers.insert(
         ACCEPT,
-        HeaderValue::from_static("text/event-stream, application/json"),
+        // JSON first: a server that may choose answers a plain call
+        // with one JSON body rather than an event stream.
+        HeaderValue::from_static("application/json, text/event-stream"),
     );
     for (name, value) in custom {
         headers.insert(name, value);
@@ -309,7 +325,7 @@ fn protocol_headers(
     Ok(headers)
 }
 
-fn content_type(response: &reqwest::Response) -> Option<String> {
+pub(crate) fn content_type(response: &reqwest::Response) -> Option<String> {
     response
         .headers()
         .get(CONTENT_TYPE)
@@ -317,12 +333,15 @@ fn content_type(response: &reqwest::Response) -> Option<String> {
         .map(|v| v.to_ascii_lowercase())
 }
 
-fn is_media(content_type: Option<&str>, media: &str) -> bool {
+pub(crate) fn is_media(content_type: Option<&str>, media: &str) -> bool {
     content_type.is_some_and(|ct| ct.split(';').next().map(str::trim) == Some(media))
 }
 
 /// Reads at most `max` bytes of body.
-async fn read_bounded(response: reqwest::Response, max: usize) -> Result<Vec<u8>, HttpFailure> {
+pub(crate) async fn read_bounded(
+    response: reqwest::Response,
+    max: usize,
+) -> Result<Vec<u8>, HttpFailure> {
     let mut body = Vec::new();
     let mut chunks = response.bytes_stream();
     while let Some(chunk) = chunks.next().await {

@@ -271,3 +271,31 @@ fn relayable() -> ClientCapabilities {
     capabilities.roots = Some(RootsCapabilities::default());
     capabilities
 }
+
+impl UpstreamHandler {
+    /// A notification that arrived on the direct call path
+    /// (`connection::direct`, which bypasses rmcp's service): progress and
+    /// log messages delivered as [`Tapped`] delivers them (in order, before
+    /// the answer that follows them), the rest as rmcp's service would hand
+    /// them to this handler.
+    pub(crate) async fn observe(&self, notification: ServerNotification) {
+        use crate::passthrough::Notice;
+        match notification {
+            ServerNotification::ProgressNotification(n) => deliver(&self.routes, &n.params),
+            ServerNotification::LoggingMessageNotification(n) => {
+                crate::notifications::deliver_log(&self.notices, n.params).await;
+            }
+            ServerNotification::ResourceUpdatedNotification(n) => {
+                self.notices.publish(Notice::ResourceUpdated(n.params.uri));
+            }
+            ServerNotification::ResourceListChangedNotification(_) => {
+                self.notices.publish(Notice::ResourcesChanged);
+            }
+            ServerNotification::PromptListChangedNotification(_) => {
+                self.notices.publish(Notice::PromptsChanged);
+            }
+            ServerNotification::ToolListChangedNotification(_) => self.tools_changed.notify_one(),
+            _ => {}
+        }
+    }
+}
