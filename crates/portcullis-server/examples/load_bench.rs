@@ -13,13 +13,12 @@
 //! and settings, no guards, no validation, no framing) so the cost of the
 //! edge shows as a ratio.
 
-use std::time::{Duration, Instant};
-
 use portcullis_catalog::{Tool, ToolAnnotations, ToolResult};
 use portcullis_server::{CallContext, HttpOptions, ToolError, ToolServer, serve_http};
 use serde_json::{Value, json};
 
-const LEVELS: [usize; 3] = [1, 8, 32];
+mod load_driver;
+use load_driver::{CallShape, LEVELS, measure, memory, run};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
@@ -147,109 +146,21 @@ async fn drive_one(
     println!("| concurrency | calls | calls/s | p50 | p99 | server CPU/call | server peak RSS |");
     println!("|---|---|---|---|---|---|---|");
     // Warm-up: connections, allocator, lazy statics.
-    run(&client, &url, 8, 400).await?;
+    let shape = CallShape::default();
+    run(&client, &url, &shape, 8, 400).await?;
     let mut summary = Vec::new();
     for concurrency in LEVELS {
-        let cpu_before = cpu_seconds(pid);
-        let started = Instant::now();
-        let mut latencies = run(&client, &url, concurrency, calls).await?;
-        let elapsed = started.elapsed();
-        let cpu = cpu_seconds(pid) - cpu_before;
-        latencies.sort();
-        let pct =
-            |p: f64| latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)];
+        let level = measure(&client, &url, &shape, concurrency, calls, pid).await?;
         println!(
-            "| {concurrency} | {} | {:.0} | {:.3} ms | {:.3} ms | {:.1} µs | {:.1} MiB |",
-            latencies.len(),
-            latencies.len() as f64 / elapsed.as_secs_f64(),
-            ms(pct(0.50)),
-            ms(pct(0.99)),
-            cpu / latencies.len() as f64 * 1e6,
+            "| {concurrency} | {calls} | {:.0} | {:.3} ms | {:.3} ms | {:.1} µs | {:.1} MiB |",
+            level.calls_per_second,
+            level.p50_ms,
+            level.p99_ms,
+            level.cpu_per_call_us,
             memory(pid).1,
         );
-        summary.push((
-            concurrency,
-            (
-                latencies.len() as f64 / elapsed.as_secs_f64(),
-                ms(pct(0.50)),
-            ),
-        ));
+        summary.push((concurrency, (level.calls_per_second, level.p50_ms)));
     }
     child.kill().await?;
     Ok(summary)
-}
-
-async fn run(
-    client: &reqwest::Client,
-    url: &str,
-    concurrency: usize,
-    calls: usize,
-) -> Result<Vec<Duration>, Box<dyn std::error::Error>> {
-    let per_worker = calls.div_ceil(concurrency);
-    let workers = (0..concurrency).map(|worker| {
-        let client = client.clone();
-        let url = url.to_owned();
-        tokio::spawn(async move {
-            let mut latencies = Vec::with_capacity(per_worker);
-            for i in 0..per_worker {
-                let body = json!({"jsonrpc": "2.0", "id": worker * per_worker + i, "method": "tools/call",
-                    "params": {"name": "echo", "arguments": {"message": "hi"}}});
-                let started = Instant::now();
-                let response = client
-                    .post(&url)
-                    .header("content-type", "application/json")
-                    .header("accept", "application/json, text/event-stream")
-                    .body(body.to_string())
-                    .send()
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let status = response.status();
-                let text = response.text().await.map_err(|e| e.to_string())?;
-                latencies.push(started.elapsed());
-                if !status.is_success() || !text.contains("\"result\"") || !text.contains("hi") {
-                    return Err(format!("bad answer {status}: {text}"));
-                }
-            }
-            Ok::<_, String>(latencies)
-        })
-    });
-    let mut all = Vec::with_capacity(calls);
-    for worker in futures::future::join_all(workers).await {
-        all.extend(worker??);
-    }
-    Ok(all)
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
-/// (VmRSS, VmHWM) of `pid` in MiB, from /proc (Linux only; zeros elsewhere).
-fn memory(pid: u32) -> (f64, f64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|kb| kb.parse::<f64>().ok())
-            .map_or(0.0, |kb| kb / 1024.0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
-}
-
-/// User + system CPU seconds used so far by `pid`.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the parenthesised command name; utime and stime are the
-    // 14th and 15th fields overall, in clock ticks (100 per second on Linux).
-    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (ticks(11) + ticks(12)) / 100.0
 }

@@ -23,11 +23,13 @@
 //! it.
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-const LEVELS: [usize; 3] = [1, 8, 32];
+// The driver `load_bench` uses too, so both benches load the same way.
+#[path = "../../portcullis-server/examples/load_driver/mod.rs"]
+mod load_driver;
+use load_driver::{CallShape, LEVELS, cpu_seconds, measure, memory, run};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
@@ -105,14 +107,6 @@ impl rmcp::ServerHandler for Echo {
     }
 }
 
-/// One level's measurements against one endpoint.
-struct Level {
-    calls_per_second: f64,
-    p50_ms: f64,
-    p99_ms: f64,
-    cpu_per_call_us: f64,
-}
-
 async fn drive(calls: usize) -> Result<(), Box<dyn std::error::Error>> {
     use tokio::io::AsyncBufReadExt;
     let exe = std::env::current_exe()?;
@@ -175,8 +169,9 @@ async fn drive(calls: usize) -> Result<(), Box<dyn std::error::Error>> {
 
     let client = reqwest::Client::builder().tcp_nodelay(true).build()?;
     // Warm-up: connections, allocator, lazy statics, both paths.
-    run(&client, &upstream_url, 8, 400).await?;
-    run(&client, &gateway_url, 8, 400).await?;
+    let shape = CallShape::stateless_2026();
+    run(&client, &upstream_url, &shape, 8, 400).await?;
+    run(&client, &gateway_url, &shape, 8, 400).await?;
     let idle = memory(gateway_pid);
 
     println!(
@@ -191,9 +186,25 @@ async fn drive(calls: usize) -> Result<(), Box<dyn std::error::Error>> {
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
     for concurrency in LEVELS {
-        let direct = measure(&client, &upstream_url, concurrency, calls, upstream_pid).await?;
+        let direct = measure(
+            &client,
+            &upstream_url,
+            &shape,
+            concurrency,
+            calls,
+            upstream_pid,
+        )
+        .await?;
         let upstream_cpu = cpu_seconds(upstream_pid);
-        let through = measure(&client, &gateway_url, concurrency, calls, gateway_pid).await?;
+        let through = measure(
+            &client,
+            &gateway_url,
+            &shape,
+            concurrency,
+            calls,
+            gateway_pid,
+        )
+        .await?;
         let upstream_cpu = (cpu_seconds(upstream_pid) - upstream_cpu) / calls as f64 * 1e6;
         println!(
             "| {concurrency} | {:.0} | {:.0} | {:.2}x | {:.3} ms | {:.3} ms | {:+.3} ms | {:.3} ms | {:.0} µs | {:.0} µs |",
@@ -216,109 +227,4 @@ async fn drive(calls: usize) -> Result<(), Box<dyn std::error::Error>> {
     let _ = gateway.kill().await;
     let _ = upstream.kill().await;
     Ok(())
-}
-
-async fn measure(
-    client: &reqwest::Client,
-    url: &str,
-    concurrency: usize,
-    calls: usize,
-    pid: u32,
-) -> Result<Level, Box<dyn std::error::Error>> {
-    let cpu_before = cpu_seconds(pid);
-    let started = Instant::now();
-    let mut latencies = run(client, url, concurrency, calls).await?;
-    let elapsed = started.elapsed();
-    let cpu = cpu_seconds(pid) - cpu_before;
-    latencies.sort();
-    let pct = |p: f64| latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)];
-    Ok(Level {
-        calls_per_second: latencies.len() as f64 / elapsed.as_secs_f64(),
-        p50_ms: ms(pct(0.50)),
-        p99_ms: ms(pct(0.99)),
-        cpu_per_call_us: cpu / latencies.len() as f64 * 1e6,
-    })
-}
-
-async fn run(
-    client: &reqwest::Client,
-    url: &str,
-    concurrency: usize,
-    calls: usize,
-) -> Result<Vec<Duration>, Box<dyn std::error::Error>> {
-    let per_worker = calls.div_ceil(concurrency);
-    let workers = (0..concurrency).map(|worker| {
-        let client = client.clone();
-        let url = url.to_owned();
-        tokio::spawn(async move {
-            let mut latencies = Vec::with_capacity(per_worker);
-            for i in 0..per_worker {
-                // A stateless 2026-07-28 request (per-request `_meta`), as a
-                // one-shot client sends it: no session to set up.
-                let body = json!({"jsonrpc": "2.0", "id": worker * per_worker + i, "method": "tools/call",
-                    "params": {"name": "echo", "arguments": {"message": "hi"}, "_meta": {
-                        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                        "io.modelcontextprotocol/clientInfo": {"name": "gateway_load", "version": "1"},
-                        "io.modelcontextprotocol/clientCapabilities": {}}}});
-                let started = Instant::now();
-                let response = client
-                    .post(&url)
-                    .header("content-type", "application/json")
-                    .header("accept", "application/json, text/event-stream")
-                    .header("mcp-protocol-version", "2026-07-28")
-                    .header("mcp-method", "tools/call")
-                    .header("mcp-name", "echo")
-                    .body(body.to_string())
-                    .send()
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let status = response.status();
-                let text = response.text().await.map_err(|e| e.to_string())?;
-                latencies.push(started.elapsed());
-                if !status.is_success() || !text.contains("\"result\"") || !text.contains("hi") {
-                    return Err(format!("bad answer {status}: {text}"));
-                }
-            }
-            Ok::<_, String>(latencies)
-        })
-    });
-    let mut all = Vec::with_capacity(calls);
-    for worker in futures::future::join_all(workers).await {
-        all.extend(worker??);
-    }
-    Ok(all)
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
-/// (VmRSS, VmHWM) of `pid` in MiB, from /proc (Linux only; zeros elsewhere).
-fn memory(pid: u32) -> (f64, f64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|kb| kb.parse::<f64>().ok())
-            .map_or(0.0, |kb| kb / 1024.0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
-}
-
-/// User + system CPU seconds used so far by `pid` (clock ticks at 100 Hz).
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // utime and stime are the 14th and 15th fields, the 12th and 13th after
-    // the parenthesised command name.
-    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (ticks(11) + ticks(12)) / 100.0
 }
