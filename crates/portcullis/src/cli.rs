@@ -59,8 +59,10 @@ pub enum Command {
     /// What changed since a server was trusted, as a diff.
     #[command(
         after_help = "Exit codes: 0 nothing drifted, 1 drift found (a tool is quarantined, \
-                            withheld as new, or removed), 2 configuration error, unknown SERVER, \
-                            or a server in scope that could not be reached (not checked)."
+                            withheld as new, or removed; or a prompt, resource or resource \
+                            template changed, was added or removed since it was pinned), \
+                            2 configuration error, unknown SERVER, or a server in scope that \
+                            could not be reached (not checked)."
     )]
     Drift(DriftArgs),
     /// Accept a server's current definitions as its new baseline.
@@ -140,10 +142,14 @@ pub struct DriftArgs {
     pub config: ConfigArg,
     /// Print one JSON object: `drift` (bool), `servers` (each with `server`,
     /// `quarantined` [{tool, name, changed, trusted, current}], `withheld`
-    /// [{tool, name}], `removed` [names]) and `unreachable` [{server, reason}].
+    /// [{tool, name}], `removed` [names], `pinned` (bool), and `prompts`,
+    /// `resources`, `templates`, each {changed [{id, changed, trusted,
+    /// current}], added [ids], removed [ids]}) and `unreachable` [{server,
+    /// reason}].
     #[arg(long)]
     pub json: bool,
-    /// The server (upstream or source name) to diff; every trusted server when omitted.
+    /// The server to diff (an upstream, an Agent Plugin's server, a native
+    /// tool plugin or an app); every trusted server when omitted.
     #[arg(value_name = "SERVER")]
     pub server: Option<String>,
 }
@@ -157,7 +163,8 @@ pub struct RetrustArgs {
     /// Replace the baseline without asking for confirmation.
     #[arg(long)]
     pub yes: bool,
-    /// The server (upstream or source name) whose baseline is replaced.
+    /// The server whose baseline is replaced (an upstream, an Agent
+    /// Plugin's server, a native tool plugin or an app).
     #[arg(value_name = "SERVER")]
     pub server: String,
 }

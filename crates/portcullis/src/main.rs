@@ -56,8 +56,10 @@
 //!   an `mcpServers` JSON config into TOML, secrets turned into `${VAR}` references.
 //! - `drift [SERVER]` connects and prints, per server, each quarantined
 //!   tool as a line diff of its trusted and current definitions, the tools
-//!   withheld as new and those removed (`--json`: one object); exits 1 when
-//!   anything drifted. `retrust SERVER` shows the same, asks (or `--yes`),
+//!   withheld as new and those removed, then the same for prompts,
+//!   resources and resource templates against their pins (`--json`: one
+//!   object); exits 1 when anything drifted. SERVER may be a native tool
+//!   plugin or an app too. `retrust SERVER` shows the same, asks (or `--yes`),
 //!   records the listing it showed as the new baseline and reconnects.
 //! - A hidden `demo-upstream` subcommand serves a few demo tools over stdio:
 //!   the upstream of `examples/portcullis.toml`. In a config, a stdio
