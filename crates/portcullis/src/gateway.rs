@@ -390,6 +390,9 @@ fn build_tool_server(
             definition = definition.with_annotations(ToolAnnotations::read_only(true));
             "portcullis".to_owned()
         } else {
+            if entry.kind == EntryKind::Quarantined {
+                definition = quarantine_stub_definition(definition);
+            }
             entry.server.clone()
         };
         let handler = move |args: Value, ctx: portcullis_server::CallContext| {
@@ -409,6 +412,15 @@ fn build_tool_server(
         .passthrough(Arc::new(proxy.clone()))
         .build()
         .context("cannot build the tool server from the catalogue")
+}
+
+/// A quarantine stub as the exposure gate sees it: read-only. It never
+/// reaches the server (calling it returns the drift guard's denial), and a
+/// stub the gate hid would leave the model unable to tell the user that the
+/// tool is quarantined, which is the stub's whole purpose. An `allow_tools`
+/// list still hides it like any other tool.
+pub fn quarantine_stub_definition(definition: Tool) -> Tool {
+    definition.with_annotations(ToolAnnotations::read_only(true))
 }
 
 /// Forwards one call to the toolset, with the caller's cancellation, a

@@ -586,7 +586,7 @@ impl SourceCatalogue {
                 }
             };
             entries.push(Entry {
-                definition: entry.definition.clone(),
+                definition: crate::gateway::quarantine_stub_definition(entry.definition.clone()),
                 source: entry.server.clone(),
                 access: Access::open(),
                 call,
