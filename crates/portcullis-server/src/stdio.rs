@@ -28,10 +28,14 @@ where
     R: AsyncRead + Send + Unpin + 'static,
     W: AsyncWrite + Send + Unpin + 'static,
 {
-    let running = handler
-        .serve(io)
-        .await
-        .map_err(|e| ServerError::Stdio(e.to_string()))?;
+    let running = match handler.serve(io).await {
+        Ok(running) => running,
+        // A 2026-07-28 client never sends `initialize`: it discovers, calls
+        // statelessly and closes the pipe, which rmcp reports as a close
+        // before initialisation. That is the normal end of its session.
+        Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => return Ok(()),
+        Err(e) => return Err(ServerError::Stdio(e.to_string())),
+    };
     running
         .waiting()
         .await

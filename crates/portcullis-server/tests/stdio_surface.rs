@@ -59,3 +59,22 @@ async fn tools_are_listed_gated_and_called_over_a_pipe() {
     // The server ends when the client closes the pipe.
     serving.await.unwrap().unwrap();
 }
+
+/// A 2026-07-28 client never sends `initialize`; closing the pipe without
+/// one is the normal end of its session, not an error to log.
+#[tokio::test]
+async fn a_pipe_closed_before_initialize_ends_the_session_cleanly() {
+    let server = ToolServer::builder()
+        .tool(
+            Tool::new("hello").with_annotations(ToolAnnotations::read_only(true)),
+            |_: Value, _: CallContext| async { Ok::<_, ToolError>(ToolResult::text("hi")) },
+        )
+        .build()
+        .unwrap();
+    let (server_io, client_io) = tokio::io::duplex(1024);
+    let (server_read, server_write) = tokio::io::split(server_io);
+    let serving = tokio::spawn(serve_io(server, (server_read, server_write)));
+    drop(client_io);
+    let ended = serving.await.expect("the session task does not panic");
+    assert!(ended.is_ok(), "closing before initialize: {ended:?}");
+}
