@@ -19,6 +19,7 @@ use rmcp::transport::streamable_http_client::{
 use rmcp::{ClientCacheConfig, ClientLifecycleMode, ClientServiceExt, Peer, RoleClient};
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::config::{McpServerConfig, RemoteConfig, check_remote_url};
 use crate::error::CallError;
@@ -85,6 +86,10 @@ pub(crate) struct Connection {
     /// The subscription task (2026 servers), awaited on close so the
     /// server hears the subscription end before the connection does.
     subscription: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The passthrough's listens (prompt/resource lists, subscribed URIs),
+    /// awaited on close like `subscription`: an rmcp server holds its exit
+    /// up to 5 s for a listen still open when its stdin closes.
+    listens: TaskTracker,
     timeout: Duration,
     pid: Option<u32>,
     /// The direct call path of a 2026 Streamable HTTP server
@@ -195,6 +200,7 @@ async fn open(plan: ConnectPlan, health: Arc<ServerHealth>) -> Result<Connected,
             published,
             stop,
             subscription: Mutex::new(subscription),
+            listens: TaskTracker::new(),
             timeout: plan.timeout,
             pid,
             direct,
@@ -442,6 +448,18 @@ impl Connection {
         &self.handler.notices
     }
 
+    /// A token that fires when this connection closes, for a listen's task
+    /// (a child token: cancelling it ends that listen only).
+    pub(crate) fn listen_token(&self) -> CancellationToken {
+        self.stop.child_token()
+    }
+
+    /// Runs a listen's task; [`Connection::close`] waits for it (bounded),
+    /// so the server hears the listen cancelled before the pipe closes.
+    pub(crate) fn track_listen(&self, task: impl Future<Output = ()> + Send + 'static) {
+        self.listens.spawn(task);
+    }
+
     /// Whether calls may be sent.
     pub(crate) fn is_available(&self) -> bool {
         if self.peer.is_transport_closed() {
@@ -680,6 +698,8 @@ impl Connection {
         if let Some(task) = subscription {
             let _ = tokio::time::timeout(CLOSE_GRACE, task).await;
         }
+        self.listens.close();
+        let _ = tokio::time::timeout(CLOSE_GRACE, self.listens.wait()).await;
         let client = self.client.lock().await.take();
         if let Some(mut client) = client {
             let _ = client.close_with_timeout(CLOSE_GRACE).await;

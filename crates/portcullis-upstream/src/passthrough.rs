@@ -475,7 +475,7 @@ impl Passthrough {
             timeout_ms: connection.request_timeout().as_millis(),
         })?
         .map_err(|e| service_error(&connection, server, METHOD, e))?;
-        let stop = CancellationToken::new();
+        let stop = connection.listen_token();
         connection
             .notices()
             .state()
@@ -483,7 +483,7 @@ impl Passthrough {
             .insert(uri.to_owned(), stop.clone());
         let notices = connection.notices().clone();
         let owned = uri.to_owned();
-        tokio::spawn(async move {
+        connection.track_listen(async move {
             loop {
                 tokio::select! {
                     _ = stop.cancelled() => {
@@ -603,10 +603,20 @@ fn listen_for_lists(connection: &Arc<Connection>) {
         builder = builder.resources_list_changed();
     }
     let filter = builder.build();
-    tokio::spawn(async move {
+    let stop = connection.listen_token();
+    connection.track_listen(async move {
         if let Ok(mut subscription) = peer.listen(filter).await {
-            while let Ok(Some(notification)) = subscription.next().await {
-                relay_listened(&notices, notification).await;
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => {
+                        let _ = subscription.cancel().await;
+                        break;
+                    }
+                    next = subscription.next() => match next {
+                        Ok(Some(notification)) => relay_listened(&notices, notification).await,
+                        _ => break,
+                    },
+                }
             }
         }
         notices.state().lists = false;

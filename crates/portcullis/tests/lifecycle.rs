@@ -186,3 +186,65 @@ async fn sigterm_with_a_call_in_flight_answers_it_then_leaves_no_child() {
     }
     upstream.close().await;
 }
+
+/// A stdio session's end closes a 2026-07-28 upstream cleanly: every
+/// listen the gateway opened on it (tool list, prompt/resource lists) is
+/// cancelled before its stdin closes, so the child exits on EOF instead of
+/// waiting out rmcp's drain and being ended by the close bound.
+#[test]
+fn the_end_of_a_stdio_session_closes_a_listening_upstream_cleanly() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::{Command, Stdio};
+
+    let Some(fixture) = common::conformance_fixture() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = write_config(
+        dir.path(),
+        &format!(
+            "[gateway]\nstore = \"memory\"\nprefix = \"never\"\n\n\
+             [upstreams.fixture]\ntype = \"stdio\"\ncommand = {}\nargs = [\"--stdio\"]\n",
+            toml_string(&fixture.display().to_string())
+        ),
+    );
+    let mut gateway = Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .args(["serve", "--stdio", "--config"])
+        .arg(&config)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the gateway starts");
+    let mut stdin = gateway.stdin.take().expect("stdin");
+    writeln!(
+        stdin,
+        r#"{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{{"protocolVersion":"2025-11-25","capabilities":{{}},"clientInfo":{{"name":"lifecycle","version":"1"}}}}}}"#
+    )
+    .expect("initialize sent");
+    let mut stdout = BufReader::new(gateway.stdout.take().expect("stdout"));
+    let mut answer = String::new();
+    stdout.read_line(&mut answer).expect("initialize answered");
+    assert!(answer.contains("\"id\":1"), "initialize answer: {answer}");
+    writeln!(
+        stdin,
+        r#"{{"jsonrpc":"2.0","method":"notifications/initialized"}}"#
+    )
+    .expect("initialized sent");
+    drop(stdin);
+    let out = gateway.wait_with_output().expect("the gateway exits");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "exit {:?}; stderr:\n{stderr}",
+        out.status
+    );
+    assert!(
+        !stderr.contains("did not close"),
+        "the upstream had to be ended by force; stderr:\n{stderr}"
+    );
+    assert!(
+        !stderr.contains("ended with an error"),
+        "a clean session end was logged as an error; stderr:\n{stderr}"
+    );
+}
