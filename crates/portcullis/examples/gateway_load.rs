@@ -19,8 +19,9 @@
 //! The gateway's store is in memory (`GATEWAY_LOAD_STORE=sqlite` for the
 //! default SQLite file, which then also takes one audit record a call).
 //! The gateway runs with its default logging (one info line per call on
-//! stderr, sent to /dev/null here); set `RUST_LOG=warn` to measure without
-//! it.
+//! stderr, read and dropped here); set `RUST_LOG=warn` to measure without
+//! it. `GATEWAY_LOAD_WORKERS=N` runs the gateway alone with N tokio worker
+//! threads (`TOKIO_WORKER_THREADS`), the driver and upstream unchanged.
 
 use std::path::PathBuf;
 
@@ -145,7 +146,11 @@ async fn drive(calls: usize) -> Result<(), Box<dyn std::error::Error>> {
                 .map(|dir| dir.join("portcullis"))
         })
         .ok_or("cannot find the portcullis binary; set PORTCULLIS_BIN")?;
-    let mut gateway = tokio::process::Command::new(&bin)
+    let mut command = tokio::process::Command::new(&bin);
+    if let Ok(workers) = std::env::var("GATEWAY_LOAD_WORKERS") {
+        command.env("TOKIO_WORKER_THREADS", workers);
+    }
+    let mut gateway = command
         .args(["serve", "--listen", "127.0.0.1:0", "--config"])
         .arg(&config)
         .stdout(std::process::Stdio::null())
