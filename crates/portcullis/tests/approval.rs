@@ -17,30 +17,12 @@
 //! CI a missing venv skips the test (it says so); with `CI=true` it is a
 //! failure.
 
-use std::io::{BufRead, BufReader};
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 
+use common::{python, python_json, serve, write_config};
 use serde_json::{Value, json};
-
-/// The venv's python, or `None` (outside CI only) when it is missing.
-fn python() -> Option<PathBuf> {
-    let python = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.peers/venv/bin/python");
-    if !python.is_file() {
-        let message = format!(
-            "{} not found; run .ci/peers.sh to install the MCP peers",
-            python.display()
-        );
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("{message} (CI=true: a missing peer is a failure)");
-        }
-        println!("SKIPPED: {message}");
-        return None;
-    }
-    // Absolute but not canonical: the venv's python is a symlink whose
-    // target would not see the venv's packages.
-    Some(std::path::absolute(python).expect("an absolute path"))
-}
 
 /// A gateway config: the demo upstream (this very binary) under the prefix
 /// `demo__`, writes allowed, an in-memory store, and `approval` as given
@@ -56,47 +38,7 @@ fn config_with(dir: &Path, approval: &str, more: &str) -> PathBuf {
         "[gateway]\nallow_write = true\nprefix = \"always\"\napproval = {approval}\n{more}\n\
          [upstreams.demo]\ntype = \"stdio\"\ncommand = \"portcullis\"\nargs = [\"demo-upstream\"]\ntimeout_ms = 30000\n"
     );
-    let path = dir.join("portcullis.toml");
-    std::fs::write(&path, toml).expect("config written");
-    path
-}
-
-/// A running `portcullis serve` over HTTP; killed on drop.
-struct Served {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve(config: &Path) -> Served {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
-        .args(["serve", "--config"])
-        .arg(config)
-        .args(["--listen", "127.0.0.1:0"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("serve starts");
-    let stderr = child.stderr.take().expect("piped stderr");
-    let mut lines = BufReader::new(stderr).lines();
-    let url = loop {
-        let line = lines
-            .next()
-            .expect("serve announces where it listens before its stderr ends")
-            .expect("stderr is text");
-        if let Some(rest) = line.strip_prefix("portcullis: listening on ") {
-            break rest.split(';').next().unwrap_or_default().to_owned();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    Served { child, url }
+    write_config(dir, &toml)
 }
 
 /// The Python SDK client: connects in the given mode and makes the planned
@@ -145,23 +87,10 @@ asyncio.run(main())
 /// Runs the client with `plan` (`[tool, arguments, answer or null]`) and
 /// returns what it printed.
 fn client(python: &Path, mode: &str, plan: &Value, target: &[&str]) -> Value {
-    let out = Command::new(python)
-        .arg("-c")
-        .arg(PYTHON_CLIENT)
-        .arg(mode)
-        .arg(plan.to_string())
-        .args(target)
-        .stdin(Stdio::null())
-        .output()
-        .expect("the Python client runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "the Python client failed: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_str(stdout.lines().last().unwrap_or_default())
-        .unwrap_or_else(|e| panic!("the Python client printed no JSON ({e}): {stdout}"))
+    let plan = plan.to_string();
+    let mut args = vec![mode, plan.as_str()];
+    args.extend_from_slice(target);
+    python_json(python, PYTHON_CLIENT, &args)
 }
 
 fn text(call: &Value) -> String {
@@ -319,12 +248,7 @@ fn an_unanswered_approval_times_out_as_configured_and_the_upstream_is_never_call
 
     // The trail tells an unanswered question from an approved call (one
     // record a call: the 2026 question round is not a call of its own).
-    let stopped = Command::new("kill")
-        .args(["-TERM", &served.child.id().to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(stopped.success());
-    assert_eq!(served.child.wait().expect("exits").code(), Some(0));
+    assert_eq!(served.terminate(), Some(0));
     let records = tokio::runtime::Runtime::new()
         .expect("runtime")
         .block_on(async {

@@ -5,265 +5,29 @@
 //!
 //! The upstream is the binary's own `demo-upstream` (a stdio child).
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+mod common;
 
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+
+use common::{
+    DEMO, PATIENCE, alive, child_pids, eventually, http, mcp, mcp_request, mcp_streaming,
+    portcullis, send_signal, serve, serve_on, serve_with, text, tool_names, write_config,
+};
 use serde_json::{Value, json};
 
-/// How long anything here may take before the test gives up: generous, since
-/// the machine may be busy; never asserted on as a speed.
-const PATIENCE: Duration = Duration::from_secs(60);
-
-const DEMO: &str =
-    "[upstreams.demo]\ntype = \"stdio\"\ncommand = \"portcullis\"\nargs = [\"demo-upstream\"]\n";
-
-/// A running `portcullis serve`, its announced URL, and its stderr lines as
-/// they come. Killed on drop, so a failing test leaves nothing behind.
-struct Served {
-    child: Child,
-    url: String,
-    stderr: mpsc::Receiver<String>,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Served {
-    /// `host:port` of the HTTP surface.
-    fn authority(&self) -> String {
-        self.url
-            .trim_start_matches("http://")
-            .split('/')
-            .next()
-            .unwrap_or_default()
-            .to_owned()
-    }
-
-    /// Waits for a stderr line containing `needle`; returns it.
-    fn wait_for_line(&self, needle: &str) -> String {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.stderr.recv_timeout(left) {
-                Ok(line) if line.contains(needle) => return line,
-                Ok(_) => {}
-                Err(_) => panic!("no stderr line containing {needle:?}"),
-            }
-        }
-    }
-
-    /// Sends `signal` (`TERM`, `HUP`, …) to the gateway.
-    fn signal(&self, signal: &str) {
-        send_signal(self.child.id(), signal);
-    }
-
-    /// Waits for the gateway to exit; its exit code.
-    fn exit_code(&mut self) -> Option<i32> {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                return status.code();
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the gateway did not exit within {PATIENCE:?}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-fn send_signal(pid: u32, signal: &str) {
-    let sent = Command::new("kill")
-        .args([&format!("-{signal}"), &pid.to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(sent.success(), "kill -{signal} {pid}");
-}
-
-fn write_config(dir: &Path, text: &str) -> PathBuf {
-    let path = dir.join("portcullis.toml");
-    // Written to a temporary file and renamed, as editors do, so the
-    // gateway never reads half a file.
-    let partial = dir.join("portcullis.toml.partial");
-    std::fs::write(&partial, text).expect("config written");
-    std::fs::rename(&partial, &path).expect("config renamed");
-    path
-}
-
-/// Starts `portcullis serve` with `config` on a free port.
-fn serve(config: &Path, extra: &[&str], env: &[(&str, &str)]) -> Served {
-    serve_on(config, "127.0.0.1:0", extra, env)
-}
-
-/// Starts `portcullis serve` with `config` on `listen`.
-fn serve_on(config: &Path, listen: &str, extra: &[&str], env: &[(&str, &str)]) -> Served {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
-        .args(extra)
-        .args([
-            "serve",
-            "--config",
-            config.to_str().expect("utf-8 path"),
-            "--listen",
-            listen,
-        ])
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("serve starts");
-    let stderr = child.stderr.take().expect("piped stderr");
-    let (sender, receiver) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            // Keep draining even when nobody listens any more.
-            let _ = sender.send(line);
-        }
-    });
-    let mut served = Served {
-        child,
-        url: String::new(),
-        stderr: receiver,
-    };
-    let line = served.wait_for_line("portcullis: listening on ");
-    served.url = line
-        .split("listening on ")
-        .nth(1)
-        .and_then(|rest| rest.split(';').next())
-        .unwrap_or_default()
-        .to_owned();
-    served
-}
-
-/// One HTTP/1.1 request; the status and the whole response.
-fn request(authority: &str, raw: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(authority).expect("connects to the gateway");
-    stream.write_all(raw.as_bytes()).expect("request written");
-    let mut response = String::new();
-    let _ = stream.read_to_string(&mut response);
-    let status = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (status, response)
-}
-
+/// A GET of `path` at `authority` naming `host` as its `Host`, with extra
+/// `headers` (each ending in CRLF); the status and the whole response.
 fn get(authority: &str, path: &str, host: &str, headers: &str) -> (u16, String) {
-    request(
+    http(
         authority,
         &format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n{headers}Connection: close\r\n\r\n"),
     )
 }
 
-/// `message` as a one-shot, stateless 2026-07-28 request: the version,
-/// method and name headers, and the per-request `_meta` envelope. (`serve`
-/// gives initialize-era HTTP clients a session, which a one-shot request
-/// does not have.)
-fn stateless(message: &Value) -> (String, String) {
-    let mut message = message.clone();
-    let method = message["method"].as_str().unwrap_or_default().to_owned();
-    let mut headers = format!("MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: {method}\r\n");
-    if let Some(name) = message["params"]["name"].as_str() {
-        headers.push_str(&format!("Mcp-Name: {name}\r\n"));
-    }
-    let envelope = json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientInfo": {"name": "ops-test", "version": "1"},
-        "io.modelcontextprotocol/clientCapabilities": {},
-    });
-    if message.get("params").is_none() {
-        message["params"] = json!({});
-    }
-    let params = &mut message["params"];
-    if params.get("_meta").is_none() {
-        params["_meta"] = json!({});
-    }
-    if let (Some(meta), Some(extra)) = (params["_meta"].as_object_mut(), envelope.as_object()) {
-        meta.extend(extra.clone());
-    }
-    (headers, message.to_string())
-}
-
-/// The raw request text of one MCP POST.
-fn mcp_request(authority: &str, message: &Value, headers: &str) -> String {
-    let (envelope, body) = stateless(message);
-    format!(
-        "POST /mcp HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{envelope}{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-}
-
-fn mcp(authority: &str, message: &Value, headers: &str) -> (u16, String) {
-    request(authority, &mcp_request(authority, message, headers))
-}
-
 /// The body after the headers.
 fn body(response: &str) -> &str {
     response.split("\r\n\r\n").nth(1).unwrap_or_default()
-}
-
-fn tool_names(authority: &str) -> Vec<String> {
-    let (status, response) = mcp(
-        authority,
-        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
-        "",
-    );
-    assert_eq!(status, 200, "{response}");
-    let listed: Value = serde_json::from_str(body(&response)).expect("a JSON-RPC answer");
-    let mut names: Vec<String> = listed["result"]["tools"]
-        .as_array()
-        .map(|tools| {
-            tools
-                .iter()
-                .filter_map(|t| t["name"].as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
-    names
-}
-
-fn child_pids(parent: u32) -> Vec<u32> {
-    let out = Command::new("pgrep")
-        .args(["-P", &parent.to_string()])
-        .output()
-        .expect("pgrep runs");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect()
-}
-
-/// Running: it exists and is not a zombie.
-fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat
-            .rsplit(')')
-            .next()
-            .unwrap_or_default()
-            .trim_start()
-            .starts_with(['Z', 'X']),
-        Err(_) => false,
-    }
-}
-
-/// Polls `condition` until it holds (a state to reach, not a delay).
-fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + PATIENCE;
-    while !condition() {
-        assert!(Instant::now() < deadline, "never happened: {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 #[test]
@@ -273,18 +37,14 @@ fn sigterm_lets_the_in_flight_call_finish_and_no_child_survives() {
         dir.path(),
         &format!("[gateway]\nstore = \"memory\"\n\n{DEMO}"),
     );
-    let mut served = serve(&config, &[], &[]);
+    let mut served = serve(&config);
     let children = child_pids(served.child.id());
     assert_eq!(children.len(), 1, "one stdio child: {children:?}");
 
     let authority = served.authority();
     let call = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {
         "name": "count", "arguments": {"n": 25}, "_meta": {"progressToken": "slow"}}});
-    let mut stream = TcpStream::connect(&authority).expect("connects");
-    stream
-        .write_all(mcp_request(&authority, &call, "").as_bytes())
-        .expect("request written");
-    let mut lines = BufReader::new(stream).lines();
+    let mut lines = mcp_streaming(&authority, &call);
     let first = lines
         .by_ref()
         .map_while(Result::ok)
@@ -311,7 +71,7 @@ fn a_child_killed_from_outside_does_not_keep_the_gateway_alive() {
         &format!("[gateway]\nstore = \"memory\"\n\n{DEMO}"),
     );
     for signal in ["TERM", "KILL"] {
-        let mut served = serve(&config, &[], &[]);
+        let mut served = serve(&config);
         let children = child_pids(served.child.id());
         assert_eq!(children.len(), 1, "{children:?}");
         send_signal(children[0], signal);
@@ -325,7 +85,6 @@ fn a_child_killed_from_outside_does_not_keep_the_gateway_alive() {
         let (status, response) = mcp(
             &authority,
             &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "hi"}}}),
-            "",
         );
         assert_eq!(status, 200, "{response}");
         assert!(response.contains("\"isError\":true"), "{response}");
@@ -345,7 +104,7 @@ fn healthz_is_open_and_metrics_need_the_token() {
             "[gateway]\nstore = \"memory\"\nprefix = \"never\"\ntoken = \"${{OPS_TEST_TOKEN}}\"\n\n{DEMO}\n[upstreams.broken]\ntype = \"stdio\"\ncommand = \"./no-such-server\"\n"
         ),
     );
-    let served = serve(&config, &[], &[("OPS_TEST_TOKEN", "t0ken-for-ops")]);
+    let served = serve_with(&config, &[], &[("OPS_TEST_TOKEN", "t0ken-for-ops")]);
     let authority = served.authority();
 
     let (status, response) = get(&authority, "/healthz", &authority, "");
@@ -373,17 +132,23 @@ fn healthz_is_open_and_metrics_need_the_token() {
 
     let bearer = "Authorization: Bearer t0ken-for-ops\r\n";
     for (id, text) in [(1, "one"), (2, "two")] {
-        let (status, response) = mcp(
+        let (status, response) = http(
             &authority,
-            &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": text}}}),
-            bearer,
+            &mcp_request(
+                &authority,
+                &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": text}}}),
+                bearer,
+            ),
         );
         assert_eq!(status, 200, "{response}");
     }
-    let (status, _) = mcp(
+    let (status, _) = http(
         &authority,
-        &json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "write_note", "arguments": {"text": "x"}}}),
-        bearer,
+        &mcp_request(
+            &authority,
+            &json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "write_note", "arguments": {"text": "x"}}}),
+            bearer,
+        ),
     );
     assert_eq!(status, 200);
 
@@ -413,12 +178,11 @@ fn json_logs_carry_call_fields_and_never_argument_values() {
         dir.path(),
         &format!("[gateway]\nstore = \"memory\"\n\n{DEMO}"),
     );
-    let served = serve(&config, &["--log-format", "json"], &[]);
+    let served = serve_with(&config, &["--log-format", "json"], &[]);
     let authority = served.authority();
     let (status, _) = mcp(
         &authority,
         &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "sup3r-secret-value"}}}),
-        "",
     );
     assert_eq!(status, 200);
     let line = served.wait_for_line("\"tool call\"");
@@ -438,7 +202,7 @@ fn a_changed_config_is_applied_without_restarting_unchanged_children() {
         dir.path(),
         &format!("[gateway]\nstore = \"memory\"\n\n{DEMO}"),
     );
-    let served = serve(&config, &[], &[]);
+    let served = serve(&config);
     let authority = served.authority();
     let children = child_pids(served.child.id());
     assert_eq!(children.len(), 1, "{children:?}");
@@ -489,7 +253,7 @@ fn adding_and_removing_an_upstream_keeps_the_unchanged_ones_connected() {
         dir.path(),
         &format!("[gateway]\nstore = \"memory\"\n\n{DEMO}"),
     );
-    let served = serve(&config, &[], &[]);
+    let served = serve(&config);
     let authority = served.authority();
     let first = child_pids(served.child.id());
     assert_eq!(first.len(), 1, "{first:?}");
@@ -621,7 +385,7 @@ fn every_call_is_in_the_audit_trail_with_its_argument_shape_only() {
         ),
     );
     let before = std::time::SystemTime::now();
-    let mut served = serve(&config, &[], &[]);
+    let mut served = serve(&config);
     let authority = served.authority();
     let secret = "audit-s3cret-value";
     for (id, message) in [
@@ -635,7 +399,6 @@ fn every_call_is_in_the_audit_trail_with_its_argument_shape_only() {
         let (status, response) = mcp(
             &authority,
             &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": message}),
-            "",
         );
         assert_eq!(status, 200, "{response}");
     }
@@ -643,18 +406,15 @@ fn every_call_is_in_the_audit_trail_with_its_argument_shape_only() {
     assert_eq!(served.exit_code(), Some(0));
 
     // `portcullis call` leaves the same record, in the same store.
-    let called = Command::new(env!("CARGO_BIN_EXE_portcullis"))
-        .args(["call", "--config", config.to_str().expect("utf-8 path")])
-        .args(["add", &json!({"a": 2, "b": 3, "note": secret}).to_string()])
-        .stdin(Stdio::null())
-        .output()
-        .expect("call runs");
-    assert_eq!(
-        called.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&called.stderr)
-    );
+    let arguments = json!({"a": 2, "b": 3, "note": secret}).to_string();
+    let called = portcullis(&[
+        "call",
+        "--config",
+        config.to_str().expect("utf-8 path"),
+        "add",
+        &arguments,
+    ]);
+    assert_eq!(called.status.code(), Some(0), "{}", text(&called.stderr));
     let after = std::time::SystemTime::now();
 
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
@@ -732,7 +492,7 @@ fn a_remote_upstream_that_stops_is_reported_down_and_up_again_when_back() {
         remote_dir.path(),
         &format!("[gateway]\nstore = \"memory\"\n\n{DEMO}"),
     );
-    let mut remote = serve(&remote_config, &[], &[]);
+    let mut remote = serve(&remote_config);
     let remote_authority = remote.authority();
 
     let dir = tempfile::tempdir().expect("tempdir");
@@ -743,7 +503,7 @@ fn a_remote_upstream_that_stops_is_reported_down_and_up_again_when_back() {
             remote.url
         ),
     );
-    let served = serve(&config, &[], &[]);
+    let served = serve(&config);
     let authority = served.authority();
     assert_eq!(health(&authority)["upstreams"], json!({"up": 1, "down": 0}));
     assert!(metrics(&authority).contains("portcullis_upstream_up{upstream=\"remote\"} 1"));
@@ -759,7 +519,6 @@ fn a_remote_upstream_that_stops_is_reported_down_and_up_again_when_back() {
     let (status, response) = mcp(
         &authority,
         &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "anyone?"}}}),
-        "",
     );
     assert_eq!(status, 200, "{response}");
     assert!(response.contains("\"isError\":true"), "{response}");
@@ -773,7 +532,6 @@ fn a_remote_upstream_that_stops_is_reported_down_and_up_again_when_back() {
     let (status, response) = mcp(
         &authority,
         &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "welcome back"}}}),
-        "",
     );
     assert_eq!(status, 200, "{response}");
     assert!(response.contains("welcome back"), "{response}");
@@ -787,7 +545,7 @@ fn with_the_pings_off_a_failed_call_marks_a_remote_upstream_down_and_an_answer_u
         remote_dir.path(),
         &format!("[gateway]\nstore = \"memory\"\n\n{DEMO}"),
     );
-    let mut remote = serve(&remote_config, &[], &[]);
+    let mut remote = serve(&remote_config);
     let remote_authority = remote.authority();
 
     let dir = tempfile::tempdir().expect("tempdir");
@@ -798,13 +556,12 @@ fn with_the_pings_off_a_failed_call_marks_a_remote_upstream_down_and_an_answer_u
             remote.url
         ),
     );
-    let served = serve(&config, &[], &[]);
+    let served = serve(&config);
     let authority = served.authority();
     let echo = |id: u32, text: &str| {
         mcp(
             &authority,
             &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": text}}}),
-            "",
         )
     };
 
@@ -848,7 +605,7 @@ async fn http_clients_of_both_eras_hear_that_the_tool_list_changed() {
         dir.path(),
         &format!("[gateway]\nstore = \"memory\"\n\n{DEMO}"),
     );
-    let served = tokio::task::block_in_place(|| serve(&config, &[], &[]));
+    let served = tokio::task::block_in_place(|| serve(&config));
     let url = served.url.clone();
 
     // An initialize-era client: a session, told on its session stream.

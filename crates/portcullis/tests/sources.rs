@@ -7,6 +7,8 @@
 //! `call` reaches each through the same guards, a manifest edited between
 //! runs ends in quarantine, and `check` names a broken manifest.
 
+mod common;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -20,6 +22,11 @@ use axum::response::IntoResponse;
 use portcullis_sources::signing::{DEFAULT_MAX_SKEW, PublicKey, verify_request};
 use serde_json::{Value, json};
 
+use common::{serve, text};
+
+/// `portcullis ARGS…` to completion. Async, unlike `common::portcullis`:
+/// the signing app the binary calls is served by this test's own runtime,
+/// which a blocking wait would starve.
 async fn portcullis(args: &[&str]) -> Output {
     tokio::process::Command::new(env!("CARGO_BIN_EXE_portcullis"))
         .args(args)
@@ -27,10 +34,6 @@ async fn portcullis(args: &[&str]) -> Output {
         .output()
         .await
         .expect("the portcullis binary runs")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 fn write(path: &Path, content: &str) {
@@ -526,45 +529,6 @@ async fn a_source_named_like_an_upstream_gives_way() {
     );
 }
 
-/// A running `portcullis serve`; killed on drop.
-struct Served {
-    child: std::process::Child,
-    url: String,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve(config: &Path) -> Served {
-    use std::io::BufRead as _;
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_portcullis"))
-        .args(["serve", "--config"])
-        .arg(config)
-        .args(["--listen", "127.0.0.1:0"])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("serve starts");
-    let stderr = child.stderr.take().expect("piped stderr");
-    let mut lines = std::io::BufReader::new(stderr).lines();
-    let url = loop {
-        let line = lines
-            .next()
-            .expect("serve announces where it listens")
-            .expect("stderr is text");
-        if let Some(rest) = line.strip_prefix("portcullis: listening on ") {
-            break rest.split(';').next().unwrap_or_default().to_owned();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    Served { child, url }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn source_calls_are_counted_logged_and_audited_under_their_source() {
     use rmcp::ServiceExt as _;
@@ -618,13 +582,7 @@ async fn source_calls_are_counted_logged_and_audited_under_their_source() {
     }
 
     // Stopped politely, so every record is written.
-    let stopped = std::process::Command::new("kill")
-        .args(["-TERM", &served.child.id().to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(stopped.success());
-    let status = tokio::task::block_in_place(|| served.child.wait()).expect("the gateway exits");
-    assert_eq!(status.code(), Some(0));
+    assert_eq!(tokio::task::block_in_place(|| served.terminate()), Some(0));
 
     let store = portcullis_store::open(
         &portcullis_store::StoreSpec::Sqlite(None),

@@ -145,11 +145,17 @@ pub fn serve(config: &Path) -> Served {
 /// As [`serve`], with global flags before the subcommand (`--log-format
 /// json`) and extra environment for the gateway.
 pub fn serve_with(config: &Path, global: &[&str], env: &[(&str, &str)]) -> Served {
+    serve_on(config, "127.0.0.1:0", global, env)
+}
+
+/// As [`serve_with`], listening on `listen` (`host:port`): a test that
+/// stops a gateway and starts it again where its clients expect it.
+pub fn serve_on(config: &Path, listen: &str, global: &[&str], env: &[(&str, &str)]) -> Served {
     let mut child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
         .args(global)
         .args(["serve", "--config"])
         .arg(config)
-        .args(["--listen", "127.0.0.1:0"])
+        .args(["--listen", listen])
         .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -215,7 +221,7 @@ pub fn child_pids(parent: u32) -> Vec<u32> {
         .collect()
 }
 
-/// Whether `pid` is a live process (a zombie is not).
+/// Whether `pid` is a live process (a zombie or a dead one is not).
 pub fn alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         // The state is the field after the parenthesised command name.
@@ -224,7 +230,7 @@ pub fn alive(pid: u32) -> bool {
             .next()
             .unwrap_or_default()
             .trim_start()
-            .starts_with('Z'),
+            .starts_with(['Z', 'X']),
         Err(_) => false,
     }
 }
