@@ -9,8 +9,10 @@
 //! `fd00:ec2::254`) is refused unless it is listed explicitly: that is where
 //! instance credentials live.
 
+use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use url::Url;
 
@@ -90,11 +92,25 @@ impl HostRefusal {
     }
 }
 
+/// How long a name's resolution verdict is reused. The guard runs before
+/// every request (redirect hops included); without this, a server named by
+/// host name would cost a `getaddrinfo` on the blocking pool, and often a
+/// DNS round trip, per call. Reusing it widens nothing: the HTTP client
+/// resolves on its own when it opens a connection and keeps that connection
+/// for many calls, so the guard's answer was never tied to the connection.
+const VERDICT_TTL: Duration = Duration::from_secs(30);
+
+/// Per name: when it was resolved, and the metadata address it resolved
+/// to (`None`: nothing to refuse).
+type Verdicts = HashMap<String, (Instant, Option<IpAddr>)>;
+
 /// One server's effective host check.
 #[derive(Debug, Clone)]
 pub(crate) struct HostGuard {
     /// Lower-cased allowed hosts; `None` = any.
     allowed: Option<Vec<String>>,
+    /// Recent verdicts on resolved names, shared by the guard's clones.
+    verdicts: Arc<Mutex<Verdicts>>,
 }
 
 impl HostGuard {
@@ -106,6 +122,7 @@ impl HostGuard {
                     .map(|h| normalise_host(&h).to_ascii_lowercase())
                     .collect()
             }),
+            verdicts: Arc::default(),
         }
     }
 
@@ -129,20 +146,43 @@ impl HostGuard {
             // Explicitly listed: the operator asked for exactly this host.
             return Ok(());
         }
-        let port = url.port_or_known_default().unwrap_or(443);
-        let addresses: Vec<IpAddr> = match host.parse::<IpAddr>() {
-            Ok(ip) => vec![ip],
-            // A name that does not resolve fails on its own when requested;
-            // the guard only refuses what it can see.
-            Err(_) => match tokio::net::lookup_host((host.as_str(), port)).await {
-                Ok(found) => found.map(|a| a.ip()).collect(),
-                Err(_) => Vec::new(),
-            },
+        let refused = match host.parse::<IpAddr>() {
+            Ok(ip) => is_metadata_address(&ip).then_some(ip),
+            Err(_) => self.resolve_name(&host, url).await,
         };
-        match addresses.into_iter().find(is_metadata_address) {
+        match refused {
             Some(ip) => Err(HostRefusal::Metadata { host, ip }),
             None => Ok(()),
         }
+    }
+
+    /// The metadata address `host` resolves to, if any, reusing a verdict
+    /// younger than [`VERDICT_TTL`].
+    async fn resolve_name(&self, host: &str, url: &Url) -> Option<IpAddr> {
+        let now = Instant::now();
+        if let Some((at, verdict)) = self.verdicts().get(host)
+            && now.duration_since(*at) < VERDICT_TTL
+        {
+            return *verdict;
+        }
+        let port = url.port_or_known_default().unwrap_or(443);
+        // A name that does not resolve fails on its own when requested;
+        // the guard only refuses what it can see.
+        let verdict = match tokio::net::lookup_host((host, port)).await {
+            Ok(found) => found.map(|a| a.ip()).find(is_metadata_address),
+            Err(_) => None,
+        };
+        let mut verdicts = self.verdicts();
+        // Bounded: a server's hosts are its URL's and its redirects'.
+        if verdicts.len() >= 64 {
+            verdicts.clear();
+        }
+        verdicts.insert(host.to_owned(), (now, verdict));
+        verdict
+    }
+
+    fn verdicts(&self) -> std::sync::MutexGuard<'_, Verdicts> {
+        self.verdicts.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -212,6 +252,32 @@ mod tests {
         assert!(any.check(&url("http://127.0.0.1:1/")).await.is_ok());
         let listed = HostGuard::new(Some(vec!["169.254.169.254".into()]));
         assert!(listed.check(&url("http://169.254.169.254/")).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_name_is_resolved_once_and_its_verdict_reused() {
+        let guard = HostGuard::new(None);
+        assert!(guard.check(&url("http://localhost:9/mcp")).await.is_ok());
+        assert!(guard.verdicts().contains_key("localhost"));
+        // A clone (another request of the same server) sees the verdict.
+        let clone = guard.clone();
+        clone.verdicts().insert(
+            "localhost".into(),
+            (Instant::now(), Some("169.254.1.1".parse().unwrap())),
+        );
+        assert!(matches!(
+            guard.check(&url("http://localhost:9/mcp")).await,
+            Err(HostRefusal::Metadata { .. })
+        ));
+        // An expired verdict is looked up again.
+        let old = Instant::now()
+            .checked_sub(VERDICT_TTL * 2)
+            .expect("the monotonic clock has run for a minute");
+        guard.verdicts().insert(
+            "localhost".into(),
+            (old, Some("169.254.1.1".parse().unwrap())),
+        );
+        assert!(guard.check(&url("http://localhost:9/mcp")).await.is_ok());
     }
 
     #[test]
