@@ -23,6 +23,12 @@
 //!   person saw, is refused with a protocol error (`-32602`), and a handle
 //!   is used once.
 //!
+//! The same handles (and the same table of unanswered ones) park a call
+//! whose handler asks the client for input mid-call ([`crate::input`]):
+//! a retry's `requestState` names either an approval or a parked call, and
+//! one this server is not waiting for is refused with `-32602` whatever
+//! the tool.
+//!
 //! Approved, the handler runs exactly once and its
 //! [`CallContext::approved`] is true (the gateway forwards that to the
 //! upstream toolset, whose own policy then lets the call through).
@@ -32,8 +38,8 @@
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use portcullis_catalog::ToolResult;
@@ -50,6 +56,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::handler::CallContext;
+use crate::input::Parked;
 
 /// How long the person has to answer, by default.
 pub const DEFAULT_APPROVAL_TIMEOUT: Duration = Duration::from_secs(120);
@@ -96,13 +103,16 @@ struct Pending {
     tool: String,
     args: [u8; 32],
     deadline: Instant,
+    /// A call parked behind the client's input (`None`: an approval).
+    parked: Option<Parked>,
 }
 
 /// The approval state of one tool server (shared by every clone and every
 /// stateless request).
 pub(crate) struct Approvals {
     timeout: Duration,
-    pending: Mutex<HashMap<String, Pending>>,
+    /// Shared with the timers that cancel parked calls not resumed.
+    pending: Arc<Mutex<HashMap<String, Pending>>>,
     ids: Ids,
 }
 
@@ -110,7 +120,7 @@ impl Approvals {
     pub(crate) fn new(timeout: Duration) -> Self {
         Approvals {
             timeout,
-            pending: Mutex::new(HashMap::new()),
+            pending: Arc::new(Mutex::new(HashMap::new())),
             ids: Ids::default(),
         }
     }
@@ -275,6 +285,7 @@ impl Approvals {
                     tool: tool.to_owned(),
                     args: digest,
                     deadline,
+                    parked: None,
                 },
             );
         }
@@ -286,8 +297,88 @@ impl Approvals {
         Verdict::InputRequired(InputRequiredResult::new(Some(requests), Some(id)))
     }
 
+    /// Takes the approval `state` names (never a parked call: those are
+    /// claimed before the policy runs, see [`Approvals::claim`]).
     fn take(&self, state: &str) -> Option<Pending> {
-        lock(&self.pending).remove(state)
+        let mut pending = lock(&self.pending);
+        if pending.get(state).is_some_and(|p| p.parked.is_some()) {
+            return None;
+        }
+        pending.remove(state)
+    }
+
+    /// What a retry's `requestState` names: a call parked for input (taken,
+    /// to be resumed), an approval (`None`, left for [`Approvals::decide`]),
+    /// or nothing this server is waiting for, or a parked call of another
+    /// tool or other arguments (`-32602`; a swapped state leaves the call
+    /// parked for its own client).
+    pub(crate) fn claim(
+        &self,
+        state: &str,
+        tool: &str,
+        args: &Value,
+    ) -> Result<Option<Parked>, ErrorData> {
+        let mut pending = lock(&self.pending);
+        let Some(entry) = pending.get(state) else {
+            return Err(ErrorData::invalid_params(
+                "requestState is not a call or approval this server is waiting for (unknown, already used, expired, or altered)",
+                None,
+            ));
+        };
+        if entry.parked.is_none() {
+            return Ok(None);
+        }
+        if entry.tool != tool || entry.args != digest(args) {
+            return Err(ErrorData::invalid_params(
+                "requestState belongs to another call: the tool or its arguments changed since the input was asked for",
+                None,
+            ));
+        }
+        Ok(pending.remove(state).and_then(|p| p.parked))
+    }
+
+    /// Parks a call behind its client's input for at most the approval
+    /// timeout and returns the handle; after that the call is dropped,
+    /// which cancels it. Handed back when too many already wait.
+    pub(crate) fn park(&self, tool: &str, args: &Value, parked: Parked) -> Result<String, Parked> {
+        let id = self.ids.next();
+        let now = Instant::now();
+        {
+            let mut pending = lock(&self.pending);
+            if pending.len() >= MAX_PENDING {
+                let keep = self.timeout;
+                pending.retain(|_, p| p.deadline + keep > now);
+            }
+            if pending.len() >= MAX_PENDING {
+                return Err(parked);
+            }
+            pending.insert(
+                id.clone(),
+                Pending {
+                    tool: tool.to_owned(),
+                    args: digest(args),
+                    deadline: now + self.timeout,
+                    parked: Some(parked),
+                },
+            );
+        }
+        let table = Arc::downgrade(&self.pending);
+        let timeout = self.timeout;
+        let handle = id.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(timeout).await;
+            let expired = table
+                .upgrade()
+                .and_then(|table| lock(&table).remove(&handle));
+            if expired.is_some() {
+                tracing::debug!(
+                    "a call parked for its client's input was not resumed in time; cancelled"
+                );
+            }
+            // Dropping it cancels the call (see `Parked`'s drop).
+            drop(expired);
+        });
+        Ok(id)
     }
 }
 

@@ -27,6 +27,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::exposure::Identity;
+use crate::input::InputChannel;
 
 /// Runs one tool.
 pub trait ToolHandler: Send + Sync + 'static {
@@ -193,6 +194,7 @@ pub struct CallContext {
     identity: Option<Arc<Identity>>,
     request: Option<Arc<RequestContext<RoleServer>>>,
     approved: bool,
+    input: Option<InputChannel>,
 }
 
 impl CallContext {
@@ -207,6 +209,7 @@ impl CallContext {
             identity: None,
             request: None,
             approved: false,
+            input: None,
         }
     }
 
@@ -226,6 +229,7 @@ impl CallContext {
             identity,
             request: Some(Arc::new(request)),
             approved: false,
+            input: None,
         }
     }
 
@@ -288,6 +292,22 @@ impl CallContext {
 
     pub(crate) fn mark_approved(mut self) -> Self {
         self.approved = true;
+        self
+    }
+
+    /// Where to ask the client for input mid-call, when the client takes
+    /// it through `input_required` round trips (2026-07-28 clients; see
+    /// [`crate::input`]). `None` otherwise: an initialize-era client is sent
+    /// requests through [`CallContext::peer`].
+    pub fn input(&self) -> Option<&InputChannel> {
+        self.input.as_ref()
+    }
+
+    /// The context of a run that may be parked: its own cancellation (the
+    /// run outlives the request that started it) and an input channel.
+    pub(crate) fn parkable(mut self, cancel: CancellationToken, input: InputChannel) -> Self {
+        self.cancel = cancel;
+        self.input = Some(input);
         self
     }
 

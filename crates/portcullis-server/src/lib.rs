@@ -14,6 +14,7 @@
 //! | [`exposure`] | which tools exist at all: read-only by default, `allow_write`, `allow_tools`, identity and permissions |
 //! | [`tool_server`] | the rmcp `ServerHandler`: lookup, backstop, validation, policy, the handler, error mapping, framing |
 //! | [`approval`] | a policy's `ask`: the person at the client approves first (elicitation, or the 2026-07-28 `input_required` round trip) |
+//! | [`input`] | a handler asks the client for input mid-call: parked behind an `input_required` round trip for 2026-07-28 clients |
 //! | [`handler`] | what a tool is: an async function of its arguments and a [`CallContext`] |
 //! | [`passthrough`] | resources, prompts, completions, logging and subscriptions through a provider beside the tools |
 //! | [`mcp_server`] | the seed's `createMcpServer(root, port, …, options)` |
@@ -71,6 +72,7 @@ pub mod exposure;
 pub mod guard;
 pub mod handler;
 pub mod http;
+pub mod input;
 pub mod mcp_server;
 pub mod passthrough;
 pub mod stdio;
@@ -81,6 +83,7 @@ pub use error::ServerError;
 pub use exposure::{Access, Exposure, Identity, Withheld};
 pub use handler::{CallContext, ToolError, ToolHandler, typed};
 pub use http::{HttpOptions, HttpServer, serve_http};
+pub use input::InputChannel;
 pub use mcp_server::{ServeOptions, create_mcp_server};
 pub use passthrough::{PassthroughCapabilities, PassthroughProvider};
 pub use stdio::{serve_io, serve_stdio};

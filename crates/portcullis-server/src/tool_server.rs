@@ -38,6 +38,7 @@ use crate::approval::{Approvals, DEFAULT_APPROVAL_TIMEOUT, Retry, Verdict};
 use crate::error::ServerError;
 use crate::exposure::{Access, Exposure, Identity, Withheld, check_call};
 use crate::handler::{CallContext, ToolError, ToolHandler, typed};
+use crate::input;
 use crate::passthrough::PassthroughProvider;
 
 /// The source name of tools registered without one.
@@ -343,6 +344,15 @@ enum Outcome {
     InputRequired(InputRequiredResult),
 }
 
+impl From<input::Step> for Outcome {
+    fn from(step: input::Step) -> Self {
+        match step {
+            input::Step::Done(result) => Outcome::Done(result),
+            input::Step::Ask(ask) => Outcome::InputRequired(ask),
+        }
+    }
+}
+
 /// A set of tools served as MCP. Cheap to clone (one `Arc`); every surface
 /// (HTTP, stdio, in-process) shares one.
 ///
@@ -458,6 +468,22 @@ impl ToolServer {
         if let Err(problems) = entry.validator.validate(&args) {
             return Ok(Outcome::Done(problems.to_tool_result()));
         }
+        // A retry that resumes a call parked behind its client's input (the
+        // policy already let it run); an unknown state is refused here.
+        if let Some(state) = retry.request_state.as_deref()
+            && let Some(parked) = self.inner.approvals.claim(state, &entry.name, &args)?
+        {
+            let step = input::resume(
+                parked,
+                retry.input_responses,
+                &ctx,
+                &self.inner.approvals,
+                &entry.name,
+                &args,
+            )
+            .await;
+            return Ok(step.into());
+        }
         if let Some(policy) = &self.inner.policy {
             let request = PolicyRequest {
                 tool_name: &entry.name,
@@ -484,6 +510,23 @@ impl ToolServer {
                     }
                 }
             }
+        }
+        if input::parkable(&ctx) {
+            // A 2026-07-28 client: the handler may ask it for input, which
+            // parks the run behind an `input_required` answer.
+            let server = self.clone();
+            let name = entry.name.clone();
+            let run_args = args.clone();
+            let run = move |ctx: CallContext| -> futures::future::BoxFuture<'static, ToolResult> {
+                Box::pin(async move {
+                    match server.inner.entries.get(&*name) {
+                        Some(entry) => server.execute(entry, run_args, ctx).await,
+                        None => map_error("unknown tool").result,
+                    }
+                })
+            };
+            let step = input::start(&self.inner.approvals, &entry.name, &args, ctx, run).await;
+            return Ok(step.into());
         }
         Ok(Outcome::Done(self.execute(entry, args, ctx).await))
     }

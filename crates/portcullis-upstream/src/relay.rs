@@ -22,9 +22,9 @@
 //! the calling client the same way and the call is retried with the
 //! answers (see `Connection::call`), so an initialize-era client can use a
 //! 2026 server's tools that need input. A 2026-07-28 *client* cannot be
-//! sent requests, and the gateway's tool surface cannot hand it an
-//! `input_required` result of its own yet: such a call ends with an error
-//! saying the client cannot give the input.
+//! sent requests: its [`ClientRelay`] (the gateway's) parks the call and
+//! asks through an `input_required` round trip of its own, so to this
+//! module it is one more client that answers, only more slowly.
 
 // Sampling and roots are deprecated by SEP-2577, but 2025-era servers use
 // them and a faithful proxy relays them.

@@ -7,22 +7,25 @@
 //!
 //! Initialize-era clients get the request on their session, on the
 //! response stream of the `tools/call` that caused it (Streamable HTTP
-//! routes a server request by the request it originates from). The same
-//! path answers a 2026 upstream's `input_required` requests. 2026-07-28
-//! clients cannot be sent requests at all: that revision replaces them with
-//! `input_required` results, which the gateway's tool surface does not
-//! hand on yet, so the upstream (or the call) is told the client cannot
-//! answer, and why.
+//! routes a server request by the request it originates from). 2026-07-28
+//! clients cannot be sent requests at all: the request goes through the
+//! call's input channel instead ([`portcullis_server::input`]), which parks
+//! the upstream call, answers the client's `tools/call` with an
+//! `input_required` result carrying the request, and hands the client's
+//! answer from its retry back here, to the upstream still waiting on the
+//! same call. Both paths also answer a 2026 upstream's own
+//! `input_required` requests.
 
 #![allow(deprecated)] // Sampling and roots: SEP-2577, still used by 2025-era servers.
 
 use std::future::Future;
 use std::pin::Pin;
 
+use portcullis_server::InputChannel;
 use portcullis_upstream::ClientRelay;
 use rmcp::model::{
     CancelledNotificationParam, ClientCapabilities, ClientResult, ErrorCode, GetExtensions,
-    RequestId, ServerRequest,
+    InputRequest, RequestId, ServerRequest,
 };
 use rmcp::service::{OriginatingRequestId, PeerRequestOptions, ServiceError};
 use rmcp::{ErrorData, Peer, RoleServer};
@@ -36,6 +39,9 @@ pub struct DownstreamRelay {
     capabilities: ClientCapabilities,
     /// A stateless 2026-07-28 client, which may not be sent requests.
     modern: bool,
+    /// Where such a client's input is asked for (`None` when the tool
+    /// surface cannot park this call).
+    input: Option<InputChannel>,
 }
 
 impl DownstreamRelay {
@@ -64,6 +70,7 @@ impl DownstreamRelay {
             origin: request.id.clone(),
             capabilities,
             modern,
+            input: ctx.input().cloned(),
         })
     }
 }
@@ -77,10 +84,15 @@ impl ClientRelay for DownstreamRelay {
 
     fn request(&self, mut request: ServerRequest, cancel: CancellationToken) -> Answer {
         if self.modern {
-            let message = "the calling client speaks 2026-07-28, which takes input through input_required results; portcullis cannot hand those on yet";
-            return Box::pin(async move {
-                Err(ErrorData::new(ErrorCode::METHOD_NOT_FOUND, message, None))
-            });
+            return match &self.input {
+                Some(input) => ask_by_round_trip(input, request, cancel),
+                None => {
+                    let message = "the calling client speaks 2026-07-28, which takes input through input_required results, and this call cannot be parked for one";
+                    Box::pin(async move {
+                        Err(ErrorData::new(ErrorCode::METHOD_NOT_FOUND, message, None))
+                    })
+                }
+            };
         }
         // rmcp ties a server request to the request being handled through a
         // task-local that only the handling task has; this one is called
@@ -115,6 +127,56 @@ impl ClientRelay for DownstreamRelay {
             })
         })
     }
+}
+
+/// A 2026-07-28 client's answer to `request`, through an `input_required`
+/// round trip; the client's JSON answer is read back as the result the
+/// request's method has.
+fn ask_by_round_trip(
+    input: &InputChannel,
+    request: ServerRequest,
+    cancel: CancellationToken,
+) -> Answer {
+    /// What kind of result the answer must be.
+    enum Kind {
+        Sampling,
+        Elicitation,
+        Roots,
+    }
+    let (kind, asked) = match request {
+        ServerRequest::CreateMessageRequest(r) => (Kind::Sampling, InputRequest::CreateMessage(r)),
+        ServerRequest::ElicitRequest(r) => (Kind::Elicitation, InputRequest::Elicitation(r)),
+        ServerRequest::ListRootsRequest(r) => (Kind::Roots, InputRequest::ListRoots(r)),
+        _ => {
+            return Box::pin(async {
+                Err(ErrorData::new(
+                    ErrorCode::METHOD_NOT_FOUND,
+                    "a 2026-07-28 client can only be asked for sampling, elicitation or roots",
+                    None,
+                ))
+            });
+        }
+    };
+    let answer = input.request(asked);
+    Box::pin(async move {
+        let value = tokio::select! {
+            value = answer => value?,
+            // The upstream withdrew its request; the round trip's reply is
+            // simply never used.
+            () = cancel.cancelled() => {
+                return Err(ErrorData::new(ErrorCode::INTERNAL_ERROR, "the request was cancelled", None));
+            }
+        };
+        let unreadable = |e: serde_json::Error| {
+            ErrorData::invalid_params(format!("the client's answer could not be read: {e}"), None)
+        };
+        match kind {
+            Kind::Sampling => serde_json::from_value(value).map(ClientResult::CreateMessageResult),
+            Kind::Elicitation => serde_json::from_value(value).map(ClientResult::ElicitResult),
+            Kind::Roots => serde_json::from_value(value).map(ClientResult::ListRootsResult),
+        }
+        .map_err(unreadable)
+    })
 }
 
 /// What the upstream hears when the client could not be asked or failed:

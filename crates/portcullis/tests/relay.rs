@@ -11,9 +11,18 @@
 //! * A 2026-07-28 upstream that answers `input_required` has its question
 //!   put to an initialize-era client, and the call completes with the
 //!   client's answer.
+//! * The other way round: an initialize-era upstream that sends a sampling
+//!   request during a call from a stateless 2026-07-28 client parks its
+//!   call; the client gets `input_required` with the request, and its retry
+//!   (with the answer and the request state) completes the same upstream
+//!   call. Forged and replayed states are refused; a call nobody resumes is
+//!   cancelled upstream when the approval timeout runs out.
 //!
-//! (Server-to-client requests through the gateway are covered by
+//! (Initialize-era clients' server-to-client requests through the gateway are covered by
 //! `interop.rs` and by the conformance run in `.ci/conformance.sh`.)
+
+// Sampling is deprecated by SEP-2577, but 2025-era servers use it.
+#![allow(deprecated)]
 
 mod common;
 
@@ -28,8 +37,9 @@ use rmcp::ServiceExt;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResponse, CallToolResult,
     CancelledNotificationParam, ClientCapabilities, ClientConfig, ClientRequest, ContentBlock,
-    ElicitRequestParams, ElicitResult, ElicitationAction, Implementation, InputRequest,
-    InputRequests, InputRequiredResult, ListToolsResult, PaginatedRequestParams, ProgressToken,
+    CreateMessageRequestParams, DiscoverRequestMethod, DiscoverResult, ElicitRequestParams,
+    ElicitResult, ElicitationAction, Implementation, InputRequest, InputRequests,
+    InputRequiredResult, ListToolsResult, PaginatedRequestParams, ProgressToken, ProtocolVersion,
     ServerCapabilities, ServerConfig, ServerResult,
 };
 use rmcp::service::{PeerRequestOptions, RequestContext};
@@ -316,5 +326,233 @@ async fn a_2026_upstreams_input_required_is_answered_by_an_initialize_era_client
         "the upstream's question reached the client once"
     );
     let _ = client.cancel().await;
+    upstream.close().await;
+}
+
+/// What the sampling upstream saw.
+#[derive(Default)]
+struct Sampled {
+    calls: AtomicUsize,
+    cancellations: AtomicUsize,
+    cancelled: Notify,
+}
+
+/// An initialize-era upstream (it knows nothing of 2026-07-28, so the
+/// gateway talks to it over a session) whose `poem` asks the calling
+/// client's model for a line during the call and answers with it.
+#[derive(Clone)]
+struct SamplesAModel(Arc<Sampled>);
+
+impl rmcp::ServerHandler for SamplesAModel {
+    fn supported_protocol_versions(&self) -> std::borrow::Cow<'static, [ProtocolVersion]> {
+        std::borrow::Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2025_11_25))
+    }
+
+    async fn discover(
+        &self,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<DiscoverResult, ErrorData> {
+        // What a 2025-era SDK answers for a method it does not know.
+        Err(ErrorData::method_not_found::<DiscoverRequestMethod>())
+    }
+
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let schema = serde_json::Map::from_iter([("type".to_owned(), json!("object"))]);
+        let mut tool = rmcp::model::Tool::new_with_raw(
+            "poem",
+            Some("Asks the caller's model for a line".into()),
+            Arc::new(schema),
+        );
+        tool.annotations = Some(rmcp::model::ToolAnnotations::new().read_only(true));
+        Ok(ListToolsResult::with_all_items(vec![tool]))
+    }
+
+    async fn call_tool(
+        &self,
+        _request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        self.0.calls.fetch_add(1, Ordering::SeqCst);
+        let params: CreateMessageRequestParams = serde_json::from_value(json!({
+            "messages": [{"role": "user", "content": {"type": "text", "text": "Write a line about roses"}}],
+            "maxTokens": 50
+        }))
+        .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        let sampled = tokio::select! {
+            sampled = context.peer.create_message(params) => sampled,
+            () = context.ct.cancelled() => {
+                self.0.cancellations.fetch_add(1, Ordering::SeqCst);
+                self.0.cancelled.notify_one();
+                return Err(ErrorData::internal_error("cancelled", None));
+            }
+        };
+        let sampled = sampled.map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        let line = serde_json::to_value(&sampled.message.content)
+            .ok()
+            .and_then(|c| {
+                c["text"]
+                    .as_str()
+                    .or_else(|| c[0]["text"].as_str())
+                    .map(str::to_owned)
+            })
+            .unwrap_or_default();
+        Ok(
+            CallToolResult::success(vec![ContentBlock::text(format!("The model said: {line}"))])
+                .into(),
+        )
+    }
+}
+
+/// One stateless 2026-07-28 `tools/call` of `poem` that declares the
+/// sampling capability, with `extra` merged into its params; the JSON-RPC
+/// answer.
+fn call_poem(authority: &str, extra: serde_json::Value) -> serde_json::Value {
+    let mut params = json!({
+        "name": "poem",
+        "arguments": {},
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {"sampling": {}}
+        }
+    });
+    if let (Some(params), Some(extra)) = (params.as_object_mut(), extra.as_object()) {
+        params.extend(extra.clone());
+    }
+    let body =
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}).to_string();
+    let raw = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: poem\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let (status, response) = common::http(authority, &raw);
+    assert_eq!(status, 200, "{response}");
+    // Plain JSON or one SSE event, possibly chunked: the first JSON-RPC
+    // object in the response is the answer.
+    let start = response.find("{\"").expect("a JSON body");
+    serde_json::Deserializer::from_str(&response[start..])
+        .into_iter::<serde_json::Value>()
+        .next()
+        .and_then(Result::ok)
+        .expect("a JSON-RPC answer")
+}
+
+fn sampling_config(dir: &Path, upstream: &str, timeout_ms: u64) -> std::path::PathBuf {
+    common::write_config(
+        dir,
+        &format!(
+            "[gateway]\nstore = \"memory\"\napproval_timeout_ms = {timeout_ms}\n\n[upstreams.up]\ntype = \"streamable-http\"\nurl = \"{upstream}\"\ntimeout_ms = 60000\n"
+        ),
+    )
+}
+
+async fn sampling_upstream(seen: Arc<Sampled>) -> portcullis_server::HttpServer {
+    let options = HttpOptions {
+        legacy_sessions: true,
+        ..HttpOptions::default()
+    };
+    serve_http(SamplesAModel(seen), options)
+        .await
+        .expect("the upstream listens")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstreams_sampling_reaches_a_2026_client_through_input_required() {
+    let seen = Arc::new(Sampled::default());
+    let upstream = sampling_upstream(seen.clone()).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let served = common::serve(&sampling_config(dir.path(), &upstream.url(), 60_000));
+    let authority = served.authority();
+
+    // The first attempt: the upstream's question comes back as input.
+    let first = {
+        let authority = authority.clone();
+        tokio::task::spawn_blocking(move || call_poem(&authority, json!({})))
+            .await
+            .expect("first attempt")
+    };
+    let result = &first["result"];
+    assert_eq!(result["resultType"], "input_required", "{first}");
+    let requests = result["inputRequests"].as_object().expect("inputRequests");
+    assert_eq!(requests.len(), 1, "{first}");
+    let (key, request) = requests.iter().next().expect("one request");
+    assert_eq!(request["method"], "sampling/createMessage", "{first}");
+    assert_eq!(
+        request["params"]["messages"][0]["content"]["text"],
+        "Write a line about roses"
+    );
+    let state = result["requestState"]
+        .as_str()
+        .expect("a request state")
+        .to_owned();
+    let answer = json!({
+        "role": "assistant",
+        "content": {"type": "text", "text": "roses are red, the gateway is too"},
+        "model": "test-model",
+        "stopReason": "endTurn"
+    });
+    let retry = |state: String| {
+        let authority = authority.clone();
+        let responses = json!({ key.clone(): answer.clone() });
+        async move {
+            tokio::task::spawn_blocking(move || {
+                call_poem(
+                    &authority,
+                    json!({"inputResponses": responses, "requestState": state}),
+                )
+            })
+            .await
+            .expect("retry")
+        }
+    };
+
+    // A forged state is refused and does not disturb the parked call.
+    let forged = retry(format!("{state}0")).await;
+    assert_eq!(forged["error"]["code"], -32602, "{forged}");
+
+    // The genuine retry completes the very call that asked.
+    let done = retry(state.clone()).await;
+    let text = done["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        text.contains("\nThe model said: roses are red, the gateway is too\n"),
+        "{done}"
+    );
+    assert_ne!(done["result"]["resultType"], "input_required", "{done}");
+    assert_eq!(seen.calls.load(Ordering::SeqCst), 1, "called exactly once");
+
+    // The state was used once.
+    let replayed = retry(state).await;
+    assert_eq!(replayed["error"]["code"], -32602, "{replayed}");
+    assert_eq!(seen.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(seen.cancellations.load(Ordering::SeqCst), 0);
+    upstream.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_call_nobody_resumes_is_cancelled_upstream() {
+    let seen = Arc::new(Sampled::default());
+    let upstream = sampling_upstream(seen.clone()).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    // A short approval timeout: the parked call's deadline.
+    let served = common::serve(&sampling_config(dir.path(), &upstream.url(), 300));
+    let authority = served.authority();
+    let first = tokio::task::spawn_blocking(move || call_poem(&authority, json!({})))
+        .await
+        .expect("first attempt");
+    assert_eq!(first["result"]["resultType"], "input_required", "{first}");
+    tokio::time::timeout(Duration::from_secs(30), seen.cancelled.notified())
+        .await
+        .expect("the unresumed call was cancelled upstream");
+    assert_eq!(seen.cancellations.load(Ordering::SeqCst), 1);
+    assert_eq!(seen.calls.load(Ordering::SeqCst), 1);
     upstream.close().await;
 }

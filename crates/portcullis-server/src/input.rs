@@ -1,0 +1,267 @@
+//! Input asked for in the middle of a call: a handler that needs the
+//! client's sampling, elicitation or roots while it runs (the gateway's
+//! upstreams do) asks through [`CallContext::input`].
+//!
+//! A 2026-07-28 client cannot be sent requests; that revision (SEP-2322)
+//! answers the `tools/call` with an `input_required` result instead, and the
+//! client retries the call with its `inputResponses` and the result's
+//! `requestState`. So for such a client the handler runs *beside* the
+//! request: when it asks, the call is parked (the handler keeps waiting on
+//! its question), the client gets the question with a fresh handle as the
+//! request state, and the retry that brings that handle back hands the
+//! answers to the waiting handler and waits on the same run again, which
+//! may ask again (at most [`MAX_INPUT_ROUNDS`] rounds). The handler runs
+//! exactly once however many rounds it takes.
+//!
+//! The handle is one of the approval handles of [`crate::approval`] (same
+//! generator, same table, same bound): a forged, replayed or swapped state
+//! is refused with `-32602`. A call not resumed within the approval timeout
+//! is cancelled, and so is a call whose parked state is dropped any other
+//! way.
+
+use std::collections::BTreeMap;
+
+use futures::future::BoxFuture;
+use portcullis_catalog::ToolResult;
+use portcullis_catalog::error_mapping::map_error;
+use rmcp::ErrorData;
+use rmcp::model::{
+    InputRequest, InputRequests, InputRequiredResult, InputResponses, ProtocolVersion,
+};
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::approval::Approvals;
+use crate::handler::CallContext;
+
+/// Rounds of `input_required` one call may take; a handler still asking
+/// after that has its further questions refused (it hears an error).
+pub const MAX_INPUT_ROUNDS: usize = 16;
+
+/// The reply to one question: the client's result as JSON, or why there is
+/// none.
+type Reply = oneshot::Sender<Result<Value, ErrorData>>;
+
+/// One question from the handler.
+struct Ask {
+    request: InputRequest,
+    reply: Reply,
+}
+
+/// A handler's way to ask the client of its call for input mid-call; see
+/// the module docs. Cheap to clone; usable from any task.
+#[derive(Clone)]
+pub struct InputChannel {
+    asks: mpsc::UnboundedSender<Ask>,
+}
+
+impl std::fmt::Debug for InputChannel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InputChannel").finish_non_exhaustive()
+    }
+}
+
+impl InputChannel {
+    /// Asks the client `request` and resolves with its answer (the
+    /// `CreateMessageResult`, `ElicitResult` or `ListRootsResult` as JSON).
+    /// The error says why there is no answer: the call ended, was not
+    /// resumed in time, took too many rounds, or the client's retry left
+    /// this question out.
+    pub fn request(&self, request: InputRequest) -> BoxFuture<'static, Result<Value, ErrorData>> {
+        let (reply, answer) = oneshot::channel();
+        let sent = self.asks.send(Ask { request, reply });
+        Box::pin(async move {
+            if sent.is_err() {
+                return Err(gone());
+            }
+            answer.await.unwrap_or_else(|_| Err(gone()))
+        })
+    }
+}
+
+fn gone() -> ErrorData {
+    ErrorData::internal_error(
+        "the client's call is no longer waiting for input (it ended, was cancelled, or was not resumed in time)",
+        None,
+    )
+}
+
+/// How the run went: finished, or parked behind a question.
+pub(crate) enum Step {
+    /// The handler's (framed) result.
+    Done(ToolResult),
+    /// Answer the client with this and wait for its retry.
+    Ask(InputRequiredResult),
+}
+
+/// The handler's run, wherever it is.
+enum Body {
+    /// Polled by the request that started it (no question asked yet).
+    Inline(BoxFuture<'static, ToolResult>),
+    /// Moved to a task of its own when it first asked, so it outlives the
+    /// request.
+    Spawned(oneshot::Receiver<ToolResult>),
+}
+
+impl Body {
+    async fn result(&mut self) -> ToolResult {
+        match self {
+            Body::Inline(run) => run.await,
+            Body::Spawned(done) => (&mut *done)
+                .await
+                .unwrap_or_else(|_| map_error("the tool's run ended without a result").result),
+        }
+    }
+
+    /// Moves an inline run to a task of its own.
+    fn detach(&mut self) {
+        if !matches!(self, Body::Inline(_)) {
+            return;
+        }
+        let (done, result) = oneshot::channel();
+        if let Body::Inline(run) = std::mem::replace(self, Body::Spawned(result)) {
+            tokio::spawn(async move {
+                let _ = done.send(run.await);
+            });
+        }
+    }
+}
+
+/// A run that can be parked: the handler's body, its questions, and the
+/// replies owed to the questions the client has been shown.
+pub(crate) struct Parked {
+    body: Body,
+    asks: mpsc::UnboundedReceiver<Ask>,
+    owed: BTreeMap<String, Reply>,
+    /// The handler's own cancellation: the request's while one is
+    /// attached, the timeout's while parked.
+    cancel: CancellationToken,
+    rounds: usize,
+    keys: usize,
+}
+
+impl Drop for Parked {
+    // However a parked run is let go (completed, timed out, evicted, the
+    // process shutting down) the handler is told, so it stops asking its
+    // upstream to wait.
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+/// Whether a call from `ctx` should run so it can be parked: a 2026-07-28
+/// client over MCP (initialize-era clients are sent requests on their
+/// session instead).
+pub(crate) fn parkable(ctx: &CallContext) -> bool {
+    ctx.request()
+        .and_then(|r| r.protocol_version())
+        .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28)
+}
+
+/// Starts a parkable run: `run` gets the context with an input channel and
+/// a cancellation of its own, then is driven until it finishes or asks.
+pub(crate) async fn start(
+    approvals: &Approvals,
+    tool: &str,
+    args: &Value,
+    ctx: CallContext,
+    run: impl FnOnce(CallContext) -> BoxFuture<'static, ToolResult>,
+) -> Step {
+    let attached = ctx.cancellation().clone();
+    let cancel = CancellationToken::new();
+    let (sender, asks) = mpsc::unbounded_channel();
+    let ctx = ctx.parkable(cancel.clone(), InputChannel { asks: sender });
+    let parked = Parked {
+        body: Body::Inline(run(ctx)),
+        asks,
+        owed: BTreeMap::new(),
+        cancel,
+        rounds: 0,
+        keys: 0,
+    };
+    drive(parked, &attached, approvals, tool, args).await
+}
+
+/// Resumes a parked run with the client's answers.
+pub(crate) async fn resume(
+    mut parked: Parked,
+    responses: Option<InputResponses>,
+    ctx: &CallContext,
+    approvals: &Approvals,
+    tool: &str,
+    args: &Value,
+) -> Step {
+    let mut responses = responses.unwrap_or_default();
+    for (key, reply) in std::mem::take(&mut parked.owed) {
+        let answer = responses.remove(&key).ok_or_else(|| {
+            ErrorData::invalid_request(
+                "the client retried the call without answering this request",
+                None,
+            )
+        });
+        let _ = reply.send(answer);
+    }
+    drive(parked, ctx.cancellation(), approvals, tool, args).await
+}
+
+/// Drives the run with a request attached: its result, or its next
+/// questions (parked under a new handle), or the request's cancellation
+/// passed on.
+async fn drive(
+    mut parked: Parked,
+    attached: &CancellationToken,
+    approvals: &Approvals,
+    tool: &str,
+    args: &Value,
+) -> Step {
+    loop {
+        let first = tokio::select! {
+            result = parked.body.result() => return Step::Done(result),
+            Some(ask) = parked.asks.recv() => ask,
+            () = attached.cancelled(), if !parked.cancel.is_cancelled() => {
+                // The client gave up on this request: the run is cancelled,
+                // and its (cancelled) result is what the request answers.
+                parked.cancel.cancel();
+                continue;
+            }
+        };
+        // Questions asked together go out together.
+        let mut batch = vec![first];
+        while let Ok(ask) = parked.asks.try_recv() {
+            batch.push(ask);
+        }
+        if parked.rounds >= MAX_INPUT_ROUNDS {
+            for ask in batch {
+                let _ = ask.reply.send(Err(ErrorData::invalid_request(
+                    format!("the call already asked its client for input {MAX_INPUT_ROUNDS} times"),
+                    None,
+                )));
+            }
+            continue;
+        }
+        let mut requests = InputRequests::new();
+        for ask in batch {
+            parked.keys += 1;
+            let key = format!("input-{}", parked.keys);
+            requests.insert(key.clone(), ask.request);
+            parked.owed.insert(key, ask.reply);
+        }
+        parked.rounds += 1;
+        parked.body.detach();
+        match approvals.park(tool, args, parked) {
+            Ok(state) => return Step::Ask(InputRequiredResult::new(Some(requests), Some(state))),
+            Err(mut refused) => {
+                // Too many calls already wait: this question is refused and
+                // the run goes on without it.
+                for (_, reply) in std::mem::take(&mut refused.owed) {
+                    let _ = reply.send(Err(ErrorData::internal_error(
+                        "too many calls are already waiting for their clients' input",
+                        None,
+                    )));
+                }
+                parked = refused;
+            }
+        }
+    }
+}
