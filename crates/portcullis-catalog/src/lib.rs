@@ -30,6 +30,8 @@
 //! | [`resource_uri`] | resource URIs qualified per server (`portcullis://server/<uri>`) |
 //! | [`pins`] | fingerprints of prompts, resources and templates, kept beside the tools' |
 //! | [`passthrough`] | prompts, resources and templates of many servers projected and routed |
+//! | [`result`] | the MCP `CallToolResult` shape the surfaces speak |
+//! | [`error`] | wiring mistakes a caller must fix (never input from a server) |
 //!
 //! ```
 //! use portcullis_catalog::{Catalogue, ProjectionOptions, ServerIdentity, ServerListing, Tool};

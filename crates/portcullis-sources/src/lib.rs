@@ -12,6 +12,10 @@
 //! | [`route`] + [`forward`] | how a route becomes a tool, and how its call is forwarded to the application over HTTP |
 //! | [`signing`] | the gateway's Ed25519 key, request signatures, and [`verify_request`] for applications |
 //! | [`source`] | the [`ToolSource`] trait all of them implement |
+//! | [`schema`] | the JSON Schema subset a route's parameters and body may use, normalised as the seed does |
+//!
+//! Private: `containment` (a path a manifest names stays inside its
+//! directory, lexically and after resolving symlinks).
 //!
 //! Every source produces `portcullis-server` [`Registration`]s
 //! (definition, handler, source name, access), so the server's exposure gate,

@@ -60,7 +60,17 @@
 //! | [`progress`] | progress notifications routed to the caller |
 //! | [`notifications`] | log messages delivered in the transport, in the server's order ([`LogSink`]) |
 //! | [`relay`] | a server's sampling, elicitation and roots requests relayed to the calling client |
+//! | `stdio` (feature `stdio`) | stdio child processes: a minimal environment, their own process group, killed with the toolset |
 //! | [`error`] | [`WiringError`], [`CallError`] |
+//!
+//! Behind them, private: `connection` (one server's connection: transport,
+//! handshake, listing, the call over it; `connection/direct.rs`, a
+//! 2026-07-28 HTTP server's `tools/call` without rmcp's client service),
+//! `http` (guarded HTTP: host check, redirects by hand, 401/403), `sse`
+//! (legacy HTTP+SSE), `health` (available and reachable), `state` (the
+//! swappable snapshot), `trust` and `reconcile` (baselines through the
+//! store, the background reconcile), `effects` (idempotent replay),
+//! `output` (output-schema checks) and `report` (where diagnostics go).
 //!
 //! ```no_run
 //! use portcullis_upstream::{connect, AllowedHosts, CallContext, ConnectOptions, McpServerConfig};

@@ -65,8 +65,16 @@
 //!   the upstream of `examples/portcullis.toml`. In a config, a stdio
 //!   `command = "portcullis"` is this binary.
 //!
-//! Not yet: reload, proxying beyond
-//! tools, `/healthz` and `/metrics`.
+//! - `serve` also passes resources, prompts, completions, logging and
+//!   subscriptions through (`proxy`, pinned like tools, withheld when they
+//!   drift); relays a server's sampling, elicitation and roots requests to
+//!   the calling client (`relay`); asks a person before a policy's `ask`
+//!   call (`[gateway] approval`, `approval_timeout_ms`); answers
+//!   `/healthz` and `/metrics` beside `/mcp` (`health`, `metrics`; remote
+//!   upstreams pinged every `health_interval_ms`); writes the audit trail
+//!   of every call to its store (`audit`, `call` too); re-reads the config
+//!   on change or SIGHUP, keeping unchanged connections (`reload`); and
+//!   shows progress while many upstreams connect (`connecting`).
 
 #![warn(missing_docs)]
 
