@@ -179,7 +179,7 @@ impl Toolset {
     }
 
     /// Pings every connected remote server (Streamable HTTP, SSE) at once,
-    /// each bounded by [`PING_TIMEOUT`] and its own timeout, and records
+    /// each bounded by ten seconds and its own timeout, and records
     /// which answered ([`Toolset::is_up`]). Stdio servers are left out:
     /// their child process is watched instead.
     pub async fn check_remotes(&self) {

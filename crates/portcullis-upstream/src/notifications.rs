@@ -16,7 +16,7 @@
 //! their stream), and a server's log is a session-level message in MCP: a
 //! sink hands it to every interested client, as before. Without a sink
 //! (a toolset no gateway serves) log messages are published as
-//! [`Notice::Log`](crate::Notice::Log) with the other notices.
+//! [`Notice::Log`] with the other notices.
 
 // Logging is deprecated by SEP-2577 (2026-07-28), but every 2025-era server
 // and client still uses it: it is proxied.

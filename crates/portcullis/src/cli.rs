@@ -142,9 +142,9 @@ pub struct DriftArgs {
     pub config: ConfigArg,
     /// Print one JSON object: `drift` (bool), `servers` (each with `server`,
     /// `quarantined` [{tool, name, changed, trusted, current}], `withheld`
-    /// [{tool, name}], `removed` [names], `pinned` (bool), and `prompts`,
+    /// [{tool, name}], `removed` (names), `pinned` (bool), and `prompts`,
     /// `resources`, `templates`, each {changed [{id, changed, trusted,
-    /// current}], added [ids], removed [ids]}) and `unreachable` [{server,
+    /// current}], added (ids), removed (ids)}) and `unreachable` [{server,
     /// reason}].
     #[arg(long)]
     pub json: bool,
