@@ -372,15 +372,52 @@ impl rmcp::ServerHandler for SamplesAModel {
             Arc::new(schema),
         );
         tool.annotations = Some(rmcp::model::ToolAnnotations::new().read_only(true));
-        Ok(ListToolsResult::with_all_items(vec![tool]))
+        let mut survey = tool.clone();
+        survey.name = "survey".into();
+        Ok(ListToolsResult::with_all_items(vec![tool, survey]))
     }
 
     async fn call_tool(
         &self,
-        _request: CallToolRequestParams,
+        request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         self.0.calls.fetch_add(1, Ordering::SeqCst);
+        if request.name == "survey" {
+            // Two questions, one after the other: two rounds for a 2026
+            // client, one call here.
+            let params: ElicitRequestParams = serde_json::from_value(json!({
+                "mode": "form", "message": "Your name?", "requestedSchema": {
+                    "type": "object", "properties": {"name": {"type": "string"}}}
+            }))
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+            let asked =
+                rmcp::model::ServerRequest::ElicitRequest(rmcp::model::ElicitRequest::new(params));
+            let answer = context
+                .peer
+                .send_request(asked)
+                .await
+                .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+            let rmcp::model::ClientResult::ElicitResult(name) = answer else {
+                return Err(ErrorData::internal_error("not an elicitation result", None));
+            };
+            let name = name
+                .content
+                .as_ref()
+                .and_then(|c| c["name"].as_str())
+                .unwrap_or("nobody")
+                .to_owned();
+            let roots = context
+                .peer
+                .list_roots()
+                .await
+                .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+            return Ok(CallToolResult::success(vec![ContentBlock::text(format!(
+                "{name} has {} root(s)",
+                roots.roots.len()
+            ))])
+            .into());
+        }
         let params: CreateMessageRequestParams = serde_json::from_value(json!({
             "messages": [{"role": "user", "content": {"type": "text", "text": "Write a line about roses"}}],
             "maxTokens": 50
@@ -415,12 +452,20 @@ impl rmcp::ServerHandler for SamplesAModel {
 /// sampling capability, with `extra` merged into its params; the JSON-RPC
 /// answer.
 fn call_poem(authority: &str, extra: serde_json::Value) -> serde_json::Value {
+    call_tool_2026(authority, "poem", extra)
+}
+
+/// One stateless 2026-07-28 `tools/call` of `tool` from a client that
+/// declares sampling, elicitation and roots.
+fn call_tool_2026(authority: &str, tool: &str, extra: serde_json::Value) -> serde_json::Value {
     let mut params = json!({
-        "name": "poem",
+        "name": tool,
         "arguments": {},
         "_meta": {
             "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": {"sampling": {}}
+            "io.modelcontextprotocol/clientCapabilities": {
+                "sampling": {}, "elicitation": {"form": {}}, "roots": {}
+            }
         }
     });
     if let (Some(params), Some(extra)) = (params.as_object_mut(), extra.as_object()) {
@@ -429,7 +474,7 @@ fn call_poem(authority: &str, extra: serde_json::Value) -> serde_json::Value {
     let body =
         json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}).to_string();
     let raw = format!(
-        "POST /mcp HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: poem\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "POST /mcp HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: {tool}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     let (status, response) = common::http(authority, &raw);
@@ -554,5 +599,60 @@ async fn a_parked_call_nobody_resumes_is_cancelled_upstream() {
         .expect("the unresumed call was cancelled upstream");
     assert_eq!(seen.cancellations.load(Ordering::SeqCst), 1);
     assert_eq!(seen.calls.load(Ordering::SeqCst), 1);
+    upstream.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_that_asks_twice_takes_two_rounds_of_one_call() {
+    let seen = Arc::new(Sampled::default());
+    let upstream = sampling_upstream(seen.clone()).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let served = common::serve(&sampling_config(dir.path(), &upstream.url(), 60_000));
+    let authority = served.authority();
+    let call = move |extra: serde_json::Value| {
+        let authority = authority.clone();
+        async move {
+            tokio::task::spawn_blocking(move || call_tool_2026(&authority, "survey", extra))
+                .await
+                .expect("a call")
+        }
+    };
+    let only_request = |answer: &serde_json::Value| {
+        let requests = answer["result"]["inputRequests"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(requests.len(), 1, "{answer}");
+        let (key, request) = requests.into_iter().next().expect("one request");
+        let state = answer["result"]["requestState"]
+            .as_str()
+            .expect("a state")
+            .to_owned();
+        (key, request, state)
+    };
+
+    let first = call(json!({})).await;
+    let (key, request, state) = only_request(&first);
+    assert_eq!(request["method"], "elicitation/create", "{first}");
+    assert_eq!(request["params"]["message"], "Your name?");
+    let named = json!({"action": "accept", "content": {"name": "Grace"}});
+    let second = call(json!({
+        "inputResponses": {key: named},
+        "requestState": state
+    }))
+    .await;
+    let (key, request, state) = only_request(&second);
+    assert_eq!(request["method"], "roots/list", "{second}");
+    let roots = json!({"roots": [{"uri": "file:///work", "name": "work"}]});
+    let done = call(json!({
+        "inputResponses": {key: roots},
+        "requestState": state
+    }))
+    .await;
+    let text = done["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.contains("\nGrace has 1 root(s)\n"), "{done}");
+    assert_eq!(seen.calls.load(Ordering::SeqCst), 1, "called exactly once");
     upstream.close().await;
 }
