@@ -195,10 +195,13 @@ pub struct Unreachable {
     pub reason: String,
 }
 
+/// One field of a definition as shown: JSON name, label, rendered text
+/// (`None`: the definition has no such field).
+type Field = (&'static str, &'static str, Option<String>);
+
 /// The fields of a definition the fingerprint covers, in the order they are
-/// shown: JSON name, label, rendered text (`None`: the tool has no such
-/// field).
-fn fields(tool: &Tool) -> [(&'static str, &'static str, Option<String>); 5] {
+/// shown.
+fn fields(tool: &Tool) -> [Field; 5] {
     let json = |value: Option<Value>| value.map(|v| pretty(&v));
     [
         ("title", "title", tool.title.clone()),
@@ -259,10 +262,7 @@ fn changed_fields(trusted: &Tool, current: &Tool) -> Vec<&'static str> {
 
 /// The pinned fields of a prompt, resource or template as shown: JSON
 /// name, label, rendered text (`None`: absent).
-fn pinned_fields(
-    kind: PinKind,
-    material: &Value,
-) -> Vec<(&'static str, &'static str, Option<String>)> {
+fn pinned_fields(kind: PinKind, material: &Value) -> Vec<Field> {
     let keys: &[(&'static str, &'static str)] = match kind {
         PinKind::Prompt => &[
             ("title", "title"),
@@ -659,35 +659,13 @@ pub fn render_server(server: &ServerDrift, style: Style) -> String {
             "  quarantined {}{listed}: its definition changed since it was trusted",
             bold(&diff::inert(&tool.tool))
         );
-        match &tool.trusted {
-            Some(trusted) => {
-                for ((_, label, old), (_, _, new)) in
-                    fields(trusted).into_iter().zip(fields(&tool.current))
-                {
-                    if old == new {
-                        continue;
-                    }
-                    let _ = writeln!(out, "    {label}:");
-                    let absent = "(none)";
-                    let lines = diff::diff_lines(
-                        old.as_deref().unwrap_or(absent),
-                        new.as_deref().unwrap_or(absent),
-                    );
-                    out.push_str(&diff::render(&lines, "      ", style));
-                }
-            }
-            None => {
-                let _ = writeln!(
-                    out,
-                    "    the trusted definition is unknown (the store did not keep it); the current one:"
-                );
-                for (_, label, text) in fields(&tool.current) {
-                    let Some(text) = text else { continue };
-                    let _ = writeln!(out, "    {label}:");
-                    out.push_str(&diff::render(&diff::diff_lines("", &text), "      ", style));
-                }
-            }
-        }
+        render_fields(
+            &mut out,
+            tool.trusted.as_ref().map(|t| Vec::from(fields(t))),
+            Vec::from(fields(&tool.current)),
+            "the store did not keep it",
+            style,
+        );
     }
     for tool in &server.withheld {
         let _ = writeln!(
@@ -709,6 +687,45 @@ pub fn render_server(server: &ServerDrift, style: Style) -> String {
     out
 }
 
+/// A changed definition, field by field: a line diff of each field that
+/// differs from its trusted text, or, when the trusted text is unknown
+/// (`unknown` says why), every field of the current one as added lines.
+fn render_fields(
+    out: &mut String,
+    trusted: Option<Vec<Field>>,
+    current: Vec<Field>,
+    unknown: &str,
+    style: Style,
+) {
+    match trusted {
+        Some(trusted) => {
+            for ((_, label, old), (_, _, new)) in trusted.into_iter().zip(current) {
+                if old == new {
+                    continue;
+                }
+                let _ = writeln!(out, "    {label}:");
+                let absent = "(none)";
+                let lines = diff::diff_lines(
+                    old.as_deref().unwrap_or(absent),
+                    new.as_deref().unwrap_or(absent),
+                );
+                out.push_str(&diff::render(&lines, "      ", style));
+            }
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "    the trusted definition is unknown ({unknown}); the current one:"
+            );
+            for (_, label, text) in current {
+                let Some(text) = text else { continue };
+                let _ = writeln!(out, "    {label}:");
+                out.push_str(&diff::render(&diff::diff_lines("", &text), "      ", style));
+            }
+        }
+    }
+}
+
 /// One kind of definitions besides tools, as [`render_server`] shows it.
 fn render_pinned(out: &mut String, kind: PinKind, drift: &PinnedDrift, style: Style) {
     let bold = |text: &str| style.paint("1", text);
@@ -719,36 +736,13 @@ fn render_pinned(out: &mut String, kind: PinKind, drift: &PinnedDrift, style: St
             "  changed {noun} {}: its definition changed since it was trusted; withheld",
             bold(&diff::inert(&item.id))
         );
-        match &item.trusted {
-            Some(trusted) => {
-                for ((_, label, old), (_, _, new)) in pinned_fields(kind, trusted)
-                    .into_iter()
-                    .zip(pinned_fields(kind, &item.current))
-                {
-                    if old == new {
-                        continue;
-                    }
-                    let _ = writeln!(out, "    {label}:");
-                    let absent = "(none)";
-                    let lines = diff::diff_lines(
-                        old.as_deref().unwrap_or(absent),
-                        new.as_deref().unwrap_or(absent),
-                    );
-                    out.push_str(&diff::render(&lines, "      ", style));
-                }
-            }
-            None => {
-                let _ = writeln!(
-                    out,
-                    "    the trusted definition is unknown (the baseline did not keep it); the current one:"
-                );
-                for (_, label, text) in pinned_fields(kind, &item.current) {
-                    let Some(text) = text else { continue };
-                    let _ = writeln!(out, "    {label}:");
-                    out.push_str(&diff::render(&diff::diff_lines("", &text), "      ", style));
-                }
-            }
-        }
+        render_fields(
+            out,
+            item.trusted.as_ref().map(|t| pinned_fields(kind, t)),
+            pinned_fields(kind, &item.current),
+            "the baseline did not keep it",
+            style,
+        );
     }
     for id in &drift.added {
         let _ = writeln!(
