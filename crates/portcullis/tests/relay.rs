@@ -656,3 +656,72 @@ async fn an_upstream_that_asks_twice_takes_two_rounds_of_one_call() {
     assert_eq!(seen.calls.load(Ordering::SeqCst), 1, "called exactly once");
     upstream.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approved_call_can_still_be_asked_for_input() {
+    let seen = Arc::new(Sampled::default());
+    let upstream = sampling_upstream(seen.clone()).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = common::write_config(
+        dir.path(),
+        &format!(
+            "[gateway]\nstore = \"memory\"\napproval = [\"poem\"]\n\n[upstreams.up]\ntype = \"streamable-http\"\nurl = \"{}\"\ntimeout_ms = 60000\n",
+            upstream.url()
+        ),
+    );
+    let served = common::serve(&config);
+    let authority = served.authority();
+    let call = move |extra: serde_json::Value| {
+        let authority = authority.clone();
+        async move {
+            tokio::task::spawn_blocking(move || call_poem(&authority, extra))
+                .await
+                .expect("a call")
+        }
+    };
+
+    // First the person approves the call...
+    let asked = call(json!({})).await;
+    let requests = &asked["result"]["inputRequests"];
+    assert!(requests.get("portcullis_approval").is_some(), "{asked}");
+    assert_eq!(seen.calls.load(Ordering::SeqCst), 0, "not before approval");
+    let approved = call(json!({
+        "inputResponses": {"portcullis_approval": {"action": "accept", "content": {"approve": true}}},
+        "requestState": asked["result"]["requestState"]
+    }))
+    .await;
+    // ...then the running call's upstream asks the model, under a new state.
+    assert_eq!(
+        approved["result"]["resultType"], "input_required",
+        "{approved}"
+    );
+    let requests = approved["result"]["inputRequests"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    let (key, request) = requests.into_iter().next().expect("a request");
+    assert_eq!(request["method"], "sampling/createMessage", "{approved}");
+    assert_ne!(
+        approved["result"]["requestState"],
+        asked["result"]["requestState"]
+    );
+    let answer = json!({
+        "role": "assistant",
+        "content": {"type": "text", "text": "approved roses"},
+        "model": "test-model"
+    });
+    let done = call(json!({
+        "inputResponses": {key: answer},
+        "requestState": approved["result"]["requestState"]
+    }))
+    .await;
+    let text = done["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        text.contains("\nThe model said: approved roses\n"),
+        "{done}"
+    );
+    assert_eq!(seen.calls.load(Ordering::SeqCst), 1);
+    upstream.close().await;
+}
