@@ -25,6 +25,12 @@ fn get(authority: &str, path: &str, host: &str, headers: &str) -> (u16, String) 
     )
 }
 
+/// Writes the config most tests need: the demo upstream, an in-memory
+/// store, everything else at its default.
+fn demo_config(dir: &std::path::Path) -> std::path::PathBuf {
+    write_config(dir, &format!("[gateway]\nstore = \"memory\"\n\n{DEMO}"))
+}
+
 /// The body after the headers.
 fn body(response: &str) -> &str {
     response.split("\r\n\r\n").nth(1).unwrap_or_default()
@@ -33,10 +39,7 @@ fn body(response: &str) -> &str {
 #[test]
 fn sigterm_lets_the_in_flight_call_finish_and_no_child_survives() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = write_config(
-        dir.path(),
-        &format!("[gateway]\nstore = \"memory\"\n\n{DEMO}"),
-    );
+    let config = demo_config(dir.path());
     let mut served = serve(&config);
     let children = child_pids(served.child.id());
     assert_eq!(children.len(), 1, "one stdio child: {children:?}");
@@ -66,10 +69,7 @@ fn sigterm_lets_the_in_flight_call_finish_and_no_child_survives() {
 #[test]
 fn a_child_killed_from_outside_does_not_keep_the_gateway_alive() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = write_config(
-        dir.path(),
-        &format!("[gateway]\nstore = \"memory\"\n\n{DEMO}"),
-    );
+    let config = demo_config(dir.path());
     for signal in ["TERM", "KILL"] {
         let mut served = serve(&config);
         let children = child_pids(served.child.id());
@@ -174,10 +174,7 @@ fn healthz_is_open_and_metrics_need_the_token() {
 #[test]
 fn json_logs_carry_call_fields_and_never_argument_values() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = write_config(
-        dir.path(),
-        &format!("[gateway]\nstore = \"memory\"\n\n{DEMO}"),
-    );
+    let config = demo_config(dir.path());
     let served = serve_with(&config, &["--log-format", "json"], &[]);
     let authority = served.authority();
     let (status, _) = mcp(
@@ -198,10 +195,7 @@ fn json_logs_carry_call_fields_and_never_argument_values() {
 #[test]
 fn a_changed_config_is_applied_without_restarting_unchanged_children() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = write_config(
-        dir.path(),
-        &format!("[gateway]\nstore = \"memory\"\n\n{DEMO}"),
-    );
+    let config = demo_config(dir.path());
     let served = serve(&config);
     let authority = served.authority();
     let children = child_pids(served.child.id());
@@ -249,10 +243,7 @@ fn a_changed_config_is_applied_without_restarting_unchanged_children() {
 fn adding_and_removing_an_upstream_keeps_the_unchanged_ones_connected() {
     const MORE: &str = "[upstreams.more]\ntype = \"stdio\"\ncommand = \"portcullis\"\nargs = [\"demo-upstream\"]\n";
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = write_config(
-        dir.path(),
-        &format!("[gateway]\nstore = \"memory\"\n\n{DEMO}"),
-    );
+    let config = demo_config(dir.path());
     let served = serve(&config);
     let authority = served.authority();
     let first = child_pids(served.child.id());
@@ -286,10 +277,7 @@ fn adding_and_removing_an_upstream_keeps_the_unchanged_ones_connected() {
     );
 
     // Removing it closes its child only.
-    write_config(
-        dir.path(),
-        &format!("[gateway]\nstore = \"memory\"\n\n{DEMO}"),
-    );
+    demo_config(dir.path());
     served.wait_for_line("upstreams reconfigured");
     served.wait_for_line("config reloaded");
     let added: Vec<u32> = both
@@ -307,10 +295,7 @@ fn adding_and_removing_an_upstream_keeps_the_unchanged_ones_connected() {
 #[test]
 fn stdio_clients_hear_that_the_tool_list_changed() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = write_config(
-        dir.path(),
-        &format!("[gateway]\nstore = \"memory\"\n\n{DEMO}"),
-    );
+    let config = demo_config(dir.path());
     let mut child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
         .args([
             "serve",
@@ -484,55 +469,87 @@ fn metrics(authority: &str) -> String {
     body(&response).to_owned()
 }
 
+/// A gateway whose one upstream is remote: another gateway serving the
+/// demo over Streamable HTTP, which a test stops and starts again.
+struct BehindARemote {
+    /// The remote gateway (the upstream).
+    remote: common::Served,
+    /// Its config, to start it again.
+    remote_config: std::path::PathBuf,
+    /// The gateway under test.
+    gateway: common::Served,
+    _dirs: [tempfile::TempDir; 2],
+}
+
+impl BehindARemote {
+    /// Both gateways running, the one under test pinging its upstream
+    /// every `health_interval_ms` (0: never).
+    fn start(health_interval_ms: u64) -> Self {
+        let remote_dir = tempfile::tempdir().expect("tempdir");
+        let remote_config = demo_config(remote_dir.path());
+        let remote = serve(&remote_config);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = write_config(
+            dir.path(),
+            &format!(
+                "[gateway]\nstore = \"memory\"\nhealth_interval_ms = {health_interval_ms}\n\n[upstreams.remote]\ntype = \"streamable-http\"\nurl = \"{}\"\ntimeout_ms = 5000\n",
+                remote.url
+            ),
+        );
+        let gateway = serve(&config);
+        Self {
+            remote,
+            remote_config,
+            gateway,
+            _dirs: [remote_dir, dir],
+        }
+    }
+
+    /// Stops the remote gateway (cleanly: exit 0).
+    fn stop_remote(&mut self) {
+        assert_eq!(self.remote.terminate(), Some(0));
+    }
+
+    /// Starts the remote gateway again on the address it had; running
+    /// until the returned value is dropped.
+    fn restart_remote(&self) -> common::Served {
+        serve_on(&self.remote_config, &self.remote.authority(), &[], &[])
+    }
+
+    /// Calls `echo` with `text` through the gateway under test.
+    fn echo(&self, id: u32, text: &str) -> (u16, String) {
+        mcp(
+            &self.gateway.authority(),
+            &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": text}}}),
+        )
+    }
+}
+
 #[test]
 fn a_remote_upstream_that_stops_is_reported_down_and_up_again_when_back() {
-    // The remote upstream: another gateway serving the demo over HTTP.
-    let remote_dir = tempfile::tempdir().expect("tempdir");
-    let remote_config = write_config(
-        remote_dir.path(),
-        &format!("[gateway]\nstore = \"memory\"\n\n{DEMO}"),
-    );
-    let mut remote = serve(&remote_config);
-    let remote_authority = remote.authority();
-
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = write_config(
-        dir.path(),
-        &format!(
-            "[gateway]\nstore = \"memory\"\nhealth_interval_ms = 100\n\n[upstreams.remote]\ntype = \"streamable-http\"\nurl = \"{}\"\ntimeout_ms = 5000\n",
-            remote.url
-        ),
-    );
-    let served = serve(&config);
-    let authority = served.authority();
+    let mut pair = BehindARemote::start(100);
+    let authority = pair.gateway.authority();
     assert_eq!(health(&authority)["upstreams"], json!({"up": 1, "down": 0}));
     assert!(metrics(&authority).contains("portcullis_upstream_up{upstream=\"remote\"} 1"));
 
     // Stopped: the health check notices without any call being made.
-    remote.signal("TERM");
-    assert_eq!(remote.exit_code(), Some(0));
+    pair.stop_remote();
     eventually("the stopped upstream is reported down", || {
         health(&authority)["upstreams"] == json!({"up": 0, "down": 1})
     });
     assert_eq!(health(&authority)["status"], "degraded");
     assert!(metrics(&authority).contains("portcullis_upstream_up{upstream=\"remote\"} 0"));
-    let (status, response) = mcp(
-        &authority,
-        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "anyone?"}}}),
-    );
+    let (status, response) = pair.echo(1, "anyone?");
     assert_eq!(status, 200, "{response}");
     assert!(response.contains("\"isError\":true"), "{response}");
 
     // Back on the same address: up again, and calls go through.
-    let _back = serve_on(&remote_config, &remote_authority, &[], &[]);
+    let _back = pair.restart_remote();
     eventually("the upstream is reported up again", || {
         health(&authority)["upstreams"] == json!({"up": 1, "down": 0})
     });
     assert!(metrics(&authority).contains("portcullis_upstream_up{upstream=\"remote\"} 1"));
-    let (status, response) = mcp(
-        &authority,
-        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "welcome back"}}}),
-    );
+    let (status, response) = pair.echo(2, "welcome back");
     assert_eq!(status, 200, "{response}");
     assert!(response.contains("welcome back"), "{response}");
     assert!(!response.contains("\"isError\":true"), "{response}");
@@ -540,43 +557,20 @@ fn a_remote_upstream_that_stops_is_reported_down_and_up_again_when_back() {
 
 #[test]
 fn with_the_pings_off_a_failed_call_marks_a_remote_upstream_down_and_an_answer_up() {
-    let remote_dir = tempfile::tempdir().expect("tempdir");
-    let remote_config = write_config(
-        remote_dir.path(),
-        &format!("[gateway]\nstore = \"memory\"\n\n{DEMO}"),
-    );
-    let mut remote = serve(&remote_config);
-    let remote_authority = remote.authority();
+    let mut pair = BehindARemote::start(0);
+    let authority = pair.gateway.authority();
 
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = write_config(
-        dir.path(),
-        &format!(
-            "[gateway]\nstore = \"memory\"\nhealth_interval_ms = 0\n\n[upstreams.remote]\ntype = \"streamable-http\"\nurl = \"{}\"\ntimeout_ms = 5000\n",
-            remote.url
-        ),
-    );
-    let served = serve(&config);
-    let authority = served.authority();
-    let echo = |id: u32, text: &str| {
-        mcp(
-            &authority,
-            &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": text}}}),
-        )
-    };
-
-    remote.signal("TERM");
-    assert_eq!(remote.exit_code(), Some(0));
+    pair.stop_remote();
     // No ping is sent, so nothing has noticed yet.
     assert_eq!(health(&authority)["upstreams"], json!({"up": 1, "down": 0}));
     // The failed call is what tells: down at once.
-    let (_, response) = echo(1, "anyone?");
+    let (_, response) = pair.echo(1, "anyone?");
     assert!(response.contains("\"isError\":true"), "{response}");
     assert_eq!(health(&authority)["upstreams"], json!({"up": 0, "down": 1}));
 
     // Back: the next call is still sent, and its answer marks it up.
-    let _back = serve_on(&remote_config, &remote_authority, &[], &[]);
-    let (_, response) = echo(2, "welcome back");
+    let _back = pair.restart_remote();
+    let (_, response) = pair.echo(2, "welcome back");
     assert!(response.contains("welcome back"), "{response}");
     assert_eq!(health(&authority)["upstreams"], json!({"up": 1, "down": 0}));
     assert!(metrics(&authority).contains("portcullis_upstream_up{upstream=\"remote\"} 1"));
@@ -601,10 +595,7 @@ async fn http_clients_of_both_eras_hear_that_the_tool_list_changed() {
     use rmcp::service::{ClientLifecycleMode, ClientServiceExt as _};
 
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = write_config(
-        dir.path(),
-        &format!("[gateway]\nstore = \"memory\"\n\n{DEMO}"),
-    );
+    let config = demo_config(dir.path());
     let served = tokio::task::block_in_place(|| serve(&config));
     let url = served.url.clone();
 
