@@ -725,3 +725,42 @@ async fn an_approved_call_can_still_be_asked_for_input() {
     assert_eq!(seen.calls.load(Ordering::SeqCst), 1);
     upstream.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_2026_upstreams_input_required_reaches_a_2026_client() {
+    let upstream = serve_http(AsksForAName, HttpOptions::default())
+        .await
+        .expect("the upstream listens");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let served = common::serve(&config(dir.path(), &upstream.url()));
+    let authority = served.authority();
+    let call = move |extra: serde_json::Value| {
+        let authority = authority.clone();
+        async move {
+            tokio::task::spawn_blocking(move || call_tool_2026(&authority, "greet", extra))
+                .await
+                .expect("a call")
+        }
+    };
+    let first = call(json!({})).await;
+    assert_eq!(first["result"]["resultType"], "input_required", "{first}");
+    let requests = first["result"]["inputRequests"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    let (key, request) = requests.into_iter().next().expect("a request");
+    assert_eq!(request["method"], "elicitation/create", "{first}");
+    assert_eq!(request["params"]["message"], "Who are you?");
+    // The gateway's own state, not the upstream's: that one stays inside.
+    assert_ne!(first["result"]["requestState"], "asked-once");
+    let done = call(json!({
+        "inputResponses": {key: {"action": "accept", "content": {"name": "Ada"}}},
+        "requestState": first["result"]["requestState"]
+    }))
+    .await;
+    let text = done["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.contains("\nHello, Ada!\n"), "{done}");
+    upstream.close().await;
+}
