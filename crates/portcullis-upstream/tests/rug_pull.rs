@@ -323,28 +323,20 @@ async fn two_replicas_racing_on_a_new_server_enforce_one_baseline() {
 /// templates: listed live from the server, pinned against the baseline in
 /// force (the catalogue's passthrough projection the gateway serves from).
 async fn projected(toolset: &Toolset) -> Passthrough {
+    // rmcp's list items read as the catalogue's (the same MCP shape).
+    fn read<T: serde::Serialize, U: serde::de::DeserializeOwned>(
+        listed: Result<Vec<T>, impl std::fmt::Display>,
+    ) -> Vec<U> {
+        listed
+            .unwrap_or_else(|e| panic!("{e}"))
+            .iter()
+            .map(|item| serde_json::from_value(json!(item)).unwrap_or_else(|e| panic!("{e}")))
+            .collect()
+    }
     let upstream = toolset.passthrough();
-    let prompts: Vec<Prompt> = upstream
-        .list_prompts(SERVER)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
-        .iter()
-        .map(|p| serde_json::from_value(json!(p)).unwrap_or_else(|e| panic!("{e}")))
-        .collect();
-    let resources: Vec<Resource> = upstream
-        .list_resources(SERVER)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
-        .iter()
-        .map(|r| serde_json::from_value(json!(r)).unwrap_or_else(|e| panic!("{e}")))
-        .collect();
-    let templates: Vec<ResourceTemplate> = upstream
-        .list_resource_templates(SERVER)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
-        .iter()
-        .map(|t| serde_json::from_value(json!(t)).unwrap_or_else(|e| panic!("{e}")))
-        .collect();
+    let prompts: Vec<Prompt> = read(upstream.list_prompts(SERVER).await);
+    let resources: Vec<Resource> = read(upstream.list_resources(SERVER).await);
+    let templates: Vec<ResourceTemplate> = read(upstream.list_resource_templates(SERVER).await);
     let pins = toolset.baseline(SERVER).and_then(|b| split_baseline(&b).1);
     Passthrough::project(
         vec![ServerDefinitions {
