@@ -21,7 +21,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{python, python_json, serve, write_config};
+use common::{audit_trail, python, python_json, serve, write_config};
 use serde_json::{Value, json};
 
 /// A gateway config: the demo upstream (this very binary) under the prefix
@@ -251,15 +251,7 @@ fn an_unanswered_approval_times_out_as_configured_and_the_upstream_is_never_call
     assert_eq!(served.terminate(), Some(0));
     let records = tokio::runtime::Runtime::new()
         .expect("runtime")
-        .block_on(async {
-            let store = portcullis_store::open(
-                &portcullis_store::StoreSpec::Sqlite(None),
-                &dir.path().join(".portcullis"),
-            )
-            .await
-            .expect("the gateway's SQLite store opens");
-            store.audit().recent(10).await.expect("the trail reads")
-        });
+        .block_on(audit_trail(&dir.path().join(".portcullis")));
     let decisions: Vec<(&str, &str)> = records
         .iter()
         .rev()

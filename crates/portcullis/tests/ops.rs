@@ -11,8 +11,9 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 
 use common::{
-    DEMO, PATIENCE, alive, child_pids, eventually, http, mcp, mcp_request, mcp_streaming,
-    portcullis, send_signal, serve, serve_on, serve_with, text, tool_names, write_config,
+    DEMO, PATIENCE, alive, assert_nowhere_in, audit_trail, child_pids, eventually, http, mcp,
+    mcp_request, mcp_streaming, portcullis, send_signal, serve, serve_on, serve_with, text,
+    tool_names, write_config,
 };
 use serde_json::{Value, json};
 
@@ -402,16 +403,9 @@ fn every_call_is_in_the_audit_trail_with_its_argument_shape_only() {
     assert_eq!(called.status.code(), Some(0), "{}", text(&called.stderr));
     let after = std::time::SystemTime::now();
 
-    let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let records = runtime.block_on(async {
-        let store = portcullis_store::open(
-            &portcullis_store::StoreSpec::Sqlite(None),
-            &dir.path().join(".portcullis"),
-        )
-        .await
-        .expect("the gateway's SQLite store opens");
-        store.audit().recent(10).await.expect("the trail reads")
-    });
+    let records = tokio::runtime::Runtime::new()
+        .expect("runtime")
+        .block_on(audit_trail(&dir.path().join(".portcullis")));
     assert_eq!(records.len(), 4, "{records:?}");
     // Newest first.
     let (from_cli, refused, invalid, ok) = (&records[0], &records[1], &records[2], &records[3]);
@@ -444,15 +438,7 @@ fn every_call_is_in_the_audit_trail_with_its_argument_shape_only() {
         );
     }
     // The value is nowhere on disk.
-    for entry in std::fs::read_dir(dir.path().join(".portcullis")).expect("data_dir") {
-        let path = entry.expect("entry").path();
-        let bytes = std::fs::read(&path).unwrap_or_default();
-        assert!(
-            !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
-            "{} holds an argument value",
-            path.display()
-        );
-    }
+    assert_nowhere_in(&dir.path().join(".portcullis"), secret);
 }
 
 /// `/healthz` as JSON.

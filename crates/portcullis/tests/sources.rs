@@ -22,7 +22,7 @@ use axum::response::IntoResponse;
 use portcullis_sources::signing::{DEFAULT_MAX_SKEW, PublicKey, verify_request};
 use serde_json::{Value, json};
 
-use common::{serve, text};
+use common::{assert_nowhere_in, audit_trail, serve, text};
 
 /// `portcullis ARGS…` to completion. Async, unlike `common::portcullis`:
 /// the signing app the binary calls is served by this test's own runtime,
@@ -584,13 +584,7 @@ async fn source_calls_are_counted_logged_and_audited_under_their_source() {
     // Stopped politely, so every record is written.
     assert_eq!(tokio::task::block_in_place(|| served.terminate()), Some(0));
 
-    let store = portcullis_store::open(
-        &portcullis_store::StoreSpec::Sqlite(None),
-        &dir.path().join("state"),
-    )
-    .await
-    .expect("the gateway's SQLite store opens");
-    let records = store.audit().recent(10).await.expect("the trail reads");
+    let records = audit_trail(&dir.path().join("state")).await;
     assert_eq!(records.len(), 3, "{records:?}");
     // Newest first.
     let (invalid, device, greeted) = (&records[0], &records[1], &records[2]);
@@ -607,14 +601,5 @@ async fn source_calls_are_counted_logged_and_audited_under_their_source() {
     assert_eq!(device.argument_shape.as_value(), &json!({"id": "string"}));
     assert_eq!(invalid.tool, "greeter__greet");
     assert_eq!(invalid.decision.as_str(), "invalid", "{invalid:?}");
-    drop(store);
-    for entry in std::fs::read_dir(dir.path().join("state")).expect("data_dir") {
-        let path = entry.expect("entry").path();
-        let bytes = std::fs::read(&path).unwrap_or_default();
-        assert!(
-            !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
-            "{} holds an argument value",
-            path.display()
-        );
-    }
+    assert_nowhere_in(&dir.path().join("state"), secret);
 }

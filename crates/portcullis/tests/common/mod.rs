@@ -245,6 +245,29 @@ pub fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
     }
 }
 
+/// The newest (at most 10) records of the audit trail a gateway wrote to
+/// its default store, SQLite in `data_dir`; newest first.
+pub async fn audit_trail(data_dir: &Path) -> Vec<portcullis_store::AuditRecord> {
+    let store = portcullis_store::open(&portcullis_store::StoreSpec::Sqlite(None), data_dir)
+        .await
+        .expect("the gateway's SQLite store opens");
+    store.audit().recent(10).await.expect("the trail reads")
+}
+
+/// Fails unless no file directly in `dir` holds `secret` (an argument
+/// value that must never be written down).
+pub fn assert_nowhere_in(dir: &Path, secret: &str) {
+    for entry in std::fs::read_dir(dir).expect("data_dir") {
+        let path = entry.expect("entry").path();
+        let bytes = std::fs::read(&path).unwrap_or_default();
+        assert!(
+            !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+            "{} holds an argument value",
+            path.display()
+        );
+    }
+}
+
 /// The project's `.peers/` directory (installed by `.ci/peers.sh`).
 pub fn peers_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.peers")
