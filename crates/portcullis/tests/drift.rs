@@ -5,9 +5,12 @@
 //! its environment: `echo`'s description and input schema rewritten, a tool
 //! added (`shout`) and one removed (`count`).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+use common::GREETER_MANIFEST;
 use serde_json::Value;
 
 const TRUSTED_DESCRIPTION: &str = "Returns the text it is given.";
@@ -297,16 +300,7 @@ const NOTES: &str = "Notes kept by the demo.";
 /// then `prompts/get greet`, then `resources/list` (the three responses).
 fn served(fx: &Fixture) -> [Value; 3] {
     use std::io::{BufRead as _, BufReader, Write as _};
-    let mut child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
-        .arg("serve")
-        .arg("--stdio")
-        .arg("--config")
-        .arg(&fx.config)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("serve --stdio starts");
+    let mut child = common::serve_stdio(&fx.config);
     let mut stdin = child.stdin.take().expect("piped stdin");
     let mut lines = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
     let mut send = |message: Value| writeln!(stdin, "{message}").expect("the message is sent");
@@ -471,15 +465,6 @@ fn a_rewritten_prompt_is_shown_as_a_diff_and_retrust_pins_it_again() {
         "{shown}"
     );
 }
-
-const GREETER_MANIFEST: &str = r#"{
-  "name": "greeter", "version": "1.0.0",
-  "tools": [
-    { "id": "greet", "handler": "./greet.sh", "description": "Greets someone",
-      "annotations": { "readOnlyHint": true },
-      "inputSchema": { "type": "object", "properties": { "name": { "type": "string" } }, "required": ["name"] } }
-  ]
-}"#;
 
 #[test]
 fn a_native_tool_plugin_drifts_and_is_retrusted_by_its_name() {

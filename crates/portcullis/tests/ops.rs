@@ -8,12 +8,11 @@
 mod common;
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
 
 use common::{
     DEMO, PATIENCE, alive, assert_nowhere_in, audit_trail, child_pids, eventually, http, mcp,
-    mcp_request, mcp_streaming, portcullis, send_signal, serve, serve_on, serve_with, text,
-    tool_names, write_config,
+    mcp_request, mcp_streaming, portcullis, send_signal, serve, serve_on, serve_stdio, serve_with,
+    text, tool_names, write_config,
 };
 use serde_json::{Value, json};
 
@@ -297,18 +296,7 @@ fn adding_and_removing_an_upstream_keeps_the_unchanged_ones_connected() {
 fn stdio_clients_hear_that_the_tool_list_changed() {
     let dir = tempfile::tempdir().expect("tempdir");
     let config = demo_config(dir.path());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
-        .args([
-            "serve",
-            "--stdio",
-            "--config",
-            config.to_str().unwrap_or_default(),
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("serve --stdio starts");
+    let mut child = serve_stdio(&config);
     let mut stdin = child.stdin.take().expect("piped stdin");
     let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
     let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {

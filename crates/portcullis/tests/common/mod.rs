@@ -30,6 +30,30 @@ pub const PATIENCE: Duration = Duration::from_secs(60);
 pub const DEMO: &str =
     "[upstreams.demo]\ntype = \"stdio\"\ncommand = \"portcullis\"\nargs = [\"demo-upstream\"]\n";
 
+/// A native tool plugin's `mcp-plugin.json`: one read-only tool `greet`
+/// (a `name` string), its handler `./greet.sh` in the plugin directory.
+pub const GREETER_MANIFEST: &str = r#"{
+  "name": "greeter", "version": "1.0.0",
+  "tools": [
+    { "id": "greet", "handler": "./greet.sh", "description": "Greets someone",
+      "annotations": { "readOnlyHint": true },
+      "inputSchema": { "type": "object", "properties": { "name": { "type": "string" } }, "required": ["name"] } }
+  ]
+}"#;
+
+/// `portcullis serve --stdio --config CONFIG` with stdin and stdout piped
+/// (the MCP client's side) and stderr discarded.
+pub fn serve_stdio(config: &Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .args(["serve", "--stdio", "--config"])
+        .arg(config)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("serve --stdio starts")
+}
+
 /// Runs `portcullis ARGS…` to completion with stdin closed (not a terminal).
 pub fn portcullis(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_portcullis"))
