@@ -2,7 +2,8 @@
 //! running it as a user would (one-shot commands, `serve` on a free
 //! loopback port with its stderr followed line by line), writing configs,
 //! finding the real peers (the Python SDK under `.peers/`) and the
-//! conformance fixture binary, child-process bookkeeping, and a legacy
+//! conformance fixture binary, child-process bookkeeping, the audit trail
+//! read back from the gateway's SQLite store, and a legacy
 //! HTTP+SSE upstream served in-process (rmcp has no server for that
 //! transport any more).
 //!
