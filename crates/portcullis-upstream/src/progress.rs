@@ -7,7 +7,7 @@
 //! route is keyed by the token the request handle reports, registered right
 //! after the request is sent and removed when the call ends.
 //!
-//! Routing happens in the transport ([`Tapped`]), not in the handler's
+//! Routing happens in the transport (`Tapped`), not in the handler's
 //! `on_progress`: rmcp runs notification handlers in spawned tasks but
 //! resolves a response in its receive loop, so a progress notification the
 //! server sent just before its result could reach `on_progress` after the
