@@ -423,15 +423,18 @@ impl rmcp::ServerHandler for SamplesAModel {
             "maxTokens": 50
         }))
         .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        let sampled = tokio::select! {
-            sampled = context.peer.create_message(params) => sampled,
-            () = context.ct.cancelled() => {
+        // A call given up on hears both that its question will not be
+        // answered and that it is cancelled, in either order: what counts
+        // is that the cancellation comes.
+        let sampled = match context.peer.create_message(params).await {
+            Ok(sampled) => sampled,
+            Err(error) => {
+                context.ct.cancelled().await;
                 self.0.cancellations.fetch_add(1, Ordering::SeqCst);
                 self.0.cancelled.notify_one();
-                return Err(ErrorData::internal_error("cancelled", None));
+                return Err(ErrorData::internal_error(error.to_string(), None));
             }
         };
-        let sampled = sampled.map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
         let line = serde_json::to_value(&sampled.message.content)
             .ok()
             .and_then(|c| {
