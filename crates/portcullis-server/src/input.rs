@@ -45,6 +45,8 @@ type Reply = oneshot::Sender<Result<Value, ErrorData>>;
 
 /// One question from the handler.
 struct Ask {
+    /// The key the handler would like it asked under.
+    key: Option<String>,
     request: InputRequest,
     reply: Reply,
 }
@@ -69,8 +71,24 @@ impl InputChannel {
     /// resumed in time, took too many rounds, or the client's retry left
     /// this question out.
     pub fn request(&self, request: InputRequest) -> BoxFuture<'static, Result<Value, ErrorData>> {
+        self.request_keyed(None, request)
+    }
+
+    /// As [`InputChannel::request`], asked under `key` among the round's
+    /// input requests when no other question of the round has it (a proxy
+    /// keeps its server's keys). Questions asked before the first is
+    /// awaited go out in one round.
+    pub fn request_keyed(
+        &self,
+        key: Option<String>,
+        request: InputRequest,
+    ) -> BoxFuture<'static, Result<Value, ErrorData>> {
         let (reply, answer) = oneshot::channel();
-        let sent = self.asks.send(Ask { request, reply });
+        let sent = self.asks.send(Ask {
+            key,
+            request,
+            reply,
+        });
         Box::pin(async move {
             if sent.is_err() {
                 return Err(gone());
@@ -242,8 +260,16 @@ async fn drive(
         }
         let mut requests = InputRequests::new();
         for ask in batch {
-            parked.keys += 1;
-            let key = format!("input-{}", parked.keys);
+            let key = match ask.key {
+                Some(key) if !requests.contains_key(&key) => key,
+                _ => loop {
+                    parked.keys += 1;
+                    let key = format!("input-{}", parked.keys);
+                    if !requests.contains_key(&key) {
+                        break key;
+                    }
+                },
+            };
             requests.insert(key.clone(), ask.request);
             parked.owed.insert(key, ask.reply);
         }

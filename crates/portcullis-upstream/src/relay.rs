@@ -37,8 +37,8 @@ use futures::future::BoxFuture;
 use rmcp::ErrorData;
 use rmcp::RoleClient;
 use rmcp::model::{
-    ClientCapabilities, ClientResult, ErrorCode, InputRequest, InputRequests, InputResponses,
-    RequestId, ServerRequest,
+    ClientCapabilities, ClientResult, ErrorCode, GetExtensions, InputRequest, InputRequests,
+    InputResponses, RequestId, ServerRequest,
 };
 use rmcp::service::{InboundStreamOrigin, RequestContext};
 use tokio_util::sync::CancellationToken;
@@ -60,6 +60,12 @@ pub trait ClientRelay: Send + Sync + 'static {
         cancel: CancellationToken,
     ) -> BoxFuture<'static, Result<ClientResult, ErrorData>>;
 }
+
+/// The key a 2026 server gave a request among its `input_required` input
+/// requests, carried in the request's extensions: a client that answers by
+/// a round trip of its own can ask under the same key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputKey(pub String);
 
 /// The method name of a server-to-client request, for messages.
 pub(crate) fn method_of(request: &ServerRequest) -> &'static str {
@@ -213,18 +219,19 @@ impl Relays {
     }
 }
 
-/// Answers a 2026 server's `input_required` requests by putting each to the
-/// calling client; the answers are keyed as the requests were. The error
-/// says why a request could not be answered (the client's own JSON-RPC
-/// error passes unchanged).
+/// Answers a 2026 server's `input_required` requests by putting them to the
+/// calling client all at once (a client that answers by round trip gets
+/// them in one round, under the server's keys: [`InputKey`]); the answers
+/// are keyed as the requests were. The error says why a request could not
+/// be answered (the client's own JSON-RPC error passes unchanged).
 pub(crate) async fn answer_inputs(
     relay: Option<&Arc<dyn ClientRelay>>,
     requests: InputRequests,
     cancel: &CancellationToken,
 ) -> Result<InputResponses, ErrorData> {
-    let mut answers = InputResponses::new();
+    let mut pending = Vec::new();
     for (key, request) in requests {
-        let request = match request {
+        let mut request = match request {
             InputRequest::CreateMessage(r) => ServerRequest::CreateMessageRequest(r),
             InputRequest::Elicitation(r) => ServerRequest::ElicitRequest(r),
             InputRequest::ListRoots(r) => ServerRequest::ListRootsRequest(r),
@@ -240,21 +247,28 @@ pub(crate) async fn answer_inputs(
         if !declared(&relay.capabilities(), &request) {
             return Err(Refusal::Undeclared { method }.into());
         }
-        let answer = match relay.request(request, cancel.child_token()).await? {
-            ClientResult::CreateMessageResult(r) => serde_json::to_value(r),
-            ClientResult::ElicitResult(r) => serde_json::to_value(r),
-            ClientResult::ListRootsResult(r) => serde_json::to_value(r),
-            _ => {
-                return Err(ErrorData::internal_error(
-                    format!("the calling client answered {method} with another kind of result"),
-                    None,
-                ));
-            }
-        };
-        let answer = answer.map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        answers.insert(key, answer);
+        request.extensions_mut().insert(InputKey(key.clone()));
+        let answer = relay.request(request, cancel.child_token());
+        pending.push(async move {
+            let answer = match answer.await? {
+                ClientResult::CreateMessageResult(r) => serde_json::to_value(r),
+                ClientResult::ElicitResult(r) => serde_json::to_value(r),
+                ClientResult::ListRootsResult(r) => serde_json::to_value(r),
+                _ => {
+                    return Err(ErrorData::internal_error(
+                        format!("the calling client answered {method} with another kind of result"),
+                        None,
+                    ));
+                }
+            };
+            let answer = answer.map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+            Ok::<_, ErrorData>((key, answer))
+        });
     }
-    Ok(answers)
+    Ok(futures::future::try_join_all(pending)
+        .await?
+        .into_iter()
+        .collect())
 }
 
 /// A call's place among the calls in flight; removed on drop.

@@ -23,6 +23,7 @@ use std::pin::Pin;
 
 use portcullis_server::InputChannel;
 use portcullis_upstream::ClientRelay;
+use portcullis_upstream::relay::InputKey;
 use rmcp::model::{
     CancelledNotificationParam, ClientCapabilities, ClientResult, ErrorCode, GetExtensions,
     InputRequest, RequestId, ServerRequest,
@@ -143,6 +144,7 @@ fn ask_by_round_trip(
         Elicitation,
         Roots,
     }
+    let key = request.extensions().get::<InputKey>().map(|k| k.0.clone());
     let (kind, asked) = match request {
         ServerRequest::CreateMessageRequest(r) => (Kind::Sampling, InputRequest::CreateMessage(r)),
         ServerRequest::ElicitRequest(r) => (Kind::Elicitation, InputRequest::Elicitation(r)),
@@ -157,7 +159,7 @@ fn ask_by_round_trip(
             });
         }
     };
-    let answer = input.request(asked);
+    let answer = input.request_keyed(key, asked);
     Box::pin(async move {
         let value = tokio::select! {
             value = answer => value?,

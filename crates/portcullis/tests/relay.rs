@@ -754,6 +754,7 @@ async fn a_2026_upstreams_input_required_reaches_a_2026_client() {
     let (key, request) = requests.into_iter().next().expect("a request");
     assert_eq!(request["method"], "elicitation/create", "{first}");
     assert_eq!(request["params"]["message"], "Who are you?");
+    assert_eq!(key, "who", "the upstream's key is kept");
     // The gateway's own state, not the upstream's: that one stays inside.
     assert_ne!(first["result"]["requestState"], "asked-once");
     let done = call(json!({
