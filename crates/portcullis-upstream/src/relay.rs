@@ -6,7 +6,7 @@
 //! handed to that client and its answer goes back to the server unchanged.
 //!
 //! One connection serves every caller, so the request must be tied to a
-//! call. Every `tools/call` in flight holds a [`RelaySlot`], bound to the
+//! call. Every `tools/call` in flight holds a `RelaySlot`, bound to the
 //! request id it was sent with:
 //!
 //! * Streamable HTTP tells which POST's response stream the request arrived
@@ -18,7 +18,7 @@
 //!   the capability: the server gets a JSON-RPC error saying which.
 //!
 //! A 2026-07-28 server does not send requests: it answers `tools/call` with
-//! an `input_required` result listing them. [`answer_inputs`] puts each to
+//! an `input_required` result listing them. `answer_inputs` puts each to
 //! the calling client the same way and the call is retried with the
 //! answers (see `Connection::call`), so an initialize-era client can use a
 //! 2026 server's tools that need input. A 2026-07-28 *client* cannot be
