@@ -25,7 +25,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let runtime = tokio::runtime::Runtime::new()?;
     match args.get(1).map(String::as_str) {
         Some("serve") => return runtime.block_on(serve()),
-        Some("serve-bare") => return runtime.block_on(serve_bare()),
+        Some("serve-bare") => return runtime.block_on(load_driver::serve_rmcp_echo()),
         _ => {}
     }
     let calls: usize = args.get(1).and_then(|n| n.parse().ok()).unwrap_or(4000);
@@ -52,57 +52,6 @@ async fn serve() -> Result<(), Box<dyn std::error::Error>> {
     println!("{}", server.url());
     server.wait().await;
     Ok(())
-}
-
-/// The baseline: rmcp's Streamable HTTP service with the same settings and
-/// a hand-written echo handler, nothing of ours in between.
-async fn serve_bare() -> Result<(), Box<dyn std::error::Error>> {
-    use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
-    use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
-    let config = StreamableHttpServerConfig::default()
-        .with_legacy_session_mode(false)
-        .with_json_response(true);
-    let service = StreamableHttpService::new(
-        || Ok(Bare),
-        std::sync::Arc::new(NeverSessionManager::default()),
-        config,
-    );
-    let app = axum::Router::new().route_service("/mcp", service);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    println!("http://{}/mcp", listener.local_addr()?);
-    axum::serve(listener, app).await?;
-    Ok(())
-}
-
-#[derive(Clone)]
-struct Bare;
-
-impl rmcp::ServerHandler for Bare {
-    fn get_info(&self) -> rmcp::model::ServerConfig {
-        rmcp::model::ServerConfig::new(
-            rmcp::model::ServerCapabilities::builder()
-                .enable_tools()
-                .build(),
-        )
-    }
-
-    async fn call_tool(
-        &self,
-        request: rmcp::model::CallToolRequestParams,
-        _context: rmcp::service::RequestContext<rmcp::RoleServer>,
-    ) -> Result<rmcp::model::CallToolResponse, rmcp::ErrorData> {
-        let text = request
-            .arguments
-            .as_ref()
-            .and_then(|a| a.get("message"))
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
-        Ok(
-            rmcp::model::CallToolResult::success(vec![rmcp::model::ContentBlock::text(text)])
-                .into(),
-        )
-    }
 }
 
 async fn drive(calls: usize) -> Result<(), Box<dyn std::error::Error>> {

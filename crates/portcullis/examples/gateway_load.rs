@@ -25,8 +25,6 @@
 
 use std::path::PathBuf;
 
-use serde_json::{Value, json};
-
 // The driver `load_bench` uses too, so both benches load the same way.
 #[path = "../../portcullis-server/examples/load_driver/mod.rs"]
 mod load_driver;
@@ -36,76 +34,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let runtime = tokio::runtime::Runtime::new()?;
     if args.get(1).map(String::as_str) == Some("upstream") {
-        return runtime.block_on(upstream());
+        return runtime.block_on(load_driver::serve_rmcp_echo());
     }
     let calls: usize = args.get(1).and_then(|n| n.parse().ok()).unwrap_or(4000);
     runtime.block_on(drive(calls))
-}
-
-/// The upstream: rmcp's Streamable HTTP service, stateless with JSON
-/// responses, one read-only echo tool. Prints its URL.
-async fn upstream() -> Result<(), Box<dyn std::error::Error>> {
-    use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
-    use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
-    let config = StreamableHttpServerConfig::default()
-        .with_legacy_session_mode(false)
-        .with_json_response(true);
-    let service = StreamableHttpService::new(
-        || Ok(Echo),
-        std::sync::Arc::new(NeverSessionManager::default()),
-        config,
-    );
-    let app = axum::Router::new().route_service("/mcp", service);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    println!("http://{}/mcp", listener.local_addr()?);
-    axum::serve(listener, app).await?;
-    Ok(())
-}
-
-#[derive(Clone)]
-struct Echo;
-
-impl rmcp::ServerHandler for Echo {
-    fn get_info(&self) -> rmcp::model::ServerConfig {
-        rmcp::model::ServerConfig::new(
-            rmcp::model::ServerCapabilities::builder()
-                .enable_tools()
-                .build(),
-        )
-    }
-
-    async fn list_tools(
-        &self,
-        _request: Option<rmcp::model::PaginatedRequestParams>,
-        _context: rmcp::service::RequestContext<rmcp::RoleServer>,
-    ) -> Result<rmcp::model::ListToolsResult, rmcp::ErrorData> {
-        let tool: rmcp::model::Tool = serde_json::from_value(json!({
-            "name": "echo",
-            "description": "Returns the message.",
-            "inputSchema": {"type": "object", "properties": {"message": {"type": "string"}}},
-            "annotations": {"readOnlyHint": true}
-        }))
-        .map_err(|e| rmcp::ErrorData::internal_error(e.to_string(), None))?;
-        Ok(rmcp::model::ListToolsResult::with_all_items(vec![tool]))
-    }
-
-    async fn call_tool(
-        &self,
-        request: rmcp::model::CallToolRequestParams,
-        _context: rmcp::service::RequestContext<rmcp::RoleServer>,
-    ) -> Result<rmcp::model::CallToolResponse, rmcp::ErrorData> {
-        let text = request
-            .arguments
-            .as_ref()
-            .and_then(|a| a.get("message"))
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
-        Ok(
-            rmcp::model::CallToolResult::success(vec![rmcp::model::ContentBlock::text(text)])
-                .into(),
-        )
-    }
 }
 
 async fn drive(calls: usize) -> Result<(), Box<dyn std::error::Error>> {

@@ -169,3 +169,72 @@ pub fn cpu_seconds(pid: u32) -> f64 {
     };
     (ticks(11) + ticks(12)) / 100.0
 }
+
+/// The yardstick: rmcp's Streamable HTTP service, stateless with JSON
+/// responses, one read-only echo tool and nothing of ours. Prints its URL
+/// and serves until killed (the direct upstream of `gateway_load`, the bare
+/// baseline of `load_bench`).
+pub async fn serve_rmcp_echo() -> Result<(), Box<dyn std::error::Error>> {
+    use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+    use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+    let config = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_json_response(true);
+    let service = StreamableHttpService::new(
+        || Ok(RmcpEcho),
+        std::sync::Arc::new(NeverSessionManager::default()),
+        config,
+    );
+    let app = axum::Router::new().route_service("/mcp", service);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    println!("http://{}/mcp", listener.local_addr()?);
+    axum::serve(listener, app).await?;
+    Ok(())
+}
+
+/// The echo handler, written against rmcp alone.
+#[derive(Clone)]
+pub struct RmcpEcho;
+
+impl rmcp::ServerHandler for RmcpEcho {
+    fn get_info(&self) -> rmcp::model::ServerConfig {
+        rmcp::model::ServerConfig::new(
+            rmcp::model::ServerCapabilities::builder()
+                .enable_tools()
+                .build(),
+        )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<rmcp::model::PaginatedRequestParams>,
+        _context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<rmcp::model::ListToolsResult, rmcp::ErrorData> {
+        let tool: rmcp::model::Tool = serde_json::from_value(json!({
+            "name": "echo",
+            "description": "Returns the message.",
+            "inputSchema": {"type": "object", "properties": {"message": {"type": "string"}}},
+            "annotations": {"readOnlyHint": true}
+        }))
+        .map_err(|e| rmcp::ErrorData::internal_error(e.to_string(), None))?;
+        Ok(rmcp::model::ListToolsResult::with_all_items(vec![tool]))
+    }
+
+    async fn call_tool(
+        &self,
+        request: rmcp::model::CallToolRequestParams,
+        _context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<rmcp::model::CallToolResponse, rmcp::ErrorData> {
+        let text = request
+            .arguments
+            .as_ref()
+            .and_then(|a| a.get("message"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        Ok(
+            rmcp::model::CallToolResult::success(vec![rmcp::model::ContentBlock::text(text)])
+                .into(),
+        )
+    }
+}
