@@ -169,7 +169,7 @@ impl ArgumentShape {
 /// use portcullis_store::audit::argument_shape;
 /// use serde_json::json;
 ///
-/// let args = json!({"path": "/home/ana/taxes.pdf", "limit": 5, "tags": ["a", "b", 3]});
+/// let args = json!({"path": "/srv/ana/taxes.pdf", "limit": 5, "tags": ["a", "b", 3]});
 /// assert_eq!(
 ///     argument_shape(&args),
 ///     json!({"limit": "integer", "path": "string", "tags": ["string", "integer"]})

@@ -573,7 +573,7 @@ mod tests {
 
     #[test]
     fn an_audit_record_holds_the_shape_only() {
-        let args = serde_json::json!({"path": "/home/ana/taxes.pdf", "n": 2});
+        let args = serde_json::json!({"path": "/srv/ana/taxes.pdf", "n": 2});
         let record = audit_record(
             SystemTime::UNIX_EPOCH,
             Some("agent".into()),
