@@ -310,8 +310,9 @@ fn install_signal_handlers(
     finished: CancellationToken,
     grace: Duration,
 ) {
+    let signal = crate::shutdown::ShutdownSignal::register();
     tokio::spawn(async move {
-        wait_for_signal().await;
+        signal.received().await;
         tracing::info!("signal received; draining in-flight calls");
         stop.cancel();
         if tokio::time::timeout(grace, finished.cancelled())
@@ -323,28 +324,4 @@ fn install_signal_handlers(
         }
         std::process::exit(0);
     });
-}
-
-#[cfg(unix)]
-async fn wait_for_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) {
-        (Ok(mut int), Ok(mut term)) => {
-            tokio::select! {
-                _ = int.recv() => {}
-                _ = term.recv() => {}
-            }
-        }
-        _ => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
-}
-
-#[cfg(not(unix))]
-async fn wait_for_signal() {
-    let _ = tokio::signal::ctrl_c().await;
 }

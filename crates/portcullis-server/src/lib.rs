@@ -75,6 +75,7 @@ pub mod http;
 pub mod input;
 pub mod mcp_server;
 pub mod passthrough;
+pub mod shutdown;
 pub mod stdio;
 pub mod tool_server;
 
@@ -86,5 +87,6 @@ pub use http::{HttpOptions, HttpServer, serve_http};
 pub use input::InputChannel;
 pub use mcp_server::{ServeOptions, create_mcp_server};
 pub use passthrough::{PassthroughCapabilities, PassthroughProvider};
+pub use shutdown::ShutdownSignal;
 pub use stdio::{serve_io, serve_stdio};
 pub use tool_server::{CallError, Registration, ToolServer, ToolServerBuilder, schema_of};

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use portcullis_server::{HttpOptions, serve_http, serve_stdio};
+use portcullis_server::{HttpOptions, ShutdownSignal, serve_http, serve_stdio};
 
 use crate::Exit;
 use crate::audit::Recorder;
@@ -41,6 +41,9 @@ pub async fn serve(
     listen: Option<SocketAddr>,
     stdio: bool,
 ) -> anyhow::Result<Exit> {
+    // Ours from the start: a signal while upstreams connect, or right after
+    // the listening line, must not kill the process with children alive.
+    let signal = ShutdownSignal::register();
     let gateway = Gateway::start(config).await?;
     let generation = Generation::new(config.clone(), gateway);
     let snapshot = generation.snapshot();
@@ -69,7 +72,7 @@ pub async fn serve(
                     tracing::warn!(%error, "stdio session ended with an error");
                 }
             }
-            () = shutdown_signal() => tracing::info!("signal received; shutting down"),
+            () = signal.received() => tracing::info!("signal received; shutting down"),
         }
         watcher.abort();
         follower.abort();
@@ -108,7 +111,7 @@ pub async fn serve(
     eprintln!("portcullis: listening on {}; {summary}", server.url());
     let stop = server.stop_token();
     tokio::spawn(async move {
-        shutdown_signal().await;
+        signal.received().await;
         tracing::info!("signal received; draining in-flight calls");
         stop.cancel();
     });
@@ -138,26 +141,5 @@ async fn close(live: &Live) {
             "upstreams did not close within {} s; ending them",
             CLOSE_BOUND.as_secs()
         );
-    }
-}
-
-/// Resolves on SIGINT or SIGTERM (Ctrl-C elsewhere).
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        if let (Ok(mut int), Ok(mut term)) = (
-            signal(SignalKind::interrupt()),
-            signal(SignalKind::terminate()),
-        ) {
-            tokio::select! {
-                _ = int.recv() => {}
-                _ = term.recv() => {}
-            }
-            return;
-        }
-    }
-    if tokio::signal::ctrl_c().await.is_err() {
-        std::future::pending::<()>().await;
     }
 }
