@@ -17,6 +17,7 @@
 //! | [`input`] | a handler asks the client for input mid-call: parked behind an `input_required` round trip for 2026-07-28 clients |
 //! | [`handler`] | what a tool is: an async function of its arguments and a [`CallContext`] |
 //! | [`passthrough`] | resources, prompts, completions, logging and subscriptions through a provider beside the tools |
+//! | [`shutdown`] | SIGINT/SIGTERM taken over the moment a [`ShutdownSignal`] is made, awaited later |
 //! | [`mcp_server`] | the seed's `createMcpServer(root, port, …, options)` |
 //!
 //! The rules themselves (framing, `ERR_…` codes, validation) live in
