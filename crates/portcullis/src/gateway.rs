@@ -72,16 +72,7 @@ impl Gateway {
     /// stderr, and builds the tool server. A failing upstream becomes a
     /// diagnostic; only wiring mistakes are errors.
     pub async fn start(config: &Config) -> anyhow::Result<Gateway> {
-        let base = config
-            .path
-            .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_default();
-        let mut servers = config
-            .upstreams
-            .values()
-            .map(|u| server_config(u, &base))
-            .collect::<anyhow::Result<Vec<_>>>()?;
+        let mut servers = server_configs(config)?;
         // Plugins, tool plugins and apps: a broken one is reported and
         // skipped. Agent Plugins' servers join the upstreams.
         let loaded = crate::sources::load(config, &crate::sources::signing(config));
@@ -193,16 +184,7 @@ impl Gateway {
     /// and the `auto` prefix counts them, so those reloads rebuild
     /// everything.
     pub async fn reconfigured(&self, config: &Config) -> anyhow::Result<Gateway> {
-        let base = config
-            .path
-            .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_default();
-        let servers = config
-            .upstreams
-            .values()
-            .map(|u| server_config(u, &base))
-            .collect::<anyhow::Result<Vec<_>>>()?;
+        let servers = server_configs(config)?;
         let options = connect_options(config).with_store(self.store.clone());
         let prefix = options.projection.prefix;
         let report = self
@@ -230,6 +212,21 @@ impl Gateway {
     pub async fn close(&self) {
         self.toolset.close().await;
     }
+}
+
+/// Every `[upstreams.*]` table as the connector's config, commands and
+/// paths resolved against the config file's directory.
+pub fn server_configs(config: &Config) -> anyhow::Result<Vec<McpServerConfig>> {
+    let base = config
+        .path
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    config
+        .upstreams
+        .values()
+        .map(|u| server_config(u, &base))
+        .collect()
 }
 
 /// The `[upstreams.NAME]` table as the connector's config, secrets exposed

@@ -58,7 +58,7 @@ use tokio::sync::watch;
 
 use crate::audit::{Decision, Recorder, Verdict};
 use crate::config::{self, App, Config, StoreChoice};
-use crate::gateway::{Gateway, server_config};
+use crate::gateway::{Gateway, server_configs};
 use crate::metrics::{Outcome, Snapshot, UNKNOWN_TOOL};
 
 /// How often the config file is looked at for changes.
@@ -84,16 +84,7 @@ struct SourcesKey {
 
 impl SourcesKey {
     fn of(config: &Config) -> anyhow::Result<SourcesKey> {
-        let base = config
-            .path
-            .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_default();
-        let servers = config
-            .upstreams
-            .values()
-            .map(|u| server_config(u, &base))
-            .collect::<anyhow::Result<Vec<_>>>()?;
+        let servers = server_configs(config)?;
         let per_upstream: Vec<_> = config
             .upstreams
             .values()
