@@ -214,6 +214,15 @@ async fn a_cancelled_call_is_cancelled_upstream() {
     upstream.close().await;
 }
 
+/// A read-only tool taking any object, as the test upstreams list it.
+fn read_only_tool(name: &'static str, description: &'static str) -> rmcp::model::Tool {
+    let schema = serde_json::Map::from_iter([("type".to_owned(), json!("object"))]);
+    let mut tool =
+        rmcp::model::Tool::new_with_raw(name, Some(description.into()), Arc::new(schema));
+    tool.annotations = Some(rmcp::model::ToolAnnotations::new().read_only(true));
+    tool
+}
+
 /// A 2026-07-28 upstream whose `greet` takes input the MRTR way: the first
 /// round answers `input_required` (an elicitation keyed `who`, and a
 /// request state); the retry with the answer and the state completes.
@@ -230,13 +239,7 @@ impl rmcp::ServerHandler for AsksForAName {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let schema = serde_json::Map::from_iter([("type".to_owned(), json!("object"))]);
-        let mut tool = rmcp::model::Tool::new_with_raw(
-            "greet",
-            Some("Asks who you are".into()),
-            Arc::new(schema),
-        );
-        tool.annotations = Some(rmcp::model::ToolAnnotations::new().read_only(true));
+        let tool = read_only_tool("greet", "Asks who you are");
         Ok(ListToolsResult::with_all_items(vec![tool]))
     }
 
@@ -365,13 +368,7 @@ impl rmcp::ServerHandler for SamplesAModel {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let schema = serde_json::Map::from_iter([("type".to_owned(), json!("object"))]);
-        let mut tool = rmcp::model::Tool::new_with_raw(
-            "poem",
-            Some("Asks the caller's model for a line".into()),
-            Arc::new(schema),
-        );
-        tool.annotations = Some(rmcp::model::ToolAnnotations::new().read_only(true));
+        let tool = read_only_tool("poem", "Asks the caller's model for a line");
         let mut survey = tool.clone();
         survey.name = "survey".into();
         Ok(ListToolsResult::with_all_items(vec![tool, survey]))
