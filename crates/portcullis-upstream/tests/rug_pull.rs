@@ -20,14 +20,7 @@ use serde_json::{Value, json};
 
 /// First run: trusted on first use, baseline and cache recorded.
 async fn first_run(fixture: &Fixture) {
-    let toolset = connect(vec![fixture.config()], fixture.options().await)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        toolset.diagnostics().is_empty(),
-        "{:?}",
-        toolset.diagnostics()
-    );
+    let toolset = fixture.connect_clean().await;
     assert_eq!(kind(&toolset, "echo"), Some(EntryKind::Remote));
     toolset.close().await;
     let row = fixture
@@ -57,9 +50,7 @@ async fn first_run(fixture: &Fixture) {
 /// Second run against `published`.
 async fn second_run(fixture: &Fixture, published: &Value) -> Toolset {
     fixture.publish(published);
-    connect(vec![fixture.config()], fixture.options().await)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
+    fixture.connect().await
 }
 
 /// The baseline is still the first run's; the cache is the latest listing.
@@ -369,14 +360,7 @@ async fn prompts_and_resources_are_pinned_on_first_use_and_a_rewrite_is_withheld
 
     // First connection: the tools, prompts, resources and the template
     // are all pinned, from the listings the server gave.
-    let toolset = connect(vec![fixture.config()], fixture.options().await)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        toolset.diagnostics().is_empty(),
-        "{:?}",
-        toolset.diagnostics()
-    );
+    let toolset = fixture.connect_clean().await;
     let recorded = fixture
         .store()
         .await
@@ -431,9 +415,7 @@ async fn prompts_and_resources_are_pinned_on_first_use_and_a_rewrite_is_withheld
         r["mimeType"] = json!("application/x-sh")
     });
     fixture.publish(&pulled);
-    let toolset = connect(vec![fixture.config()], fixture.options().await)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let toolset = fixture.connect().await;
     assert_eq!(
         toolset.baseline(SERVER),
         Some(recorded.clone()),
@@ -474,9 +456,7 @@ async fn prompts_and_resources_are_pinned_on_first_use_and_a_rewrite_is_withheld
     // Re-trust: the next connection pins what the server publishes now.
     let store = fixture.store().await;
     assert!(retrust(store.as_ref(), SERVER).await.unwrap_or(false));
-    let toolset = connect(vec![fixture.config()], fixture.options().await)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let toolset = fixture.connect().await;
     let after = projected(&toolset).await;
     assert!(withheld(&after).is_empty(), "{:?}", after.withheld());
     assert_eq!(after.prompts().len(), 2);
@@ -502,9 +482,7 @@ async fn prompts_and_resources_are_pinned_on_first_use_and_a_rewrite_is_withheld
 async fn a_wake_after_a_retrust_pins_what_its_reconcile_lists() {
     let definitions = with_prompts_and_resources();
     let fixture = Fixture::new(&definitions);
-    let toolset = connect(vec![fixture.config()], fixture.options().await)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let toolset = fixture.connect().await;
     toolset.close().await;
     let pulled = rewritten(&definitions, "prompts", "name", "greet", |p| {
         p["description"] = json!("Greet, politely.")

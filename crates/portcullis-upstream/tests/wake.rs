@@ -12,20 +12,13 @@ use portcullis_catalog::catalogue::EntryKind;
 use portcullis_catalog::fingerprint::fingerprint_listing;
 use portcullis_catalog::{Diagnostic, Rule};
 use portcullis_upstream::{
-    CallContext, ConnectOptions, McpServerConfig, WiringError, connect, rebuild_from_store,
+    CallContext, ConnectOptions, McpServerConfig, WiringError, rebuild_from_store,
 };
 use serde_json::json;
 
 /// A cold start that persists the original catalogue.
 async fn cold_start(fixture: &Fixture) {
-    let toolset = connect(vec![fixture.config()], fixture.options().await)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        toolset.diagnostics().is_empty(),
-        "{:?}",
-        toolset.diagnostics()
-    );
+    let toolset = fixture.connect_clean().await;
     toolset.close().await;
     assert_eq!(fixture.lists(), 1);
 }

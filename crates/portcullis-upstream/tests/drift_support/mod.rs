@@ -110,6 +110,24 @@ impl Fixture {
     pub async fn options(&self) -> ConnectOptions {
         ConnectOptions::default().with_store(self.store().await)
     }
+
+    /// Connects to the fixture as published now, through the store.
+    pub async fn connect(&self) -> Toolset {
+        portcullis_upstream::connect(vec![self.config()], self.options().await)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Fixture::connect`], asserting the connection reported nothing.
+    pub async fn connect_clean(&self) -> Toolset {
+        let toolset = self.connect().await;
+        assert!(
+            toolset.diagnostics().is_empty(),
+            "{:?}",
+            toolset.diagnostics()
+        );
+        toolset
+    }
 }
 
 pub fn write(path: &Path, tools: &Value) {
