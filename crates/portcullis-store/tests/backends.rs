@@ -222,6 +222,7 @@ macro_rules! suite {
             effect_log_first_write_wins,
             effect_log_prunes_before_a_cutoff,
             audit_trail_keeps_shapes_newest_first_and_prunes,
+            concurrent_prunes_delete_each_record_once,
             $($extra,)*
         );
     };

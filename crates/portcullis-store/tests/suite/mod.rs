@@ -616,3 +616,58 @@ pub async fn audit_trail_keeps_shapes_newest_first_and_prunes(h: Harness) {
     assert_eq!(ok(h.twin.audit().prune_before(t0() + 3 * second).await), 3);
     assert!(ok(log.recent(10).await).is_empty());
 }
+
+/// Two replicas pruning the same tables at once (as `serve`'s retention
+/// does on every replica sharing PostgreSQL): every old record is deleted
+/// exactly once between them, nothing recent is touched, and neither fails.
+pub async fn concurrent_prunes_delete_each_record_once(h: Harness) {
+    const OLD: u64 = 40;
+    let second = Duration::from_secs(1);
+    let finished = Outcome::Finished {
+        result: ToolResult::text("done"),
+    };
+    for i in 0..OLD {
+        let at = t0() + second * i as u32;
+        let record = AuditRecord::new(
+            at,
+            "docs__search",
+            &json!({"q": "x"}),
+            AuditDecision::Allowed,
+            AuditOutcome::Ok,
+        );
+        ok(h.store.audit().record(&record).await);
+        let key = effect_key("run-prune#0", i, "docs__search", &json!({}));
+        ok(h.store
+            .effects()
+            .record_at(&key, "docs__search", &finished, at)
+            .await);
+    }
+    let recent = t0() + Duration::from_secs(86_400);
+    let record = AuditRecord::new(
+        recent,
+        "docs__fetch",
+        &json!({}),
+        AuditDecision::Allowed,
+        AuditOutcome::Ok,
+    );
+    ok(h.store.audit().record(&record).await);
+    let recent_key = effect_key("run-prune#0", OLD, "docs__fetch", &json!({}));
+    ok(h.store
+        .effects()
+        .record_at(&recent_key, "docs__fetch", &finished, recent)
+        .await);
+
+    let cutoff = t0() + Duration::from_secs(3600);
+    let (a, b, c, d) = tokio::join!(
+        h.store.audit().prune_before(cutoff),
+        h.twin.audit().prune_before(cutoff),
+        h.store.effects().prune_before(cutoff),
+        h.twin.effects().prune_before(cutoff),
+    );
+    assert_eq!(ok(a) + ok(b), OLD, "audit records deleted once each");
+    assert_eq!(ok(c) + ok(d), OLD, "effect records deleted once each");
+    let left = ok(h.twin.audit().recent(100).await);
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].tool, "docs__fetch");
+    assert!(ok(h.twin.effects().recorded(&recent_key).await).is_some());
+}
