@@ -37,6 +37,19 @@ pub const DEFAULT_APPROVAL_TIMEOUT_MS: u64 = 120_000;
 /// upstream nothing.
 pub const DEFAULT_HEALTH_INTERVAL_MS: u64 = 30_000;
 
+/// Days the audit trail is kept when `audit_retention_days` is not set: it
+/// holds no argument values and answers "who called what", so a month.
+pub const DEFAULT_AUDIT_RETENTION_DAYS: u64 = 30;
+
+/// Days the effect log is kept when `effects_retention_days` is not set: it
+/// holds tool results (values) only so a replayed turn is not run twice,
+/// which happens within hours, so a week.
+pub const DEFAULT_EFFECTS_RETENTION_DAYS: u64 = 7;
+
+/// The longest retention window accepted, in days (a century): longer is
+/// `0`, keep forever.
+pub const MAX_RETENTION_DAYS: u64 = 36_500;
+
 /// A loaded, validated config.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -80,6 +93,12 @@ pub struct Gateway {
     /// tell whether it is up (`health_interval_ms`); `None` (`0`): never,
     /// only failed calls mark it down.
     pub health_interval: Option<Duration>,
+    /// How long `serve` keeps audit records (`audit_retention_days`);
+    /// `None` (`0`): forever. See `crate::retention`.
+    pub audit_retention: Option<Duration>,
+    /// How long `serve` keeps effect-log records (`effects_retention_days`);
+    /// `None` (`0`): forever.
+    pub effects_retention: Option<Duration>,
     /// The identity sent with application calls.
     pub identity: Option<Identity>,
     /// Cap, in characters, on one call's text output.
@@ -276,6 +295,8 @@ struct RawGateway {
     approval: Option<RawApproval>,
     approval_timeout_ms: Option<u64>,
     health_interval_ms: Option<u64>,
+    audit_retention_days: Option<u64>,
+    effects_retention_days: Option<u64>,
     identity: Option<RawIdentity>,
     max_output_length: Option<usize>,
     prefix: Option<String>,
@@ -551,6 +572,16 @@ impl Validator<'_> {
             0 => None,
             ms => Some(Duration::from_millis(ms)),
         };
+        let audit_retention = self.retention(
+            "gateway.audit_retention_days",
+            raw.audit_retention_days
+                .unwrap_or(DEFAULT_AUDIT_RETENTION_DAYS),
+        )?;
+        let effects_retention = self.retention(
+            "gateway.effects_retention_days",
+            raw.effects_retention_days
+                .unwrap_or(DEFAULT_EFFECTS_RETENTION_DAYS),
+        )?;
         let prefix = match raw.prefix.as_deref() {
             None => Prefix::Auto,
             Some(text) => text
@@ -586,6 +617,8 @@ impl Validator<'_> {
             approval,
             approval_timeout: Duration::from_millis(approval_timeout_ms),
             health_interval,
+            audit_retention,
+            effects_retention,
             identity: raw.identity.map(|i| Identity {
                 user: i.user,
                 perms: i.perms,
@@ -595,6 +628,20 @@ impl Validator<'_> {
             data_dir: self.path(&raw.data_dir.unwrap_or_else(|| PathBuf::from(".portcullis"))),
             store,
         })
+    }
+
+    /// A retention window of `days` (`0`: forever) for `field`.
+    fn retention(&self, field: &str, days: u64) -> Result<Option<Duration>, ConfigError> {
+        match days {
+            0 => Ok(None),
+            days if days > MAX_RETENTION_DAYS => Err(self.error(
+                field,
+                format!(
+                    "{days} days is more than {MAX_RETENTION_DAYS}; use 0 to keep records forever"
+                ),
+            )),
+            days => Ok(Some(Duration::from_secs(days * 86_400))),
+        }
     }
 
     fn upstream(&self, name: &str, raw: RawUpstream) -> Result<Upstream, ConfigError> {
@@ -877,6 +924,29 @@ key_file = ".portcullis/gateway.pub"
         );
         assert_eq!(config.gateway.store, StoreChoice::Sqlite);
         assert!(config.upstreams.is_empty());
+    }
+
+    #[test]
+    fn retention_windows_default_parse_and_are_bounded() {
+        let day = Duration::from_secs(86_400);
+        let config = parse_text("").unwrap();
+        assert_eq!(config.gateway.audit_retention, Some(day * 30));
+        assert_eq!(config.gateway.effects_retention, Some(day * 7));
+        let config =
+            parse_text("[gateway]\naudit_retention_days = 0\neffects_retention_days = 90\n")
+                .unwrap();
+        assert_eq!(config.gateway.audit_retention, None, "0 keeps forever");
+        assert_eq!(config.gateway.effects_retention, Some(day * 90));
+        let e = error("[gateway]\nallow_write = false\neffects_retention_days = 100000\n");
+        assert_eq!(
+            e.field.as_deref(),
+            Some("gateway.effects_retention_days"),
+            "{e}"
+        );
+        assert_eq!(e.position.map(|p| p.0), Some(3), "{e}");
+        assert!(e.message.contains("use 0"), "{e}");
+        let e = error("[gateway]\naudit_retention_days = -1\n");
+        assert_eq!(e.position.map(|p| p.0), Some(2), "{e}");
     }
 
     #[test]

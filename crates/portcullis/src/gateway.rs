@@ -72,6 +72,16 @@ impl Gateway {
     /// stderr, and builds the tool server. A failing upstream becomes a
     /// diagnostic; only wiring mistakes are errors.
     pub async fn start(config: &Config) -> anyhow::Result<Gateway> {
+        Gateway::start_after(config, None).await
+    }
+
+    /// [`Gateway::start`] for a config reload that reconnects everything:
+    /// the proxy succeeds `previous` (its sessions are served, see
+    /// `Proxy::take_over`) instead of starting without any.
+    pub async fn start_after(
+        config: &Config,
+        previous: Option<&crate::proxy::Proxy>,
+    ) -> anyhow::Result<Gateway> {
         let mut servers = server_configs(config)?;
         // Plugins, tool plugins and apps: a broken one is reported and
         // skipped. Agent Plugins' servers join the upstreams.
@@ -111,7 +121,10 @@ impl Gateway {
         for diagnostic in sources.diagnostics() {
             tracing::warn!(rule = %diagnostic.rule, origin = %diagnostic.origin, "{}", diagnostic.message);
         }
-        let proxy = crate::proxy::Proxy::start(&toolset, projection.prefix).await;
+        let proxy = match previous {
+            Some(previous) => previous.successor(&toolset, projection.prefix, None).await,
+            None => crate::proxy::Proxy::start(&toolset, projection.prefix).await,
+        };
         let tools = build_tool_server(config, &toolset, &sources, &proxy)?;
         Ok(Gateway {
             toolset,
@@ -198,7 +211,12 @@ impl Gateway {
             closed = ?report.closed,
             "upstreams reconfigured"
         );
-        let proxy = crate::proxy::Proxy::start(&self.toolset, prefix).await;
+        // The sessions stay; the reload's new connections are routed to
+        // them once the new generation takes over (`Proxy::take_over`).
+        let proxy = self
+            .proxy
+            .successor(&self.toolset, prefix, Some(&report.kept))
+            .await;
         Ok(Gateway {
             toolset: self.toolset.clone(),
             tools: build_tool_server(config, &self.toolset, &self.sources, &proxy)?,

@@ -94,6 +94,7 @@ mod metrics;
 mod proxy;
 mod relay;
 mod reload;
+mod retention;
 mod retrust_cmd;
 mod serve;
 mod sources;

@@ -60,6 +60,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
 
 /// One downstream session that can be told things later.
 struct Session {
@@ -146,11 +147,43 @@ struct Inner {
     /// The last definitions listed per server.
     definitions: Mutex<HashMap<String, ServerDefinitions>>,
     projection: RwLock<Arc<Projection>>,
-    sessions: Mutex<Vec<Session>>,
+    /// The downstream side, shared with the proxies that succeed this one.
+    downstream: Arc<Downstream>,
     /// Upstream subscriptions by (server, its URI): how many downstream
-    /// subscribers share each.
-    subscribed: tokio::sync::Mutex<HashMap<(String, String), usize>>,
-    events: broadcast::Sender<Event>,
+    /// subscribers share each. Shared with a successor over the same
+    /// connections (an in-place reload), whose kept servers still hold
+    /// them.
+    subscribed: Arc<tokio::sync::Mutex<HashMap<(String, String), usize>>>,
+    /// The servers whose connections a successor took over as they were
+    /// (`None`: every connection is new); what [`Proxy::take_over`] must
+    /// not subscribe or set a level on again.
+    kept: Option<Vec<String>>,
+    /// Set once this proxy routes the upstreams' notices (at start, or when
+    /// it took over from its predecessor).
+    routed: std::sync::atomic::AtomicBool,
+    /// Cancelled when a successor took over: this proxy's notice relay
+    /// stops, so no session hears a notice twice.
+    retired: CancellationToken,
+}
+
+/// What outlives a generation of the gateway: the downstream sessions (a
+/// stdio client or an HTTP session stays connected across a config
+/// reload), what each asked for, and the 2026-07-28 listens' events. Every
+/// proxy built by a reload shares its predecessor's, so the upstreams a
+/// reload connects reach the sessions that were there before it.
+#[derive(Default)]
+struct Downstream {
+    sessions: Mutex<Vec<Session>>,
+    events: Events,
+}
+
+/// The broadcast of [`Event`]s to 2026-07-28 listens.
+struct Events(broadcast::Sender<Event>);
+
+impl Default for Events {
+    fn default() -> Self {
+        Events(broadcast::channel(64).0)
+    }
 }
 
 /// Reads a wire type through JSON (the catalogue's models and rmcp's share
@@ -177,6 +210,102 @@ impl Proxy {
     /// projects them, and starts relaying the servers' notifications.
     /// `prefix` is the mode the tools were projected under.
     pub async fn start(toolset: &Toolset, prefix: Prefix) -> Proxy {
+        let proxy = Proxy::build(toolset, prefix, Arc::default(), Arc::default(), None).await;
+        proxy.route();
+        proxy
+    }
+
+    /// The proxy over `toolset` after a config reload: it lists and
+    /// projects as [`Proxy::start`] does, but serves this proxy's sessions
+    /// (and their levels and subscriptions) and relays nothing until
+    /// [`Proxy::take_over`] makes it the one in force. `kept` names the
+    /// servers whose connections `toolset` kept as they were (an in-place
+    /// reconfigure of the same toolset); `None` when every connection is
+    /// new.
+    pub async fn successor(
+        &self,
+        toolset: &Toolset,
+        prefix: Prefix,
+        kept: Option<&[String]>,
+    ) -> Proxy {
+        let subscribed = match kept {
+            // The same connections: what the kept servers were subscribed
+            // to still stands, and is still counted here.
+            Some(_) => self.inner.subscribed.clone(),
+            None => Arc::default(),
+        };
+        Proxy::build(
+            toolset,
+            prefix,
+            self.inner.downstream.clone(),
+            subscribed,
+            kept.map(<[String]>::to_vec),
+        )
+        .await
+    }
+
+    /// Makes this proxy (built by [`Proxy::successor`]) the one in force
+    /// instead of `predecessor`: the upstreams' notices are routed here,
+    /// the predecessor stops relaying, and the connections that are new
+    /// are subscribed to what the sessions subscribed to and set to the
+    /// level they asked for, so a server a reload connected is heard like
+    /// one present at start. Nothing when it is the same proxy or this one
+    /// already routes.
+    pub async fn take_over(&self, predecessor: &Proxy) {
+        if Arc::ptr_eq(&self.inner, &predecessor.inner)
+            || self.inner.routed.load(std::sync::atomic::Ordering::Acquire)
+        {
+            return;
+        }
+        if let Some(kept) = &self.inner.kept {
+            // Entries of servers that were closed or reconnected name
+            // subscriptions that ended with their connections.
+            self.inner
+                .subscribed
+                .lock()
+                .await
+                .retain(|(server, _), _| kept.contains(server));
+        }
+        self.route();
+        predecessor.inner.retired.cancel();
+        let kept = self.inner.kept.as_deref().unwrap_or_default();
+        let fresh = |server: &str| !kept.iter().any(|k| k == server);
+        // One hold per session and URI, as `subscribe` counts them.
+        let wanted: Vec<String> = {
+            let sessions = self
+                .inner
+                .downstream
+                .sessions
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            sessions
+                .iter()
+                .filter(|s| !s.peer.is_transport_closed())
+                .flat_map(|s| s.subscriptions.iter().cloned())
+                .collect()
+        };
+        for uri in wanted {
+            let Ok((server, upstream_uri)) = self.route_uri(&uri) else {
+                continue;
+            };
+            if fresh(&server)
+                && let Err(error) = self.hold(&server, &upstream_uri).await
+            {
+                tracing::warn!(server, error = %error.message, "could not subscribe a reconnected upstream for a session");
+            }
+        }
+        if let Some(level) = self.wanted_level(None) {
+            self.forward_level(level, |server| fresh(server)).await;
+        }
+    }
+
+    async fn build(
+        toolset: &Toolset,
+        prefix: Prefix,
+        downstream: Arc<Downstream>,
+        subscribed: Arc<tokio::sync::Mutex<HashMap<(String, String), usize>>>,
+        kept: Option<Vec<String>>,
+    ) -> Proxy {
         let upstream = toolset.passthrough();
         let catalogue = toolset.catalogue();
         let source_count = catalogue.servers().len();
@@ -211,9 +340,11 @@ impl Proxy {
                 pins,
                 definitions: Mutex::default(),
                 projection: RwLock::default(),
-                sessions: Mutex::default(),
-                subscribed: tokio::sync::Mutex::default(),
-                events: broadcast::channel(64).0,
+                downstream,
+                subscribed,
+                kept,
+                routed: std::sync::atomic::AtomicBool::new(false),
+                retired: CancellationToken::new(),
             }),
         };
         proxy
@@ -222,19 +353,35 @@ impl Proxy {
         for diagnostic in proxy.projection().diagnostics() {
             tracing::warn!(rule = %diagnostic.rule, origin = %diagnostic.origin, "{}", diagnostic.message);
         }
+        proxy
+    }
+
+    /// Starts handing the upstreams' notices to the sessions, until a
+    /// successor takes over.
+    fn route(&self) {
+        self.inner
+            .routed
+            .store(true, std::sync::atomic::Ordering::Release);
         // Log messages are handed over in each upstream's transport, so
         // they reach the sessions before a result the server sent after
         // them (`portcullis_upstream::notifications`).
-        let logs = Logs(Arc::downgrade(&proxy.inner));
-        proxy.inner.upstream.route_logs(Arc::new(logs));
-        let mut notices = proxy.inner.upstream.notices();
-        let relay = proxy.clone();
+        let logs = Logs(Arc::downgrade(&self.inner));
+        self.inner.upstream.route_logs(Arc::new(logs));
+        let mut notices = self.inner.upstream.notices();
+        let relay = self.clone();
+        let retired = self.inner.retired.clone();
         tokio::spawn(async move {
-            while let Some(notice) = notices.recv().await {
-                relay.relay(notice).await;
+            loop {
+                let notice = tokio::select! {
+                    () = retired.cancelled() => return,
+                    notice = notices.recv() => notice,
+                };
+                match notice {
+                    Some(notice) => relay.relay(notice).await,
+                    None => return,
+                }
             }
         });
-        proxy
     }
 
     /// The projection in force.
@@ -318,6 +465,7 @@ impl Proxy {
     fn with_session<T>(&self, peer: &Peer<RoleServer>, f: impl FnOnce(&mut Session) -> T) -> T {
         let mut sessions = self
             .inner
+            .downstream
             .sessions
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
@@ -341,6 +489,7 @@ impl Proxy {
     fn sessions_where(&self, wanted: impl Fn(&Session) -> bool) -> Vec<Peer<RoleServer>> {
         let mut sessions = self
             .inner
+            .downstream
             .sessions
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
@@ -363,7 +512,9 @@ impl Proxy {
                 let exposed = self.projection().expose_uri(&server, &uri);
                 let _ = self
                     .inner
+                    .downstream
                     .events
+                    .0
                     .send(Event::ResourceUpdated(exposed.clone()));
                 for peer in self.sessions_where(|s| s.subscriptions.contains(&exposed)) {
                     let _ = peer
@@ -375,14 +526,14 @@ impl Proxy {
             }
             Notice::ResourcesChanged => {
                 self.refresh(&[Kind::Resources, Kind::Templates]).await;
-                let _ = self.inner.events.send(Event::ResourcesChanged);
+                let _ = self.inner.downstream.events.0.send(Event::ResourcesChanged);
                 for peer in self.sessions_where(|_| true) {
                     let _ = peer.notify_resource_list_changed().await;
                 }
             }
             Notice::PromptsChanged => {
                 self.refresh(&[Kind::Prompts]).await;
-                let _ = self.inner.events.send(Event::PromptsChanged);
+                let _ = self.inner.downstream.events.0.send(Event::PromptsChanged);
                 for peer in self.sessions_where(|_| true) {
                     let _ = peer.notify_prompt_list_changed().await;
                 }
@@ -409,6 +560,40 @@ impl Proxy {
             tokio::time::timeout(LOG_HANDOFF, peer.notify_logging_message(param.clone()))
         }))
         .await;
+    }
+
+    /// The most verbose level any live session asked for, `also` counted
+    /// too; `None` when nobody asked.
+    fn wanted_level(&self, also: Option<LoggingLevel>) -> Option<LoggingLevel> {
+        let sessions = self
+            .inner
+            .downstream
+            .sessions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        sessions
+            .iter()
+            .filter(|s| !s.peer.is_transport_closed())
+            .filter_map(|s| s.level)
+            .chain(also)
+            .min_by_key(|l| level_rank(*l))
+    }
+
+    /// Sets `level` on every server `which` names that logs and has
+    /// `logging/setLevel` (a 2026-07-28 server has none).
+    async fn forward_level(&self, level: LoggingLevel, which: impl Fn(&str) -> bool) {
+        let upstream = &self.inner.upstream;
+        for server in upstream.servers() {
+            let logs = upstream
+                .capabilities(&server)
+                .is_some_and(|c| c.logging.is_some());
+            if !which(&server) || !logs || !upstream.has_initialize(&server) {
+                continue;
+            }
+            if let Err(error) = upstream.set_level(&server, level).await {
+                tracing::warn!(server, %error, "could not set the upstream log level");
+            }
+        }
     }
 
     /// Subscribes upstream unless another subscriber already did.
@@ -822,32 +1007,10 @@ impl PassthroughProvider for Proxy {
             // The upstreams are shared: set them to the most verbose level
             // any live session asked for, and filter per session on the way
             // out.
-            let level = {
-                let sessions = self
-                    .inner
-                    .sessions
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner);
-                sessions
-                    .iter()
-                    .filter(|s| !s.peer.is_transport_closed())
-                    .filter_map(|s| s.level)
-                    .chain(std::iter::once(request.level))
-                    .min_by_key(|l| level_rank(*l))
-                    .unwrap_or(request.level)
-            };
-            let upstream = &self.inner.upstream;
-            for server in upstream.servers() {
-                let logs = upstream
-                    .capabilities(&server)
-                    .is_some_and(|c| c.logging.is_some());
-                if !logs || !upstream.has_initialize(&server) {
-                    continue;
-                }
-                if let Err(error) = upstream.set_level(&server, level).await {
-                    tracing::warn!(server, %error, "could not set the upstream log level");
-                }
-            }
+            let level = self
+                .wanted_level(Some(request.level))
+                .unwrap_or(request.level);
+            self.forward_level(level, |_| true).await;
             Ok(())
         })
     }
@@ -858,7 +1021,7 @@ impl PassthroughProvider for Proxy {
 
     fn listen(&self, context: SubscriptionContext) -> BoxFuture<'_, Result<(), ErrorData>> {
         Box::pin(async move {
-            let mut events = self.inner.events.subscribe();
+            let mut events = self.inner.downstream.events.0.subscribe();
             let uris = context
                 .accepted()
                 .resource_subscriptions

@@ -262,6 +262,12 @@ impl Live {
         &self.recorder
     }
 
+    /// Changes whenever a new generation is swapped in (a reload, or a
+    /// catalogue change rebuilding the tool server).
+    pub fn watch_swaps(&self) -> watch::Receiver<u64> {
+        self.swaps.subscribe()
+    }
+
     /// Re-reads the config at `path` and applies it. Returns whether a new
     /// tool set was swapped in. An invalid config, or one whose sources fail
     /// to start, is logged and changes nothing.
@@ -301,7 +307,7 @@ impl Live {
             old.gateway.reconfigured(&config).await
         } else if reconnect {
             tracing::info!("config reload: the sources changed; connecting them");
-            Gateway::start(&config).await
+            Gateway::start_after(&config, Some(&old.gateway.proxy)).await
         } else {
             old.gateway.regated(&config)
         };
@@ -322,6 +328,10 @@ impl Live {
         if reconnect {
             old.retired.store(true, Ordering::Release);
         }
+        // The sessions hear the new generation's upstreams (a reload's new
+        // connections included) from now on, and the old proxy falls
+        // silent.
+        generation.gateway.proxy.take_over(&old.gateway.proxy).await;
         drop(old);
         self.swap(generation, tools_changed);
         self.recorder.metrics().record_reload(true);

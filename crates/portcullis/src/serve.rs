@@ -62,6 +62,8 @@ pub async fn serve(
     let watcher = tokio::spawn(crate::reload::watch(live.clone(), config.path.clone()));
     let follower = tokio::spawn(crate::reload::follow_catalogue(live.clone()));
     let pinger = tokio::spawn(crate::health::watch_upstreams(live.clone()));
+    // Audit trail and effect log retention: pruned now, then hourly.
+    let pruner = tokio::spawn(crate::retention::watch(live.clone()));
     let handler = LiveTools::new(live.clone());
 
     if stdio {
@@ -77,6 +79,7 @@ pub async fn serve(
         watcher.abort();
         follower.abort();
         pinger.abort();
+        pruner.abort();
         close(&live).await;
         return Ok(Exit::Success);
     }
@@ -104,6 +107,7 @@ pub async fn serve(
             watcher.abort();
             follower.abort();
             pinger.abort();
+            pruner.abort();
             close(&live).await;
             return Err(error).context("cannot start the HTTP surface");
         }
@@ -119,6 +123,7 @@ pub async fn serve(
     watcher.abort();
     follower.abort();
     pinger.abort();
+    pruner.abort();
     close(&live).await;
     eprintln!("portcullis: stopped");
     Ok(Exit::Success)
