@@ -3,6 +3,7 @@
 //! progress, credentials).
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -13,12 +14,13 @@ use rmcp::model::{
 };
 use rmcp::service::{ClientInitializeError, PeerRequestOptions, RunningService, ServiceError};
 use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::Transport;
 use rmcp::transport::streamable_http_client::{
     StreamableHttpClientTransportConfig, StreamableHttpError,
 };
 use rmcp::{ClientCacheConfig, ClientLifecycleMode, ClientServiceExt, Peer, RoleClient};
 use tokio::sync::Mutex;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 
 use crate::config::{McpServerConfig, RemoteConfig, check_remote_url};
@@ -70,6 +72,10 @@ pub(crate) struct ConnectPlan {
     /// A listing already known (a wake's catalogue cache): the connection
     /// makes the handshake only, no `tools/list`.
     pub(crate) known: Option<Vec<Tool>>,
+    /// The notices of the connection this one replaces (a reconnect), so
+    /// whoever listens to the server's notices, and where its log messages
+    /// go, carry over to the new connection.
+    pub(crate) notices: Option<crate::passthrough::Notices>,
 }
 
 /// A live connection to one server.
@@ -95,6 +101,50 @@ pub(crate) struct Connection {
     /// The direct call path of a 2026 Streamable HTTP server
     /// ([`direct`]); `None` for every other server.
     direct: Option<Arc<direct::Direct>>,
+    /// Fires when rmcp's service loop lets go of the transport: the
+    /// connection ended, whoever ended it.
+    ended: CancellationToken,
+    /// Set by [`Connection::close`]: an end we asked for, which no
+    /// supervisor undoes.
+    closing: AtomicBool,
+}
+
+/// A transport that fires a token when it is dropped. rmcp's service loop
+/// owns the transport and drops it when the connection ends (the server's
+/// stream ended, a stdio child exited, or we closed it), so the token is
+/// how a supervisor hears of the end without polling.
+struct Watched<T> {
+    inner: T,
+    _ended: DropGuard,
+}
+
+impl<T: Transport<RoleClient>> Transport<RoleClient> for Watched<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: rmcp::service::TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    fn receive(
+        &mut self,
+    ) -> impl Future<Output = Option<rmcp::service::RxJsonRpcMessage<RoleClient>>> + Send {
+        self.inner.receive()
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
+    }
+}
+
+/// `transport`, firing `ended` when dropped.
+fn watched<T: Transport<RoleClient>>(transport: T, ended: &CancellationToken) -> Watched<T> {
+    Watched {
+        inner: transport,
+        _ended: ended.clone().drop_guard(),
+    }
 }
 
 /// A connection and its first listing.
@@ -126,16 +176,20 @@ pub(crate) async fn connect(plan: ConnectPlan) -> Result<Connected, String> {
 
 async fn open(plan: ConnectPlan, health: Arc<ServerHealth>) -> Result<Connected, String> {
     let name = plan.config.name().to_owned();
-    let handler = UpstreamHandler::default();
+    let mut handler = UpstreamHandler::default();
+    if let Some(notices) = plan.notices.clone() {
+        handler.notices = notices;
+    }
     let mut direct = None;
-    let (client, pid) = match &plan.config {
+    let ended = CancellationToken::new();
+    let (client, pid, ended) = match &plan.config {
         McpServerConfig::StreamableHttp(remote) => {
             let (http, url) = guarded(&plan, remote, &health).await?;
             let config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
             let transport = StreamableHttpClientTransport::with_client(http.clone(), config);
             let client = handler
                 .clone()
-                .serve_with_lifecycle(handler.tap(transport), auto_lifecycle())
+                .serve_with_lifecycle(watched(handler.tap(transport), &ended), auto_lifecycle())
                 .await
                 .map_err(|e| init_failure(&name, &e))?;
             if let Some(server) = client.peer().peer_info() {
@@ -149,7 +203,7 @@ async fn open(plan: ConnectPlan, health: Arc<ServerHealth>) -> Result<Connected,
                 )
                 .map(Arc::new);
             }
-            (client, None)
+            (client, None, ended)
         }
         McpServerConfig::Sse(remote) => {
             let (http, url) = guarded(&plan, remote, &health).await?;
@@ -159,12 +213,18 @@ async fn open(plan: ConnectPlan, health: Arc<ServerHealth>) -> Result<Connected,
             // 2024-11-05 servers only know the handshake.
             let client = handler
                 .clone()
-                .serve_with_lifecycle(handler.tap(transport), ClientLifecycleMode::Initialize)
+                .serve_with_lifecycle(
+                    watched(handler.tap(transport), &ended),
+                    ClientLifecycleMode::Initialize,
+                )
                 .await
                 .map_err(|e| init_failure(&name, &e))?;
-            (client, None)
+            (client, None, ended)
         }
-        McpServerConfig::Stdio(stdio) => open_stdio(stdio, &handler).await?,
+        McpServerConfig::Stdio(stdio) => {
+            drop(ended);
+            open_stdio(stdio, &handler).await?
+        }
     };
     let peer = client.peer().clone();
     // rmcp's response cache would hand back a stale listing when the server
@@ -204,6 +264,8 @@ async fn open(plan: ConnectPlan, health: Arc<ServerHealth>) -> Result<Connected,
             timeout: plan.timeout,
             pid,
             direct,
+            ended,
+            closing: AtomicBool::new(false),
         },
         tools,
         unreadable,
@@ -244,7 +306,7 @@ async fn guarded(
 async fn open_stdio(
     stdio: &crate::config::StdioConfig,
     handler: &UpstreamHandler,
-) -> Result<(Client, Option<u32>), String> {
+) -> Result<(Client, Option<u32>, CancellationToken), String> {
     let name = &stdio.name;
     let spawn = || {
         crate::stdio::spawn(stdio).map_err(|e| {
@@ -255,25 +317,32 @@ async fn open_stdio(
         })
     };
     let first = spawn()?;
+    // One token per child: the first one's end must not read as the
+    // second's.
+    let ended = CancellationToken::new();
     match handler
         .clone()
-        .serve_with_lifecycle(handler.tap(first.transport), auto_lifecycle())
+        .serve_with_lifecycle(
+            watched(handler.tap(first.transport), &ended),
+            auto_lifecycle(),
+        )
         .await
     {
-        Ok(client) => Ok((client, first.pid)),
+        Ok(client) => Ok((client, first.pid, ended)),
         // A legacy stdio server may exit on the unknown `server/discover`
         // probe; the 2026 rules say to restart it and use `initialize`.
         Err(_) => {
             let second = spawn()?;
+            let ended = CancellationToken::new();
             let client = handler
                 .clone()
                 .serve_with_lifecycle(
-                    handler.tap(second.transport),
+                    watched(handler.tap(second.transport), &ended),
                     ClientLifecycleMode::Initialize,
                 )
                 .await
                 .map_err(|e| init_failure(name, &e))?;
-            Ok((client, second.pid))
+            Ok((client, second.pid, ended))
         }
     }
 }
@@ -282,7 +351,7 @@ async fn open_stdio(
 async fn open_stdio(
     stdio: &crate::config::StdioConfig,
     _handler: &UpstreamHandler,
-) -> Result<(Client, Option<u32>), String> {
+) -> Result<(Client, Option<u32>, CancellationToken), String> {
     // `connect` reports `unsupported-transport` before getting here.
     Err(crate::toolset::unsupported_stdio_message(&stdio.name))
 }
@@ -458,6 +527,16 @@ impl Connection {
     /// so the server hears the listen cancelled before the pipe closes.
     pub(crate) fn track_listen(&self, task: impl Future<Output = ()> + Send + 'static) {
         self.listens.spawn(task);
+    }
+
+    /// Fires when the connection has ended (see [`Watched`]).
+    pub(crate) fn ended(&self) -> CancellationToken {
+        self.ended.clone()
+    }
+
+    /// Whether [`Connection::close`] was called: the end was asked for.
+    pub(crate) fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::Acquire)
     }
 
     /// Whether calls may be sent.
@@ -672,6 +751,18 @@ impl Connection {
             ServiceError::Cancelled { .. } => CallError::Cancelled {
                 tool: tool.to_owned(),
             },
+            // rmcp drops every pending request when its service loop ends:
+            // the connection is gone under the call, which is never sent
+            // again (its effect is unknown).
+            ServiceError::TransportClosed => {
+                self.health.mark_unavailable();
+                self.health.set_reachable(false);
+                let _ = self.health.take_failure();
+                CallError::ConnectionLost {
+                    tool: tool.to_owned(),
+                    server: server.to_owned(),
+                }
+            }
             other => {
                 if self.peer.is_transport_closed() {
                     self.health.mark_unavailable();
@@ -690,8 +781,18 @@ impl Connection {
         }
     }
 
-    /// Ends the connection (and the child process). Idempotent.
+    /// Ends the connection (and the child process) for good: no supervisor
+    /// reopens it. Idempotent.
     pub(crate) async fn close(&self) {
+        self.closing.store(true, Ordering::Release);
+        self.health.set_supervised(false);
+        self.shut().await;
+    }
+
+    /// Ends the connection's tasks and the rmcp service, without saying
+    /// the end was asked for: a supervisor tidies up a connection that
+    /// ended on its own with this and reopens the server. Idempotent.
+    pub(crate) async fn shut(&self) {
         self.health.mark_unavailable();
         self.stop.cancel();
         let subscription = self.subscription.lock().await.take();

@@ -36,6 +36,18 @@ pub enum WiringError {
     Filter(#[from] portcullis_catalog::CatalogError),
 }
 
+/// The sentence for [`CallError::Reconnecting`].
+fn reconnecting_message(server: &str, attempt: u32, retry_in_ms: u128) -> String {
+    let next = match (attempt, retry_in_ms) {
+        (0, _) => String::new(),
+        (n, 0) => format!(" (attempt {n} is under way)"),
+        (n, ms) => format!(" (attempt {n} in {ms} ms)"),
+    };
+    format!(
+        "MCP server \"{server}\" is down and being reconnected{next}; the call was not sent. Try again shortly."
+    )
+}
+
 /// Why one call produced no tool result.
 ///
 /// Refusals the model can act on (a denied policy, invalid arguments, a
@@ -53,6 +65,29 @@ pub enum CallError {
     /// The server is closed, failed authorization, or its connection ended.
     #[error("MCP server \"{server}\" is unavailable.")]
     Unavailable {
+        /// The server's effective name.
+        server: String,
+    },
+    /// The server's connection closed and is being reopened in the
+    /// background (`ConnectOptions::reconnect`): the call was not sent.
+    #[error("{}", reconnecting_message(server, *attempt, *retry_in_ms))]
+    Reconnecting {
+        /// The server's effective name.
+        server: String,
+        /// The attempt to reopen it that comes next (0: not scheduled yet).
+        attempt: u32,
+        /// Milliseconds until that attempt starts (0: now, or unknown).
+        retry_in_ms: u128,
+    },
+    /// The server's connection closed while the call was in flight (a
+    /// stdio child that exited, a stream that ended). The call is never
+    /// sent again by the toolset: it may or may not have taken effect.
+    #[error(
+        "MCP server \"{server}\" closed its connection during the call to \"{tool}\"; the call was not retried and may or may not have taken effect, so check before calling it again."
+    )]
+    ConnectionLost {
+        /// The qualified name called.
+        tool: String,
         /// The server's effective name.
         server: String,
     },

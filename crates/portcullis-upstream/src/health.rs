@@ -19,11 +19,17 @@
 //! seen going down and coming back. [`Toolset::is_up`] joins the two for
 //! health reports; calls are still sent to an unreachable server (that is
 //! how a recovery is seen between checks).
+//!
+//! A connection that closed is not the end of its server: its supervisor
+//! (`crate::supervisor`) opens a new one with backoff and swaps it in, and
+//! meanwhile the closed one says it is *reconnecting*
+//! ([`ServerHealth::reconnecting`]), so a call is refused at once with
+//! "down and being reconnected" rather than plain "unavailable".
 
 use std::sync::Mutex;
 use std::sync::PoisonError;
 use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rmcp::model::{ClientRequest, PingRequest};
 use rmcp::service::{PeerRequestOptions, ServiceError};
@@ -41,6 +47,23 @@ pub(crate) struct ServerHealth {
     /// 401 or 403 once the server rejected our credentials; 0 otherwise.
     rejected: AtomicU16,
     failure: Mutex<Option<String>>,
+    /// A supervisor reopens this connection when it closes
+    /// (`crate::supervisor`); cleared when the toolset or a reload closes
+    /// it on purpose.
+    supervised: AtomicBool,
+    /// The supervisor's current attempt to reopen it and when that attempt
+    /// starts (`None` before the first one is scheduled).
+    retry: Mutex<Option<Retry>>,
+}
+
+/// Where a supervisor's reconnecting stands, for the refusal a call gets
+/// meanwhile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Retry {
+    /// The attempt about to be made (1 for the first).
+    pub(crate) attempt: u32,
+    /// When it starts.
+    pub(crate) at: Instant,
 }
 
 impl ServerHealth {
@@ -51,6 +74,8 @@ impl ServerHealth {
             reachable: AtomicBool::new(true),
             rejected: AtomicU16::new(0),
             failure: Mutex::new(None),
+            supervised: AtomicBool::new(false),
+            retry: Mutex::new(None),
         }
     }
 
@@ -66,6 +91,29 @@ impl ServerHealth {
     /// Marks the server unavailable for the rest of the toolset's life.
     pub(crate) fn mark_unavailable(&self) {
         self.available.store(false, Ordering::Release);
+    }
+
+    /// Says whether a supervisor reopens this connection when it closes.
+    pub(crate) fn set_supervised(&self, supervised: bool) {
+        self.supervised.store(supervised, Ordering::Release);
+    }
+
+    /// Records the supervisor's next attempt.
+    pub(crate) fn set_retry(&self, retry: Retry) {
+        *self.retry.lock().unwrap_or_else(PoisonError::into_inner) = Some(retry);
+    }
+
+    /// `Some` while the connection is closed and its supervisor is
+    /// reopening it: the next attempt, if one is scheduled yet.
+    pub(crate) fn reconnecting(&self) -> Option<Option<Retry>> {
+        // Refused credentials are not reopened (see `crate::supervisor`).
+        if self.is_available()
+            || !self.supervised.load(Ordering::Acquire)
+            || self.rejected().is_some()
+        {
+            return None;
+        }
+        Some(*self.retry.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// Whether the server answered the last request sent to it (see the
@@ -169,7 +217,8 @@ impl Toolset {
     /// Whether the server of that effective name is up: connected, its
     /// connection open (a stdio child that exited closes it), and — for a
     /// remote server — reachable at its last call or check. A server that
-    /// failed to connect is not up.
+    /// failed to connect is not up, nor is one whose closed connection is
+    /// being reopened, until the new connection is swapped in.
     pub fn is_up(&self, server: &str) -> bool {
         self.inner
             .snapshot()

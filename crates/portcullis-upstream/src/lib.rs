@@ -29,6 +29,16 @@
 //! is refused with "no longer published" instead of reaching the server.
 //! Server `instructions` are discarded.
 //!
+//! A connection that closes on its own — a stdio child that exits or
+//! crashes, a legacy SSE stream that ends — is reopened in the background
+//! with exponential backoff ([`ConnectOptions::reconnect`], [`Backoff`]):
+//! the new connection is listed and held to the same trust baseline as a
+//! reconcile would hold it (a server that comes back rewritten is
+//! quarantined; the baseline never moves), and swapped into the tool map.
+//! A call in flight when the connection closed fails at once with
+//! [`CallError::ConnectionLost`] and is never sent again; a call made while
+//! the server is down is refused at once with [`CallError::Reconnecting`].
+//!
 //! With a store ([`ConnectOptions::with_store`], any
 //! [`portcullis_store::Store`] backend), [`connect`] is a cold start that
 //! remembers: each server's fresh listing is saved as its catalogue cache,
@@ -67,7 +77,8 @@
 //! handshake, listing, the call over it; `connection/direct.rs`, a
 //! 2026-07-28 HTTP server's `tools/call` without rmcp's client service),
 //! `http` (guarded HTTP: host check, redirects by hand, 401/403), `sse`
-//! (legacy HTTP+SSE), `health` (available and reachable), `state` (the
+//! (legacy HTTP+SSE), `health` (available, reachable, reconnecting),
+//! `supervisor` (reopening closed connections), `state` (the
 //! swappable snapshot), `trust` and `reconcile` (baselines through the
 //! store, the background reconcile), `effects` (idempotent replay),
 //! `output` (output-schema checks) and `report` (where diagnostics go).
@@ -124,6 +135,7 @@ mod sse;
 mod state;
 #[cfg(feature = "stdio")]
 pub mod stdio;
+mod supervisor;
 pub mod toolset;
 mod trust;
 pub mod wake;
@@ -136,7 +148,7 @@ pub use error::{CallError, WiringError};
 pub use hosts::AllowedHosts;
 pub use http::MAX_REDIRECTS;
 pub use notifications::LogSink;
-pub use options::{ConnectOptions, DEFAULT_TIMEOUT};
+pub use options::{Backoff, ConnectOptions, DEFAULT_TIMEOUT};
 pub use passthrough::{Notice, Passthrough, PassthroughError, ServerNotice};
 pub use plugins::{PluginLoad, PluginManifest, load_agent_plugin};
 pub use progress::Progress;

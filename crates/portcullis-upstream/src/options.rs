@@ -60,6 +60,68 @@ pub struct ConnectOptions {
     /// connect timeout and pooling is built when absent. Its redirect policy
     /// must be `none`: redirects are followed by hand.
     pub http: Option<reqwest::Client>,
+    /// How a connection that closed (a stdio child that exited, an SSE
+    /// stream that ended, a transport rmcp gave up on) is reopened: see
+    /// [`Backoff`] and `crate::supervisor`.
+    pub reconnect: Backoff,
+}
+
+/// The delays between attempts to reopen a closed connection: `initial`
+/// after the close, doubled after each failed attempt up to `max`, each
+/// with up to a quarter of random jitter added; back to `initial` once a
+/// reopened connection has stayed up for `max` (or ten seconds, if
+/// longer). A `max` of zero never reopens (the seed's behaviour: a closed
+/// connection stays closed until the toolset is rebuilt).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    /// The first delay.
+    pub initial: Duration,
+    /// The longest delay; zero turns reconnecting off.
+    pub max: Duration,
+}
+
+impl Backoff {
+    /// 250 ms doubling to 30 s.
+    pub const DEFAULT: Backoff = Backoff {
+        initial: Duration::from_millis(250),
+        max: Duration::from_secs(30),
+    };
+
+    /// Never reopens a closed connection.
+    pub const NEVER: Backoff = Backoff {
+        initial: Duration::ZERO,
+        max: Duration::ZERO,
+    };
+
+    /// `initial` doubling to `max` (`initial` is capped at `max`).
+    pub fn new(initial: Duration, max: Duration) -> Self {
+        Backoff {
+            initial: initial.min(max),
+            max,
+        }
+    }
+
+    /// Whether closed connections are reopened at all.
+    pub fn enabled(&self) -> bool {
+        !self.max.is_zero()
+    }
+
+    /// The delay after `delay`: doubled, at most `max`.
+    pub(crate) fn next(&self, delay: Duration) -> Duration {
+        delay.saturating_mul(2).min(self.max)
+    }
+
+    /// How long a reopened connection must stay up before the delays
+    /// start again from `initial`.
+    pub(crate) fn stable_after(&self) -> Duration {
+        self.max.max(Duration::from_secs(10))
+    }
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff::DEFAULT
+    }
 }
 
 impl Default for ConnectOptions {
@@ -79,6 +141,7 @@ impl Default for ConnectOptions {
             on_diagnostic: None,
             on_connect: None,
             http: None,
+            reconnect: Backoff::DEFAULT,
         }
     }
 }
@@ -157,6 +220,13 @@ impl ConnectOptions {
         f: impl Fn(&portcullis_catalog::Diagnostic) + Send + Sync + 'static,
     ) -> Self {
         self.on_diagnostic = Some(Arc::new(f));
+        self
+    }
+
+    /// Sets how closed connections are reopened ([`Backoff::NEVER`]: not
+    /// at all).
+    pub fn with_reconnect(mut self, backoff: Backoff) -> Self {
+        self.reconnect = backoff;
         self
     }
 
@@ -255,6 +325,7 @@ impl std::fmt::Debug for ConnectOptions {
             .field("timeout", &self.timeout)
             .field("store", &self.store.as_ref().map(|s| s.backend()))
             .field("on_connect", &self.on_connect.as_ref().map(|_| ".."))
+            .field("reconnect", &self.reconnect)
             .finish_non_exhaustive()
     }
 }

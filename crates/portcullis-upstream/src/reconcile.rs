@@ -1,6 +1,8 @@
 //! The background reconcile after a wake: per server, re-list, persist the
 //! fresh listing as the cache (the baseline is kept), and when the listing
-//! moved, re-run the drift guard and swap a corrected tool map in.
+//! moved, re-run the drift guard and swap a corrected tool map in. A
+//! reconnect (`crate::supervisor`) settles and applies its fresh listing
+//! through the same two steps ([`settle`], [`apply`]).
 //!
 //! The seed's steps, in order: a failed re-list is a `connection-failure`
 //! diagnostic and the cached listing stays in use; a closed toolset stops;
@@ -12,11 +14,11 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use futures::future::join_all;
-use portcullis_catalog::Tool;
-use portcullis_catalog::fingerprint::fingerprint_listing;
-use portcullis_catalog::{Diagnostic, Rule};
+use portcullis_catalog::fingerprint::{Fingerprints, fingerprint_listing};
+use portcullis_catalog::{Diagnostic, Rule, ServerIdentity, Tool};
 use tokio::sync::watch;
 
+use crate::connection::Connection;
 use crate::toolset::Inner;
 use crate::trust::{relist_failure, save, with_live_pins};
 
@@ -67,12 +69,40 @@ async fn reconcile_one(inner: &Inner, id: &str) {
     if inner.closed.load(Ordering::Acquire) {
         return;
     }
+    let settled = settle(
+        inner,
+        id,
+        &identity,
+        &name,
+        recorded,
+        baseline,
+        &fresh,
+        &connection,
+    )
+    .await;
+    apply(inner, id, None, &name, fresh, &unreadable, settled);
+}
 
-    // The cache always moves; a baseline is proposed only while none is
-    // recorded (the derived one being enforced, else trust on first use),
-    // and whatever the store answers is enforced. A store that answers
-    // with none (an operator's re-trust meanwhile) leaves the baseline this
-    // toolset holds in force until it reconnects.
+/// The baseline to enforce on a fresh listing of the source `id` (and
+/// whether the store now holds one): the listing is saved as the cache,
+/// a baseline is proposed only while none is recorded (the derived one
+/// being enforced, else trust on first use), and whatever the store
+/// answers is enforced. A store that answers with none (an operator's
+/// re-trust meanwhile) leaves the baseline this toolset holds in force
+/// until it reconnects. Shared by the reconcile and a reconnect
+/// (`crate::supervisor`): a server's listing is never trusted by coming
+/// back.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn settle(
+    inner: &Inner,
+    id: &str,
+    identity: &ServerIdentity,
+    name: &str,
+    recorded: bool,
+    baseline: Option<Fingerprints>,
+    fresh: &[Tool],
+    connection: &Connection,
+) -> (Option<Fingerprints>, bool) {
     let mut in_force = baseline.clone();
     let mut now_recorded = recorded;
     if let Some(store) = &inner.store {
@@ -83,12 +113,12 @@ async fn reconcile_one(inner: &Inner, id: &str) {
             false => {
                 let tools = baseline
                     .clone()
-                    .unwrap_or_else(|| fingerprint_listing(&fresh));
+                    .unwrap_or_else(|| fingerprint_listing(fresh));
                 let tools = portcullis_catalog::pins::split_baseline(&tools).0;
-                Some(with_live_pins(tools, &connection).await)
+                Some(with_live_pins(tools, connection).await)
             }
         };
-        match save(store.as_ref(), id, &identity, &fresh, proposal).await {
+        match save(store.as_ref(), id, identity, fresh, proposal).await {
             Ok(kept) => {
                 if kept.is_some() {
                     in_force = kept;
@@ -100,34 +130,64 @@ async fn reconcile_one(inner: &Inner, id: &str) {
             }
         }
     }
+    (in_force, now_recorded)
+}
 
+/// Puts a settled fresh listing of the source `id` in force: what the
+/// server publishes, then (when the listing or baseline moved) the tool
+/// map, swapped and announced. With `swap` = `(old, new)` (a reconnect)
+/// the source must still route to `old`; `new` takes its place and the
+/// snapshot is swapped even when nothing else moved, announced only when
+/// the tool map did. False when the toolset closed or the source is gone
+/// or was replaced: nothing was changed.
+pub(crate) fn apply(
+    inner: &Inner,
+    id: &str,
+    swap: Option<(&Arc<Connection>, &Arc<Connection>)>,
+    name: &str,
+    fresh: Vec<Tool>,
+    unreadable: &[String],
+    settled: (Option<Fingerprints>, bool),
+) -> bool {
+    let (in_force, now_recorded) = settled;
     let names: BTreeSet<String> = fresh.iter().map(|t| t.name.clone()).collect();
-    // What the server publishes moves first: between here and the swap a
-    // call for a withdrawn tool is already refused.
-    connection.set_published(names);
-
     let mut sources = inner.sources();
     if inner.closed.load(Ordering::Acquire) {
-        return;
+        return false;
     }
-    let Some(source) = sources.iter_mut().find(|s| s.id == id) else {
-        return;
+    let Some(source) = sources
+        .iter_mut()
+        .find(|s| s.id == id && swap.is_none_or(|(old, _)| Arc::ptr_eq(&s.connection, old)))
+    else {
+        return false;
     };
+    // What the server publishes moves first: between here and the swap a
+    // call for a withdrawn tool is already refused.
+    match swap {
+        Some((_, new)) => new.set_published(names),
+        None => source.connection.set_published(names),
+    }
     source.recorded = now_recorded;
     let moved = !same_listing(&source.tools, &fresh);
-    if !moved && source.baseline == in_force {
-        return;
-    }
+    let changed = moved || source.baseline != in_force;
     if moved {
-        for raw in &unreadable {
+        for raw in unreadable {
             inner.diagnostics.report(Diagnostic::new(
                 Rule::ServerEntryInvalid,
-                name.clone(),
+                name.to_owned(),
                 format!("MCP tool \"{raw}\" of server \"{name}\" has a definition that cannot be read; the tool is skipped."),
             ));
         }
     }
     source.tools = fresh;
     source.baseline = in_force;
-    inner.reproject(&sources);
+    match swap {
+        Some((_, new)) => {
+            source.connection = new.clone();
+            inner.swap(&sources, changed);
+        }
+        None if changed => inner.reproject(&sources),
+        None => {}
+    }
+    true
 }

@@ -71,6 +71,15 @@ impl Toolset {
             .into_iter()
             .map(|(config, id)| cold_source(config, id, options, &inner.diagnostics, http.clone()));
         let connected: Vec<Source> = join_all(attempts).await.into_iter().flatten().collect();
+        let watched: Vec<(String, Arc<Connection>)> = connected
+            .iter()
+            .map(|s| (s.id.clone(), s.connection.clone()))
+            .collect();
+        // New connections are reopened as these options say.
+        *inner
+            .reopen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = options.clone();
 
         let mut retired: Vec<Arc<Connection>> = Vec::new();
         {
@@ -96,6 +105,9 @@ impl Toolset {
             kept.extend(connected);
             *sources = kept;
             inner.reproject(&sources);
+        }
+        for (id, connection) in &watched {
+            crate::supervisor::supervise(inner, id, connection);
         }
         // Closed after the swap (the new map no longer routes to them), and
         // only once the calls still running on them have answered: a call

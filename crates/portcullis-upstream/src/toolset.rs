@@ -15,6 +15,7 @@ use portcullis_store::Store;
 use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::config::McpServerConfig;
 use crate::connection::{ConnectPlan, Connected, Connection, connect as connect_one};
@@ -133,6 +134,20 @@ pub(crate) struct Inner {
     pub(crate) reconciled: watch::Receiver<bool>,
     /// The catalogue in force, announced on every swap.
     pub(crate) changes: watch::Sender<Arc<Catalogue>>,
+    /// What a supervisor reopens a connection with (host guard, timeouts,
+    /// credentials, backoff); a reconfigure replaces it.
+    pub(crate) reopen: Mutex<ConnectOptions>,
+    /// The supervisors (`crate::supervisor`), awaited by `close`.
+    pub(crate) supervisors: TaskTracker,
+    /// Stops every supervisor: cancelled by `close` and when the last
+    /// clone of the toolset drops.
+    pub(crate) stop: CancellationToken,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
 }
 
 impl Inner {
@@ -153,6 +168,14 @@ impl Inner {
     /// Projects `sources` again and swaps the result in. Call with the
     /// sources lock held (pass the guarded list).
     pub(crate) fn reproject(&self, sources: &[Source]) {
+        self.swap(sources, true);
+    }
+
+    /// Projects `sources` again and swaps the result in, announcing the
+    /// new catalogue only when `announce` (a reconnect whose tool map did
+    /// not move swaps only to route to its new connection). Call with the
+    /// sources lock held.
+    pub(crate) fn swap(&self, sources: &[Source], announce: bool) {
         let previous = self.snapshot();
         let next = state::project(
             sources,
@@ -162,7 +185,16 @@ impl Inner {
         );
         let catalogue = next.catalogue.clone();
         *self.state.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(next);
-        self.changes.send_replace(catalogue);
+        if announce {
+            self.changes.send_replace(catalogue);
+        } else {
+            // The catalogue in force stays readable without a change
+            // notice.
+            self.changes.send_if_modified(|current| {
+                *current = catalogue;
+                false
+            });
+        }
     }
 }
 
@@ -222,33 +254,48 @@ pub(crate) async fn open_server(
     http: Option<reqwest::Client>,
     known: Option<Vec<Tool>>,
 ) -> Option<Connected> {
+    match try_open(config, options, diagnostics, http, known, None).await {
+        Ok(connected) => Some(connected),
+        Err(diagnostic) => {
+            diagnostics.report(diagnostic);
+            None
+        }
+    }
+}
+
+/// [`open_server`], handing the failure back instead of reporting it (a
+/// reconnect logs its failed attempts rather than piling up diagnostics).
+/// `notices` carries a replaced connection's notices over.
+pub(crate) async fn try_open(
+    config: &McpServerConfig,
+    options: &ConnectOptions,
+    diagnostics: &DiagnosticSink,
+    http: Option<reqwest::Client>,
+    known: Option<Vec<Tool>>,
+    notices: Option<crate::passthrough::Notices>,
+) -> Result<Connected, Diagnostic> {
     let name = config.name().to_owned();
     let failure = |message: String| Diagnostic::new(Rule::ConnectionFailure, name.clone(), message);
     if config.transport() == portcullis_catalog::TransportKind::Stdio && !cfg!(feature = "stdio") {
-        diagnostics.report(Diagnostic::new(
+        return Err(Diagnostic::new(
             Rule::UnsupportedTransport,
             name.clone(),
             unsupported_stdio_message(&name),
         ));
-        return None;
     }
     // A plugin's server is held to its plugin before it may start: a
     // writable PLUGIN_DATA, and command and cwd inside their roots with
     // symlinks resolved. A failure skips only this server.
-    if let McpServerConfig::Stdio(stdio) = config
-        && let Err(diagnostic) = crate::plugins::prepare_launch(stdio)
-    {
-        diagnostics.report(diagnostic);
-        return None;
+    if let McpServerConfig::Stdio(stdio) = config {
+        crate::plugins::prepare_launch(stdio)?;
     }
     let bearer = match (&options.auth, &options.session) {
         (Some(auth), Some(session)) => match auth.token(name.clone(), session.clone()).await {
             Ok(token) => Some(token),
             Err(reason) => {
-                diagnostics.report(failure(format!(
+                return Err(failure(format!(
                     "Resolving credentials for MCP server \"{name}\" failed: {reason}"
                 )));
-                return None;
             }
         },
         _ => None,
@@ -267,22 +314,24 @@ pub(crate) async fn open_server(
             .unwrap_or(options.timeout),
         config: config.clone(),
         known,
+        notices: notices.clone(),
     };
     match connect_one(plan).await {
         Ok(connected) => {
-            for raw in &connected.unreadable {
-                diagnostics.report(Diagnostic::new(
-                    Rule::ServerEntryInvalid,
-                    name.clone(),
-                    format!("MCP tool \"{raw}\" of server \"{name}\" has a definition that cannot be read; the tool is skipped."),
-                ));
+            // A reconnect reports unreadable tools only when its listing
+            // moved (`crate::reconcile::apply`).
+            if notices.is_none() {
+                for raw in &connected.unreadable {
+                    diagnostics.report(Diagnostic::new(
+                        Rule::ServerEntryInvalid,
+                        name.clone(),
+                        format!("MCP tool \"{raw}\" of server \"{name}\" has a definition that cannot be read; the tool is skipped."),
+                    ));
+                }
             }
-            Some(connected)
+            Ok(connected)
         }
-        Err(message) => {
-            diagnostics.report(failure(message));
-            None
-        }
+        Err(message) => Err(failure(message)),
     }
 }
 
@@ -324,7 +373,7 @@ pub(crate) fn assemble(
 ) -> Toolset {
     let snapshot = state::project(&sources, &options.projection, &diagnostics, None);
     let (changes, _) = watch::channel(snapshot.catalogue.clone());
-    Toolset {
+    let toolset = Toolset {
         inner: Arc::new(Inner {
             state: RwLock::new(Arc::new(snapshot)),
             sources: Mutex::new(sources),
@@ -337,8 +386,13 @@ pub(crate) fn assemble(
             closed: AtomicBool::new(false),
             reconciled,
             changes,
+            reopen: Mutex::new(options.clone()),
+            supervisors: TaskTracker::new(),
+            stop: CancellationToken::new(),
         }),
-    }
+    };
+    crate::supervisor::supervise_all(&toolset.inner);
+    toolset
 }
 
 /// One server of a cold start: connected and listed, its listing saved to
@@ -547,8 +601,23 @@ impl Toolset {
             server: server.clone(),
         };
         let connection = state.connections.get(&server).ok_or_else(unavailable)?;
-        if inner.closed.load(Ordering::Acquire) || !connection.is_available() {
+        if inner.closed.load(Ordering::Acquire) {
             return Err(unavailable());
+        }
+        if !connection.is_available() {
+            // Refused at once, never queued: the call is not sent to the
+            // connection that replaces this one either.
+            return Err(match connection.health().reconnecting() {
+                Some(retry) => CallError::Reconnecting {
+                    server: server.clone(),
+                    attempt: retry.map_or(0, |r| r.attempt),
+                    retry_in_ms: retry.map_or(0, |r| {
+                        r.at.saturating_duration_since(std::time::Instant::now())
+                            .as_millis()
+                    }),
+                },
+                None => unavailable(),
+            });
         }
         if !connection.publishes(&entry.remote_name) {
             return Err(CallError::NoLongerPublished {
@@ -630,10 +699,16 @@ impl Toolset {
         self.inner.session.as_deref()
     }
 
-    /// Ends every connection and child process. Idempotent; a call after
-    /// `close` gets `MCP server "<s>" is unavailable.`
+    /// Ends every connection and child process, and stops reopening
+    /// closed ones (a reconnect under way is abandoned). Idempotent; a
+    /// call after `close` gets `MCP server "<s>" is unavailable.`
     pub async fn close(&self) {
         self.inner.closed.store(true, Ordering::Release);
+        // Supervisors first, so none swaps a new connection in behind the
+        // list below; an attempt under way is dropped with its connection.
+        self.inner.stop.cancel();
+        self.inner.supervisors.close();
+        self.inner.supervisors.wait().await;
         let connections: Vec<Arc<Connection>> = self
             .inner
             .sources()

@@ -1238,13 +1238,15 @@ mod stdio {
                 fixture("kid", &["--crash"]),
                 McpServerConfig::streamable_http("web", http.mcp_url()),
             ],
-            options(),
+            // Not reopened, so the closed connection stays visible (the
+            // reconnect tests cover reopening).
+            options().with_reconnect(portcullis_upstream::Backoff::NEVER),
         )
         .await
         .unwrap();
         let crashed = call(&toolset, "kid__crash", json!({})).await.unwrap_err();
         assert!(
-            matches!(crashed, CallError::Transport { .. }),
+            matches!(crashed, CallError::ConnectionLost { .. }),
             "{crashed:?}"
         );
         let after = call(&toolset, "kid__echo", json!({"message": "x"}))

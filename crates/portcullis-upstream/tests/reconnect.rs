@@ -1,0 +1,344 @@
+//! A connection that closes on its own is reopened: against a real stdio
+//! server process (`drift-fixture`) killed from outside or exiting mid-call,
+//! with the trust baseline in a real SQLite file. While the server is down a
+//! call is refused at once; after the reconnect calls reach the new process;
+//! a server that came back rewritten is quarantined against the baseline it
+//! was trusted with, which never moves; a call in flight when the process
+//! died fails at once and is never sent again; and closing or reconfiguring
+//! the toolset leaves no process behind and nothing reopened.
+// Every server here is a child process over stdio.
+#![cfg(feature = "stdio")]
+
+mod drift_support;
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use drift_support::*;
+use portcullis_catalog::catalogue::EntryKind;
+use portcullis_catalog::fingerprint::fingerprint_listing;
+use portcullis_upstream::{Backoff, CallContext, CallError, ConnectOptions, Toolset, connect};
+use serde_json::{Value, json};
+
+/// How long a condition may take before a test gives up: generous, the
+/// machine may be busy; never asserted on as a speed.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// Short delays, so the tests do not wait on the default backoff.
+fn quick() -> Backoff {
+    Backoff::new(Duration::from_millis(50), Duration::from_millis(400))
+}
+
+async fn connect_with(fixture: &Fixture, backoff: Backoff) -> Toolset {
+    let options: ConnectOptions = fixture.options().await.with_reconnect(backoff);
+    let toolset = connect(vec![fixture.config()], options)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        toolset.diagnostics().is_empty(),
+        "{:?}",
+        toolset.diagnostics()
+    );
+    toolset
+}
+
+/// Polls `condition` until it holds; panics naming `what` after
+/// [`PATIENCE`].
+async fn eventually<F: Future<Output = bool>>(what: &str, mut condition: impl FnMut() -> F) {
+    let deadline = Instant::now() + PATIENCE;
+    while !condition().await {
+        assert!(Instant::now() < deadline, "never happened: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The pids of every process the fixture started, in order.
+fn starts(fixture: &Fixture) -> Vec<u32> {
+    fixture
+        .requests()
+        .iter()
+        .filter_map(|l| l.strip_prefix("start "))
+        .filter_map(|pid| pid.trim().parse().ok())
+        .collect()
+}
+
+fn kill(pid: u32) {
+    let status = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap_or_else(|e| panic!("kill: {e}"));
+    assert!(status.success(), "kill {pid}");
+}
+
+/// Whether `pid` is a live process (a zombie is not).
+fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or_default()
+            .trim_start()
+            .starts_with(['Z', 'X']),
+        Err(_) => false,
+    }
+}
+
+fn pid_of(toolset: &Toolset) -> u32 {
+    toolset
+        .child_pid(SERVER)
+        .unwrap_or_else(|| panic!("a stdio child"))
+}
+
+async fn call(toolset: &Toolset, tool: &str, args: Value) -> Result<String, CallError> {
+    toolset
+        .call(tool, Some(args), &CallContext::default())
+        .await
+        .map(|result| {
+            let content = serde_json::to_value(&result.content).unwrap_or_default();
+            content[0]["text"].as_str().unwrap_or_default().to_owned()
+        })
+}
+
+#[tokio::test]
+async fn a_killed_child_is_restarted_and_calls_meanwhile_fail_fast() {
+    let fixture = Fixture::new(&original());
+    // A first delay long enough to see the outage from a test.
+    let backoff = Backoff::new(Duration::from_secs(2), Duration::from_secs(2));
+    let toolset = connect_with(&fixture, backoff).await;
+    let announced = toolset.watch_catalogue();
+    assert!(toolset.is_up(SERVER));
+    let first = pid_of(&toolset);
+    assert_eq!(starts(&fixture), [first]);
+
+    kill(first);
+    eventually("the server is seen down", || async {
+        !toolset.is_up(SERVER)
+    })
+    .await;
+    let refused = call(&toolset, "echo", json!({"message": "during"})).await;
+    match &refused {
+        Err(error @ CallError::Reconnecting { server, .. }) => {
+            assert_eq!(server, SERVER);
+            let message = error.to_string();
+            assert!(
+                message.contains("is down and being reconnected")
+                    && message.contains("the call was not sent"),
+                "{message}"
+            );
+        }
+        other => panic!("expected a reconnecting refusal, got {other:?}"),
+    }
+    assert_eq!(fixture.calls("echo"), 0, "nothing was sent meanwhile");
+
+    eventually("the server is back", || async { toolset.is_up(SERVER) }).await;
+    let second = pid_of(&toolset);
+    assert_ne!(second, first);
+    assert_eq!(starts(&fixture), [first, second], "one new process");
+    assert_eq!(fixture.lists(), 2, "the new process was listed once");
+    assert_eq!(
+        call(&toolset, "echo", json!({"message": "after"})).await,
+        Ok("echo ran with {\"message\":\"after\"}".to_owned())
+    );
+    assert_eq!(fixture.calls("echo"), 1);
+    assert!(
+        !announced.has_changed().unwrap_or(true),
+        "an unchanged listing swaps no new tool list in"
+    );
+    assert!(
+        toolset.diagnostics().is_empty(),
+        "{:?}",
+        toolset.diagnostics()
+    );
+    toolset.close().await;
+    eventually("the second child exits", || async { !alive(second) }).await;
+}
+
+#[tokio::test]
+async fn a_server_that_comes_back_rewritten_is_quarantined_and_the_baseline_kept() {
+    let fixture = Fixture::new(&original());
+    let toolset = connect_with(&fixture, quick()).await;
+    let announced = toolset.watch_catalogue();
+    assert_eq!(kind(&toolset, "echo"), Some(EntryKind::Remote));
+    let trusted = fingerprint_listing(&parsed(&original()));
+
+    let pulled = changed("echo", |d| d["description"] = json!(HIJACK));
+    fixture.publish(&pulled);
+    let first = pid_of(&toolset);
+    kill(first);
+    eventually("echo is quarantined after the reconnect", || async {
+        kind(&toolset, "echo") == Some(EntryKind::Quarantined)
+    })
+    .await;
+    assert!(
+        announced.has_changed().unwrap_or(false),
+        "the new map is announced"
+    );
+    assert!(toolset.is_up(SERVER));
+    assert_ne!(pid_of(&toolset), first);
+
+    let drift = drift_messages(&toolset.diagnostics());
+    assert_eq!(
+        drift,
+        [format!(
+            "MCP server \"{SERVER}\" published tools that differ from the trusted baseline; withheld: echo."
+        )]
+    );
+    let shown = serde_json::to_string(&toolset.tools()).unwrap_or_default();
+    assert!(!shown.contains("id_rsa"), "{shown}");
+    let refused = toolset
+        .call(
+            "echo",
+            Some(json!({"message": "x"})),
+            &CallContext::default(),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(refused.is_error);
+    assert!(text(&refused).contains("an operator must re-trust the server"));
+    assert_eq!(fixture.calls("echo"), 0, "the server never sees the call");
+    assert_eq!(
+        call(&toolset, "search", json!({"query": "q"})).await,
+        Ok("search ran with {\"query\":\"q\"}".to_owned()),
+        "a tool that did not drift still works"
+    );
+
+    // The store: the baseline is the first run's, the cache the new listing.
+    let row = fixture
+        .store()
+        .await
+        .get(SERVER)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|| panic!("row"));
+    assert_eq!(tool_part(row.tool_fingerprints), Some(trusted));
+    assert_eq!(row.tools, Some(parsed(&pulled)));
+    assert_eq!(
+        toolset.baseline(SERVER).map(|b| tool_part(Some(b))),
+        Some(Some(fingerprint_listing(&parsed(&original()))))
+    );
+    toolset.close().await;
+}
+
+#[tokio::test]
+async fn a_call_in_flight_when_the_child_dies_fails_at_once_and_is_not_replayed() {
+    let fixture = Fixture::new(&original());
+    let toolset = connect_with(&fixture, quick()).await;
+    let first = pid_of(&toolset);
+    // The fixture exits on this call without answering. The default 60 s
+    // timeout would turn a hang into `Timeout`, not `ConnectionLost`.
+    let lost = call(&toolset, "echo", json!({"message": "x", "exit": true})).await;
+    match &lost {
+        Err(error @ CallError::ConnectionLost { tool, server }) => {
+            assert_eq!((tool.as_str(), server.as_str()), ("echo", SERVER));
+            assert!(
+                error.to_string().contains("the call was not retried"),
+                "{error}"
+            );
+        }
+        other => panic!("expected the lost connection, got {other:?}"),
+    }
+    eventually("the first child is gone", || async { !alive(first) }).await;
+    eventually("the server is back", || async { toolset.is_up(SERVER) }).await;
+    assert_eq!(
+        call(&toolset, "search", json!({"query": "q"})).await,
+        Ok("search ran with {\"query\":\"q\"}".to_owned())
+    );
+    assert_eq!(starts(&fixture).len(), 2);
+    assert_eq!(
+        fixture.calls("echo"),
+        1,
+        "the lost call was never sent again"
+    );
+    toolset.close().await;
+}
+
+#[tokio::test]
+async fn closing_while_reconnecting_leaves_no_process_and_reopens_nothing() {
+    let fixture = Fixture::new(&original());
+    let toolset = connect_with(&fixture, quick()).await;
+    // From now on every new process fails its listing: the reconnect keeps
+    // trying.
+    std::fs::write(fixture.tools_path(), "not json").unwrap_or_else(|e| panic!("write: {e}"));
+    kill(pid_of(&toolset));
+    eventually("two failed reconnect attempts", || async {
+        starts(&fixture).len() >= 3
+    })
+    .await;
+    assert!(!toolset.is_up(SERVER));
+    toolset.close().await;
+    let started = starts(&fixture);
+    for pid in &started {
+        eventually("every started process exits", || async { !alive(*pid) }).await;
+    }
+    // Longer than the longest backoff: a supervisor still running would
+    // have started another process by now.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        starts(&fixture),
+        started,
+        "nothing was reopened after close"
+    );
+    assert!(matches!(
+        call(&toolset, "echo", json!({"message": "x"})).await,
+        Err(CallError::Unavailable { .. })
+    ));
+}
+
+#[tokio::test]
+async fn a_connection_replaced_by_a_reconfigure_is_not_reopened() {
+    let fixture = Fixture::new(&original());
+    let toolset = connect_with(&fixture, quick()).await;
+    let first = pid_of(&toolset);
+    // The same server reading another (identical) file: a changed config,
+    // so the reconfigure replaces its connection and closes the old one.
+    let other = fixture.dir.path().join("other.json");
+    write(&other, &original());
+    let options = fixture.options().await.with_reconnect(quick());
+    let report = toolset
+        .reconfigure(vec![fixture.config_publishing(&other)], &options)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(report.closed, [SERVER]);
+    eventually("the replaced child exits", || async { !alive(first) }).await;
+    let second = pid_of(&toolset);
+    assert_ne!(second, first);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        starts(&fixture),
+        [first, second],
+        "the replaced connection was not reopened"
+    );
+
+    // The replacement is supervised in its turn.
+    kill(second);
+    eventually("the replacement is reopened", || async {
+        toolset.is_up(SERVER) && toolset.child_pid(SERVER) != Some(second)
+    })
+    .await;
+    assert_eq!(starts(&fixture).len(), 3);
+    assert_eq!(
+        call(&toolset, "echo", json!({"message": "m"})).await,
+        Ok("echo ran with {\"message\":\"m\"}".to_owned())
+    );
+    toolset.close().await;
+}
+
+#[tokio::test]
+async fn without_reconnecting_a_closed_connection_stays_closed() {
+    let fixture = Fixture::new(&original());
+    let toolset = connect_with(&fixture, Backoff::NEVER).await;
+    let first = pid_of(&toolset);
+    kill(first);
+    eventually("the server is seen down", || async {
+        !toolset.is_up(SERVER)
+    })
+    .await;
+    assert_eq!(
+        call(&toolset, "echo", json!({"message": "x"}))
+            .await
+            .map_err(|e| e.to_string()),
+        Err(format!("MCP server \"{SERVER}\" is unavailable."))
+    );
+    assert_eq!(starts(&fixture), [first]);
+    toolset.close().await;
+}
