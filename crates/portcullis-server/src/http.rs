@@ -9,6 +9,8 @@
 //! `subscriptions/listen`, the `Mcp-Method`/`Mcp-Name` headers): rmcp
 //! chooses per request. Legacy sessions can be switched on for clients that
 //! need server-to-client requests (sampling, elicitation) in the 2025 era.
+//! A plain stateless 2026-07-28 `tools/call` is answered in front of rmcp's
+//! service, with the same rules, by `crate::direct_call`.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -26,6 +28,7 @@ use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::direct_call::DirectCall;
 use crate::error::ServerError;
 use crate::guard::{Guard, MCP_PATH, Refusal, guard_layer};
 
@@ -238,17 +241,24 @@ where
         .with_json_response(options.json_response)
         .with_max_request_body_bytes(options.max_body_bytes)
         .with_cancellation_token(streams.clone());
+    // Plain 2026-07-28 `tools/call` requests skip rmcp's per-request
+    // service when answers may be plain JSON (see `crate::direct_call`).
+    let direct = options.json_response.then(|| handler.clone());
     let factory = move || Ok(handler.clone());
     let mcp = if options.legacy_sessions {
-        Router::new().route_service(
-            MCP_PATH,
-            StreamableHttpService::new(factory, Arc::new(LocalSessionManager::default()), config),
-        )
+        let rmcp =
+            StreamableHttpService::new(factory, Arc::new(LocalSessionManager::default()), config);
+        match direct {
+            Some(handler) => Router::new().route_service(MCP_PATH, DirectCall::new(handler, rmcp)),
+            None => Router::new().route_service(MCP_PATH, rmcp),
+        }
     } else {
-        Router::new().route_service(
-            MCP_PATH,
-            StreamableHttpService::new(factory, Arc::new(NeverSessionManager::default()), config),
-        )
+        let rmcp =
+            StreamableHttpService::new(factory, Arc::new(NeverSessionManager::default()), config);
+        match direct {
+            Some(handler) => Router::new().route_service(MCP_PATH, DirectCall::new(handler, rmcp)),
+            None => Router::new().route_service(MCP_PATH, rmcp),
+        }
     };
     let app = if options.extra_routes.is_empty() {
         mcp.layer(axum::middleware::from_fn_with_state(guard, guard_layer))

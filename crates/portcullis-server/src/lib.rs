@@ -11,6 +11,7 @@
 //! |---|---|
 //! | [`guard`] | Host → Origin → path → bearer token → body size, before any MCP parsing |
 //! | [`http`] / [`stdio`] | the surfaces: rmcp's Streamable HTTP service (stateless by default; both protocol eras) and stdin/stdout |
+//! | `direct_call` (private) | a plain stateless 2026-07-28 `tools/call` answered in the HTTP handler's task, skipping rmcp's per-request service; everything else goes to rmcp |
 //! | [`exposure`] | which tools exist at all: read-only by default, `allow_write`, `allow_tools`, identity and permissions |
 //! | [`tool_server`] | the rmcp `ServerHandler`: lookup, backstop, validation, policy, the handler, error mapping, framing |
 //! | [`approval`] | a policy's `ask`: the person at the client approves first (elicitation, or the 2026-07-28 `input_required` round trip) |
@@ -68,6 +69,7 @@
 #![warn(missing_docs)]
 
 pub mod approval;
+mod direct_call;
 pub mod error;
 pub mod exposure;
 pub mod guard;

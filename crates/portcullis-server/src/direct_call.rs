@@ -1,0 +1,361 @@
+//! A stateless 2026-07-28 `tools/call` answered without rmcp's per-request
+//! service.
+//!
+//! rmcp's Streamable HTTP service serves every stateless request by starting
+//! a small MCP service of its own: a one-shot transport, a service loop on a
+//! spawned task, the handler on another, a channel back, and on the way in a
+//! re-serialisation of the whole message to check the SEP-2243 headers. For
+//! the gateway's hottest request, a 2026-07-28 client's `tools/call`, that
+//! machinery cost more CPU than the call itself. This path answers such a
+//! request in the HTTP handler's own task: one parse of the body, the same
+//! header rules, the handler's `Service::handle_request` (so rmcp's own
+//! protocol-version checks, result shaping and error codes apply unchanged),
+//! one serialisation of the answer.
+//!
+//! Only the plain case is taken. Anything else goes to rmcp untouched (with
+//! the body already read, handed back as it came), so every error response
+//! for a malformed or unusual request is rmcp's own:
+//! - headers: exactly one `MCP-Protocol-Version: 2026-07-28`, one
+//!   `Mcp-Method: tools/call`, one `Mcp-Name`, no `Mcp-Param-*`, no session
+//!   id; JSON content; an `Accept` naming JSON and event streams; a declared
+//!   `Content-Length` (the guard has already held it to the body limit);
+//! - body: a JSON-RPC `tools/call` whose `_meta` carries every key 2026-07-28
+//!   requires and the header's version, whose `Mcp-Name` matches `name` as
+//!   written (no Base64 form), and which asks for neither progress nor log
+//!   messages (those need an event stream);
+//! - the tool's input schema promotes no argument to an `Mcp-Param-*` header.
+//!
+//! The handler gets a [`RequestContext`] like rmcp's: the request's id and
+//! `_meta`, the HTTP request parts in its extensions, a cancellation token
+//! cancelled if the client goes away before the answer, and a peer. The peer
+//! is one whose connection is already closed: a 2026-07-28 client cannot be
+//! sent requests or notifications outside the response (rmcp refuses them
+//! too), so anything a handler tries to send through it fails at once
+//! instead of waiting.
+
+use std::borrow::Cow;
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use axum::body::Body;
+use axum::response::{IntoResponse, Response};
+use http::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE};
+use http::{HeaderMap, Method, Request, StatusCode};
+use rmcp::model::{
+    ClientCapabilities, ClientJsonRpcMessage, ClientRequest, ErrorCode, GetExtensions, GetMeta,
+    Implementation, InitializeRequestParams, JsonObject, ProtocolVersion, RequestId,
+    ServerJsonRpcMessage,
+};
+use rmcp::service::{RequestContext, RxJsonRpcMessage, Service, TxJsonRpcMessage};
+use rmcp::transport::Transport;
+use rmcp::{Peer, RoleServer, ServerHandler};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+const PROTOCOL_VERSION_HEADER: &str = "mcp-protocol-version";
+const METHOD_HEADER: &str = "mcp-method";
+const NAME_HEADER: &str = "mcp-name";
+const PARAM_HEADER_PREFIX: &str = "mcp-param-";
+const SESSION_HEADER: &str = "mcp-session-id";
+const LOG_LEVEL_META: &str = "io.modelcontextprotocol/logLevel";
+const PARAM_HEADER_ANNOTATION: &str = "x-mcp-header";
+const VERSION: &str = "2026-07-28";
+
+/// The `/mcp` service: plain stateless 2026-07-28 `tools/call` requests are
+/// answered here, everything else by `fallback` (rmcp's service).
+#[derive(Clone)]
+pub(crate) struct DirectCall<H, S> {
+    handler: H,
+    fallback: S,
+    peer: Peer<RoleServer>,
+}
+
+impl<H, S> DirectCall<H, S>
+where
+    H: ServerHandler + Clone + Send + Sync + 'static,
+{
+    /// Wraps `fallback`. Must run inside a tokio runtime: the closed peer is
+    /// made by starting (and at once ending) an rmcp service.
+    pub(crate) fn new(handler: H, fallback: S) -> Self {
+        let info =
+            InitializeRequestParams::new(ClientCapabilities::default(), Implementation::default())
+                .with_protocol_version(ProtocolVersion::V_2026_07_28);
+        let running = rmcp::service::serve_directly(handler.clone(), ClosedTransport, Some(info));
+        let peer = running.peer().clone();
+        // The service loop ends on its own: the transport yields nothing.
+        drop(running);
+        DirectCall {
+            handler,
+            fallback,
+            peer,
+        }
+    }
+}
+
+type BoxFuture = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+
+impl<H, S> tower::Service<Request<Body>> for DirectCall<H, S>
+where
+    H: ServerHandler + Clone + Send + Sync + 'static,
+    S: tower::Service<Request<Body>, Error = Infallible> + Clone + Send + 'static,
+    S::Response: IntoResponse,
+    S::Future: Send,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = BoxFuture;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        // rmcp's service is always ready; it is called through a clone.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<Body>) -> Self::Future {
+        let DirectCall {
+            handler,
+            mut fallback,
+            peer,
+        } = self.clone();
+        Box::pin(async move {
+            let request = match plain_headers(&request) {
+                true => match try_direct(&handler, &peer, request).await {
+                    Ok(response) => return Ok(response),
+                    Err(request) => request,
+                },
+                false => request,
+            };
+            let response = fallback.call(request).await?;
+            Ok(response.into_response())
+        })
+    }
+}
+
+/// Answers the request, or hands it back (its body read into memory) for
+/// rmcp to serve.
+async fn try_direct<H>(
+    handler: &H,
+    peer: &Peer<RoleServer>,
+    request: Request<Body>,
+) -> Result<Response, Request<Body>>
+where
+    H: ServerHandler + Clone + Send + Sync + 'static,
+{
+    let (parts, body) = request.into_parts();
+    // The guard refused a declared length over the limit; the header
+    // check made sure there is one.
+    let bytes = match axum::body::to_bytes(body, usize::MAX).await {
+        Ok(bytes) => bytes,
+        Err(error) => {
+            tracing::debug!(%error, "request body not read");
+            return Ok(status_only(StatusCode::BAD_REQUEST));
+        }
+    };
+    let Some((id, mut call)) = plain_call(&parts.headers, &bytes) else {
+        return Err(Request::from_parts(parts, Body::from(bytes)));
+    };
+    let promoted = match &call {
+        ClientRequest::CallToolRequest(call) => handler
+            .get_tool(&call.params.name)
+            .is_some_and(|tool| promotes_headers(&tool.input_schema)),
+        _ => true,
+    };
+    if promoted {
+        return Err(Request::from_parts(parts, Body::from(bytes)));
+    }
+    // As rmcp's service loop does: the request's `_meta` and extensions
+    // move into the context, the HTTP parts join them.
+    let meta = std::mem::take(call.get_meta_mut());
+    let mut extensions = std::mem::take(call.extensions_mut());
+    extensions.insert(parts);
+
+    let cancel = CancellationToken::new();
+    let mut context = RequestContext::new(id.clone(), peer.clone());
+    context.ct = cancel.clone();
+    context.meta = meta;
+    context.extensions = extensions;
+    // The handler runs on a task of its own, as on rmcp's path: when the
+    // client goes away this future is dropped, the guard cancels the
+    // call's token, and the handler sees the cancellation and finishes
+    // (a gateway then cancels its upstream call) instead of being dropped
+    // mid-await.
+    let disconnect = cancel.drop_guard();
+    let handler = handler.clone();
+    let answer = tokio::spawn(async move { handler.handle_request(call, context).await }).await;
+    disconnect.disarm();
+    let answer = answer.unwrap_or_else(|error| {
+        tracing::error!(%error, "tool call handler failed");
+        Err(rmcp::ErrorData::internal_error(
+            "the tool call failed",
+            None,
+        ))
+    });
+    let (message, status) = match answer {
+        Ok(result) => (ServerJsonRpcMessage::response(result, id), StatusCode::OK),
+        Err(error) => {
+            let status = error_status(error.code);
+            (ServerJsonRpcMessage::error(error, Some(id)), status)
+        }
+    };
+    Ok(json_response(&message, status))
+}
+
+/// The headers of a request this path takes (see the module docs).
+fn plain_headers<T>(request: &Request<T>) -> bool {
+    let headers = request.headers();
+    request.method() == Method::POST
+        && sole(headers, PROTOCOL_VERSION_HEADER) == Some(VERSION)
+        && sole(headers, METHOD_HEADER) == Some("tools/call")
+        && sole(headers, NAME_HEADER).is_some()
+        && !headers.contains_key(SESSION_HEADER)
+        && !headers
+            .keys()
+            .any(|name| name.as_str().starts_with(PARAM_HEADER_PREFIX))
+        && headers.contains_key(CONTENT_LENGTH)
+        && sole(headers, CONTENT_TYPE.as_str())
+            .is_some_and(|value| essence(value) == "application/json")
+        && accepts_json_and_events(headers)
+}
+
+/// The value of a header sent exactly once, as text.
+fn sole<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    let mut values = headers.get_all(name).iter();
+    let value = values.next()?;
+    match values.next() {
+        Some(_) => None,
+        None => value.to_str().ok(),
+    }
+}
+
+fn essence(media_type: &str) -> String {
+    media_type
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase()
+}
+
+fn accepts_json_and_events(headers: &HeaderMap) -> bool {
+    let mut json = false;
+    let mut events = false;
+    for value in headers.get_all(ACCEPT) {
+        let Ok(value) = value.to_str() else {
+            return false;
+        };
+        for media_type in value.split(',') {
+            match essence(media_type).as_str() {
+                "application/json" => json = true,
+                "text/event-stream" => events = true,
+                _ => {}
+            }
+        }
+    }
+    json && events
+}
+
+/// A plain call's id and request (see the module docs). `None` sends the
+/// request to rmcp.
+fn plain_call(headers: &HeaderMap, body: &[u8]) -> Option<(RequestId, ClientRequest)> {
+    let ClientJsonRpcMessage::Request(request) = serde_json::from_slice(body).ok()? else {
+        return None;
+    };
+    let ClientRequest::CallToolRequest(call) = &request.request else {
+        return None;
+    };
+    if sole(headers, NAME_HEADER) != Some(call.params.name.as_ref()) {
+        return None;
+    }
+    let meta = request.request.get_meta();
+    if meta.protocol_version()?.as_str() != VERSION
+        || !meta
+            .missing_required_keys(&ProtocolVersion::V_2026_07_28)
+            .is_empty()
+        || meta.get_progress_token().is_some()
+        || meta.contains_key(LOG_LEVEL_META)
+    {
+        return None;
+    }
+    Some((request.id, request.request))
+}
+
+/// True when an input schema marks a property for an `Mcp-Param-*` header
+/// (SEP-2243), which rmcp's path checks against the request's headers.
+fn promotes_headers(schema: &JsonObject) -> bool {
+    fn within(value: &Value) -> bool {
+        match value {
+            Value::Object(map) => promotes_headers(map),
+            Value::Array(items) => items.iter().any(within),
+            _ => false,
+        }
+    }
+    schema.contains_key(PARAM_HEADER_ANNOTATION) || schema.values().any(within)
+}
+
+/// The HTTP status rmcp gives a JSON-RPC error on the 2026-07-28 path.
+fn error_status(code: ErrorCode) -> StatusCode {
+    match code {
+        ErrorCode::UNSUPPORTED_PROTOCOL_VERSION
+        | ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY
+        | ErrorCode::HEADER_MISMATCH => StatusCode::BAD_REQUEST,
+        ErrorCode::METHOD_NOT_FOUND => StatusCode::NOT_FOUND,
+        _ => StatusCode::OK,
+    }
+}
+
+fn json_response(message: &ServerJsonRpcMessage, status: StatusCode) -> Response {
+    match serde_json::to_vec(message) {
+        Ok(body) => {
+            let mut response = Response::new(Body::from(body));
+            *response.status_mut() = status;
+            response.headers_mut().insert(
+                CONTENT_TYPE,
+                http::HeaderValue::from_static("application/json"),
+            );
+            response
+        }
+        Err(error) => {
+            tracing::error!(%error, "response not serialised");
+            status_only(StatusCode::INTERNAL_SERVER_ERROR)
+        }
+    }
+}
+
+fn status_only(status: StatusCode) -> Response {
+    let mut response = Response::new(Body::empty());
+    *response.status_mut() = status;
+    response
+}
+
+/// A transport that is closed from the start: it yields no message and
+/// refuses every send.
+struct ClosedTransport;
+
+/// What [`ClosedTransport`] answers every send with.
+#[derive(Debug, thiserror::Error)]
+#[error("a 2026-07-28 client is answered only in the response to its request")]
+struct Closed;
+
+impl Transport<RoleServer> for ClosedTransport {
+    type Error = Closed;
+
+    fn name() -> Cow<'static, str> {
+        "closed".into()
+    }
+
+    fn send(
+        &mut self,
+        _item: TxJsonRpcMessage<RoleServer>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        std::future::ready(Err(Closed))
+    }
+
+    fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleServer>>> + Send {
+        std::future::ready(None)
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        std::future::ready(Ok(()))
+    }
+}
