@@ -37,6 +37,10 @@ pub const DEFAULT_APPROVAL_TIMEOUT_MS: u64 = 120_000;
 /// upstream nothing.
 pub const DEFAULT_HEALTH_INTERVAL_MS: u64 = 30_000;
 
+/// The longest delay between attempts to reopen an upstream whose
+/// connection ended, when `reconnect_max_ms` is not set.
+pub const DEFAULT_RECONNECT_MAX_MS: u64 = 30_000;
+
 /// Days the audit trail is kept when `audit_retention_days` is not set: it
 /// holds no argument values and answers "who called what", so a month.
 pub const DEFAULT_AUDIT_RETENTION_DAYS: u64 = 30;
@@ -93,6 +97,10 @@ pub struct Gateway {
     /// tell whether it is up (`health_interval_ms`); `None` (`0`): never,
     /// only failed calls mark it down.
     pub health_interval: Option<Duration>,
+    /// The longest delay between attempts to reopen an upstream whose
+    /// connection ended (`reconnect_max_ms`; the first comes after 250 ms,
+    /// doubling); `None` (`0`): never reopened.
+    pub reconnect_max: Option<Duration>,
     /// How long `serve` keeps audit records (`audit_retention_days`);
     /// `None` (`0`): forever. See `crate::retention`.
     pub audit_retention: Option<Duration>,
@@ -295,6 +303,7 @@ struct RawGateway {
     approval: Option<RawApproval>,
     approval_timeout_ms: Option<u64>,
     health_interval_ms: Option<u64>,
+    reconnect_max_ms: Option<u64>,
     audit_retention_days: Option<u64>,
     effects_retention_days: Option<u64>,
     identity: Option<RawIdentity>,
@@ -572,6 +581,10 @@ impl Validator<'_> {
             0 => None,
             ms => Some(Duration::from_millis(ms)),
         };
+        let reconnect_max = match raw.reconnect_max_ms.unwrap_or(DEFAULT_RECONNECT_MAX_MS) {
+            0 => None,
+            ms => Some(Duration::from_millis(ms)),
+        };
         let audit_retention = self.retention(
             "gateway.audit_retention_days",
             raw.audit_retention_days
@@ -617,6 +630,7 @@ impl Validator<'_> {
             approval,
             approval_timeout: Duration::from_millis(approval_timeout_ms),
             health_interval,
+            reconnect_max,
             audit_retention,
             effects_retention,
             identity: raw.identity.map(|i| Identity {

@@ -328,7 +328,11 @@ fn connect_options(config: &Config) -> ConnectOptions {
     if config.gateway.approval != Approval::Never {
         options = options.with_policy(ApprovalPolicy(config.gateway.approval.clone()));
     }
-    options
+    use portcullis_upstream::Backoff;
+    options.with_reconnect(match config.gateway.reconnect_max {
+        Some(max) => Backoff::new(Backoff::DEFAULT.initial, max),
+        None => Backoff::NEVER,
+    })
 }
 
 /// The policy of `[gateway] approval`, for the calls that do not go through
@@ -494,6 +498,8 @@ fn call_error(tool: &str, error: CallError) -> ToolError {
         | CallError::Cancelled { .. }
         | CallError::Unauthorized { .. }
         | CallError::Forbidden { .. }
+        | CallError::Reconnecting { .. }
+        | CallError::ConnectionLost { .. }
         | CallError::SessionRequired { .. } => ToolError::msg(format!("ERR_TOOL_FAILED: {error}")),
         _ => {
             tracing::warn!(tool, error = %error, "upstream call failed");

@@ -69,7 +69,12 @@ fn sigterm_lets_the_in_flight_call_finish_and_no_child_survives() {
 #[test]
 fn a_child_killed_from_outside_does_not_keep_the_gateway_alive() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = demo_config(dir.path());
+    // Not reopened, so the dead child stays dead (tests/reconnect.rs
+    // covers the gateway restarting it).
+    let config = write_config(
+        dir.path(),
+        &format!("[gateway]\nstore = \"memory\"\nreconnect_max_ms = 0\n\n{DEMO}"),
+    );
     for signal in ["TERM", "KILL"] {
         let mut served = serve(&config);
         let children = child_pids(served.child.id());

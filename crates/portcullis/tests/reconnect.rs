@@ -1,0 +1,63 @@
+//! `portcullis serve` heals: a stdio upstream whose child is killed from
+//! outside is restarted in the background (`[gateway] reconnect_max_ms`),
+//! the log says so, `/healthz` reports it up again and calls reach the new
+//! child; stopping the gateway afterwards leaves no child behind.
+
+mod common;
+
+use common::{DEMO, alive, child_pids, eventually, http, mcp, send_signal, serve, write_config};
+use serde_json::{Value, json};
+
+/// `/healthz`'s upstream counts.
+fn upstreams(authority: &str) -> Value {
+    let (status, response) = http(
+        authority,
+        &format!("GET /healthz HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n"),
+    );
+    assert_eq!(status, 200, "{response}");
+    let body = response.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let health: Value = serde_json::from_str(body).expect("JSON");
+    health["upstreams"].clone()
+}
+
+#[test]
+fn a_killed_stdio_upstream_is_restarted_and_serves_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_config(
+        dir.path(),
+        &format!("[gateway]\nstore = \"memory\"\nreconnect_max_ms = 1000\n\n{DEMO}"),
+    );
+    let mut served = serve(&config);
+    let authority = served.authority();
+    assert_eq!(upstreams(&authority), json!({"up": 1, "down": 0}));
+    let children = child_pids(served.pid());
+    assert_eq!(children.len(), 1, "{children:?}");
+    let first = children[0];
+
+    send_signal(first, "KILL");
+    let line = served.wait_for_line("reconnect attempt 1");
+    assert!(line.contains("next try in"), "{line}");
+    eventually("a new child runs", || {
+        !alive(first)
+            && child_pids(served.pid())
+                .iter()
+                .any(|&pid| pid != first && alive(pid))
+    });
+    eventually("the upstream is reported up again", || {
+        upstreams(&authority) == json!({"up": 1, "down": 0})
+    });
+    let (status, response) = mcp(
+        &authority,
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                "params": {"name": "echo", "arguments": {"text": "back again"}}}),
+    );
+    assert_eq!(status, 200, "{response}");
+    assert!(response.contains("back again"), "{response}");
+    assert!(!response.contains("\"isError\":true"), "{response}");
+
+    let children = child_pids(served.pid());
+    assert_eq!(served.terminate(), Some(0));
+    for pid in children {
+        assert!(!alive(pid), "the stdio child {pid} outlived the gateway");
+    }
+}
