@@ -28,6 +28,20 @@
 //! before a result the server sent after it, `resources/updated` to the
 //! sessions subscribed to that URI, and list changes to every session and
 //! every 2026-07-28 `subscriptions/listen` that asked for them.
+//!
+//! A config reload builds a new proxy over the new generation's upstreams
+//! ([`Proxy::successor`]) that shares the sessions with the one in force;
+//! [`Proxy::take_over`] then routes every upstream's notices to it, silences
+//! the old one, and subscribes the connections the reload opened to what
+//! the sessions subscribed to (and sets their log level), so an upstream a
+//! reload added is heard like one present at start.
+//!
+//! Pins are read when a proxy is built (at start and on every reload). A
+//! baseline the connector records later while the gateway runs (a woken
+//! toolset's reconcile; `serve` does not wake) applies from the next reload
+//! or restart. Known gaps: a 2026-07-28 `subscriptions/listen` open across a
+//! reload that reconnects every upstream keeps its events but not its
+//! upstream subscriptions (sessions' `resources/subscribe`s are renewed).
 
 // Logging and resources/subscribe are deprecated by SEP-2577 but are what
 // every 2025-era client uses; they are proxied.

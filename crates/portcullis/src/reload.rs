@@ -20,6 +20,12 @@
 //! | the HTTP surface (`listen`, `allowed_hosts`, `allowed_origins`, `token`) | logged as needing a restart; the rest of the reload applies |
 //! | an invalid file | logged with the file, line and field; the old config keeps serving |
 //! | an upstream's listing (reconciled by the connector, not a config change) | the tool server is rebuilt on the same connections ([`follow_catalogue`]) |
+//! | `audit_retention_days`, `effects_retention_days` | applied by the next retention round, which a change starts at once (`crate::retention`) |
+//!
+//! The downstream sessions outlive every generation: a reload's proxy takes
+//! over the sessions of the one in force (`Proxy::take_over`, when the new
+//! generation is swapped in), so the upstreams' notices keep reaching them,
+//! a newly connected upstream's included.
 //!
 //! Clients hear about a new tool set: 2026-07-28 clients through
 //! `subscriptions/listen` (`notifications/tools/list_changed`), and
