@@ -5,7 +5,11 @@
 //!
 //! rmcp stamps every outgoing request with its own progress token, so the
 //! route is keyed by the token the request handle reports, registered right
-//! after the request is sent and removed when the call ends.
+//! after the request is sent and removed when the call ends. A fast server
+//! can report progress before that registration (the request leaves from
+//! rmcp's own task), so reports for a token nobody routes yet are held, a
+//! few and only for the most recent tokens, and handed to the route first
+//! when it is registered.
 //!
 //! Routing happens in the transport (`Tapped`), not in the handler's
 //! `on_progress`: rmcp runs notification handlers in spawned tasks but
@@ -48,7 +52,21 @@ pub struct Progress {
     pub message: Option<String>,
 }
 
-type Routes = Arc<Mutex<HashMap<ProgressToken, mpsc::UnboundedSender<Progress>>>>;
+type Routes = Arc<Mutex<RouteTable>>;
+
+/// How many reports for not-yet-routed tokens are held at most (a server
+/// may report progress on calls whose caller never asked for it: rmcp
+/// stamps every request with a token).
+const EARLY_REPORTS: usize = 256;
+
+/// The callers waiting for progress, and the reports that came before
+/// their route.
+#[derive(Default)]
+struct RouteTable {
+    live: HashMap<ProgressToken, mpsc::UnboundedSender<Progress>>,
+    /// Oldest first; bounded by [`EARLY_REPORTS`].
+    early: std::collections::VecDeque<(ProgressToken, Progress)>,
+}
 
 /// The client side of every upstream connection.
 #[derive(Clone, Default)]
@@ -70,10 +88,19 @@ impl UpstreamHandler {
         token: ProgressToken,
         sink: mpsc::UnboundedSender<Progress>,
     ) -> RouteGuard {
-        self.routes
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(token.clone(), sink);
+        let mut table = self.routes.lock().unwrap_or_else(PoisonError::into_inner);
+        // Under the lock the transport also takes, so the held reports go
+        // first and a report arriving now comes after them.
+        let early = std::mem::take(&mut table.early);
+        for (held, progress) in early {
+            if held == token {
+                let _ = sink.send(progress);
+            } else {
+                table.early.push_back((held, progress));
+            }
+        }
+        table.live.insert(token.clone(), sink);
+        drop(table);
         RouteGuard {
             routes: self.routes.clone(),
             token,
@@ -99,20 +126,28 @@ fn mismatch(method: &str) -> ErrorData {
     )
 }
 
-/// Sends one progress notification to its route, if the call still wants it.
+/// Sends one progress notification to its route, or holds it for a route
+/// not registered yet.
 fn deliver(routes: &Routes, params: &ProgressNotificationParam) {
-    let sink = routes
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .get(&params.progress_token)
-        .cloned();
-    if let Some(sink) = sink {
+    let progress = Progress {
+        progress: params.progress,
+        total: params.total,
+        message: params.message.clone(),
+    };
+    let mut table = routes.lock().unwrap_or_else(PoisonError::into_inner);
+    match table.live.get(&params.progress_token) {
         // A caller that stopped listening is not an error.
-        let _ = sink.send(Progress {
-            progress: params.progress,
-            total: params.total,
-            message: params.message.clone(),
-        });
+        Some(sink) => {
+            let _ = sink.send(progress);
+        }
+        None => {
+            if table.early.len() == EARLY_REPORTS {
+                table.early.pop_front();
+            }
+            table
+                .early
+                .push_back((params.progress_token.clone(), progress));
+        }
     }
 }
 
@@ -161,10 +196,10 @@ pub(crate) struct RouteGuard {
 
 impl Drop for RouteGuard {
     fn drop(&mut self) {
-        self.routes
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&self.token);
+        let mut table = self.routes.lock().unwrap_or_else(PoisonError::into_inner);
+        table.live.remove(&self.token);
+        // Reports after the call ended are nobody's.
+        table.early.retain(|(held, _)| *held != self.token);
     }
 }
 
@@ -297,5 +332,64 @@ impl UpstreamHandler {
             ServerNotification::ToolListChangedNotification(_) => self.tools_changed.notify_one(),
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(token: &str, progress: f64) -> ProgressNotificationParam {
+        ProgressNotificationParam::new(
+            ProgressToken(rmcp::model::NumberOrString::String(token.into())),
+            progress,
+        )
+    }
+
+    fn token(name: &str) -> ProgressToken {
+        ProgressToken(rmcp::model::NumberOrString::String(name.into()))
+    }
+
+    #[test]
+    fn reports_before_the_route_reach_it_first_and_in_order() {
+        let handler = UpstreamHandler::default();
+        // The server was quicker than the caller: two reports, one of them
+        // for another call, before the route exists.
+        deliver(&handler.routes, &report("a", 1.0));
+        deliver(&handler.routes, &report("b", 9.0));
+        deliver(&handler.routes, &report("a", 2.0));
+        let (sink, mut seen) = mpsc::unbounded_channel();
+        let guard = handler.route(token("a"), sink);
+        deliver(&handler.routes, &report("a", 3.0));
+        let mut steps = Vec::new();
+        while let Ok(progress) = seen.try_recv() {
+            steps.push(progress.progress);
+        }
+        assert_eq!(steps, [1.0, 2.0, 3.0]);
+        // The other call's report is still held for its own route.
+        let (other, mut other_seen) = mpsc::unbounded_channel();
+        let _other = handler.route(token("b"), other);
+        assert_eq!(other_seen.try_recv().map(|p| p.progress), Ok(9.0));
+        // Once the call ends, its late reports are not kept.
+        drop(guard);
+        deliver(&handler.routes, &report("a", 4.0));
+        drop(_other);
+        let table = handler.routes.lock().unwrap();
+        assert!(table.live.is_empty());
+        assert_eq!(table.early.len(), 1, "the late report waits to be evicted");
+    }
+
+    #[test]
+    fn held_reports_are_bounded() {
+        let handler = UpstreamHandler::default();
+        for n in 0..(EARLY_REPORTS + 10) {
+            deliver(&handler.routes, &report(&format!("t{n}"), 1.0));
+        }
+        let table = handler.routes.lock().unwrap();
+        assert_eq!(table.early.len(), EARLY_REPORTS);
+        assert_eq!(
+            table.early.front().map(|(t, _)| t.clone()),
+            Some(token("t10"))
+        );
     }
 }
