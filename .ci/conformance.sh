@@ -23,6 +23,20 @@
 #      there is a regression); any other failure is reported with its
 #      reason but does not fail the step, and a scenario that passes but is
 #      not listed is pointed out so it can be added.
+#   4. @modelcontextprotocol/conformance@0.2.0-alpha.12 --requirements
+#      2026-07-28 through the gateway, the 2026 downstream surface, twice:
+#      a. a second `portcullis serve` whose one upstream is the fixture of
+#         runs 1-2 over Streamable HTTP, spoken to as 2026-07-28: its
+#         `input_required` rounds are put to the caller as the gateway's
+#         own (the fixture's keys kept, the gateway's handle as
+#         requestState). Must-pass list:
+#         .ci/conformance-gateway-2026-passing.txt.
+#      b. run 3's gateway (the legacy stdio fixture): the fixture's
+#         multi-round tools send real sampling/elicitation/roots requests
+#         on its session, which the gateway parks behind its own
+#         `input_required` rounds. Must-pass list:
+#         .ci/conformance-gateway-2026-legacy-passing.txt.
+#      Same verdict as run 3. Each takes about ten seconds.
 # Exits non-zero if any scored scenario fails. Peers come from .ci/peers.sh.
 # Usage: bash .ci/conformance.sh   (from anywhere; results in target/conformance/)
 set -euo pipefail
@@ -128,43 +142,86 @@ rm -rf "$OUT/gateway-0.1.16"
 NODE_OPTIONS="$LOOP" "$N22" "$CONF" server --url "$GURL" -o "$OUT/gateway-0.1.16" \
   > "$OUT/gateway-0.1.16.log" 2>&1 || true
 sed -n '/=== SUMMARY ===/,$p' "$OUT/gateway-0.1.16.log"
-REQUIRED="$ROOT/.ci/conformance-gateway-passing.txt"
-passed="$(sed -n 's/^✓ \([a-z0-9-]*\): .*/\1/p' "$OUT/gateway-0.1.16.log" | sort)"
-failed="$(sed -n 's/^✗ \([a-z0-9-]*\): .*/\1/p' "$OUT/gateway-0.1.16.log" | sort)"
 # Lines in a list (grep -c exits 1 on none, which is not an error here).
 count() { printf '%s\n' "$1" | grep -c . || true; }
-total=$(( $(count "$passed") + $(count "$failed") ))
-echo "   through the gateway: $(count "$passed") of $total scenarios pass"
-if [ "$total" -eq 0 ]; then
-  echo "   no scenario summary: the runner failed (FAILED); see $OUT/gateway-0.1.16.log"
-  status=1
-fi
-required="$(grep -v '^#' "$REQUIRED" | sed 's/[[:space:]]*#.*//' | grep . | sort)"
-for scenario in $required; do
-  if ! printf '%s\n' "$passed" | grep -qx "$scenario"; then
-    echo "   REGRESSION: $scenario must pass through the gateway (listed in $REQUIRED)"
+# The verdict on a through-the-gateway run: $1 the runner's log, $2 its
+# results directory, $3 the list of scenarios that must pass.
+verdict() {
+  local log="$1" results="$2" list="$3"
+  local passed failed total required why scenario
+  passed="$(sed -n 's/^✓ \([a-z0-9-]*\): .*/\1/p' "$log" | sort)"
+  failed="$(sed -n 's/^✗ \([a-z0-9-]*\): .*/\1/p' "$log" | sort)"
+  total=$(( $(count "$passed") + $(count "$failed") ))
+  echo "   through the gateway: $(count "$passed") of $total scenarios pass"
+  if [ "$total" -eq 0 ]; then
+    echo "   no scenario summary: the runner failed (FAILED); see $log"
     status=1
   fi
-done
-for scenario in $failed; do
-  printf '%s\n' "$required" | grep -qx "$scenario" && continue
-  # The first failed check's message says why.
-  why="$(python3 - "$OUT/gateway-0.1.16" "$scenario" <<'PY'
+  required="$(grep -v '^#' "$list" | sed 's/[[:space:]]*#.*//' | grep . | sort)"
+  for scenario in $required; do
+    if ! printf '%s\n' "$passed" | grep -qx "$scenario"; then
+      echo "   REGRESSION: $scenario must pass through the gateway (listed in $list)"
+      status=1
+    fi
+  done
+  for scenario in $failed; do
+    printf '%s\n' "$required" | grep -qx "$scenario" && continue
+    # The first failed check's message says why.
+    why="$(python3 - "$results" "$scenario" <<'PY'
 import json, pathlib, sys
 root, name = pathlib.Path(sys.argv[1]), sys.argv[2]
 for path in sorted(root.glob(f"server-{name}-20*/checks.json")):
     for check in json.loads(path.read_text()):
         if check.get("status") == "FAILURE":
-            print(check.get("errorMessage") or check.get("description") or "")
+            print((check.get("errorMessage") or check.get("description") or "")[:300])
             sys.exit(0)
 PY
 )"
-  echo "   known gap: $scenario fails through the gateway: ${why:-see the log}"
-done
-for scenario in $passed; do
-  printf '%s\n' "$required" | grep -qx "$scenario" \
-    || echo "   note: $scenario now passes through the gateway; add it to $REQUIRED"
-done
+    echo "   known gap: $scenario fails through the gateway: ${why:-see the log}"
+  done
+  for scenario in $passed; do
+    printf '%s\n' "$required" | grep -qx "$scenario" \
+      || echo "   note: $scenario now passes through the gateway; add it to $list"
+  done
+}
+verdict "$OUT/gateway-0.1.16.log" "$OUT/gateway-0.1.16" "$ROOT/.ci/conformance-gateway-passing.txt"
+
+echo "== conformance 0.2.0-alpha.12 --requirements 2026-07-28 through the gateway, 2026 upstream (the fixture over HTTP)"
+G2PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+cat > "$OUT/gateway/portcullis-2026.toml" <<TOML
+[gateway]
+listen = "127.0.0.1:$G2PORT"
+prefix = "never"
+allow_write = true
+store = "memory"
+allowed_origins = ["http://localhost:$G2PORT", "http://127.0.0.1:$G2PORT", "http://[::1]:$G2PORT"]
+
+[upstreams.fixture]
+type = "streamable-http"
+url = "http://127.0.0.1:$PORT/mcp"
+timeout_ms = 60000
+TOML
+"$GATEWAY" serve --config "$OUT/gateway/portcullis-2026.toml" > "$OUT/gateway-2026.log" 2>&1 &
+GATEWAY2_PID=$!
+GATEWAY_PID="$GATEWAY_PID $GATEWAY2_PID"
+if ! wait_listening "$G2PORT" "$GATEWAY2_PID"; then
+  echo "== the second gateway did not start; its output:" >&2
+  cat "$OUT/gateway-2026.log" >&2
+  exit 1
+fi
+rm -rf "$OUT/gateway-2026-07-28"
+NODE_OPTIONS="$LOOP" "$N22" "$CONF_NEXT" server --url "http://localhost:$G2PORT/mcp" --requirements 2026-07-28 \
+  -o "$OUT/gateway-2026-07-28" > "$OUT/gateway-2026-07-28.log" 2>&1 || true
+sed -n '/=== SUMMARY ===/,/^Total/p' "$OUT/gateway-2026-07-28.log" | tail -n 1
+verdict "$OUT/gateway-2026-07-28.log" "$OUT/gateway-2026-07-28" "$ROOT/.ci/conformance-gateway-2026-passing.txt"
+
+echo "== conformance 0.2.0-alpha.12 --requirements 2026-07-28 through the gateway, legacy upstream (run 3's)"
+rm -rf "$OUT/gateway-2026-07-28-legacy"
+NODE_OPTIONS="$LOOP" "$N22" "$CONF_NEXT" server --url "$GURL" --requirements 2026-07-28 \
+  -o "$OUT/gateway-2026-07-28-legacy" > "$OUT/gateway-2026-07-28-legacy.log" 2>&1 || true
+sed -n '/=== SUMMARY ===/,/^Total/p' "$OUT/gateway-2026-07-28-legacy.log" | tail -n 1
+verdict "$OUT/gateway-2026-07-28-legacy.log" "$OUT/gateway-2026-07-28-legacy" \
+  "$ROOT/.ci/conformance-gateway-2026-legacy-passing.txt"
 
 if [ "$status" -ne 0 ]; then
   echo "== conformance FAILED; full logs in $OUT"

@@ -18,6 +18,25 @@
 //! is refused with `-32602`. A call not resumed within the approval timeout
 //! is cancelled, and so is a call whose parked state is dropped any other
 //! way.
+//!
+//! A retry that leaves a question unanswered (no answer under its key, or
+//! one that is not a result object) is asked that question again: the next
+//! `input_required` carries the unanswered requests under the same keys,
+//! with anything the handler asked meanwhile (SEP-2322: a server re-requests
+//! missing input rather than failing). Re-asking is a round like any other,
+//! so the same [`MAX_INPUT_ROUNDS`] bound ends it.
+//!
+//! Work that needed a capability the client did not declare (a proxied
+//! server asked for sampling of a client without `sampling`) is reported
+//! through [`InputChannel::undeclared`]: the question is never put to the
+//! client, and if the run then fails (an error result) the call answers
+//! the JSON-RPC error `-32021` (MissingRequiredClientCapability, with
+//! `data.requiredCapabilities` naming every missing capability; HTTP 400 on
+//! Streamable HTTP) instead, as the 2026-07-28 revision requires. A run
+//! that gets by without it (a server that falls back) keeps its result.
+//! That error is the protocol's answer to the client, not a tool result,
+//! so it is outside the edge's `ERR_…` mapping, which governs what a model
+//! reads in results.
 
 use std::collections::BTreeMap;
 
@@ -26,7 +45,8 @@ use portcullis_catalog::ToolResult;
 use portcullis_catalog::error_mapping::map_error;
 use rmcp::ErrorData;
 use rmcp::model::{
-    InputRequest, InputRequests, InputRequiredResult, InputResponses, ProtocolVersion,
+    ClientCapabilities, InputRequest, InputRequests, InputRequiredResult, InputResponses,
+    ProtocolVersion,
 };
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
@@ -51,11 +71,25 @@ struct Ask {
     reply: Reply,
 }
 
+/// What a handler sends its driver.
+enum Message {
+    Ask(Ask),
+    /// Capabilities the run needed and the client did not declare.
+    Undeclared(ClientCapabilities),
+}
+
+/// A question the client has been shown and owes an answer to; kept so it
+/// can be asked again when a retry leaves it out.
+struct Owed {
+    request: InputRequest,
+    reply: Reply,
+}
+
 /// A handler's way to ask the client of its call for input mid-call; see
 /// the module docs. Cheap to clone; usable from any task.
 #[derive(Clone)]
 pub struct InputChannel {
-    asks: mpsc::UnboundedSender<Ask>,
+    asks: mpsc::UnboundedSender<Message>,
 }
 
 impl std::fmt::Debug for InputChannel {
@@ -68,8 +102,8 @@ impl InputChannel {
     /// Asks the client `request` and resolves with its answer (the
     /// `CreateMessageResult`, `ElicitResult` or `ListRootsResult` as JSON).
     /// The error says why there is no answer: the call ended, was not
-    /// resumed in time, took too many rounds, or the client's retry left
-    /// this question out.
+    /// resumed in time, or took too many rounds (a retry that leaves this
+    /// question out is asked it again).
     pub fn request(&self, request: InputRequest) -> BoxFuture<'static, Result<Value, ErrorData>> {
         self.request_keyed(None, request)
     }
@@ -84,17 +118,25 @@ impl InputChannel {
         request: InputRequest,
     ) -> BoxFuture<'static, Result<Value, ErrorData>> {
         let (reply, answer) = oneshot::channel();
-        let sent = self.asks.send(Ask {
+        let sent = self.asks.send(Message::Ask(Ask {
             key,
             request,
             reply,
-        });
+        }));
         Box::pin(async move {
             if sent.is_err() {
                 return Err(gone());
             }
             answer.await.unwrap_or_else(|_| Err(gone()))
         })
+    }
+
+    /// Reports that the run needed `missing`, capabilities the client did
+    /// not declare (so it was not asked). Should the run fail, the call
+    /// answers `-32021` naming everything reported instead of the error
+    /// result; see the module docs.
+    pub fn undeclared(&self, missing: ClientCapabilities) {
+        let _ = self.asks.send(Message::Undeclared(missing));
     }
 }
 
@@ -150,13 +192,16 @@ impl Body {
 /// replies owed to the questions the client has been shown.
 pub(crate) struct Parked {
     body: Body,
-    asks: mpsc::UnboundedReceiver<Ask>,
-    owed: BTreeMap<String, Reply>,
+    asks: mpsc::UnboundedReceiver<Message>,
+    owed: BTreeMap<String, Owed>,
     /// The handler's own cancellation: the request's while one is
     /// attached, the timeout's while parked.
     cancel: CancellationToken,
     rounds: usize,
     keys: usize,
+    /// What the run needed and the client did not declare, so far (boxed:
+    /// it is rarely anything, and the parked run travels by value).
+    undeclared: Box<ClientCapabilities>,
 }
 
 impl Drop for Parked {
@@ -179,13 +224,14 @@ pub(crate) fn parkable(ctx: &CallContext) -> bool {
 
 /// Starts a parkable run: `run` gets the context with an input channel and
 /// a cancellation of its own, then is driven until it finishes or asks.
+/// The error is a refusal of the call ([`InputChannel::refuse_call`]).
 pub(crate) async fn start(
     approvals: &Approvals,
     tool: &str,
     args: &Value,
     ctx: CallContext,
     run: impl FnOnce(CallContext) -> BoxFuture<'static, ToolResult>,
-) -> Step {
+) -> Result<Step, ErrorData> {
     let attached = ctx.cancellation().clone();
     let cancel = CancellationToken::new();
     let (sender, asks) = mpsc::unbounded_channel();
@@ -197,11 +243,13 @@ pub(crate) async fn start(
         cancel,
         rounds: 0,
         keys: 0,
+        undeclared: Box::default(),
     };
     drive(parked, &attached, approvals, tool, args).await
 }
 
-/// Resumes a parked run with the client's answers.
+/// Resumes a parked run with the client's answers; questions left
+/// unanswered are asked again.
 pub(crate) async fn resume(
     mut parked: Parked,
     responses: Option<InputResponses>,
@@ -209,56 +257,135 @@ pub(crate) async fn resume(
     approvals: &Approvals,
     tool: &str,
     args: &Value,
-) -> Step {
+) -> Result<Step, ErrorData> {
     let mut responses = responses.unwrap_or_default();
-    for (key, reply) in std::mem::take(&mut parked.owed) {
-        let answer = responses.remove(&key).ok_or_else(|| {
-            ErrorData::invalid_request(
-                "the client retried the call without answering this request",
-                None,
-            )
-        });
-        let _ = reply.send(answer);
+    for (key, owed) in std::mem::take(&mut parked.owed) {
+        match responses.remove(&key) {
+            // Every answer (sampling, elicitation, roots) is a result
+            // object; anything else is no answer.
+            Some(answer) if answer.is_object() => {
+                let _ = owed.reply.send(Ok(answer));
+            }
+            // Asked again in the next round (`drive`).
+            _ => {
+                parked.owed.insert(key, owed);
+            }
+        }
     }
     drive(parked, ctx.cancellation(), approvals, tool, args).await
 }
 
+/// Adds the capabilities named in `more` to `into`.
+fn merge(into: &mut ClientCapabilities, more: ClientCapabilities) {
+    if more.sampling.is_some() {
+        into.sampling = more.sampling;
+    }
+    if more.elicitation.is_some() {
+        into.elicitation = more.elicitation;
+    }
+    if more.roots.is_some() {
+        into.roots = more.roots;
+    }
+    if let Some(experimental) = more.experimental {
+        into.experimental
+            .get_or_insert_with(Default::default)
+            .extend(experimental);
+    }
+    if let Some(extensions) = more.extensions {
+        into.extensions
+            .get_or_insert_with(Default::default)
+            .extend(extensions);
+    }
+}
+
+/// How a finished run answers: its result, or `-32021` when it failed
+/// after needing capabilities the client did not declare.
+fn finish(parked: &mut Parked, result: ToolResult) -> Result<Step, ErrorData> {
+    // Reports sent just before the run ended count too; a question asked
+    // then has nobody left to hear its answer.
+    while let Ok(message) = parked.asks.try_recv() {
+        match message {
+            Message::Undeclared(missing) => merge(&mut parked.undeclared, missing),
+            Message::Ask(ask) => {
+                let _ = ask.reply.send(Err(gone()));
+            }
+        }
+    }
+    if result.is_error && *parked.undeclared != ClientCapabilities::default() {
+        return Err(ErrorData::missing_required_client_capability(
+            std::mem::take(&mut *parked.undeclared),
+        ));
+    }
+    Ok(Step::Done(result))
+}
+
 /// Drives the run with a request attached: its result, or its next
 /// questions (parked under a new handle), or the request's cancellation
-/// passed on.
+/// passed on. Questions a retry left unanswered go out again at once. The
+/// error is `-32021` (see [`finish`]).
 async fn drive(
     mut parked: Parked,
     attached: &CancellationToken,
     approvals: &Approvals,
     tool: &str,
     args: &Value,
-) -> Step {
+) -> Result<Step, ErrorData> {
     loop {
-        let first = tokio::select! {
-            result = parked.body.result() => return Step::Done(result),
-            Some(ask) = parked.asks.recv() => ask,
-            () = attached.cancelled(), if !parked.cancel.is_cancelled() => {
-                // The client gave up on this request: the run is cancelled,
-                // and its (cancelled) result is what the request answers.
-                parked.cancel.cancel();
-                continue;
-            }
-        };
+        // A question whose asker stopped waiting is not asked again.
+        parked.owed.retain(|_, owed| !owed.reply.is_closed());
+        let mut messages = Vec::new();
+        if parked.owed.is_empty() {
+            let first = tokio::select! {
+                biased;
+                Some(message) = parked.asks.recv() => message,
+                result = parked.body.result() => return finish(&mut parked, result),
+                () = attached.cancelled(), if !parked.cancel.is_cancelled() => {
+                    // The client gave up on this request: the run is
+                    // cancelled, and its (cancelled) result is what the
+                    // request answers.
+                    parked.cancel.cancel();
+                    continue;
+                }
+            };
+            messages.push(first);
+        }
         // Questions asked together go out together.
-        let mut batch = vec![first];
-        while let Ok(ask) = parked.asks.try_recv() {
-            batch.push(ask);
+        while let Ok(message) = parked.asks.try_recv() {
+            messages.push(message);
+        }
+        let mut batch = Vec::new();
+        for message in messages {
+            match message {
+                Message::Ask(ask) => batch.push(ask),
+                Message::Undeclared(missing) => merge(&mut parked.undeclared, missing),
+            }
+        }
+        if batch.is_empty() && parked.owed.is_empty() {
+            // Only a report: nothing to ask, the run goes on.
+            continue;
         }
         if parked.rounds >= MAX_INPUT_ROUNDS {
-            for ask in batch {
-                let _ = ask.reply.send(Err(ErrorData::invalid_request(
+            let limit = || {
+                ErrorData::invalid_request(
                     format!("the call already asked its client for input {MAX_INPUT_ROUNDS} times"),
                     None,
-                )));
+                )
+            };
+            for (_, owed) in std::mem::take(&mut parked.owed) {
+                let _ = owed.reply.send(Err(limit()));
+            }
+            for ask in batch {
+                let _ = ask.reply.send(Err(limit()));
             }
             continue;
         }
-        let mut requests = InputRequests::new();
+        // The unanswered questions keep their keys; new ones take the key
+        // the handler asked for when it is free.
+        let mut requests: InputRequests = parked
+            .owed
+            .iter()
+            .map(|(key, owed)| (key.clone(), owed.request.clone()))
+            .collect();
         for ask in batch {
             let key = match ask.key {
                 Some(key) if !requests.contains_key(&key) => key,
@@ -270,18 +397,29 @@ async fn drive(
                     }
                 },
             };
-            requests.insert(key.clone(), ask.request);
-            parked.owed.insert(key, ask.reply);
+            requests.insert(key.clone(), ask.request.clone());
+            parked.owed.insert(
+                key,
+                Owed {
+                    request: ask.request,
+                    reply: ask.reply,
+                },
+            );
         }
         parked.rounds += 1;
         parked.body.detach();
         match approvals.park(tool, args, parked) {
-            Ok(state) => return Step::Ask(InputRequiredResult::new(Some(requests), Some(state))),
+            Ok(state) => {
+                return Ok(Step::Ask(InputRequiredResult::new(
+                    Some(requests),
+                    Some(state),
+                )));
+            }
             Err(mut refused) => {
                 // Too many calls already wait: this question is refused and
                 // the run goes on without it.
-                for (_, reply) in std::mem::take(&mut refused.owed) {
-                    let _ = reply.send(Err(ErrorData::internal_error(
+                for (_, owed) in std::mem::take(&mut refused.owed) {
+                    let _ = owed.reply.send(Err(ErrorData::internal_error(
                         "too many calls are already waiting for their clients' input",
                         None,
                     )));

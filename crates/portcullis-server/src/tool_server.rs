@@ -481,7 +481,7 @@ impl ToolServer {
                 &entry.name,
                 &args,
             )
-            .await;
+            .await?;
             return Ok(step.into());
         }
         if let Some(policy) = &self.inner.policy {
@@ -525,7 +525,7 @@ impl ToolServer {
                     }
                 })
             };
-            let step = input::start(&self.inner.approvals, &entry.name, &args, ctx, run).await;
+            let step = input::start(&self.inner.approvals, &entry.name, &args, ctx, run).await?;
             return Ok(step.into());
         }
         Ok(Outcome::Done(self.execute(entry, args, ctx).await))

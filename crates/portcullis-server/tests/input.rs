@@ -3,7 +3,9 @@
 //! client (its own `input_required` driver) answers each question as a
 //! round of the same call. The handler runs once however many rounds it
 //! takes, and a handler that keeps asking is refused after
-//! [`MAX_INPUT_ROUNDS`].
+//! [`MAX_INPUT_ROUNDS`]. Questions a retry leaves unanswered are asked
+//! again, and a run that fails after needing a capability the client did
+//! not declare answers `-32021` (HTTP 400).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -124,5 +126,170 @@ async fn a_handler_asks_until_refused_and_runs_once() {
     assert_eq!(person.asked.load(Ordering::SeqCst), MAX_INPUT_ROUNDS);
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the handler ran once");
     client.cancel().await.expect("client closes");
+    server.close().await;
+}
+
+/// One stateless 2026-07-28 `tools/call` over raw HTTP: the status and the
+/// JSON-RPC answer (plain JSON or the first object of an event stream).
+async fn call_2026(
+    url: &str,
+    tool: &str,
+    capabilities: serde_json::Value,
+    extra: serde_json::Value,
+) -> (u16, serde_json::Value) {
+    let mut params = json!({
+        "name": tool,
+        "arguments": {},
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": capabilities
+        }
+    });
+    if let (Some(params), Some(extra)) = (params.as_object_mut(), extra.as_object()) {
+        params.extend(extra.clone());
+    }
+    let response = reqwest::Client::new()
+        .post(url)
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .header("MCP-Protocol-Version", "2026-07-28")
+        .header("Mcp-Method", "tools/call")
+        .header("Mcp-Name", tool)
+        .body(
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params})
+                .to_string(),
+        )
+        .send()
+        .await
+        .expect("the server answers");
+    let status = response.status().as_u16();
+    let body = response.text().await.expect("a body");
+    let start = body.find("{\"").expect("a JSON body");
+    let answer = serde_json::Deserializer::from_str(&body[start..])
+        .into_iter::<serde_json::Value>()
+        .next()
+        .and_then(Result::ok)
+        .expect("a JSON-RPC answer");
+    (status, answer)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn questions_a_retry_leaves_unanswered_are_asked_again() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    let tools = ToolServer::builder()
+        .tool(
+            Tool::new("pair").with_annotations(ToolAnnotations::read_only(true)),
+            move |_: serde_json::Value, ctx: CallContext| {
+                let counted = counted.clone();
+                async move {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    let Some(input) = ctx.input() else {
+                        return Err(ToolError::msg("ERR_NO_INPUT: no input channel"));
+                    };
+                    // Two questions at once: one round.
+                    let (a, b) = futures::join!(
+                        input.request_keyed(Some("a".into()), question()),
+                        input.request_keyed(Some("b".into()), question())
+                    );
+                    let n = |answer: Result<serde_json::Value, ErrorData>| match answer {
+                        Ok(answer) => answer["content"]["n"].to_string(),
+                        Err(error) => error.message.to_string(),
+                    };
+                    Ok::<_, ToolError>(ToolResult::text(format!("a={} b={}", n(a), n(b))))
+                }
+            },
+        )
+        .build()
+        .expect("tools");
+    let server = serve_http(tools, HttpOptions::default())
+        .await
+        .expect("listens");
+    let url = server.url();
+    let capabilities = json!({"elicitation": {"form": {}}});
+    let call = |extra: serde_json::Value| call_2026(&url, "pair", capabilities.clone(), extra);
+
+    let (_, first) = call(json!({})).await;
+    let asked = first["result"]["inputRequests"].clone();
+    let keys: Vec<_> = asked
+        .as_object()
+        .map(|r| r.keys().cloned().collect())
+        .unwrap_or_default();
+    assert_eq!(keys, ["a", "b"], "{first}");
+
+    // Only `a` answered: `b` alone is asked again, as it was.
+    let answer = |n: i64| json!({"action": "accept", "content": {"n": n}});
+    let (_, second) = call(json!({
+        "inputResponses": {"a": answer(1)},
+        "requestState": first["result"]["requestState"]
+    }))
+    .await;
+    assert_eq!(second["result"]["resultType"], "input_required", "{second}");
+    assert_eq!(
+        second["result"]["inputRequests"],
+        json!({"b": asked["b"]}),
+        "{second}"
+    );
+
+    let (status, done) = call(json!({
+        "inputResponses": {"b": answer(2)},
+        "requestState": second["result"]["requestState"]
+    }))
+    .await;
+    assert_eq!(status, 200, "{done}");
+    let text = done["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.contains("a=1 b=2"), "{done}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the handler ran once");
+    server.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_fails_without_an_undeclared_capability_answers_32021() {
+    let tools = ToolServer::builder()
+        .tool(
+            Tool::new("needs_roots").with_annotations(ToolAnnotations::read_only(true)),
+            |args: serde_json::Value, ctx: CallContext| async move {
+                let mut roots = ClientCapabilities::default();
+                roots.roots = Some(Default::default());
+                if let Some(input) = ctx.input() {
+                    input.undeclared(roots);
+                }
+                if args["fall_back"] == true {
+                    Ok(ToolResult::text("fell back"))
+                } else {
+                    Err(ToolError::msg("ERR_TOOL_FAILED"))
+                }
+            },
+        )
+        .build()
+        .expect("tools");
+    let server = serve_http(tools, HttpOptions::default())
+        .await
+        .expect("listens");
+    let url = server.url();
+
+    let (status, refused) = call_2026(&url, "needs_roots", json!({}), json!({})).await;
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(refused["error"]["code"], -32021, "{refused}");
+    assert_eq!(
+        refused["error"]["data"]["requiredCapabilities"],
+        json!({"roots": {}}),
+        "{refused}"
+    );
+
+    let (status, kept) = call_2026(
+        &url,
+        "needs_roots",
+        json!({}),
+        json!({"arguments": {"fall_back": true}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{kept}");
+    let text = kept["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.contains("fell back"), "{kept}");
     server.close().await;
 }

@@ -30,9 +30,9 @@ use rmcp::model::{
     ListResourceTemplatesRequest, ListResourcesRequest, LoggingLevel,
     LoggingMessageNotificationParam, PaginatedRequestParams, Prompt, ProtocolVersion,
     ReadResourceRequest, ReadResourceRequestParams, ReadResourceResponse, Resource,
-    ResourceTemplate, ServerCapabilities, ServerNotification, ServerResult, SetLevelRequest,
-    SetLevelRequestParams, SubscribeRequest, SubscribeRequestParams, SubscriptionFilter,
-    UnsubscribeRequest, UnsubscribeRequestParams,
+    ResourceTemplate, ResultType, ServerCapabilities, ServerNotification, ServerResult,
+    SetLevelRequest, SetLevelRequestParams, SubscribeRequest, SubscribeRequestParams,
+    SubscriptionFilter, UnsubscribeRequest, UnsubscribeRequestParams,
 };
 use rmcp::service::{PeerRequestOptions, ServiceError};
 use serde_json::Value;
@@ -358,6 +358,10 @@ impl Passthrough {
 
     /// `resources/read` with the server's own URI in `params`. A 2026
     /// server may answer `input_required`; that is handed back as it is.
+    /// An initialize-era server's result has no `resultType`: it is marked
+    /// `complete` (what an absent one means), which a 2026-07-28 client
+    /// requires and rmcp strips for older clients; so for `prompts/get`
+    /// and `completion/complete`.
     pub async fn read_resource(
         &self,
         server: &str,
@@ -365,7 +369,10 @@ impl Passthrough {
     ) -> Result<ReadResourceResponse, PassthroughError> {
         let request = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(params));
         self.request(server, "resources/read", request, |result| match result {
-            ServerResult::ReadResourceResult(result) => Some(result.into()),
+            ServerResult::ReadResourceResult(mut result) => {
+                result.result_type.get_or_insert(ResultType::COMPLETE);
+                Some(result.into())
+            }
             other => input_required(other),
         })
         .await
@@ -380,7 +387,10 @@ impl Passthrough {
     ) -> Result<GetPromptResponse, PassthroughError> {
         let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(params));
         self.request(server, "prompts/get", request, |result| match result {
-            ServerResult::GetPromptResult(result) => Some(result.into()),
+            ServerResult::GetPromptResult(mut result) => {
+                result.result_type.get_or_insert(ResultType::COMPLETE);
+                Some(result.into())
+            }
             other => input_required(other),
         })
         .await
@@ -399,7 +409,10 @@ impl Passthrough {
             "completion/complete",
             request,
             |result| match result {
-                ServerResult::CompleteResult(result) => Some(result),
+                ServerResult::CompleteResult(mut result) => {
+                    result.result_type.get_or_insert(ResultType::COMPLETE);
+                    Some(result)
+                }
                 _ => None,
             },
         )

@@ -15,7 +15,11 @@
 //!   stream) fall back to the only call in flight.
 //! * No call in flight, several calls and no way to choose, a call made
 //!   without a client (`portcullis call`), or a client that did not declare
-//!   the capability: the server gets a JSON-RPC error saying which.
+//!   the capability: the server gets a JSON-RPC error saying which. The
+//!   client is told of a capability it lacks too
+//!   ([`ClientRelay::undeclared`]): a 2026-07-28 client's call is answered
+//!   with `-32021` naming it, as that revision requires of a server that
+//!   needs an undeclared capability.
 //!
 //! A 2026-07-28 server does not send requests: it answers `tools/call` with
 //! an `input_required` result listing them. `answer_inputs` puts each to
@@ -59,6 +63,15 @@ pub trait ClientRelay: Send + Sync + 'static {
         request: ServerRequest,
         cancel: CancellationToken,
     ) -> BoxFuture<'static, Result<ClientResult, ErrorData>>;
+
+    /// Told when the server's requests needed `missing`, capabilities the
+    /// client did not declare (the server hears a JSON-RPC error either
+    /// way). A client whose revision answers that itself ends its call
+    /// here (a 2026-07-28 client: `-32021` with `requiredCapabilities`);
+    /// the default does nothing.
+    fn undeclared(&self, missing: ClientCapabilities) {
+        let _ = missing;
+    }
 }
 
 /// The key a 2026 server gave a request among its `input_required` input
@@ -85,6 +98,17 @@ fn declared(capabilities: &ClientCapabilities, request: &ServerRequest) -> bool 
         ServerRequest::ListRootsRequest(_) => capabilities.roots.is_some(),
         ServerRequest::ElicitRequest(_) => capabilities.elicitation.is_some(),
         _ => false,
+    }
+}
+
+/// Adds the capability `request` needs to `needed` (as an empty object:
+/// `{"sampling": {}}`, the shape `requiredCapabilities` takes).
+fn require(needed: &mut ClientCapabilities, request: &ServerRequest) {
+    match request {
+        ServerRequest::CreateMessageRequest(_) => needed.sampling = Some(Default::default()),
+        ServerRequest::ListRootsRequest(_) => needed.roots = Some(Default::default()),
+        ServerRequest::ElicitRequest(_) => needed.elicitation = Some(Default::default()),
+        _ => {}
     }
 }
 
@@ -212,6 +236,9 @@ impl Relays {
         let origin = context.extensions.get::<InboundStreamOrigin>();
         let relay = self.find(origin, method)?;
         if !declared(&relay.capabilities(), &request) {
+            let mut missing = ClientCapabilities::default();
+            require(&mut missing, &request);
+            relay.undeclared(missing);
             return Err(Refusal::Undeclared { method }.into());
         }
         tracing::debug!(method, "relaying a server request to the calling client");
@@ -223,15 +250,17 @@ impl Relays {
 /// calling client all at once (a client that answers by round trip gets
 /// them in one round, under the server's keys: [`InputKey`]); the answers
 /// are keyed as the requests were. The error says why a request could not
-/// be answered (the client's own JSON-RPC error passes unchanged).
+/// be answered (the client's own JSON-RPC error passes unchanged); when
+/// some need capabilities the client did not declare, none is put to it
+/// and it is told of them all at once ([`ClientRelay::undeclared`]).
 pub(crate) async fn answer_inputs(
     relay: Option<&Arc<dyn ClientRelay>>,
     requests: InputRequests,
     cancel: &CancellationToken,
 ) -> Result<InputResponses, ErrorData> {
-    let mut pending = Vec::new();
+    let mut asked = Vec::new();
     for (key, request) in requests {
-        let mut request = match request {
+        let request = match request {
             InputRequest::CreateMessage(r) => ServerRequest::CreateMessageRequest(r),
             InputRequest::Elicitation(r) => ServerRequest::ElicitRequest(r),
             InputRequest::ListRoots(r) => ServerRequest::ListRootsRequest(r),
@@ -242,11 +271,33 @@ pub(crate) async fn answer_inputs(
                 ));
             }
         };
-        let method = method_of(&request);
-        let relay = relay.ok_or(Refusal::NoClient { method })?;
-        if !declared(&relay.capabilities(), &request) {
-            return Err(Refusal::Undeclared { method }.into());
+        asked.push((key, request));
+    }
+    let Some(relay) = relay else {
+        return match asked.first() {
+            Some((_, request)) => Err(Refusal::NoClient {
+                method: method_of(request),
+            }
+            .into()),
+            None => Ok(InputResponses::new()),
+        };
+    };
+    let capabilities = relay.capabilities();
+    let mut missing = ClientCapabilities::default();
+    let mut first_missing = None;
+    for (_, request) in &asked {
+        if !declared(&capabilities, request) {
+            require(&mut missing, request);
+            first_missing.get_or_insert(method_of(request));
         }
+    }
+    if let Some(method) = first_missing {
+        relay.undeclared(missing);
+        return Err(Refusal::Undeclared { method }.into());
+    }
+    let mut pending = Vec::new();
+    for (key, mut request) in asked {
+        let method = method_of(&request);
         request.extensions_mut().insert(InputKey(key.clone()));
         let answer = relay.request(request, cancel.child_token());
         pending.push(async move {
@@ -302,11 +353,14 @@ mod tests {
     use super::*;
     use rmcp::model::{ListRootsRequest, ListRootsResult};
 
-    struct Answers(ClientCapabilities);
+    struct Answers(ClientCapabilities, Arc<Mutex<Vec<ClientCapabilities>>>);
 
     impl ClientRelay for Answers {
         fn capabilities(&self) -> ClientCapabilities {
             self.0.clone()
+        }
+        fn undeclared(&self, missing: ClientCapabilities) {
+            self.1.lock().unwrap().push(missing);
         }
         fn request(
             &self,
@@ -324,7 +378,43 @@ mod tests {
     }
 
     fn relay(capabilities: ClientCapabilities) -> Option<Arc<dyn ClientRelay>> {
-        Some(Arc::new(Answers(capabilities)))
+        Some(Arc::new(Answers(capabilities, Default::default())))
+    }
+
+    #[tokio::test]
+    async fn every_undeclared_capability_is_reported_at_once_and_nothing_is_asked() {
+        let reported = Arc::new(Mutex::new(Vec::new()));
+        let relay: Arc<dyn ClientRelay> = Arc::new(Answers(roots(), reported.clone()));
+        let sampling: rmcp::model::CreateMessageRequestParams =
+            serde_json::from_value(serde_json::json!({"messages": [], "maxTokens": 5})).unwrap();
+        let elicitation: rmcp::model::ElicitRequestParams = serde_json::from_value(
+            serde_json::json!({"mode": "form", "message": "?", "requestedSchema": {"type": "object", "properties": {}}}),
+        )
+        .unwrap();
+        let requests = InputRequests::from_iter([
+            (
+                "model".to_owned(),
+                InputRequest::CreateMessage(rmcp::model::CreateMessageRequest::new(sampling)),
+            ),
+            (
+                "person".to_owned(),
+                InputRequest::Elicitation(rmcp::model::ElicitRequest::new(elicitation)),
+            ),
+            (
+                "where".to_owned(),
+                InputRequest::ListRoots(ListRootsRequest::default()),
+            ),
+        ]);
+        let error = answer_inputs(Some(&relay), requests, &CancellationToken::new())
+            .await
+            .unwrap_err();
+        assert_eq!(error.code, ErrorCode::METHOD_NOT_FOUND);
+        let reported = reported.lock().unwrap();
+        assert_eq!(reported.len(), 1, "one report");
+        assert_eq!(
+            serde_json::to_value(&reported[0]).unwrap(),
+            serde_json::json!({"sampling": {}, "elicitation": {}})
+        );
     }
 
     #[test]

@@ -15,6 +15,19 @@
 //! answer from its retry back here, to the upstream still waiting on the
 //! same call. Both paths also answer a 2026 upstream's own
 //! `input_required` requests.
+//!
+//! A request the calling client did not declare the capability for is
+//! refused to the upstream (a JSON-RPC error naming why), and the upstream
+//! decides what that means for its tool: it may fall back, or fail. For a
+//! 2026-07-28 client a failure is then answered with the JSON-RPC error
+//! `-32021` (MissingRequiredClientCapability, `data.requiredCapabilities`
+//! naming what was missing; HTTP 400 on Streamable HTTP) instead of the
+//! error result, as that revision requires of a server that needed an
+//! undeclared capability ([`portcullis_server::input`]). That error is the
+//! protocol's answer to the client, not a tool result: the edge's `ERR_…`
+//! mapping is about what a model reads in results and does not apply. An
+//! initialize-era client declared its capabilities once, in `initialize`,
+//! and its revision has no such error: it gets the result as it is.
 
 #![allow(deprecated)] // Sampling and roots: SEP-2577, still used by 2025-era servers.
 
@@ -81,6 +94,14 @@ type Answer = Pin<Box<dyn Future<Output = Result<ClientResult, ErrorData>> + Sen
 impl ClientRelay for DownstreamRelay {
     fn capabilities(&self) -> ClientCapabilities {
         self.capabilities.clone()
+    }
+
+    fn undeclared(&self, missing: ClientCapabilities) {
+        if self.modern
+            && let Some(input) = &self.input
+        {
+            input.undeclared(missing);
+        }
     }
 
     fn request(&self, mut request: ServerRequest, cancel: CancellationToken) -> Answer {

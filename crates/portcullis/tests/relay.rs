@@ -16,7 +16,12 @@
 //!   call; the client gets `input_required` with the request, and its retry
 //!   (with the answer and the request state) completes the same upstream
 //!   call. Forged and replayed states are refused; a call nobody resumes is
-//!   cancelled upstream when the approval timeout runs out.
+//!   cancelled upstream when the approval timeout runs out. A retry that
+//!   leaves the question unanswered is asked it again.
+//! * A 2026-07-28 client that did not declare the capability an upstream's
+//!   request needs is never asked: the upstream is refused, and if its tool
+//!   then fails the client gets HTTP 400 with JSON-RPC `-32021` naming the
+//!   capability (a tool that falls back keeps its result).
 //!
 //! (Initialize-era clients' server-to-client requests through the gateway are covered by
 //! `interop.rs` and by the conformance run in `.ci/conformance.sh`.)
@@ -371,7 +376,13 @@ impl rmcp::ServerHandler for SamplesAModel {
         let tool = read_only_tool("poem", "Asks the caller's model for a line");
         let mut survey = tool.clone();
         survey.name = "survey".into();
-        Ok(ListToolsResult::with_all_items(vec![tool, survey]))
+        let mut strict = tool.clone();
+        strict.name = "strict_poem".into();
+        let mut lenient = tool.clone();
+        lenient.name = "lenient_poem".into();
+        Ok(ListToolsResult::with_all_items(vec![
+            tool, survey, strict, lenient,
+        ]))
     }
 
     async fn call_tool(
@@ -420,6 +431,16 @@ impl rmcp::ServerHandler for SamplesAModel {
             "maxTokens": 50
         }))
         .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        if request.name != "poem" {
+            // Without a model, `strict_poem` fails and `lenient_poem` falls
+            // back to a line of its own.
+            let line = match context.peer.create_message(params).await {
+                Ok(_) => "sampled".to_owned(),
+                Err(_) if request.name == "lenient_poem" => "a line of my own".to_owned(),
+                Err(error) => return Err(ErrorData::internal_error(error.to_string(), None)),
+            };
+            return Ok(CallToolResult::success(vec![ContentBlock::text(line)]).into());
+        }
         // A call given up on hears both that its question will not be
         // answered and that it is cancelled, in either order: what counts
         // is that the cancellation comes.
@@ -458,14 +479,26 @@ fn call_poem(authority: &str, extra: serde_json::Value) -> serde_json::Value {
 /// One stateless 2026-07-28 `tools/call` of `tool` from a client that
 /// declares sampling, elicitation and roots.
 fn call_tool_2026(authority: &str, tool: &str, extra: serde_json::Value) -> serde_json::Value {
+    let capabilities = json!({"sampling": {}, "elicitation": {"form": {}}, "roots": {}});
+    let (status, answer) = call_as(authority, tool, capabilities, extra);
+    assert_eq!(status, 200, "{answer}");
+    answer
+}
+
+/// One stateless 2026-07-28 `tools/call` of `tool` from a client that
+/// declares `capabilities`: the HTTP status and the JSON-RPC answer.
+fn call_as(
+    authority: &str,
+    tool: &str,
+    capabilities: serde_json::Value,
+    extra: serde_json::Value,
+) -> (u16, serde_json::Value) {
     let mut params = json!({
         "name": tool,
         "arguments": {},
         "_meta": {
             "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": {
-                "sampling": {}, "elicitation": {"form": {}}, "roots": {}
-            }
+            "io.modelcontextprotocol/clientCapabilities": capabilities
         }
     });
     if let (Some(params), Some(extra)) = (params.as_object_mut(), extra.as_object()) {
@@ -478,15 +511,15 @@ fn call_tool_2026(authority: &str, tool: &str, extra: serde_json::Value) -> serd
         body.len()
     );
     let (status, response) = common::http(authority, &raw);
-    assert_eq!(status, 200, "{response}");
     // Plain JSON or one SSE event, possibly chunked: the first JSON-RPC
     // object in the response is the answer.
     let start = response.find("{\"").expect("a JSON body");
-    serde_json::Deserializer::from_str(&response[start..])
+    let answer = serde_json::Deserializer::from_str(&response[start..])
         .into_iter::<serde_json::Value>()
         .next()
         .and_then(Result::ok)
-        .expect("a JSON-RPC answer")
+        .expect("a JSON-RPC answer");
+    (status, answer)
 }
 
 fn sampling_config(dir: &Path, upstream: &str, timeout_ms: u64) -> std::path::PathBuf {
@@ -763,5 +796,105 @@ async fn a_2026_upstreams_input_required_reaches_a_2026_client() {
         .as_str()
         .unwrap_or_default();
     assert!(text.contains("\nHello, Ada!\n"), "{done}");
+    upstream.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_2026_client_without_the_capability_gets_32021_when_the_upstream_fails() {
+    let seen = Arc::new(Sampled::default());
+    let upstream = sampling_upstream(seen.clone()).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let served = common::serve(&sampling_config(dir.path(), &upstream.url(), 60_000));
+    let authority = served.authority();
+    let call = move |tool: &'static str| {
+        let authority = authority.clone();
+        async move {
+            // Elicitation and roots, but no sampling.
+            let capabilities = json!({"elicitation": {"form": {}}, "roots": {}});
+            tokio::task::spawn_blocking(move || call_as(&authority, tool, capabilities, json!({})))
+                .await
+                .expect("a call")
+        }
+    };
+
+    // The upstream needs a model the client did not declare and fails:
+    // the protocol's error, not a tool result.
+    let (status, refused) = call("strict_poem").await;
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(refused["error"]["code"], -32021, "{refused}");
+    assert_eq!(
+        refused["error"]["data"]["requiredCapabilities"],
+        json!({"sampling": {}}),
+        "{refused}"
+    );
+    assert!(refused.get("result").is_none(), "{refused}");
+
+    // A tool that gets by without one keeps its result.
+    let (status, fell_back) = call("lenient_poem").await;
+    assert_eq!(status, 200, "{fell_back}");
+    let text = fell_back["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.contains("\na line of my own\n"), "{fell_back}");
+    assert_eq!(seen.calls.load(Ordering::SeqCst), 2);
+    upstream.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_that_leaves_the_question_unanswered_is_asked_again() {
+    let seen = Arc::new(Sampled::default());
+    let upstream = sampling_upstream(seen.clone()).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let served = common::serve(&sampling_config(dir.path(), &upstream.url(), 60_000));
+    let authority = served.authority();
+    let call = move |extra: serde_json::Value| {
+        let authority = authority.clone();
+        async move {
+            tokio::task::spawn_blocking(move || call_tool_2026(&authority, "survey", extra))
+                .await
+                .expect("a call")
+        }
+    };
+    let first = call(json!({})).await;
+    let asked = first["result"]["inputRequests"].clone();
+    let (key, _) = asked
+        .as_object()
+        .and_then(|r| r.iter().next())
+        .expect("a request");
+    let key = key.clone();
+    let state = first["result"]["requestState"].clone();
+
+    // Answered under another key (and with a non-answer under its own):
+    // the same question again, under the same key, with a new state.
+    let again = call(json!({
+        "inputResponses": {"someone_else": {"action": "accept", "content": {"name": "x"}}, key.clone(): 42},
+        "requestState": state
+    }))
+    .await;
+    assert_eq!(again["result"]["resultType"], "input_required", "{again}");
+    assert_eq!(again["result"]["inputRequests"], asked, "{again}");
+    let state_again = again["result"]["requestState"].clone();
+    assert_ne!(state_again, state, "{again}");
+
+    // Answered this time: the call moves on to its next question.
+    let named = json!({"action": "accept", "content": {"name": "Grace"}});
+    let next = call(json!({"inputResponses": {key: named}, "requestState": state_again})).await;
+    let requests = next["result"]["inputRequests"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(requests.len(), 1, "{next}");
+    let (key, request) = requests.into_iter().next().expect("one request");
+    assert_eq!(request["method"], "roots/list", "{next}");
+    let done = call(json!({
+        "inputResponses": {key: {"roots": []}},
+        "requestState": next["result"]["requestState"]
+    }))
+    .await;
+    let text = done["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.contains("\nGrace has 0 root(s)\n"), "{done}");
+    assert_eq!(seen.calls.load(Ordering::SeqCst), 1, "called exactly once");
     upstream.close().await;
 }

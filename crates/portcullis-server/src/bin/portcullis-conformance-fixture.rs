@@ -33,13 +33,12 @@ use portcullis_catalog::{Tool, ToolAnnotations, ToolResult};
 use portcullis_server::{CallContext, HttpOptions, ToolError, ToolServer, serve_http, serve_stdio};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientResult,
-    CompleteRequestParams, CompleteResult, ElicitRequest, ElicitRequestParams,
-    GetPromptRequestParams, GetPromptResponse, InputRequiredResult, ListPromptsResult,
-    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, LoggingLevel,
-    LoggingMessageNotificationParam, PaginatedRequestParams, ProtocolVersion,
-    ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
-    ServerRequest, SetLevelRequestParams, SubscribeRequestParams, SubscriptionFilter,
-    UnsubscribeRequestParams,
+    CompleteRequestParams, CompleteResult, ElicitRequest, GetPromptRequestParams,
+    GetPromptResponse, InputRequiredResult, ListPromptsResult, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, LoggingLevel, LoggingMessageNotificationParam,
+    PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
+    ServerCapabilities, ServerConfig, ServerRequest, SetLevelRequestParams, SubscribeRequestParams,
+    SubscriptionFilter, UnsubscribeRequestParams,
 };
 use rmcp::service::{RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -401,29 +400,7 @@ async fn log(ctx: &CallContext, level: &Mutex<Option<LoggingLevel>>, message: &s
 /// Sends a server-to-client request on the call's own session and returns
 /// the client's answer as JSON.
 async fn ask(ctx: &CallContext, request: Value) -> Result<Value, String> {
-    let peer = ctx.peer().ok_or("no client")?;
-    let request: ServerRequest = match request["method"].as_str() {
-        Some("sampling/createMessage") => {
-            ServerRequest::CreateMessageRequest(rmcp::model::CreateMessageRequest::new(
-                serde_json::from_value(request["params"].clone()).map_err(|e| e.to_string())?,
-            ))
-        }
-        _ => {
-            let params: ElicitRequestParams =
-                serde_json::from_value(request["params"].clone()).map_err(|e| e.to_string())?;
-            ServerRequest::ElicitRequest(ElicitRequest::new(params))
-        }
-    };
-    let answer = peer
-        .send_request(request)
-        .await
-        .map_err(|e| e.to_string())?;
-    let value = match answer {
-        ClientResult::CreateMessageResult(result) => serde_json::to_value(result),
-        ClientResult::ElicitResult(result) => serde_json::to_value(result),
-        other => serde_json::to_value(other),
-    };
-    value.map_err(|e| e.to_string())
+    ask_peer(ctx.peer().ok_or("no client")?, request).await
 }
 
 async fn elicit(
@@ -519,6 +496,89 @@ fn input_required(
 
 fn complete_text(text: impl Into<String>) -> CallToolResponse {
     rmcp::model::CallToolResult::success(vec![rmcp::model::ContentBlock::text(text.into())]).into()
+}
+
+/// The multi-round fixtures for an initialize-era client, which cannot take
+/// an `input_required` result: each round's input requests are sent as
+/// real requests on the client's session (all at once), the answers that
+/// came back are the round's `inputResponses` (a request the client
+/// refused is left out, as a 2026 client leaves out what it cannot
+/// answer), and the fixture runs again, as a server of that era would.
+/// `test_missing_capability` really samples; a refusal is `-32021`. So a
+/// gateway in front of this fixture relays real server requests, and its
+/// 2026-07-28 callers see them as its own `input_required` rounds.
+async fn on_session(
+    mut request: CallToolRequestParams,
+    caps: Option<&ClientCapabilities>,
+    peer: &rmcp::Peer<RoleServer>,
+) -> Result<CallToolResponse, ErrorData> {
+    if request.name == "test_missing_capability" {
+        let mut required = ClientCapabilities::default();
+        required.sampling = Some(Default::default());
+        if caps.is_some_and(|c| c.sampling.is_some()) {
+            let asked = ask_peer(peer, sampling_request("Say hello", 20)).await;
+            if asked.is_ok() {
+                return Ok(complete_text("Success"));
+            }
+        }
+        return Err(ErrorData::missing_required_client_capability(required));
+    }
+    // The fixtures settle within three rounds; the bound only stops one
+    // that a client keeps refusing.
+    for _ in 0..8 {
+        let required = match mrtr_call(&request, caps) {
+            Some(Ok(CallToolResponse::InputRequired(required))) => required,
+            Some(other) => return other,
+            None => break,
+        };
+        let asks = required.input_requests.unwrap_or_default();
+        let answers = futures::future::join_all(asks.into_iter().map(|(key, asked)| async move {
+            let asked = serde_json::to_value(asked).unwrap_or_default();
+            (key, ask_peer(peer, asked).await)
+        }))
+        .await;
+        request.input_responses = Some(
+            answers
+                .into_iter()
+                .filter_map(|(key, answer)| Some((key, answer.ok()?)))
+                .collect(),
+        );
+        request.request_state = required.request_state;
+    }
+    Err(ErrorData::internal_error(
+        "the client did not answer the fixture's requests",
+        None,
+    ))
+}
+
+/// Sends a request written as `{method, params}` to the client of a
+/// session and returns its answer as JSON.
+async fn ask_peer(peer: &rmcp::Peer<RoleServer>, request: Value) -> Result<Value, String> {
+    let params = request["params"].clone();
+    let request = match request["method"].as_str() {
+        Some("sampling/createMessage") => {
+            ServerRequest::CreateMessageRequest(rmcp::model::CreateMessageRequest::new(
+                serde_json::from_value(params).map_err(|e| e.to_string())?,
+            ))
+        }
+        Some("roots/list") => {
+            ServerRequest::ListRootsRequest(rmcp::model::ListRootsRequest::default())
+        }
+        _ => ServerRequest::ElicitRequest(ElicitRequest::new(
+            serde_json::from_value(params).map_err(|e| e.to_string())?,
+        )),
+    };
+    match peer
+        .send_request(request)
+        .await
+        .map_err(|e| e.to_string())?
+    {
+        ClientResult::CreateMessageResult(result) => serde_json::to_value(result),
+        ClientResult::ElicitResult(result) => serde_json::to_value(result),
+        ClientResult::ListRootsResult(result) => serde_json::to_value(result),
+        other => serde_json::to_value(other),
+    }
+    .map_err(|e| e.to_string())
 }
 
 /// The multi-round fixtures. `None` means "not one of them".
@@ -705,6 +765,13 @@ impl ServerHandler for Fixture {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let caps = context.client_capabilities();
+        let modern = context
+            .meta
+            .protocol_version()
+            .is_some_and(|version| !version.has_initialize());
+        if !modern && MRTR_TOOLS.iter().any(|(name, _)| *name == request.name) {
+            return on_session(request, caps.as_ref(), &context.peer).await;
+        }
         if let Some(result) = mrtr_call(&request, caps.as_ref()) {
             return result;
         }
