@@ -38,6 +38,9 @@
 //! A call in flight when the connection closed fails at once with
 //! [`CallError::ConnectionLost`] and is never sent again; a call made while
 //! the server is down is refused at once with [`CallError::Reconnecting`].
+//! A server that failed to connect at all is retried the same way and
+//! joins the tool map when it comes up ([`Toolset::watch_catalogue`]
+//! announces it).
 //!
 //! With a store ([`ConnectOptions::with_store`], any
 //! [`portcullis_store::Store`] backend), [`connect`] is a cold start that

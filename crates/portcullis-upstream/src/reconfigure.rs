@@ -54,6 +54,10 @@ impl Toolset {
         let inner = &self.inner;
         let ids = row_ids(&servers);
         let desired: Vec<(McpServerConfig, String)> = servers.into_iter().zip(ids).collect();
+        // Servers still retried since they failed are connected here (a
+        // retry that already joined is kept like any connection), and
+        // retried anew below if they fail again.
+        crate::supervisor::stop_pending(inner);
         let fresh: Vec<(McpServerConfig, String)> = {
             let sources = inner.sources();
             desired
@@ -68,9 +72,17 @@ impl Toolset {
         };
         let http = http_client(options);
         let attempts = fresh
-            .into_iter()
+            .iter()
+            .cloned()
             .map(|(config, id)| cold_source(config, id, options, &inner.diagnostics, http.clone()));
-        let connected: Vec<Source> = join_all(attempts).await.into_iter().flatten().collect();
+        let outcomes = join_all(attempts).await;
+        let failed: Vec<(McpServerConfig, String)> = outcomes
+            .iter()
+            .zip(&fresh)
+            .filter(|(outcome, _)| outcome.is_none())
+            .map(|(_, configured)| configured.clone())
+            .collect();
+        let connected: Vec<Source> = outcomes.into_iter().flatten().collect();
         let watched: Vec<(String, Arc<Connection>)> = connected
             .iter()
             .map(|s| (s.id.clone(), s.connection.clone()))
@@ -108,6 +120,9 @@ impl Toolset {
         }
         for (id, connection) in &watched {
             crate::supervisor::supervise(inner, id, connection);
+        }
+        for (config, id) in failed {
+            crate::supervisor::join_later(inner, id, config);
         }
         // Closed after the swap (the new map no longer routes to them), and
         // only once the calls still running on them have answered: a call

@@ -31,16 +31,25 @@
 //!   (its half-open connection is closed, its child killed).
 //! * The notices of the closed connection (who listens, where log messages
 //!   go) carry over to the new one.
+//! * **A server that failed to connect** at the start (or at a
+//!   reconfigure) is tried again in the background with the same backoff
+//!   ([`join_later`]); when it connects it is trusted or held to its
+//!   baseline exactly as a cold start would, joins the tool map (a swap,
+//!   announced), and is supervised from then on. A reconfigure stops these
+//!   retries and starts its own for the servers it could not connect.
 
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
+use tokio_util::sync::CancellationToken;
+
+use crate::config::McpServerConfig;
 use crate::connection::Connection;
 use crate::health::Retry;
 use crate::options::Backoff;
-use crate::toolset::{Inner, http_client, try_open};
+use crate::toolset::{Inner, http_client, try_cold_source, try_open};
 
 /// Starts the supervisor of the source `id`, whose connection is
 /// `connection`. Does nothing when reconnecting is off.
@@ -73,6 +82,122 @@ pub(crate) fn supervise_all(inner: &Arc<Inner>) {
         .collect();
     for (id, connection) in sources {
         supervise(inner, &id, &connection);
+    }
+}
+
+/// Retries the server `config` (row id `id`), which failed to connect, in
+/// the background until it connects, the toolset closes, or a reconfigure
+/// takes it over ([`stop_pending`]). Does nothing when reconnecting is off.
+pub(crate) fn join_later(inner: &Arc<Inner>, id: String, config: McpServerConfig) {
+    if !backoff(inner).enabled() {
+        return;
+    }
+    let token = inner.stop.child_token();
+    let replaced = inner
+        .pending
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(id.clone(), token.clone());
+    if let Some(previous) = replaced {
+        previous.cancel();
+    }
+    let run = join(Arc::downgrade(inner), id, config, token.clone());
+    inner.supervisors.spawn(async move {
+        tokio::select! {
+            _ = token.cancelled() => {}
+            _ = run => {}
+        }
+    });
+}
+
+/// Stops every background retry of a server that failed to connect (a
+/// reconfigure connects them itself).
+pub(crate) fn stop_pending(inner: &Inner) {
+    let pending =
+        std::mem::take(&mut *inner.pending.lock().unwrap_or_else(PoisonError::into_inner));
+    for token in pending.into_values() {
+        token.cancel();
+    }
+}
+
+/// The retries of one server that failed to connect.
+async fn join(inner: Weak<Inner>, id: String, config: McpServerConfig, token: CancellationToken) {
+    let server = config.name().to_owned();
+    let mut delay: Option<Duration> = None;
+    let mut attempt: u32 = 0;
+    loop {
+        attempt = attempt.saturating_add(1);
+        let policy = match inner.upgrade() {
+            Some(inner) => backoff(&inner),
+            None => return,
+        };
+        let current = delay.unwrap_or(policy.initial);
+        let wait = jittered(current);
+        tracing::warn!(
+            server = %server,
+            attempt,
+            next_try_ms = wait.as_millis() as u64,
+            "upstream \"{server}\" is not connected: connect attempt {attempt}, next try in {} ms",
+            wait.as_millis()
+        );
+        tokio::time::sleep(wait).await;
+        let Some(strong) = inner.upgrade() else {
+            return;
+        };
+        if strong.closed.load(Ordering::Acquire) {
+            return;
+        }
+        let options = strong
+            .reopen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let http = http_client(&options);
+        let attempted = try_cold_source(
+            config.clone(),
+            id.clone(),
+            &options,
+            &strong.diagnostics,
+            http,
+        )
+        .await;
+        let source = match attempted {
+            Ok(source) => source,
+            Err(diagnostic) => {
+                tracing::warn!(
+                    server = %server,
+                    attempt,
+                    "upstream \"{server}\" connect attempt {attempt} failed: {}",
+                    diagnostic.message
+                );
+                delay = Some(policy.next(current));
+                continue;
+            }
+        };
+        let connection = source.connection.clone();
+        let joined = {
+            let mut sources = strong.sources();
+            let wanted = !strong.closed.load(Ordering::Acquire)
+                && !token.is_cancelled()
+                && !sources.iter().any(|s| s.id == id);
+            if wanted {
+                sources.push(source);
+                strong.reproject(&sources);
+                strong
+                    .pending
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(&id);
+            }
+            wanted
+        };
+        if !joined {
+            connection.close().await;
+            return;
+        }
+        tracing::info!(server = %server, attempt, "upstream \"{server}\" connected and joined the tool map");
+        supervise(&strong, &id, &connection);
+        return;
     }
 }
 

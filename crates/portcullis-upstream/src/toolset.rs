@@ -1,6 +1,7 @@
 //! `connect` and the [`Toolset`] it returns: the projected tool map and the
 //! call path through every guard.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Duration;
@@ -142,6 +143,9 @@ pub(crate) struct Inner {
     /// Stops every supervisor: cancelled by `close` and when the last
     /// clone of the toolset drops.
     pub(crate) stop: CancellationToken,
+    /// Servers that failed to connect and are retried in the background,
+    /// by row id, each with the token that stops its retries.
+    pub(crate) pending: Mutex<HashMap<String, CancellationToken>>,
 }
 
 impl Drop for Inner {
@@ -389,6 +393,7 @@ pub(crate) fn assemble(
             reopen: Mutex::new(options.clone()),
             supervisors: TaskTracker::new(),
             stop: CancellationToken::new(),
+            pending: Mutex::new(HashMap::new()),
         }),
     };
     crate::supervisor::supervise_all(&toolset.inner);
@@ -406,7 +411,25 @@ pub(crate) async fn cold_source(
     diagnostics: &DiagnosticSink,
     http: Option<reqwest::Client>,
 ) -> Option<Source> {
-    let connected = open_server(&config, options, diagnostics, http, None).await?;
+    match try_cold_source(config, id, options, diagnostics, http).await {
+        Ok(source) => Some(source),
+        Err(diagnostic) => {
+            diagnostics.report(diagnostic);
+            None
+        }
+    }
+}
+
+/// [`cold_source`], handing the failure back instead of reporting it (a
+/// server retried in the background, `crate::supervisor::join_later`).
+pub(crate) async fn try_cold_source(
+    config: McpServerConfig,
+    id: String,
+    options: &ConnectOptions,
+    diagnostics: &DiagnosticSink,
+    http: Option<reqwest::Client>,
+) -> Result<Source, Diagnostic> {
+    let connected = try_open(&config, options, diagnostics, http, None, None).await?;
     let identity = config.identity();
     let (baseline, recorded) = match &options.store {
         Some(store) => {
@@ -420,15 +443,14 @@ pub(crate) async fn cold_source(
             match settled.await {
                 Ok(in_force) => (in_force, true),
                 Err(reason) => {
-                    diagnostics.report(crate::trust::store_failure(config.name(), &reason));
                     connected.connection.close().await;
-                    return None;
+                    return Err(crate::trust::store_failure(config.name(), &reason));
                 }
             }
         }
         None => (options.baselines.get(&identity).cloned(), false),
     };
-    Some(source(
+    Ok(source(
         id,
         config,
         options,
@@ -444,7 +466,9 @@ pub(crate) async fn cold_source(
 ///
 /// Never fails because of a server: one that cannot be reached, refuses our
 /// credentials, names a blocked host or times out becomes a
-/// `connection-failure` diagnostic and is skipped while the others connect.
+/// `connection-failure` diagnostic and is skipped while the others connect;
+/// unless [`ConnectOptions::reconnect`] is off, it is then retried in the
+/// background and joins the tool map when it connects.
 /// Only wiring mistakes are errors (`auth` or a resolver `allowed_hosts`
 /// without a session).
 ///
@@ -468,15 +492,30 @@ pub async fn connect(
     let names: Vec<String> = servers.iter().map(|s| s.name().to_owned()).collect();
     let tracker = crate::options::ConnectTracker::new(options.on_connect.clone(), &names);
 
-    let attempts = servers.into_iter().zip(ids).map(|(config, id)| {
+    let configured: Vec<(McpServerConfig, String)> = servers.into_iter().zip(ids).collect();
+    let attempts = configured.iter().cloned().map(|(config, id)| {
         let name = config.name().to_owned();
         let attempt = cold_source(config, id, &options, &diagnostics, http.clone());
         tracker.clone().track(name, attempt)
     });
-    let sources: Vec<Source> = join_all(attempts).await.into_iter().flatten().collect();
+    let outcomes = join_all(attempts).await;
+    let mut sources = Vec::with_capacity(outcomes.len());
+    let mut failed = Vec::new();
+    for (outcome, configured) in outcomes.into_iter().zip(configured) {
+        match outcome {
+            Some(source) => sources.push(source),
+            None => failed.push(configured),
+        }
+    }
     // Every listing is live: nothing is left to reconcile.
     let (_, reconciled) = watch::channel(true);
-    Ok(assemble(sources, &options, diagnostics, reconciled))
+    let toolset = assemble(sources, &options, diagnostics, reconciled);
+    // A server that failed now is tried again in the background and joins
+    // the tool map when it connects.
+    for (config, id) in failed {
+        crate::supervisor::join_later(&toolset.inner, id, config);
+    }
+    Ok(toolset)
 }
 
 impl Toolset {

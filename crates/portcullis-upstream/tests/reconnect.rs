@@ -342,3 +342,62 @@ async fn without_reconnecting_a_closed_connection_stays_closed() {
     assert_eq!(starts(&fixture), [first]);
     toolset.close().await;
 }
+
+#[tokio::test]
+async fn a_server_that_failed_at_start_joins_the_tool_map_when_it_comes_up() {
+    let fixture = Fixture::new(&original());
+    // Its listing fails until the file is fixed.
+    std::fs::write(fixture.tools_path(), "not json").unwrap_or_else(|e| panic!("write: {e}"));
+    let options = fixture.options().await.with_reconnect(quick());
+    let toolset = connect(vec![fixture.config()], options)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let announced = toolset.watch_catalogue();
+    assert!(!toolset.is_up(SERVER));
+    assert!(toolset.catalogue().get("echo").is_none());
+    assert_eq!(
+        toolset.diagnostics().len(),
+        1,
+        "{:?}",
+        toolset.diagnostics()
+    );
+    eventually("a retry in the background", || async {
+        starts(&fixture).len() >= 2
+    })
+    .await;
+
+    fixture.publish(&original());
+    eventually("the server joins", || async { toolset.is_up(SERVER) }).await;
+    assert_eq!(kind(&toolset, "echo"), Some(EntryKind::Remote));
+    assert!(
+        announced.has_changed().unwrap_or(false),
+        "the new map is announced"
+    );
+    assert_eq!(
+        call(&toolset, "echo", json!({"message": "joined"})).await,
+        Ok("echo ran with {\"message\":\"joined\"}".to_owned())
+    );
+    // Trusted on first use, as a cold start would have.
+    let row = fixture
+        .store()
+        .await
+        .get(SERVER)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|| panic!("row"));
+    assert_eq!(
+        tool_part(row.tool_fingerprints),
+        Some(fingerprint_listing(&parsed(&original())))
+    );
+    // And supervised from then on.
+    let joined = pid_of(&toolset);
+    kill(joined);
+    eventually("the joined server is reopened", || async {
+        toolset.is_up(SERVER) && toolset.child_pid(SERVER) != Some(joined)
+    })
+    .await;
+    toolset.close().await;
+    for pid in starts(&fixture) {
+        eventually("every started process exits", || async { !alive(pid) }).await;
+    }
+}

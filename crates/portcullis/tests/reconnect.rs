@@ -61,3 +61,47 @@ fn a_killed_stdio_upstream_is_restarted_and_serves_again() {
         assert!(!alive(pid), "the stdio child {pid} outlived the gateway");
     }
 }
+
+#[test]
+fn an_upstream_that_failed_at_start_is_served_once_it_comes_up() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_config(
+        dir.path(),
+        "[gateway]\nstore = \"memory\"\nreconnect_max_ms = 1000\n\n[upstreams.later]\ntype = \"stdio\"\ncommand = \"./later.sh\"\n",
+    );
+    let mut served = serve(&config);
+    let authority = served.authority();
+    assert_eq!(upstreams(&authority), json!({"up": 0, "down": 1}));
+    served.wait_for_line("connect attempt");
+
+    // The server's command appears: written aside, then moved in whole.
+    let script = format!(
+        "#!/bin/sh\nexec '{}' demo-upstream\n",
+        env!("CARGO_BIN_EXE_portcullis")
+    );
+    let aside = dir.path().join("later.tmp");
+    std::fs::write(&aside, script).expect("script written");
+    std::fs::set_permissions(&aside, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    std::fs::rename(&aside, dir.path().join("later.sh")).expect("script moved in");
+
+    eventually("the upstream joins", || {
+        upstreams(&authority) == json!({"up": 1, "down": 0})
+    });
+    eventually("its tools are served", || {
+        common::tool_names(&authority).contains(&"echo".to_owned())
+    });
+    let (status, response) = mcp(
+        &authority,
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                "params": {"name": "echo", "arguments": {"text": "joined"}}}),
+    );
+    assert_eq!(status, 200, "{response}");
+    assert!(response.contains("joined"), "{response}");
+    assert!(!response.contains("\"isError\":true"), "{response}");
+    let children = child_pids(served.pid());
+    assert_eq!(served.terminate(), Some(0));
+    for pid in children {
+        assert!(!alive(pid), "the stdio child {pid} outlived the gateway");
+    }
+}
