@@ -186,6 +186,20 @@ impl Gateway {
         })
     }
 
+    /// [`Gateway::regated`] after the upstreams' catalogue swapped: the
+    /// proxy follows the servers that joined since it started routing (see
+    /// `Proxy::follow`), so a server that connected late is heard too.
+    pub async fn refollowed(&self, config: &Config) -> anyhow::Result<Gateway> {
+        let proxy = self.proxy.follow(&self.toolset).await;
+        Ok(Gateway {
+            toolset: self.toolset.clone(),
+            tools: build_tool_server(config, &self.toolset, &self.sources, &proxy)?,
+            sources: self.sources.clone(),
+            proxy,
+            store: self.store.clone(),
+        })
+    }
+
     /// The same toolset with its upstreams replaced by `config`'s: a server
     /// whose config did not change keeps its connection (and child
     /// process), a new or changed one is connected and trusted through the

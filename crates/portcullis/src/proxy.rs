@@ -34,7 +34,9 @@
 //! [`Proxy::take_over`] then routes every upstream's notices to it, silences
 //! the old one, and subscribes the connections the reload opened to what
 //! the sessions subscribed to (and sets their log level), so an upstream a
-//! reload added is heard like one present at start.
+//! reload added is heard like one present at start. A server that joins
+//! the catalogue later on its own (it failed to connect and was retried)
+//! is taken over the same way when the catalogue swaps ([`Proxy::follow`]).
 //!
 //! Pins are read when a proxy is built (at start and on every reload). A
 //! baseline the connector records later while the gateway runs (a woken
@@ -172,9 +174,10 @@ struct Inner {
     /// (`None`: every connection is new); what [`Proxy::take_over`] must
     /// not subscribe or set a level on again.
     kept: Option<Vec<String>>,
-    /// Set once this proxy routes the upstreams' notices (at start, or when
-    /// it took over from its predecessor).
-    routed: std::sync::atomic::AtomicBool,
+    /// The servers whose notices this proxy routes, set when it starts
+    /// routing (at start, or when it took over from its predecessor);
+    /// `None` before.
+    routed: Mutex<Option<Vec<String>>>,
     /// Cancelled when a successor took over: this proxy's notice relay
     /// stops, so no session hears a notice twice.
     retired: CancellationToken,
@@ -266,9 +269,7 @@ impl Proxy {
     /// one present at start. Nothing when it is the same proxy or this one
     /// already routes.
     pub async fn take_over(&self, predecessor: &Proxy) {
-        if Arc::ptr_eq(&self.inner, &predecessor.inner)
-            || self.inner.routed.load(std::sync::atomic::Ordering::Acquire)
-        {
+        if Arc::ptr_eq(&self.inner, &predecessor.inner) || self.routed().is_some() {
             return;
         }
         if let Some(kept) = &self.inner.kept {
@@ -357,7 +358,7 @@ impl Proxy {
                 downstream,
                 subscribed,
                 kept,
-                routed: std::sync::atomic::AtomicBool::new(false),
+                routed: Mutex::default(),
                 retired: CancellationToken::new(),
             }),
         };
@@ -373,9 +374,11 @@ impl Proxy {
     /// Starts handing the upstreams' notices to the sessions, until a
     /// successor takes over.
     fn route(&self) {
-        self.inner
+        *self
+            .inner
             .routed
-            .store(true, std::sync::atomic::Ordering::Release);
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(self.inner.upstream.servers());
         // Log messages are handed over in each upstream's transport, so
         // they reach the sessions before a result the server sent after
         // them (`portcullis_upstream::notifications`).
@@ -396,6 +399,33 @@ impl Proxy {
                 }
             }
         });
+    }
+
+    /// The servers this proxy routes the notices of, once it routes.
+    fn routed(&self) -> Option<Vec<String>> {
+        self.inner
+            .routed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// This proxy, or — when servers joined `toolset` since it started
+    /// routing (a server that failed to connect at start or at a reload,
+    /// retried in the background until it came up) — its successor over
+    /// the same connections, which [`Proxy::take_over`] makes route the
+    /// joined servers too. A server that left is dropped the same way.
+    pub async fn follow(&self, toolset: &Toolset) -> Proxy {
+        let now = toolset.passthrough().servers();
+        let Some(routed) = self.routed() else {
+            return self.clone();
+        };
+        if routed == now {
+            return self.clone();
+        }
+        let kept: Vec<String> = routed.into_iter().filter(|s| now.contains(s)).collect();
+        self.successor(toolset, self.inner.prefix, Some(&kept))
+            .await
     }
 
     /// The projection in force.

@@ -371,7 +371,7 @@ impl Live {
     async fn refresh(&self) {
         let _one_at_a_time = self.reloading.lock().await;
         let old = self.current();
-        let generation = match old.gateway.regated(&old.config) {
+        let generation = match old.gateway.refollowed(&old.config).await {
             Ok(gateway) => Generation::new(old.config.clone(), gateway),
             Err(error) => {
                 tracing::error!(error = %format!("{error:#}"), "the catalogue changed but the tool server cannot be rebuilt; serving the previous tools");
@@ -380,6 +380,8 @@ impl Live {
         };
         let tools_changed =
             old.gateway.tools.listed_tools() != generation.gateway.tools.listed_tools();
+        // A server that joined late is heard from now on.
+        generation.gateway.proxy.take_over(&old.gateway.proxy).await;
         drop(old);
         tracing::info!(tools_changed, "upstream catalogue changed; tools rebuilt");
         self.swap(generation, tools_changed);

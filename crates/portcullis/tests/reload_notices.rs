@@ -250,3 +250,54 @@ fn upstreams_a_reload_connects_are_heard_by_the_sessions_already_open() {
     gateway.logs_reach_the_client(30, "second");
     gateway.prompt_change_reaches_the_client(31, "second");
 }
+
+/// An upstream that could not start with the gateway and joined later
+/// (retried in the background until its command existed) is heard like
+/// one present at start: the catalogue swap it causes hands the sessions'
+/// proxy over to one that routes it too.
+#[test]
+fn an_upstream_that_joins_late_is_heard_by_the_sessions_already_open() {
+    let Some(fixture) = conformance_fixture() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let command = toml_string(&fixture.display().to_string());
+    // `late.sh` does not exist yet: `late` fails to connect at start.
+    let config = write_config(
+        dir.path(),
+        &format!(
+            "[gateway]\nstore = \"memory\"\nprefix = \"always\"\nreconnect_max_ms = 500\n\n\
+             [upstreams.first]\ntype = \"stdio\"\ncommand = {command}\nargs = [\"--stdio\"]\n\n\
+             [upstreams.late]\ntype = \"stdio\"\ncommand = \"./late.sh\"\n"
+        ),
+    );
+    let mut gateway = Gateway::start(&config);
+    gateway.request(
+        1,
+        "initialize",
+        json!({
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "reload-notices", "version": "0"}
+        }),
+    );
+    gateway.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    gateway.request(2, "logging/setLevel", json!({"level": "debug"}));
+    gateway.logs_reach_the_client(3, "first");
+
+    // Written aside and renamed, so the retry never runs half a script.
+    let script = dir.path().join("late.sh.partial");
+    std::fs::write(&script, format!("#!/bin/sh\nexec {command} --stdio\n"))
+        .expect("script written");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))
+            .expect("script made executable");
+    }
+    std::fs::rename(&script, dir.path().join("late.sh")).expect("script in place");
+    gateway.wait_for_line("upstream catalogue changed");
+    gateway.logs_reach_the_client(10, "late");
+    gateway.prompt_change_reaches_the_client(11, "late");
+    gateway.logs_reach_the_client(12, "first");
+}
