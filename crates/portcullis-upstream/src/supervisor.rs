@@ -305,7 +305,12 @@ async fn run(inner: Weak<Inner>, id: String, server: String, mut current: Weak<C
             if old.is_closing() || !is_current(&strong, &id, &old) {
                 return;
             }
-            match reopen(&strong, &id, &old).await {
+            let outcome = reopen(&strong, &id, &old).await;
+            // Doubled after a success too: a server that dies again soon
+            // after each reconnect (a crash loop) is retried ever less
+            // often, until one connection stays up (see `stable_after`).
+            delay = Some(policy.next(delay.unwrap_or(policy.initial)));
+            match outcome {
                 Attempt::Installed(fresh) => break fresh,
                 Attempt::Stop => return,
                 Attempt::Failed(reason) => {
@@ -314,7 +319,6 @@ async fn run(inner: Weak<Inner>, id: String, server: String, mut current: Weak<C
                         attempt,
                         "upstream \"{server}\" reconnect attempt {attempt} failed: {reason}"
                     );
-                    delay = Some(policy.next(delay.unwrap_or(policy.initial)));
                 }
             }
         };

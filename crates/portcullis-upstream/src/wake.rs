@@ -36,6 +36,9 @@ use crate::trust::{config_mismatch, matches, no_matching_config, row_ids};
 ///   falls back to a cold start ([`crate::connect`] is the cold start).
 /// * A row whose cache was never written (or was dropped as corrupt)
 ///   projects no tools until the reconcile lists them.
+/// * A matching server that cannot be connected is a diagnostic and, unless
+///   [`ConnectOptions::reconnect`] is off, is retried in the background
+///   like a server that failed a cold start.
 ///
 /// Errors: the wiring mistakes of [`crate::connect`], no store
 /// ([`WiringError::StoreRequired`]), and a store that cannot be read
@@ -78,8 +81,11 @@ pub async fn rebuild_from_store(
         let http = http.clone();
         async move {
             let cached = row.tools.clone().unwrap_or_default();
-            let connected = open_server(&config, options, &diagnostics, http, Some(cached)).await?;
-            Some(source(
+            let connected = open_server(&config, options, &diagnostics, http, Some(cached)).await;
+            let Some(connected) = connected else {
+                return Err((config, row.id.clone()));
+            };
+            Ok(source(
                 row.id.clone(),
                 config,
                 options,
@@ -90,10 +96,22 @@ pub async fn rebuild_from_store(
             ))
         }
     });
-    let sources: Vec<Source> = join_all(attempts).await.into_iter().flatten().collect();
+    let mut sources: Vec<Source> = Vec::new();
+    let mut failed = Vec::new();
+    for outcome in join_all(attempts).await {
+        match outcome {
+            Ok(source) => sources.push(source),
+            Err(configured) => failed.push(configured),
+        }
+    }
     let nothing_to_check = sources.is_empty();
     let (done, reconciled) = watch::channel(nothing_to_check);
     let toolset = assemble(sources, &options, diagnostics, reconciled);
+    // A server that could not be woken is retried in the background as a
+    // cold start (listed, held to the baseline its row keeps).
+    for (config, id) in failed {
+        crate::supervisor::join_later(&toolset.inner, id, config);
+    }
     if !nothing_to_check {
         // Spawned last, with nothing awaited after it: the tool map is
         // handed back before the reconcile can send a request.
