@@ -296,7 +296,10 @@ fn an_upstream_that_joins_late_is_heard_by_the_sessions_already_open() {
             .expect("script made executable");
     }
     std::fs::rename(&script, dir.path().join("late.sh")).expect("script in place");
-    gateway.wait_for_line("upstream catalogue changed");
+    // Told once the tool set with `late`'s tools serves.
+    while gateway.next("notifications/tools/list_changed")["method"]
+        != "notifications/tools/list_changed"
+    {}
     gateway.logs_reach_the_client(10, "late");
     gateway.prompt_change_reaches_the_client(11, "late");
     gateway.logs_reach_the_client(12, "first");
