@@ -38,10 +38,11 @@
 //! the catalogue later on its own (it failed to connect and was retried)
 //! is taken over the same way when the catalogue swaps ([`Proxy::follow`]).
 //!
-//! Pins are read when a proxy is built (at start and on every reload). A
-//! baseline the connector records later while the gateway runs (a woken
-//! toolset's reconcile; `serve` does not wake) applies from the next reload
-//! or restart. Known gaps: a 2026-07-28 `subscriptions/listen` open across a
+//! Pins are read when a proxy is built (at start, on every reload, and
+//! when a server joins or leaves the connected set). A baseline the
+//! connector records later for a server already connected (a woken
+//! toolset's reconcile; `serve` does not wake) applies from the next
+//! reload or restart. Known gaps: a 2026-07-28 `subscriptions/listen` open across a
 //! reload that reconnects every upstream keeps its events but not its
 //! upstream subscriptions (sessions' `resources/subscribe`s are renewed).
 
