@@ -29,7 +29,8 @@
 #         runs 1-2 over Streamable HTTP, spoken to as 2026-07-28: its
 #         `input_required` rounds are put to the caller as the gateway's
 #         own (the fixture's keys kept, the gateway's handle as
-#         requestState). Must-pass list:
+#         requestState), and the fixture hears the caller's capabilities
+#         with each call (so its -32021 reaches the runner). Must-pass list:
 #         .ci/conformance-gateway-2026-passing.txt.
 #      b. run 3's gateway (the legacy stdio fixture): the fixture's
 #         multi-round tools send real sampling/elicitation/roots requests

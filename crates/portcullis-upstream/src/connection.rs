@@ -29,7 +29,7 @@ use crate::health::ServerHealth;
 use crate::hosts::HostGuard;
 use crate::http::{CallCredential, GuardedHttp, GuardedHttpParts, HttpFailure};
 use crate::progress::UpstreamHandler;
-use crate::relay::answer_inputs;
+use crate::relay::{answer_inputs, answerable, note_refusal};
 use crate::report::DiagnosticSink;
 use crate::sse::LegacySseTransport;
 use crate::toolset::CallContext;
@@ -597,6 +597,16 @@ impl Connection {
     ) -> Result<ToolResult, CallError> {
         let mut params = CallToolRequestParams::new(remote_name.to_owned());
         params.arguments = Some(arguments);
+        if self
+            .peer
+            .peer_info()
+            .is_some_and(|info| !info.protocol_version.has_initialize())
+        {
+            // A 2026 server hears what this call's client can answer.
+            let mut meta = rmcp::model::RequestMetaObject::default();
+            meta.set_client_capabilities(answerable(context.relay.as_ref()));
+            params.meta = Some(meta);
+        }
         for _ in 0..=MAX_INPUT_ROUNDS {
             let direct = self
                 .direct
@@ -673,11 +683,13 @@ impl Connection {
         context: &CallContext,
         token: Option<String>,
     ) -> Result<ServerResult, CallError> {
+        let mut options = PeerRequestOptions::with_timeout(self.timeout);
+        // rmcp stamps its own `_meta` and then this over it.
+        options.meta = params.meta.clone();
         let mut request = CallToolRequest::new(params);
         if let Some(token) = token {
             request.extensions.insert(CallCredential(token));
         }
-        let options = PeerRequestOptions::with_timeout(self.timeout);
         // Opened before the request is sent, so a server that asks the
         // client something at once finds the call (see `relay`).
         let slot = self.handler.relays.open(context.relay.clone());
@@ -703,6 +715,7 @@ impl Connection {
                 return Err(CallError::Cancelled { tool: tool.to_owned() });
             }
         };
+        note_refusal(context.relay.as_ref(), &answer);
         answer.map_err(|e| self.service_error(tool, server, e))
     }
 
@@ -725,6 +738,7 @@ impl Connection {
                 return Err(CallError::Cancelled { tool: tool.to_owned() });
             }
         };
+        note_refusal(context.relay.as_ref(), &answer);
         answer.map_err(|e| self.service_error(tool, server, e))
     }
 

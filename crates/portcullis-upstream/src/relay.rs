@@ -44,7 +44,7 @@ use rmcp::model::{
     ClientCapabilities, ClientResult, ErrorCode, GetExtensions, InputRequest, InputRequests,
     InputResponses, RequestId, ServerRequest,
 };
-use rmcp::service::{InboundStreamOrigin, RequestContext};
+use rmcp::service::{InboundStreamOrigin, RequestContext, ServiceError};
 use tokio_util::sync::CancellationToken;
 
 /// The client that made a call, able to answer the server's requests on
@@ -243,6 +243,46 @@ impl Relays {
         }
         tracing::debug!(method, "relaying a server request to the calling client");
         relay.request(request, context.ct.clone()).await
+    }
+}
+
+/// What a 2026-07-28 server is told, with each call, that the calling
+/// client can answer: its declared sampling, elicitation and roots (the
+/// requests the gateway relays); nothing for a call made without a client.
+/// Told more, the server would ask for what the caller cannot give; told
+/// this, it can fall back, or refuse with `-32021` itself
+/// ([`note_refusal`]). (An initialize-era server was told the gateway's
+/// relayable capabilities once, in `initialize`.)
+pub(crate) fn answerable(relay: Option<&Arc<dyn ClientRelay>>) -> ClientCapabilities {
+    let mut answerable = ClientCapabilities::default();
+    if let Some(declared) = relay.map(|relay| relay.capabilities()) {
+        answerable.sampling = declared.sampling;
+        answerable.elicitation = declared.elicitation;
+        // Not `listChanged`: root changes of many clients cannot be told
+        // apart upstream.
+        answerable.roots = declared.roots.map(|_| Default::default());
+    }
+    answerable
+}
+
+/// Passes a server's own `-32021` refusal of a call on to the calling
+/// client ([`ClientRelay::undeclared`], with the server's
+/// `requiredCapabilities`), so a 2026-07-28 caller gets that error as it
+/// is rather than a failed tool result.
+pub(crate) fn note_refusal<T>(
+    relay: Option<&Arc<dyn ClientRelay>>,
+    answer: &Result<T, ServiceError>,
+) {
+    if let (Some(relay), Err(ServiceError::McpError(error))) = (relay, answer)
+        && error.code == ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY
+    {
+        let required = error
+            .data
+            .as_ref()
+            .and_then(|data| data.get("requiredCapabilities"))
+            .and_then(|required| serde_json::from_value(required.clone()).ok())
+            .unwrap_or_default();
+        relay.undeclared(required);
     }
 }
 

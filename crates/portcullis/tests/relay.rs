@@ -21,7 +21,9 @@
 //! * A 2026-07-28 client that did not declare the capability an upstream's
 //!   request needs is never asked: the upstream is refused, and if its tool
 //!   then fails the client gets HTTP 400 with JSON-RPC `-32021` naming the
-//!   capability (a tool that falls back keeps its result).
+//!   capability (a tool that falls back keeps its result). A 2026 upstream
+//!   is told the caller's own capabilities with each call, and its own
+//!   `-32021` reaches the caller as it is.
 //!
 //! (Initialize-era clients' server-to-client requests through the gateway are covered by
 //! `interop.rs` and by the conformance run in `.ci/conformance.sh`.)
@@ -245,14 +247,28 @@ impl rmcp::ServerHandler for AsksForAName {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let tool = read_only_tool("greet", "Asks who you are");
-        Ok(ListToolsResult::with_all_items(vec![tool]))
+        let needs = read_only_tool("needs_a_model", "Refuses a client without sampling");
+        Ok(ListToolsResult::with_all_items(vec![tool, needs]))
     }
 
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        if request.name == "needs_a_model" {
+            // What the calling client declared reaches the server with the
+            // call (not what the gateway could relay).
+            if context
+                .client_capabilities()
+                .is_some_and(|c| c.sampling.is_some())
+            {
+                return Ok(CallToolResult::success(vec![ContentBlock::text("Success")]).into());
+            }
+            let mut required = ClientCapabilities::default();
+            required.sampling = Some(Default::default());
+            return Err(ErrorData::missing_required_client_capability(required));
+        }
         let answer = request.input_responses.as_ref().and_then(|r| r.get("who"));
         if let Some(answer) = answer {
             if request.request_state.as_deref() != Some("asked-once") {
@@ -796,6 +812,41 @@ async fn a_2026_upstreams_input_required_reaches_a_2026_client() {
         .as_str()
         .unwrap_or_default();
     assert!(text.contains("\nHello, Ada!\n"), "{done}");
+    upstream.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_2026_upstream_hears_the_callers_capabilities_and_its_32021_passes_through() {
+    let upstream = serve_http(AsksForAName, HttpOptions::default())
+        .await
+        .expect("the upstream listens");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let served = common::serve(&config(dir.path(), &upstream.url()));
+    let authority = served.authority();
+    let call = move |capabilities: serde_json::Value| {
+        let authority = authority.clone();
+        async move {
+            tokio::task::spawn_blocking(move || {
+                call_as(&authority, "needs_a_model", capabilities, json!({}))
+            })
+            .await
+            .expect("a call")
+        }
+    };
+    let (status, refused) = call(json!({"elicitation": {}})).await;
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(refused["error"]["code"], -32021, "{refused}");
+    assert_eq!(
+        refused["error"]["data"]["requiredCapabilities"],
+        json!({"sampling": {}}),
+        "{refused}"
+    );
+    let (status, served) = call(json!({"sampling": {}})).await;
+    assert_eq!(status, 200, "{served}");
+    let text = served["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.contains("\nSuccess\n"), "{served}");
     upstream.close().await;
 }
 

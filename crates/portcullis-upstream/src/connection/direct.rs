@@ -134,7 +134,14 @@ impl Direct {
         token: Option<&str>,
         handler: &UpstreamHandler,
     ) -> Result<Answer, ServiceError> {
-        params.meta = Some(self.meta.clone());
+        // The call's own capabilities (what its client can answer), if it
+        // names them, over the connection's.
+        let capabilities = params.meta.as_ref().and_then(|m| m.client_capabilities());
+        let mut meta = self.meta.clone();
+        if let Some(capabilities) = capabilities {
+            meta.set_client_capabilities(capabilities);
+        }
+        params.meta = Some(meta);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let body = serde_json::to_vec(&Envelope {
             jsonrpc: "2.0",
