@@ -156,6 +156,12 @@ struct ListenState {
     lists: bool,
     /// One listen per subscribed URI (2026 servers), by URI.
     uris: HashMap<String, CancellationToken>,
+    /// A list-changes listen was asked for, so a reconnect opens it again
+    /// ([`resume`]).
+    lists_wanted: bool,
+    /// The URIs subscribed to and not unsubscribed (either era), so a
+    /// reconnect subscribes them again ([`resume`]).
+    subscribed: BTreeSet<String>,
 }
 
 impl Default for Notices {
@@ -462,7 +468,14 @@ impl Passthrough {
                 SubscribeRequestParams::new(uri),
             ));
             match ask(&connection, server, METHOD, request, empty).await {
-                Ok(()) => return Ok(()),
+                Ok(()) => {
+                    connection
+                        .notices()
+                        .state()
+                        .subscribed
+                        .insert(uri.to_owned());
+                    return Ok(());
+                }
                 // A session an Auto client opened with `server/discover` may
                 // be held to the 2026 lifecycle by the server even after the
                 // fallback to `initialize` (rmcp servers are), where
@@ -471,8 +484,12 @@ impl Passthrough {
                 Err(other) => return Err(other),
             }
         }
-        if connection.notices().state().uris.contains_key(uri) {
-            return Ok(());
+        {
+            let mut state = connection.notices().state();
+            if state.uris.contains_key(uri) {
+                state.subscribed.insert(uri.to_owned());
+                return Ok(());
+            }
         }
         let filter = SubscriptionFilter::builder()
             .resource_subscription(uri)
@@ -489,11 +506,11 @@ impl Passthrough {
         })?
         .map_err(|e| service_error(&connection, server, METHOD, e))?;
         let stop = connection.listen_token();
-        connection
-            .notices()
-            .state()
-            .uris
-            .insert(uri.to_owned(), stop.clone());
+        {
+            let mut state = connection.notices().state();
+            state.uris.insert(uri.to_owned(), stop.clone());
+            state.subscribed.insert(uri.to_owned());
+        }
         let notices = connection.notices().clone();
         let owned = uri.to_owned();
         connection.track_listen(async move {
@@ -518,6 +535,7 @@ impl Passthrough {
     pub async fn unsubscribe(&self, server: &str, uri: &str) -> Result<(), PassthroughError> {
         const METHOD: &str = "resources/unsubscribe";
         let connection = self.connection(server)?;
+        connection.notices().state().subscribed.remove(uri);
         // A subscription that became a listen ends with it.
         if let Some(stop) = connection.notices().state().uris.remove(uri) {
             stop.cancel();
@@ -607,6 +625,7 @@ fn listen_for_lists(connection: &Arc<Connection>) {
             return;
         }
         state.lists = true;
+        state.lists_wanted = true;
     }
     let mut builder = SubscriptionFilter::builder();
     if prompts {
@@ -634,6 +653,40 @@ fn listen_for_lists(connection: &Arc<Connection>) {
         }
         notices.state().lists = false;
     });
+}
+
+/// Re-establishes on `connection` — which a reconnect just swapped in for
+/// a closed one, sharing its notices — what was open on the closed one: the
+/// list-changes listen and every subscribed URI (`crate::supervisor`). The
+/// closed connection's listens have ended by now. A subscription the new
+/// server refuses is logged, not retried.
+pub(crate) async fn resume(toolset: &Toolset, connection: &Arc<Connection>) {
+    let (lists, uris) = {
+        let mut state = connection.notices().state();
+        state.uris.clear();
+        let uris: Vec<String> = state.subscribed.iter().cloned().collect();
+        (state.lists_wanted, uris)
+    };
+    if lists {
+        listen_for_lists(connection);
+    }
+    if uris.is_empty() {
+        return;
+    }
+    let server = toolset
+        .inner
+        .snapshot()
+        .connections
+        .iter()
+        .find(|(_, c)| Arc::ptr_eq(c, connection))
+        .map(|(name, _)| name.clone());
+    let Some(server) = server else { return };
+    let passthrough = Passthrough::new(toolset.clone());
+    for uri in uris {
+        if let Err(e) = passthrough.subscribe(&server, &uri).await {
+            tracing::warn!(server = %server, uri = %uri, "the subscription could not be renewed after a reconnect: {e}");
+        }
+    }
 }
 
 /// Publishes what a 2026 listen delivered (a log message goes where the

@@ -30,7 +30,9 @@
 //!   toolset stops every supervisor at once, an attempt under way included
 //!   (its half-open connection is closed, its child killed).
 //! * The notices of the closed connection (who listens, where log messages
-//!   go) carry over to the new one.
+//!   go) carry over to the new one, and what the passthrough had open on
+//!   it (the list-changes listen, subscribed URIs) is opened again
+//!   (`crate::passthrough::resume`).
 //! * **A server that failed to connect** at the start (or at a
 //!   reconfigure) is tried again in the background with the same backoff
 //!   ([`join_later`]); when it connects it is trusted or held to its
@@ -323,6 +325,10 @@ async fn run(inner: Weak<Inner>, id: String, server: String, mut current: Weak<C
             }
         };
         tracing::info!(server = %server, attempt, "upstream \"{server}\" reconnected");
+        if let Some(strong) = inner.upgrade() {
+            let toolset = crate::Toolset { inner: strong };
+            crate::passthrough::resume(&toolset, &fresh).await;
+        }
         current = Arc::downgrade(&fresh);
         ended = fresh.ended();
         opened = Instant::now();

@@ -401,3 +401,77 @@ async fn a_server_that_failed_at_start_joins_the_tool_map_when_it_comes_up() {
         eventually("every started process exits", || async { !alive(pid) }).await;
     }
 }
+
+/// server-everything (installed by `.ci/peers.sh`), if present.
+fn everything() -> Option<String> {
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../.peers/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    if !path.is_file() {
+        println!("SKIPPED: {} not found; run .ci/peers.sh", path.display());
+        return None;
+    }
+    Some(path.canonicalize().ok()?.display().to_string())
+}
+
+#[tokio::test]
+async fn notices_and_subscriptions_carry_over_to_the_reopened_connection() {
+    use portcullis_upstream::{McpServerConfig, Notice};
+    let Some(script) = everything() else {
+        return;
+    };
+    let server = "everything";
+    let toolset = connect(
+        vec![McpServerConfig::stdio(
+            server,
+            "node",
+            [script.as_str(), "stdio"],
+        )],
+        ConnectOptions::default().with_reconnect(quick()),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(toolset.is_up(server), "{:?}", toolset.diagnostics());
+    let passthrough = toolset.passthrough();
+    // Taken before the reconnect: it must keep hearing the server.
+    let mut notices = passthrough.notices();
+    let uri = "demo://resource/dynamic/text/1";
+    passthrough
+        .subscribe(server, uri)
+        .await
+        .unwrap_or_else(|e| panic!("resources/subscribe: {e}"));
+
+    let first = toolset
+        .child_pid(server)
+        .unwrap_or_else(|| panic!("a child"));
+    kill(first);
+    eventually("the server is reopened", || async {
+        toolset.is_up(server) && toolset.child_pid(server) != Some(first)
+    })
+    .await;
+    // The new process sends updates for what it was subscribed to again.
+    toolset
+        .call(
+            "toggle-subscriber-updates",
+            Some(json!({})),
+            &CallContext::default(),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("the tool runs: {e}"));
+    let updated = tokio::time::timeout(PATIENCE, async {
+        loop {
+            match notices.recv().await {
+                Some(notice) => {
+                    if let Notice::ResourceUpdated(updated) = notice.notice {
+                        return updated;
+                    }
+                }
+                None => panic!("the notices ended"),
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no update after the reconnect"));
+    assert_eq!(updated, uri);
+    toolset.close().await;
+    eventually("the first child is gone", || async { !alive(first) }).await;
+}
