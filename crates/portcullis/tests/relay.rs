@@ -841,6 +841,22 @@ async fn a_2026_upstream_hears_the_callers_capabilities_and_its_32021_passes_thr
         json!({"sampling": {}}),
         "{refused}"
     );
+    // The same through rmcp's client (a call that wants progress goes that
+    // way rather than the direct path).
+    let rmcp_path = {
+        let authority = served.authority();
+        tokio::task::spawn_blocking(move || {
+            let meta = json!({"_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {"roots": {}},
+                "progressToken": "p1"
+            }});
+            call_as(&authority, "needs_a_model", json!({}), meta).1
+        })
+        .await
+        .expect("a call")
+    };
+    assert_eq!(rmcp_path["error"]["code"], -32021, "{rmcp_path}");
     let (status, served) = call(json!({"sampling": {}})).await;
     assert_eq!(status, 200, "{served}");
     let text = served["result"]["content"][0]["text"]
