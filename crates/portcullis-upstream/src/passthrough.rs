@@ -555,6 +555,7 @@ impl Passthrough {
     /// read (so before a result the server sent after it) instead of being
     /// published as [`Notice::Log`]. See [`crate::notifications`].
     pub fn route_logs(&self, sink: Arc<dyn LogSink>) {
+        self.toolset.inner.listeners().logs = Some(sink.clone());
         for (server, connection) in self.toolset.inner.snapshot().connections.iter() {
             connection.notices().logs().set(server, sink.clone());
         }
@@ -566,33 +567,87 @@ impl Passthrough {
     /// resource list changes is opened (once per connection).
     pub fn notices(&self) -> mpsc::UnboundedReceiver<ServerNotice> {
         let (sender, receiver) = mpsc::unbounded_channel();
+        {
+            // Kept so a server that joins later is heard too ([`adopt`]).
+            let mut listeners = self.toolset.inner.listeners();
+            listeners.notices.retain(|s| !s.is_closed());
+            listeners.notices.push(sender.clone());
+        }
         let connections = self.toolset.inner.snapshot().connections.clone();
         for (server, connection) in connections {
             listen_for_lists(&connection);
-            let mut notices = connection.notices().sender.subscribe();
-            let sender = sender.clone();
-            tokio::spawn(async move {
-                loop {
-                    tokio::select! {
-                        _ = sender.closed() => return,
-                        next = notices.recv() => match next {
-                            Ok(notice) => {
-                                let tagged = ServerNotice { server: server.clone(), notice };
-                                if sender.send(tagged).is_err() {
-                                    return;
-                                }
-                            }
-                            Err(broadcast::error::RecvError::Lagged(missed)) => {
-                                tracing::warn!(server, missed, "a slow reader missed upstream notices");
-                            }
-                            Err(broadcast::error::RecvError::Closed) => return,
-                        },
-                    }
-                }
-            });
+            forward(server, &connection, sender.clone());
         }
         receiver
     }
+}
+
+/// Who listens to the toolset's servers through the passthrough: the log
+/// sink ([`Passthrough::route_logs`]) and the receivers of
+/// [`Passthrough::notices`], so a server that joins the toolset later
+/// ([`adopt`]) is wired like those connected at the start.
+#[derive(Default)]
+pub(crate) struct Listeners {
+    logs: Option<Arc<dyn LogSink>>,
+    notices: Vec<mpsc::UnboundedSender<ServerNotice>>,
+}
+
+/// Wires a server that joined the toolset after the start (see
+/// `crate::supervisor::join_later`) to the log sink and every notices
+/// receiver still open, as [`Passthrough::route_logs`] and
+/// [`Passthrough::notices`] wired those present then.
+pub(crate) fn adopt(toolset: &Toolset, connection: &Arc<Connection>) {
+    let server = toolset
+        .inner
+        .snapshot()
+        .connections
+        .iter()
+        .find(|(_, c)| Arc::ptr_eq(c, connection))
+        .map(|(name, _)| name.clone());
+    let Some(server) = server else { return };
+    let (logs, senders) = {
+        let mut listeners = toolset.inner.listeners();
+        listeners.notices.retain(|s| !s.is_closed());
+        (listeners.logs.clone(), listeners.notices.clone())
+    };
+    if let Some(sink) = logs {
+        connection.notices().logs().set(&server, sink);
+    }
+    if !senders.is_empty() {
+        listen_for_lists(connection);
+    }
+    for sender in senders {
+        forward(server.clone(), connection, sender);
+    }
+}
+
+/// Passes `connection`'s notices on to `sender`, tagged with `server`,
+/// until either end closes.
+fn forward(
+    server: String,
+    connection: &Arc<Connection>,
+    sender: mpsc::UnboundedSender<ServerNotice>,
+) {
+    let mut notices = connection.notices().sender.subscribe();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = sender.closed() => return,
+                next = notices.recv() => match next {
+                    Ok(notice) => {
+                        let tagged = ServerNotice { server: server.clone(), notice };
+                        if sender.send(tagged).is_err() {
+                            return;
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Lagged(missed)) => {
+                        tracing::warn!(server, missed, "a slow reader missed upstream notices");
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                },
+            }
+        }
+    });
 }
 
 /// Opens, once per connection, a 2026-07-28 listen for the list changes

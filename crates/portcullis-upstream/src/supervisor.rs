@@ -198,6 +198,12 @@ async fn join(inner: Weak<Inner>, id: String, config: McpServerConfig, token: Ca
             return;
         }
         tracing::info!(server = %server, attempt, "upstream \"{server}\" connected and joined the tool map");
+        crate::passthrough::adopt(
+            &crate::Toolset {
+                inner: strong.clone(),
+            },
+            &connection,
+        );
         supervise(&strong, &id, &connection);
         return;
     }

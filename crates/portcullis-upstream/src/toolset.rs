@@ -146,6 +146,9 @@ pub(crate) struct Inner {
     /// Servers that failed to connect and are retried in the background,
     /// by row id, each with the token that stops its retries.
     pub(crate) pending: Mutex<HashMap<String, CancellationToken>>,
+    /// The passthrough's log sink and notice receivers, for servers that
+    /// join later.
+    pub(crate) listeners: Mutex<crate::passthrough::Listeners>,
 }
 
 impl Drop for Inner {
@@ -161,6 +164,13 @@ impl Inner {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    /// The passthrough's listeners, locked.
+    pub(crate) fn listeners(&self) -> MutexGuard<'_, crate::passthrough::Listeners> {
+        self.listeners
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The sources, locked. A poisoned lock means a projection panicked; the
@@ -394,6 +404,7 @@ pub(crate) fn assemble(
             supervisors: TaskTracker::new(),
             stop: CancellationToken::new(),
             pending: Mutex::new(HashMap::new()),
+            listeners: Mutex::default(),
         }),
     };
     crate::supervisor::supervise_all(&toolset.inner);

@@ -475,3 +475,61 @@ async fn notices_and_subscriptions_carry_over_to_the_reopened_connection() {
     toolset.close().await;
     eventually("the first child is gone", || async { !alive(first) }).await;
 }
+
+#[tokio::test]
+async fn a_server_that_joins_later_is_heard_by_notices_taken_before() {
+    use portcullis_upstream::{McpServerConfig, Notice};
+    let Some(script) = everything() else {
+        return;
+    };
+    let server = "everything";
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+    // Not there yet: node exits at once, the connect fails.
+    let link = dir.path().join("index.js");
+    let toolset = connect(
+        vec![McpServerConfig::stdio(
+            server,
+            "node",
+            [link.to_string_lossy().as_ref(), "stdio"],
+        )],
+        ConnectOptions::default().with_reconnect(quick()),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(!toolset.is_up(server));
+    let passthrough = toolset.passthrough();
+    let mut notices = passthrough.notices();
+
+    std::os::unix::fs::symlink(&script, &link).unwrap_or_else(|e| panic!("symlink: {e}"));
+    eventually("the server joins", || async { toolset.is_up(server) }).await;
+    let uri = "demo://resource/dynamic/text/1";
+    passthrough
+        .subscribe(server, uri)
+        .await
+        .unwrap_or_else(|e| panic!("resources/subscribe: {e}"));
+    toolset
+        .call(
+            "toggle-subscriber-updates",
+            Some(json!({})),
+            &CallContext::default(),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("the tool runs: {e}"));
+    let updated = tokio::time::timeout(PATIENCE, async {
+        loop {
+            match notices.recv().await {
+                Some(notice) => {
+                    if let Notice::ResourceUpdated(updated) = notice.notice {
+                        assert_eq!(notice.server, server);
+                        return updated;
+                    }
+                }
+                None => panic!("the notices ended"),
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the joined server's update never arrived"));
+    assert_eq!(updated, uri);
+    toolset.close().await;
+}
