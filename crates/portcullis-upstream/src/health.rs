@@ -8,7 +8,8 @@
 //! *Available* and *reachable* are two things. A connection that ended (a
 //! stdio child that exited, a transport rmcp closed, credentials refused,
 //! the toolset closed) is unavailable for good: calls are refused without
-//! being sent. A remote server (Streamable HTTP, SSE) can also be
+//! being sent (the server itself may come back on a new connection, see
+//! below). A remote server (Streamable HTTP, SSE) can also be
 //! *unreachable* for a while — its process stopped, the network in between
 //! down — while the connection object lives on; rmcp's Streamable HTTP
 //! client keeps its worker through failed POSTs (and re-initialises an

@@ -22,8 +22,11 @@
 //! upstream every `health_interval_ms` (30 s by default, `0` turns the
 //! pings off; [`watch_upstreams`]). A remote upstream that answers again (a
 //! ping's reply, any call's answer) is up again. A connection that ended
-//! is not re-opened: that upstream stays down until a reload reconnects it
-//! or the gateway restarts.
+//! is re-opened in the background (`[gateway] reconnect_max_ms`, see
+//! `portcullis_upstream::Backoff`), and an upstream that failed at start is
+//! retried the same way: each is down until its new connection is in (with
+//! `reconnect_max_ms = 0`, until a reload reconnects it or the gateway
+//! restarts).
 
 use std::sync::Arc;
 use std::time::Duration;
