@@ -9,6 +9,7 @@
 // Every server here is a child process over stdio.
 #![cfg(feature = "stdio")]
 
+mod common;
 mod drift_support;
 
 use std::future::Future;
@@ -531,5 +532,33 @@ async fn a_server_that_joins_later_is_heard_by_notices_taken_before() {
     .await
     .unwrap_or_else(|_| panic!("the joined server's update never arrived"));
     assert_eq!(updated, uri);
+    toolset.close().await;
+}
+
+#[tokio::test]
+async fn a_legacy_sse_upstream_whose_stream_ended_is_reopened() {
+    let server = common::sse_fixture(common::FixtureConfig::default(), None).await;
+    let toolset = connect(
+        vec![portcullis_upstream::McpServerConfig::sse(
+            "old",
+            server.sse_url(),
+        )],
+        ConnectOptions::default().with_reconnect(quick()),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(toolset.is_up("old"), "{:?}", toolset.diagnostics());
+    assert_eq!(server.streams_opened(), 1);
+
+    server.end_streams();
+    eventually("a new event stream is opened", || async {
+        server.streams_opened() == 2
+    })
+    .await;
+    eventually("the server is back", || async { toolset.is_up("old") }).await;
+    assert_eq!(
+        call(&toolset, "echo", json!({"message": "over a new stream"})).await,
+        Ok("over a new stream".to_owned())
+    );
     toolset.close().await;
 }

@@ -338,11 +338,26 @@ async fn sse_post(
 pub struct SseServer {
     pub server: Server,
     pub posts: Arc<AtomicUsize>,
+    sessions: Arc<Mutex<HashMap<String, ToServer>>>,
+    opened: Arc<AtomicUsize>,
 }
 
 impl SseServer {
     pub fn sse_url(&self) -> String {
         format!("{}/sse", self.server.base())
+    }
+
+    /// Ends every open event stream, as a server restart would: each
+    /// session's server stops, and its stream with it.
+    pub fn end_streams(&self) {
+        if let Ok(mut sessions) = self.sessions.lock() {
+            sessions.clear();
+        }
+    }
+
+    /// How many event streams clients have opened (`GET /sse`).
+    pub fn streams_opened(&self) -> usize {
+        self.opened.load(Ordering::SeqCst)
     }
 }
 
@@ -358,6 +373,7 @@ pub async fn sse_fixture(config: FixtureConfig, endpoint: Option<String>) -> Sse
         endpoint,
         posts: posts.clone(),
     };
+    let (sessions, opened) = (state.sessions.clone(), state.next.clone());
     let seen = Arc::new(Mutex::new(Vec::new()));
     let recorder = Recorder {
         seen: seen.clone(),
@@ -377,6 +393,8 @@ pub async fn sse_fixture(config: FixtureConfig, endpoint: Option<String>) -> Sse
             stop,
         },
         posts,
+        sessions,
+        opened,
     }
 }
 
