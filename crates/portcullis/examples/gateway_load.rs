@@ -161,7 +161,19 @@ async fn drive(calls: usize) -> Result<(), Box<dyn std::error::Error>> {
         idle.0,
         memory(gateway_pid).1
     );
-    let _ = gateway.kill().await;
+    // Stopped as an operator would (SIGTERM, a graceful exit), so a
+    // profiler wrapped around it (PORTCULLIS_BIN pointing at a script that
+    // runs valgrind, say) writes its results; killed if it does not stop.
+    let _ = tokio::process::Command::new("kill")
+        .args(["-TERM", &gateway_pid.to_string()])
+        .status()
+        .await;
+    if tokio::time::timeout(std::time::Duration::from_secs(20), gateway.wait())
+        .await
+        .is_err()
+    {
+        let _ = gateway.kill().await;
+    }
     let _ = upstream.kill().await;
     Ok(())
 }

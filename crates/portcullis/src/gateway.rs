@@ -488,7 +488,10 @@ async fn forward(
     } else {
         None
     };
-    let outcome = toolset.call(&name, Some(args), &upstream).await;
+    // Boxed: the call's future is many kilobytes, and this one is moved
+    // into the handler's box and the call's task; keeping it small saves
+    // copying the whole call state each time (see `gateway_load`).
+    let outcome = Box::pin(toolset.call(&name, Some(args), &upstream)).await;
     // Dropping the context drops the progress sender, which ends the relay
     // once every report has been passed on.
     drop(upstream);
