@@ -629,8 +629,12 @@ impl Connection {
                         direct::Answer::Other(answer) => *answer,
                     }
                 }
+                // Boxed, like the input rounds below: the direct path is the
+                // common one, and rmcp's path and the rounds would otherwise
+                // make every call's future as large as theirs (it is moved
+                // into boxes and tasks whole).
                 None => {
-                    self.call_once(tool, server, params.clone(), context, token.clone())
+                    Box::pin(self.call_once(tool, server, params.clone(), context, token.clone()))
                         .await?
                 }
             };
@@ -656,7 +660,7 @@ impl Connection {
             };
             let requests = required.input_requests.unwrap_or_default();
             let answers = tokio::select! {
-                answers = answer_inputs(context.relay.as_ref(), requests, &context.cancel) => answers,
+                answers = Box::pin(answer_inputs(context.relay.as_ref(), requests, &context.cancel)) => answers,
                 _ = context.cancel.cancelled() => {
                     return Err(CallError::Cancelled { tool: tool.to_owned() });
                 }
