@@ -14,12 +14,9 @@
 //! The fixture binary is built with the workspace (`cargo build
 //! --workspace`); without it the test says it is skipped (outside CI).
 
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc;
 
-use common::{PATIENCE, conformance_fixture, toml_string, write_config};
+use common::{PATIENCE, RawStdio, conformance_fixture, toml_string, write_config};
 use serde_json::{Value, json};
 
 mod common;
@@ -44,54 +41,16 @@ fn config(dir: &Path, fixture: &Path) -> PathBuf {
     )
 }
 
-/// `portcullis serve --stdio` and the lines it writes; killed on drop.
-struct Gateway {
-    child: Child,
-    stdin: ChildStdin,
-    lines: mpsc::Receiver<Value>,
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+/// `portcullis serve --stdio` and the lines it writes.
+struct Gateway(RawStdio);
 
 impl Gateway {
     fn start(config: &Path) -> Gateway {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
-            .args(["serve", "--stdio", "--config"])
-            .arg(config)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("serve starts");
-        let stdin = child.stdin.take().expect("piped stdin");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (sender, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { return };
-                let message = serde_json::from_str(&line).unwrap_or_else(|e| {
-                    panic!("the gateway wrote a line that is not JSON ({e}): {line}")
-                });
-                if sender.send(message).is_err() {
-                    return;
-                }
-            }
-        });
-        Gateway {
-            child,
-            stdin,
-            lines,
-        }
+        Gateway(RawStdio::start(config, false))
     }
 
     fn send(&mut self, message: Value) {
-        writeln!(self.stdin, "{message}").expect("the gateway reads its stdin");
-        self.stdin.flush().expect("flushed");
+        self.0.send(message);
     }
 
     /// Reads until the answer to request `id`, and returns it with the
@@ -100,6 +59,7 @@ impl Gateway {
         let mut logged = Vec::new();
         loop {
             let message = self
+                .0
                 .lines
                 .recv_timeout(PATIENCE)
                 .unwrap_or_else(|e| panic!("no answer to request {id}: {e}"));

@@ -21,13 +21,10 @@
 //! The fixture binary is built with the workspace (`cargo build
 //! --workspace`); without it the test says it is skipped (outside CI).
 
-use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc;
 use std::time::Instant;
 
-use common::{PATIENCE, conformance_fixture, toml_string, write_config};
+use common::{PATIENCE, RawStdio, conformance_fixture, toml_string, write_config};
 use serde_json::{Value, json};
 
 mod common;
@@ -52,59 +49,12 @@ fn config(dir: &Path, fixture: &Path, upstreams: &[(&str, u64)]) {
 }
 
 /// `portcullis serve --stdio`: the lines it writes on stdout and on
-/// stderr; killed on drop.
-struct Gateway {
-    child: Child,
-    stdin: ChildStdin,
-    lines: mpsc::Receiver<Value>,
-    stderr: mpsc::Receiver<String>,
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+/// stderr.
+struct Gateway(RawStdio);
 
 impl Gateway {
     fn start(config: &Path) -> Gateway {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
-            .args(["serve", "--stdio", "--config"])
-            .arg(config)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("serve starts");
-        let stdin = child.stdin.take().expect("piped stdin");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let errors = child.stderr.take().expect("piped stderr");
-        let (sender, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { return };
-                let message = serde_json::from_str(&line).unwrap_or_else(|e| {
-                    panic!("the gateway wrote a line that is not JSON ({e}): {line}")
-                });
-                if sender.send(message).is_err() {
-                    return;
-                }
-            }
-        });
-        let (sender, stderr) = mpsc::channel();
-        std::thread::spawn(move || {
-            // Drained to the end, so the gateway never blocks on the pipe.
-            for line in BufReader::new(errors).lines().map_while(Result::ok) {
-                let _ = sender.send(line);
-            }
-        });
-        Gateway {
-            child,
-            stdin,
-            lines,
-            stderr,
-        }
+        Gateway(RawStdio::start(config, true))
     }
 
     /// Waits for a stderr line containing `needle`.
@@ -112,7 +62,8 @@ impl Gateway {
         let deadline = Instant::now() + PATIENCE;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            match self.stderr.recv_timeout(left) {
+            let stderr = self.0.stderr.as_ref().expect("stderr followed");
+            match stderr.recv_timeout(left) {
                 Ok(line) if line.contains(needle) => return,
                 Ok(_) => {}
                 Err(_) => panic!("no stderr line containing {needle:?}"),
@@ -121,12 +72,11 @@ impl Gateway {
     }
 
     fn send(&mut self, message: Value) {
-        writeln!(self.stdin, "{message}").expect("the gateway reads its stdin");
-        self.stdin.flush().expect("flushed");
+        self.0.send(message);
     }
 
     fn next(&self, waiting_for: &str) -> Value {
-        self.lines.recv_timeout(PATIENCE).unwrap_or_else(|e| {
+        self.0.lines.recv_timeout(PATIENCE).unwrap_or_else(|e| {
             panic!("nothing more from the gateway ({e}); waiting for {waiting_for}")
         })
     }

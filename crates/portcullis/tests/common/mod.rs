@@ -1,6 +1,7 @@
 //! Scaffolding shared by the end-to-end tests of the `portcullis` binary:
-//! running it as a user would (one-shot commands, `serve` on a free
-//! loopback port with its stderr followed line by line), writing configs,
+//! running it as a user would (one-shot commands, `serve --stdio` driven
+//! by raw JSON-RPC lines, `serve` on a free loopback port with its stderr
+//! followed line by line), writing configs,
 //! finding the real peers (the Python SDK under `.peers/`) and the
 //! conformance fixture binary, child-process bookkeeping, the audit trail
 //! read back from the gateway's SQLite store, and a legacy
@@ -13,9 +14,9 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, ChildStdin, Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
@@ -53,6 +54,80 @@ pub fn serve_stdio(config: &Path) -> Child {
         .stderr(Stdio::null())
         .spawn()
         .expect("serve --stdio starts")
+}
+
+/// `portcullis serve --stdio` driven by a client that writes and reads raw
+/// JSON-RPC lines, so the order it sees is the order the gateway wrote:
+/// every stdout line, parsed, on `lines`; with `follow_stderr`, every
+/// stderr line on `stderr` (else stderr is discarded). Killed on drop.
+pub struct RawStdio {
+    child: Child,
+    stdin: ChildStdin,
+    /// The gateway's stdout lines, each parsed as JSON.
+    pub lines: mpsc::Receiver<Value>,
+    /// The gateway's stderr lines, when asked for at start.
+    pub stderr: Option<mpsc::Receiver<String>>,
+}
+
+impl Drop for RawStdio {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl RawStdio {
+    /// Starts `portcullis serve --stdio --config CONFIG`.
+    pub fn start(config: &Path, follow_stderr: bool) -> RawStdio {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
+            .args(["serve", "--stdio", "--config"])
+            .arg(config)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(if follow_stderr {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .spawn()
+            .expect("serve starts");
+        let stdin = child.stdin.take().expect("piped stdin");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (sender, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                let message = serde_json::from_str(&line).unwrap_or_else(|e| {
+                    panic!("the gateway wrote a line that is not JSON ({e}): {line}")
+                });
+                if sender.send(message).is_err() {
+                    return;
+                }
+            }
+        });
+        let stderr = child.stderr.take().map(|errors| {
+            let (sender, stderr) = mpsc::channel();
+            std::thread::spawn(move || {
+                // Drained to the end, so the gateway never blocks on the pipe.
+                for line in BufReader::new(errors).lines().map_while(Result::ok) {
+                    let _ = sender.send(line);
+                }
+            });
+            stderr
+        });
+        RawStdio {
+            child,
+            stdin,
+            lines,
+            stderr,
+        }
+    }
+
+    /// Writes `message` as one line on the gateway's stdin.
+    pub fn send(&mut self, message: Value) {
+        writeln!(self.stdin, "{message}").expect("the gateway reads its stdin");
+        self.stdin.flush().expect("flushed");
+    }
 }
 
 /// Runs `portcullis ARGS…` to completion with stdin closed (not a terminal).
