@@ -557,12 +557,51 @@ async fn sampling_upstream(seen: Arc<Sampled>) -> portcullis_server::HttpServer 
         .expect("the upstream listens")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_upstreams_sampling_reaches_a_2026_client_through_input_required() {
+/// The gateway in front of a fresh sampling upstream, with
+/// `approval_timeout_ms` (a parked call's deadline): what the upstream saw,
+/// the upstream, the config's directory (kept while the gateway runs) and
+/// the gateway.
+async fn sampling_gateway(
+    approval_timeout_ms: u64,
+) -> (
+    Arc<Sampled>,
+    portcullis_server::HttpServer,
+    tempfile::TempDir,
+    common::Served,
+) {
     let seen = Arc::new(Sampled::default());
     let upstream = sampling_upstream(seen.clone()).await;
     let dir = tempfile::tempdir().expect("temp dir");
-    let served = common::serve(&sampling_config(dir.path(), &upstream.url(), 60_000));
+    let served = common::serve(&sampling_config(
+        dir.path(),
+        &upstream.url(),
+        approval_timeout_ms,
+    ));
+    (seen, upstream, dir, served)
+}
+
+/// [`call_tool_2026`] on a blocking task, so the test's runtime keeps
+/// serving the upstream meanwhile.
+async fn call_2026(
+    authority: String,
+    tool: &'static str,
+    extra: serde_json::Value,
+) -> serde_json::Value {
+    tokio::task::spawn_blocking(move || call_tool_2026(&authority, tool, extra))
+        .await
+        .expect("a call")
+}
+
+/// The text of a tool result's first content block ("" when there is none).
+fn first_text(answer: &serde_json::Value) -> &str {
+    answer["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstreams_sampling_reaches_a_2026_client_through_input_required() {
+    let (seen, upstream, _dir, served) = sampling_gateway(60_000).await;
     let authority = served.authority();
 
     // The first attempt: the upstream's question comes back as input.
@@ -613,9 +652,7 @@ async fn an_upstreams_sampling_reaches_a_2026_client_through_input_required() {
 
     // The genuine retry completes the very call that asked.
     let done = retry(state.clone()).await;
-    let text = done["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap_or_default();
+    let text = first_text(&done);
     assert!(
         text.contains("\nThe model said: roses are red, the gateway is too\n"),
         "{done}"
@@ -633,11 +670,8 @@ async fn an_upstreams_sampling_reaches_a_2026_client_through_input_required() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parked_call_nobody_resumes_is_cancelled_upstream() {
-    let seen = Arc::new(Sampled::default());
-    let upstream = sampling_upstream(seen.clone()).await;
-    let dir = tempfile::tempdir().expect("temp dir");
     // A short approval timeout: the parked call's deadline.
-    let served = common::serve(&sampling_config(dir.path(), &upstream.url(), 300));
+    let (seen, upstream, _dir, served) = sampling_gateway(300).await;
     let authority = served.authority();
     let first = tokio::task::spawn_blocking(move || call_poem(&authority, json!({})))
         .await
@@ -653,19 +687,9 @@ async fn a_parked_call_nobody_resumes_is_cancelled_upstream() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upstream_that_asks_twice_takes_two_rounds_of_one_call() {
-    let seen = Arc::new(Sampled::default());
-    let upstream = sampling_upstream(seen.clone()).await;
-    let dir = tempfile::tempdir().expect("temp dir");
-    let served = common::serve(&sampling_config(dir.path(), &upstream.url(), 60_000));
+    let (seen, upstream, _dir, served) = sampling_gateway(60_000).await;
     let authority = served.authority();
-    let call = move |extra: serde_json::Value| {
-        let authority = authority.clone();
-        async move {
-            tokio::task::spawn_blocking(move || call_tool_2026(&authority, "survey", extra))
-                .await
-                .expect("a call")
-        }
-    };
+    let call = |extra: serde_json::Value| call_2026(authority.clone(), "survey", extra);
     let only_request = |answer: &serde_json::Value| {
         let requests = answer["result"]["inputRequests"]
             .as_object()
@@ -698,9 +722,7 @@ async fn an_upstream_that_asks_twice_takes_two_rounds_of_one_call() {
         "requestState": state
     }))
     .await;
-    let text = done["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap_or_default();
+    let text = first_text(&done);
     assert!(text.contains("\nGrace has 1 root(s)\n"), "{done}");
     assert_eq!(seen.calls.load(Ordering::SeqCst), 1, "called exactly once");
     upstream.close().await;
@@ -720,14 +742,7 @@ async fn an_approved_call_can_still_be_asked_for_input() {
     );
     let served = common::serve(&config);
     let authority = served.authority();
-    let call = move |extra: serde_json::Value| {
-        let authority = authority.clone();
-        async move {
-            tokio::task::spawn_blocking(move || call_poem(&authority, extra))
-                .await
-                .expect("a call")
-        }
-    };
+    let call = |extra: serde_json::Value| call_2026(authority.clone(), "poem", extra);
 
     // First the person approves the call...
     let asked = call(json!({})).await;
@@ -764,9 +779,7 @@ async fn an_approved_call_can_still_be_asked_for_input() {
         "requestState": approved["result"]["requestState"]
     }))
     .await;
-    let text = done["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap_or_default();
+    let text = first_text(&done);
     assert!(
         text.contains("\nThe model said: approved roses\n"),
         "{done}"
@@ -783,14 +796,7 @@ async fn a_2026_upstreams_input_required_reaches_a_2026_client() {
     let dir = tempfile::tempdir().expect("temp dir");
     let served = common::serve(&config(dir.path(), &upstream.url()));
     let authority = served.authority();
-    let call = move |extra: serde_json::Value| {
-        let authority = authority.clone();
-        async move {
-            tokio::task::spawn_blocking(move || call_tool_2026(&authority, "greet", extra))
-                .await
-                .expect("a call")
-        }
-    };
+    let call = |extra: serde_json::Value| call_2026(authority.clone(), "greet", extra);
     let first = call(json!({})).await;
     assert_eq!(first["result"]["resultType"], "input_required", "{first}");
     let requests = first["result"]["inputRequests"]
@@ -808,9 +814,7 @@ async fn a_2026_upstreams_input_required_reaches_a_2026_client() {
         "requestState": first["result"]["requestState"]
     }))
     .await;
-    let text = done["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap_or_default();
+    let text = first_text(&done);
     assert!(text.contains("\nHello, Ada!\n"), "{done}");
     upstream.close().await;
 }
@@ -859,19 +863,14 @@ async fn a_2026_upstream_hears_the_callers_capabilities_and_its_32021_passes_thr
     assert_eq!(rmcp_path["error"]["code"], -32021, "{rmcp_path}");
     let (status, served) = call(json!({"sampling": {}})).await;
     assert_eq!(status, 200, "{served}");
-    let text = served["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap_or_default();
+    let text = first_text(&served);
     assert!(text.contains("\nSuccess\n"), "{served}");
     upstream.close().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_2026_client_without_the_capability_gets_32021_when_the_upstream_fails() {
-    let seen = Arc::new(Sampled::default());
-    let upstream = sampling_upstream(seen.clone()).await;
-    let dir = tempfile::tempdir().expect("temp dir");
-    let served = common::serve(&sampling_config(dir.path(), &upstream.url(), 60_000));
+    let (seen, upstream, _dir, served) = sampling_gateway(60_000).await;
     let authority = served.authority();
     let call = move |tool: &'static str| {
         let authority = authority.clone();
@@ -899,9 +898,7 @@ async fn a_2026_client_without_the_capability_gets_32021_when_the_upstream_fails
     // A tool that gets by without one keeps its result.
     let (status, fell_back) = call("lenient_poem").await;
     assert_eq!(status, 200, "{fell_back}");
-    let text = fell_back["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap_or_default();
+    let text = first_text(&fell_back);
     assert!(text.contains("\na line of my own\n"), "{fell_back}");
     assert_eq!(seen.calls.load(Ordering::SeqCst), 2);
     upstream.close().await;
@@ -909,19 +906,9 @@ async fn a_2026_client_without_the_capability_gets_32021_when_the_upstream_fails
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_that_leaves_the_question_unanswered_is_asked_again() {
-    let seen = Arc::new(Sampled::default());
-    let upstream = sampling_upstream(seen.clone()).await;
-    let dir = tempfile::tempdir().expect("temp dir");
-    let served = common::serve(&sampling_config(dir.path(), &upstream.url(), 60_000));
+    let (seen, upstream, _dir, served) = sampling_gateway(60_000).await;
     let authority = served.authority();
-    let call = move |extra: serde_json::Value| {
-        let authority = authority.clone();
-        async move {
-            tokio::task::spawn_blocking(move || call_tool_2026(&authority, "survey", extra))
-                .await
-                .expect("a call")
-        }
-    };
+    let call = |extra: serde_json::Value| call_2026(authority.clone(), "survey", extra);
     let first = call(json!({})).await;
     let asked = first["result"]["inputRequests"].clone();
     let (key, _) = asked
@@ -958,9 +945,7 @@ async fn a_retry_that_leaves_the_question_unanswered_is_asked_again() {
         "requestState": next["result"]["requestState"]
     }))
     .await;
-    let text = done["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap_or_default();
+    let text = first_text(&done);
     assert!(text.contains("\nGrace has 0 root(s)\n"), "{done}");
     assert_eq!(seen.calls.load(Ordering::SeqCst), 1, "called exactly once");
     upstream.close().await;
