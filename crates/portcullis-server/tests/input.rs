@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use portcullis_catalog::{Tool, ToolAnnotations, ToolResult};
-use portcullis_server::input::MAX_INPUT_ROUNDS;
-use portcullis_server::{CallContext, HttpOptions, ToolError, ToolServer, serve_http};
+use portcullis_server::input::{InputChannel, MAX_INPUT_ROUNDS};
+use portcullis_server::{CallContext, HttpOptions, HttpServer, ToolError, ToolServer, serve_http};
 use rmcp::model::{
     CallToolRequestParams, ClientCapabilities, ClientConfig, ElicitRequest, ElicitRequestParams,
     ElicitResult, ElicitationAction, ElicitationCapability, Implementation, InputRequest,
@@ -59,33 +59,27 @@ fn question() -> InputRequest {
     InputRequest::Elicitation(ElicitRequest::new(params))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_handler_asks_until_refused_and_runs_once() {
+/// A server with one read-only tool `name` that counts its runs and hands
+/// its call's input channel to `body`: the count and the listening server.
+async fn counting_server<F, Fut>(name: &'static str, body: F) -> (Arc<AtomicUsize>, HttpServer)
+where
+    F: Fn(InputChannel) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Result<ToolResult, ToolError>> + Send + 'static,
+{
     let runs = Arc::new(AtomicUsize::new(0));
     let counted = runs.clone();
     let tools = ToolServer::builder()
         .tool(
-            Tool::new("interview").with_annotations(ToolAnnotations::read_only(true)),
+            Tool::new(name).with_annotations(ToolAnnotations::read_only(true)),
             move |_: serde_json::Value, ctx: CallContext| {
                 let counted = counted.clone();
+                let body = body.clone();
                 async move {
                     counted.fetch_add(1, Ordering::SeqCst);
                     let Some(input) = ctx.input() else {
                         return Err(ToolError::msg("ERR_NO_INPUT: no input channel"));
                     };
-                    let mut sum = 0;
-                    for _ in 0..MAX_INPUT_ROUNDS + 4 {
-                        match input.request(question()).await {
-                            Ok(answer) => sum += answer["content"]["n"].as_i64().unwrap_or(0),
-                            Err(error) => {
-                                return Ok::<_, ToolError>(ToolResult::text(format!(
-                                    "sum {sum}; then: {}",
-                                    error.message
-                                )));
-                            }
-                        }
-                    }
-                    Ok(ToolResult::text(format!("sum {sum}; never refused")))
+                    body(input.clone()).await
                 }
             },
         )
@@ -94,6 +88,27 @@ async fn a_handler_asks_until_refused_and_runs_once() {
     let server = serve_http(tools, HttpOptions::default())
         .await
         .expect("listens");
+    (runs, server)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_asks_until_refused_and_runs_once() {
+    let (runs, server) = counting_server("interview", |input: InputChannel| async move {
+        let mut sum = 0;
+        for _ in 0..MAX_INPUT_ROUNDS + 4 {
+            match input.request(question()).await {
+                Ok(answer) => sum += answer["content"]["n"].as_i64().unwrap_or(0),
+                Err(error) => {
+                    return Ok::<_, ToolError>(ToolResult::text(format!(
+                        "sum {sum}; then: {}",
+                        error.message
+                    )));
+                }
+            }
+        }
+        Ok(ToolResult::text(format!("sum {sum}; never refused")))
+    })
+    .await;
     let person = Person::default();
     let client = person
         .clone()
@@ -175,36 +190,19 @@ async fn call_2026(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn questions_a_retry_leaves_unanswered_are_asked_again() {
-    let runs = Arc::new(AtomicUsize::new(0));
-    let counted = runs.clone();
-    let tools = ToolServer::builder()
-        .tool(
-            Tool::new("pair").with_annotations(ToolAnnotations::read_only(true)),
-            move |_: serde_json::Value, ctx: CallContext| {
-                let counted = counted.clone();
-                async move {
-                    counted.fetch_add(1, Ordering::SeqCst);
-                    let Some(input) = ctx.input() else {
-                        return Err(ToolError::msg("ERR_NO_INPUT: no input channel"));
-                    };
-                    // Two questions at once: one round.
-                    let (a, b) = futures::join!(
-                        input.request_keyed(Some("a".into()), question()),
-                        input.request_keyed(Some("b".into()), question())
-                    );
-                    let n = |answer: Result<serde_json::Value, ErrorData>| match answer {
-                        Ok(answer) => answer["content"]["n"].to_string(),
-                        Err(error) => error.message.to_string(),
-                    };
-                    Ok::<_, ToolError>(ToolResult::text(format!("a={} b={}", n(a), n(b))))
-                }
-            },
-        )
-        .build()
-        .expect("tools");
-    let server = serve_http(tools, HttpOptions::default())
-        .await
-        .expect("listens");
+    let (runs, server) = counting_server("pair", |input: InputChannel| async move {
+        // Two questions at once: one round.
+        let (a, b) = futures::join!(
+            input.request_keyed(Some("a".into()), question()),
+            input.request_keyed(Some("b".into()), question())
+        );
+        let n = |answer: Result<serde_json::Value, ErrorData>| match answer {
+            Ok(answer) => answer["content"]["n"].to_string(),
+            Err(error) => error.message.to_string(),
+        };
+        Ok::<_, ToolError>(ToolResult::text(format!("a={} b={}", n(a), n(b))))
+    })
+    .await;
     let url = server.url();
     let capabilities = json!({"elicitation": {"form": {}}});
     let call = |extra: serde_json::Value| call_2026(&url, "pair", capabilities.clone(), extra);
