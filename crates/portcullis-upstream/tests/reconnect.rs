@@ -414,9 +414,43 @@ fn everything() -> Option<String> {
     Some(path.canonicalize().ok()?.display().to_string())
 }
 
+/// Has server-everything start sending updates for what it is subscribed
+/// to, and waits for the first `notifications/resources/updated` among
+/// `notices` (panicking with `missing` when none comes): the server it came
+/// from and its URI.
+async fn toggle_and_await_update(
+    toolset: &Toolset,
+    notices: &mut tokio::sync::mpsc::UnboundedReceiver<portcullis_upstream::ServerNotice>,
+    missing: &str,
+) -> (String, String) {
+    use portcullis_upstream::Notice;
+    toolset
+        .call(
+            "toggle-subscriber-updates",
+            Some(json!({})),
+            &CallContext::default(),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("the tool runs: {e}"));
+    tokio::time::timeout(PATIENCE, async {
+        loop {
+            match notices.recv().await {
+                Some(notice) => {
+                    if let Notice::ResourceUpdated(updated) = notice.notice {
+                        return (notice.server, updated);
+                    }
+                }
+                None => panic!("the notices ended"),
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{missing}"))
+}
+
 #[tokio::test]
 async fn notices_and_subscriptions_carry_over_to_the_reopened_connection() {
-    use portcullis_upstream::{McpServerConfig, Notice};
+    use portcullis_upstream::McpServerConfig;
     let Some(script) = everything() else {
         return;
     };
@@ -450,28 +484,8 @@ async fn notices_and_subscriptions_carry_over_to_the_reopened_connection() {
     })
     .await;
     // The new process sends updates for what it was subscribed to again.
-    toolset
-        .call(
-            "toggle-subscriber-updates",
-            Some(json!({})),
-            &CallContext::default(),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("the tool runs: {e}"));
-    let updated = tokio::time::timeout(PATIENCE, async {
-        loop {
-            match notices.recv().await {
-                Some(notice) => {
-                    if let Notice::ResourceUpdated(updated) = notice.notice {
-                        return updated;
-                    }
-                }
-                None => panic!("the notices ended"),
-            }
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("no update after the reconnect"));
+    let (_, updated) =
+        toggle_and_await_update(&toolset, &mut notices, "no update after the reconnect").await;
     assert_eq!(updated, uri);
     toolset.close().await;
     eventually("the first child is gone", || async { !alive(first) }).await;
@@ -479,7 +493,7 @@ async fn notices_and_subscriptions_carry_over_to_the_reopened_connection() {
 
 #[tokio::test]
 async fn a_server_that_joins_later_is_heard_by_notices_taken_before() {
-    use portcullis_upstream::{McpServerConfig, Notice};
+    use portcullis_upstream::McpServerConfig;
     let Some(script) = everything() else {
         return;
     };
@@ -508,29 +522,13 @@ async fn a_server_that_joins_later_is_heard_by_notices_taken_before() {
         .subscribe(server, uri)
         .await
         .unwrap_or_else(|e| panic!("resources/subscribe: {e}"));
-    toolset
-        .call(
-            "toggle-subscriber-updates",
-            Some(json!({})),
-            &CallContext::default(),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("the tool runs: {e}"));
-    let updated = tokio::time::timeout(PATIENCE, async {
-        loop {
-            match notices.recv().await {
-                Some(notice) => {
-                    if let Notice::ResourceUpdated(updated) = notice.notice {
-                        assert_eq!(notice.server, server);
-                        return updated;
-                    }
-                }
-                None => panic!("the notices ended"),
-            }
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("the joined server's update never arrived"));
+    let (from, updated) = toggle_and_await_update(
+        &toolset,
+        &mut notices,
+        "the joined server's update never arrived",
+    )
+    .await;
+    assert_eq!(from, server);
     assert_eq!(updated, uri);
     toolset.close().await;
 }
