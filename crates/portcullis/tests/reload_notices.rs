@@ -96,6 +96,23 @@ impl Gateway {
         }
     }
 
+    /// Initializes the session (requests 1 and 2) and sets its log level
+    /// to debug.
+    fn open_session(&mut self) {
+        self.request(
+            1,
+            "initialize",
+            json!({
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "reload-notices", "version": "0"}
+            }),
+        );
+        self.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        // Answered once the gateway knows this session and its level.
+        self.request(2, "logging/setLevel", json!({"level": "debug"}));
+    }
+
     /// Calls `test_tool_with_logging` of `server` and checks that its log
     /// messages, named after the server, came before the result.
     fn logs_reach_the_client(&mut self, id: u64, server: &str) {
@@ -150,18 +167,7 @@ fn upstreams_a_reload_connects_are_heard_by_the_sessions_already_open() {
     let dir = tempfile::tempdir().expect("temp dir");
     config(dir.path(), &fixture, &[("first", 30_000)]);
     let mut gateway = Gateway::start(&dir.path().join("portcullis.toml"));
-    gateway.request(
-        1,
-        "initialize",
-        json!({
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "reload-notices", "version": "0"}
-        }),
-    );
-    gateway.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-    // Answered once the gateway knows this session and its level.
-    gateway.request(2, "logging/setLevel", json!({"level": "debug"}));
+    gateway.open_session();
     gateway.logs_reach_the_client(3, "first");
 
     // 2. Added in place.
@@ -222,17 +228,7 @@ fn an_upstream_that_joins_late_is_heard_by_the_sessions_already_open() {
         ),
     );
     let mut gateway = Gateway::start(&config);
-    gateway.request(
-        1,
-        "initialize",
-        json!({
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "reload-notices", "version": "0"}
-        }),
-    );
-    gateway.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-    gateway.request(2, "logging/setLevel", json!({"level": "debug"}));
+    gateway.open_session();
     gateway.logs_reach_the_client(3, "first");
 
     // Written aside and renamed, so the retry never runs half a script.
