@@ -204,13 +204,7 @@ async fn a_server_that_comes_back_rewritten_is_quarantined_and_the_baseline_kept
     );
 
     // The store: the baseline is the first run's, the cache the new listing.
-    let row = fixture
-        .store()
-        .await
-        .get(SERVER)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
-        .unwrap_or_else(|| panic!("row"));
+    let row = fixture.stored().await.unwrap_or_else(|| panic!("row"));
     assert_eq!(tool_part(row.tool_fingerprints), Some(trusted));
     assert_eq!(row.tools, Some(parsed(&pulled)));
     assert_eq!(
@@ -379,13 +373,7 @@ async fn a_server_that_failed_at_start_joins_the_tool_map_when_it_comes_up() {
         Ok("echo ran with {\"message\":\"joined\"}".to_owned())
     );
     // Trusted on first use, as a cold start would have.
-    let row = fixture
-        .store()
-        .await
-        .get(SERVER)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
-        .unwrap_or_else(|| panic!("row"));
+    let row = fixture.stored().await.unwrap_or_else(|| panic!("row"));
     assert_eq!(
         tool_part(row.tool_fingerprints),
         Some(fingerprint_listing(&parsed(&original())))

@@ -24,11 +24,8 @@ async fn first_run(fixture: &Fixture) {
     assert_eq!(kind(&toolset, "echo"), Some(EntryKind::Remote));
     toolset.close().await;
     let row = fixture
-        .store()
+        .stored()
         .await
-        .get(SERVER)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
         .unwrap_or_else(|| panic!("the first run records a row"));
     let listing = parsed(&original());
     assert_eq!(
@@ -55,13 +52,7 @@ async fn second_run(fixture: &Fixture, published: &Value) -> Toolset {
 
 /// The baseline is still the first run's; the cache is the latest listing.
 async fn baseline_kept(fixture: &Fixture, published: &Value) {
-    let row = fixture
-        .store()
-        .await
-        .get(SERVER)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
-        .unwrap_or_else(|| panic!("row"));
+    let row = fixture.stored().await.unwrap_or_else(|| panic!("row"));
     assert_eq!(
         tool_part(row.tool_fingerprints),
         Some(fingerprint_listing(&parsed(&original()))),
@@ -285,13 +276,7 @@ async fn two_replicas_racing_on_a_new_server_enforce_one_baseline() {
         a.unwrap_or_else(|e| panic!("{e}")),
         b.unwrap_or_else(|e| panic!("{e}")),
     );
-    let recorded = fixture
-        .store()
-        .await
-        .get(SERVER)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
-        .and_then(|row| row.tool_fingerprints);
+    let recorded = fixture.stored().await.and_then(|row| row.tool_fingerprints);
     let candidates = [
         fingerprint_listing(&parsed(&original())),
         fingerprint_listing(&parsed(&other)),
@@ -362,11 +347,8 @@ async fn prompts_and_resources_are_pinned_on_first_use_and_a_rewrite_is_withheld
     // are all pinned, from the listings the server gave.
     let toolset = fixture.connect_clean().await;
     let recorded = fixture
-        .store()
+        .stored()
         .await
-        .get(SERVER)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
         .and_then(|row| row.tool_fingerprints)
         .unwrap_or_else(|| panic!("a baseline is recorded"));
     let (tools, pins) = split_baseline(&recorded);
@@ -499,11 +481,8 @@ async fn a_wake_after_a_retrust_pins_what_its_reconcile_lists() {
         .unwrap_or_else(|e| panic!("{e}"));
     woken.reconciled().await;
     let recorded = fixture
-        .store()
+        .stored()
         .await
-        .get(SERVER)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
         .and_then(|row| row.tool_fingerprints)
         .unwrap_or_else(|| panic!("the reconcile records a baseline"));
     let expected = pin_all(

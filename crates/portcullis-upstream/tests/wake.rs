@@ -161,13 +161,7 @@ async fn a_wake_lists_nothing_before_reconciled_and_then_corrects_in_place() {
     assert_eq!(fixture.calls("search"), 0);
 
     // The cache moved; the baseline did not.
-    let row = fixture
-        .store()
-        .await
-        .get(SERVER)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
-        .unwrap_or_else(|| panic!("row"));
+    let row = fixture.stored().await.unwrap_or_else(|| panic!("row"));
     assert_eq!(row.tools, Some(parsed(&published)));
     assert_eq!(
         tool_part(row.tool_fingerprints),

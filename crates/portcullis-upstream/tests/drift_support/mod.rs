@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use portcullis_catalog::catalogue::{CatalogueEntry, EntryKind};
 use portcullis_catalog::{Catalogue, Diagnostic, Rule, Tool};
-use portcullis_store::{SqliteStore, Store};
+use portcullis_store::{PersistedServer, SqliteStore, Store};
 use portcullis_upstream::{ConnectOptions, McpServerConfig, Toolset};
 use serde_json::{Value, json};
 
@@ -104,6 +104,15 @@ impl Fixture {
             Ok(store) => Arc::new(store),
             Err(e) => panic!("sqlite store: {e}"),
         }
+    }
+
+    /// The server's row in the store file (reopened for each look), if any.
+    pub async fn stored(&self) -> Option<PersistedServer> {
+        self.store()
+            .await
+            .get(SERVER)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Options with the store.
