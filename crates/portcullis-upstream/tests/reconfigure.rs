@@ -54,14 +54,7 @@ async fn unchanged_servers_stay_connected_new_ones_connect_removed_ones_close() 
         "an earlier snapshot is untouched"
     );
 
-    let answer = toolset
-        .call(
-            "c__echo",
-            Some(json!({"message": "new"})),
-            &CallContext::default(),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let answer = call_ok(&toolset, "c__echo", json!({"message": "new"})).await;
     assert!(!answer.is_error, "{}", text(&answer));
     assert_eq!(c.calls("echo"), 1);
     let gone = toolset

@@ -186,14 +186,7 @@ async fn a_server_that_comes_back_rewritten_is_quarantined_and_the_baseline_kept
     );
     let shown = serde_json::to_string(&toolset.tools()).unwrap_or_default();
     assert!(!shown.contains("id_rsa"), "{shown}");
-    let refused = toolset
-        .call(
-            "echo",
-            Some(json!({"message": "x"})),
-            &CallContext::default(),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let refused = call_ok(&toolset, "echo", json!({"message": "x"})).await;
     assert!(refused.is_error);
     assert!(text(&refused).contains("an operator must re-trust the server"));
     assert_eq!(fixture.calls("echo"), 0, "the server never sees the call");

@@ -85,14 +85,12 @@ async fn assert_quarantined(fixture: &Fixture, toolset: &Toolset, tool: &str) {
         )]
     );
     let before = fixture.calls(tool);
-    let result = toolset
-        .call(
-            tool,
-            Some(json!({"message": "x", "path": "x", "query": "x"})),
-            &CallContext::default(),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let result = call_ok(
+        toolset,
+        tool,
+        json!({"message": "x", "path": "x", "query": "x"}),
+    )
+    .await;
     assert!(result.is_error);
     assert!(
         text(&result).contains("an operator must re-trust the server"),

@@ -75,14 +75,7 @@ async fn a_wake_lists_nothing_before_reconciled_and_then_corrects_in_place() {
         Some("Echo the message back.".to_owned())
     );
     // The map is usable: this call goes out on the snapshot it started with.
-    let answer = toolset
-        .call(
-            "echo",
-            Some(json!({"message": "awake"})),
-            &CallContext::default(),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let answer = call_ok(&toolset, "echo", json!({"message": "awake"})).await;
     assert!(
         text(&answer).contains(r#"echo ran with {\"message\":\"awake\"}"#),
         "{}",
@@ -126,14 +119,7 @@ async fn a_wake_lists_nothing_before_reconciled_and_then_corrects_in_place() {
     );
 
     // The next calls see the correction, and none reaches the server.
-    let echo = toolset
-        .call(
-            "echo",
-            Some(json!({"message": "x"})),
-            &CallContext::default(),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let echo = call_ok(&toolset, "echo", json!({"message": "x"})).await;
     assert!(echo.is_error);
     assert!(
         text(&echo).contains("an operator must re-trust the server"),

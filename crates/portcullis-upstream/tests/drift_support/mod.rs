@@ -12,6 +12,19 @@ use portcullis_store::{PersistedServer, SqliteStore, Store};
 use portcullis_upstream::{ConnectOptions, McpServerConfig, Toolset};
 use serde_json::{Value, json};
 
+/// Calls `tool` with `args` and no caller context; a call the toolset
+/// could not make at all fails the test.
+pub async fn call_ok(toolset: &Toolset, tool: &str, args: Value) -> portcullis_catalog::ToolResult {
+    toolset
+        .call(
+            tool,
+            Some(args),
+            &portcullis_upstream::CallContext::default(),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
 /// The server name every test uses.
 pub const SERVER: &str = "drift";
 
