@@ -10,13 +10,11 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
 
-use common::{DEMO, PATIENCE, send_signal, write_config};
+use common::{DEMO, PATIENCE, send_signal, stderr_lines, write_config};
 use portcullis_catalog::ToolResult;
 use portcullis_store::{AuditDecision, AuditOutcome, AuditRecord, Outcome, Store, StoreSpec};
 use serde_json::json;
@@ -95,13 +93,7 @@ fn serve_until(config: &Path, needle: &str) -> String {
         .stderr(Stdio::piped())
         .spawn()
         .expect("serve starts");
-    let stderr = child.stderr.take().expect("piped stderr");
-    let (sender, lines) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = sender.send(line);
-        }
-    });
+    let lines = stderr_lines(&mut child);
     let deadline = Instant::now() + PATIENCE;
     let mut seen = Vec::new();
     let found = loop {

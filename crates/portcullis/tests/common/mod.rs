@@ -56,6 +56,20 @@ pub fn serve_stdio(config: &Path) -> Child {
         .expect("serve --stdio starts")
 }
 
+/// `child`'s piped stderr, line by line, read on a thread of its own.
+pub fn stderr_lines(child: &mut Child) -> mpsc::Receiver<String> {
+    let stderr = child.stderr.take().expect("piped stderr");
+    let (sender, receiver) = mpsc::channel();
+    std::thread::spawn(move || {
+        // Keep draining even when nobody listens any more, so the gateway
+        // never blocks on a full pipe.
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = sender.send(line);
+        }
+    });
+    receiver
+}
+
 /// `portcullis serve --stdio` driven by a client that writes and reads raw
 /// JSON-RPC lines, so the order it sees is the order the gateway wrote:
 /// every stdout line, parsed, on `lines`; with `follow_stderr`, every
@@ -105,16 +119,7 @@ impl RawStdio {
                 }
             }
         });
-        let stderr = child.stderr.take().map(|errors| {
-            let (sender, stderr) = mpsc::channel();
-            std::thread::spawn(move || {
-                // Drained to the end, so the gateway never blocks on the pipe.
-                for line in BufReader::new(errors).lines().map_while(Result::ok) {
-                    let _ = sender.send(line);
-                }
-            });
-            stderr
-        });
+        let stderr = follow_stderr.then(|| stderr_lines(&mut child));
         RawStdio {
             child,
             stdin,
@@ -262,15 +267,7 @@ pub fn serve_on(config: &Path, listen: &str, global: &[&str], env: &[(&str, &str
         .stderr(Stdio::piped())
         .spawn()
         .expect("serve starts");
-    let stderr = child.stderr.take().expect("piped stderr");
-    let (sender, receiver) = mpsc::channel();
-    std::thread::spawn(move || {
-        // Keep draining even when nobody listens any more, so the gateway
-        // never blocks on a full pipe.
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = sender.send(line);
-        }
-    });
+    let receiver = stderr_lines(&mut child);
     let mut served = Served {
         child,
         url: String::new(),
