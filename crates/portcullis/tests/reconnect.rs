@@ -20,6 +20,28 @@ fn upstreams(authority: &str) -> Value {
     health["upstreams"].clone()
 }
 
+/// Calls the demo upstream's `echo` with `text` and checks it answered.
+fn echo_is_served(authority: &str, text: &str) {
+    let (status, response) = mcp(
+        authority,
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                "params": {"name": "echo", "arguments": {"text": text}}}),
+    );
+    assert_eq!(status, 200, "{response}");
+    assert!(response.contains(text), "{response}");
+    assert!(!response.contains("\"isError\":true"), "{response}");
+}
+
+/// Stops the gateway with SIGTERM and checks it exits cleanly and takes
+/// its stdio children with it.
+fn stop_leaving_no_child(mut served: common::Served) {
+    let children = child_pids(served.pid());
+    assert_eq!(served.terminate(), Some(0));
+    for pid in children {
+        assert!(!alive(pid), "the stdio child {pid} outlived the gateway");
+    }
+}
+
 #[test]
 fn a_killed_stdio_upstream_is_restarted_and_serves_again() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -27,7 +49,7 @@ fn a_killed_stdio_upstream_is_restarted_and_serves_again() {
         dir.path(),
         &format!("[gateway]\nstore = \"memory\"\nreconnect_max_ms = 1000\n\n{DEMO}"),
     );
-    let mut served = serve(&config);
+    let served = serve(&config);
     let authority = served.authority();
     assert_eq!(upstreams(&authority), json!({"up": 1, "down": 0}));
     let children = child_pids(served.pid());
@@ -46,20 +68,9 @@ fn a_killed_stdio_upstream_is_restarted_and_serves_again() {
     eventually("the upstream is reported up again", || {
         upstreams(&authority) == json!({"up": 1, "down": 0})
     });
-    let (status, response) = mcp(
-        &authority,
-        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-                "params": {"name": "echo", "arguments": {"text": "back again"}}}),
-    );
-    assert_eq!(status, 200, "{response}");
-    assert!(response.contains("back again"), "{response}");
-    assert!(!response.contains("\"isError\":true"), "{response}");
+    echo_is_served(&authority, "back again");
 
-    let children = child_pids(served.pid());
-    assert_eq!(served.terminate(), Some(0));
-    for pid in children {
-        assert!(!alive(pid), "the stdio child {pid} outlived the gateway");
-    }
+    stop_leaving_no_child(served);
 }
 
 #[test]
@@ -70,7 +81,7 @@ fn an_upstream_that_failed_at_start_is_served_once_it_comes_up() {
         dir.path(),
         "[gateway]\nstore = \"memory\"\nreconnect_max_ms = 1000\n\n[upstreams.later]\ntype = \"stdio\"\ncommand = \"./later.sh\"\n",
     );
-    let mut served = serve(&config);
+    let served = serve(&config);
     let authority = served.authority();
     assert_eq!(upstreams(&authority), json!({"up": 0, "down": 1}));
     served.wait_for_line("connect attempt");
@@ -97,17 +108,6 @@ fn an_upstream_that_failed_at_start_is_served_once_it_comes_up() {
         );
         status == 200 && response.contains("\"echo\"")
     });
-    let (status, response) = mcp(
-        &authority,
-        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-                "params": {"name": "echo", "arguments": {"text": "joined"}}}),
-    );
-    assert_eq!(status, 200, "{response}");
-    assert!(response.contains("joined"), "{response}");
-    assert!(!response.contains("\"isError\":true"), "{response}");
-    let children = child_pids(served.pid());
-    assert_eq!(served.terminate(), Some(0));
-    for pid in children {
-        assert!(!alive(pid), "the stdio child {pid} outlived the gateway");
-    }
+    echo_is_served(&authority, "joined");
+    stop_leaving_no_child(served);
 }
