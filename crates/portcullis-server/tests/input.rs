@@ -188,6 +188,13 @@ async fn call_2026(
     (status, answer)
 }
 
+/// The text of a tool result's first content block ("" when there is none).
+fn first_text(answer: &serde_json::Value) -> &str {
+    answer["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn questions_a_retry_leaves_unanswered_are_asked_again() {
     let (runs, server) = counting_server("pair", |input: InputChannel| async move {
@@ -235,9 +242,7 @@ async fn questions_a_retry_leaves_unanswered_are_asked_again() {
     }))
     .await;
     assert_eq!(status, 200, "{done}");
-    let text = done["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap_or_default();
+    let text = first_text(&done);
     assert!(text.contains("a=1 b=2"), "{done}");
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the handler ran once");
     server.close().await;
@@ -285,9 +290,7 @@ async fn a_run_that_fails_without_an_undeclared_capability_answers_32021() {
     )
     .await;
     assert_eq!(status, 200, "{kept}");
-    let text = kept["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap_or_default();
+    let text = first_text(&kept);
     assert!(text.contains("fell back"), "{kept}");
     server.close().await;
 }
