@@ -62,6 +62,15 @@ fn meta(progress: bool) -> Value {
     meta
 }
 
+/// The headers of a 2026-07-28 `tools/call` of `name`.
+fn call_headers(name: &str) -> [(&'static str, &str); 3] {
+    [
+        ("mcp-protocol-version", MODERN),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", name),
+    ]
+}
+
 async fn post(server: &HttpServer, headers: &[(&str, &str)], body: &Value) -> (StatusCode, Value) {
     let mut request = reqwest::Client::new()
         .post(server.url())
@@ -97,11 +106,7 @@ async fn both_ways(
     name: &str,
     arguments: Value,
 ) -> ((StatusCode, Value), (StatusCode, Value)) {
-    let headers = [
-        ("mcp-protocol-version", MODERN),
-        ("mcp-method", "tools/call"),
-        ("mcp-name", name),
-    ];
+    let headers = call_headers(name);
     let body = |progress| {
         json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
             "params": {"name": name, "arguments": arguments, "_meta": meta(progress)}})
@@ -197,11 +202,7 @@ async fn header_rules_stay_rmcps() {
 
     // A tool whose schema promotes an argument to a header: the header is
     // required, so a plain request without it is refused.
-    let headers = [
-        ("mcp-protocol-version", MODERN),
-        ("mcp-method", "tools/call"),
-        ("mcp-name", "regional"),
-    ];
+    let headers = call_headers("regional");
     let (status, answer) = post(
         &server,
         &headers,
@@ -233,11 +234,7 @@ async fn header_rules_stay_rmcps() {
 
     // A name header that names another tool, and a method header that
     // names another method.
-    let lying_name = [
-        ("mcp-protocol-version", MODERN),
-        ("mcp-method", "tools/call"),
-        ("mcp-name", "fail"),
-    ];
+    let lying_name = call_headers("fail");
     let (status, answer) = post(&server, &lying_name, &call("echo", json!({"text": "x"}))).await;
     assert_eq!(
         (status, &answer["error"]["code"]),
@@ -260,11 +257,7 @@ async fn header_rules_stay_rmcps() {
         .as_object_mut()
         .unwrap()
         .remove("io.modelcontextprotocol/clientCapabilities");
-    let plain = [
-        ("mcp-protocol-version", MODERN),
-        ("mcp-method", "tools/call"),
-        ("mcp-name", "echo"),
-    ];
+    let plain = call_headers("echo");
     let (status, answer) = post(&server, &plain, &incomplete).await;
     assert_eq!(answer["error"]["code"], json!(-32602), "{answer}");
     assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
