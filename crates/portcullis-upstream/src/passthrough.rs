@@ -514,17 +514,8 @@ impl Passthrough {
         let notices = connection.notices().clone();
         let owned = uri.to_owned();
         connection.track_listen(async move {
-            loop {
-                tokio::select! {
-                    _ = stop.cancelled() => {
-                        let _ = subscription.cancel().await;
-                        return;
-                    }
-                    next = subscription.next() => match next {
-                        Ok(Some(notification)) => relay_listened(&notices, notification).await,
-                        _ => break,
-                    },
-                }
+            if relay_until_stopped(&mut subscription, &stop, &notices).await {
+                return;
             }
             notices.state().uris.remove(&owned);
         });
@@ -693,18 +684,7 @@ fn listen_for_lists(connection: &Arc<Connection>) {
     let stop = connection.listen_token();
     connection.track_listen(async move {
         if let Ok(mut subscription) = peer.listen(filter).await {
-            loop {
-                tokio::select! {
-                    _ = stop.cancelled() => {
-                        let _ = subscription.cancel().await;
-                        break;
-                    }
-                    next = subscription.next() => match next {
-                        Ok(Some(notification)) => relay_listened(&notices, notification).await,
-                        _ => break,
-                    },
-                }
-            }
+            relay_until_stopped(&mut subscription, &stop, &notices).await;
         }
         notices.state().lists = false;
     });
@@ -740,6 +720,27 @@ pub(crate) async fn resume(toolset: &Toolset, connection: &Arc<Connection>) {
     for uri in uris {
         if let Err(e) = passthrough.subscribe(&server, &uri).await {
             tracing::warn!(server = %server, uri = %uri, "the subscription could not be renewed after a reconnect: {e}");
+        }
+    }
+}
+
+/// Relays what `subscription` delivers until it ends or `stop` is
+/// cancelled (then the subscription is cancelled too). True when stopped.
+async fn relay_until_stopped(
+    subscription: &mut rmcp::service::Subscription,
+    stop: &CancellationToken,
+    notices: &Notices,
+) -> bool {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => {
+                let _ = subscription.cancel().await;
+                return true;
+            }
+            next = subscription.next() => match next {
+                Ok(Some(notification)) => relay_listened(notices, notification).await,
+                _ => return false,
+            },
         }
     }
 }
