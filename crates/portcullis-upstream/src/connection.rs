@@ -26,7 +26,7 @@ use tokio_util::task::TaskTracker;
 use crate::config::{McpServerConfig, RemoteConfig, check_remote_url};
 use crate::error::CallError;
 use crate::health::ServerHealth;
-use crate::hosts::HostGuard;
+use crate::hosts::{GuardedResolver, HostGuard, Reach};
 use crate::http::{CallCredential, GuardedHttp, GuardedHttpParts, HttpFailure};
 use crate::progress::UpstreamHandler;
 use crate::relay::{answer_inputs, answerable, note_refusal};
@@ -63,6 +63,9 @@ pub(crate) struct ConnectPlan {
     pub(crate) config: McpServerConfig,
     /// The HTTP client for remote servers (`None` if it could not be built).
     pub(crate) http: Option<reqwest::Client>,
+    /// Whether `http` is the caller's own (`ConnectOptions::http`) rather
+    /// than the default, which each remote server gets a guarded copy of.
+    pub(crate) own_http: bool,
     /// The effective allow-list (`None` = any host).
     pub(crate) allowed: Option<Vec<String>>,
     /// The token `auth` resolved for the handshake.
@@ -282,9 +285,20 @@ async fn guarded(
     let name = &remote.name;
     let url = check_remote_url(&remote.url)
         .map_err(|reason| format!("MCP server \"{name}\" has an unusable url: {reason}."))?;
-    let guard = HostGuard::new(plan.allowed.clone());
+    let guard = HostGuard::new(plan.allowed.clone(), Reach::of(&url).await);
     guard.check(&url).await.map_err(|r| r.message(name))?;
-    let client = plan.http.clone().ok_or_else(|| {
+    // A client of the caller's own is used as it is (the guard still checks
+    // every URL before it is requested); otherwise the server gets a client
+    // whose resolver dials only the addresses its guard admits.
+    let client = match &plan.http {
+        Some(client) if plan.own_http => Some(client.clone()),
+        _ => crate::toolset::guarded_client(GuardedResolver {
+            guard: guard.clone(),
+            server: name.clone(),
+        })
+        .ok(),
+    }
+    .ok_or_else(|| {
         format!("MCP server \"{name}\" could not be connected: no HTTP client is available.")
     })?;
     let http = GuardedHttp::new(

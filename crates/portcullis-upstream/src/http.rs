@@ -668,6 +668,94 @@ mod tests {
         ));
     }
 
+    /// Serves `router` on `ip` (port chosen by the system) until the test ends.
+    async fn serve(ip: &str, router: axum::Router) -> std::net::SocketAddr {
+        let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        addr
+    }
+
+    /// A POST to `origin`'s `/mcp` through a guarded client wired as a
+    /// remote server's is.
+    async fn post_through_guard(origin: std::net::SocketAddr) -> Result<StatusCode, HttpFailure> {
+        use crate::hosts::{GuardedResolver, Reach};
+        let url = Url::parse(&format!("http://{origin}/mcp")).unwrap();
+        let guard = HostGuard::new(None, Reach::of(&url).await);
+        let client = crate::toolset::guarded_client(GuardedResolver {
+            guard: guard.clone(),
+            server: "remote".into(),
+        })
+        .unwrap();
+        let http = GuardedHttp::new(
+            client,
+            GuardedHttpParts {
+                server: "remote".into(),
+                guard,
+                headers: Default::default(),
+                bearer: None,
+                health: Arc::new(ServerHealth::new("remote")),
+                diagnostics: DiagnosticSink::new(None),
+            },
+        )
+        .unwrap();
+        let body = Bytes::from_static(br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"pay","arguments":{"to":"x"}}}"#);
+        let (response, _) = http
+            .send(Method::POST, url, HeaderMap::new(), Some(body), None)
+            .await?;
+        Ok(response.status())
+    }
+
+    #[tokio::test]
+    async fn a_public_servers_redirect_never_reaches_a_loopback_service() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let hits = Arc::new(AtomicUsize::new(0));
+        let counted = hits.clone();
+        let admin = serve(
+            "127.0.0.1",
+            axum::Router::new().route(
+                "/internal/admin",
+                axum::routing::post(move || {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    async { "done" }
+                }),
+            ),
+        )
+        .await;
+        let redirect = axum::Router::new().route(
+            "/mcp",
+            axum::routing::post(move || async move {
+                (
+                    StatusCode::TEMPORARY_REDIRECT,
+                    [(LOCATION, format!("http://{admin}/internal/admin"))],
+                )
+            }),
+        );
+        // 127.0.0.77 stands in for a server on the internet.
+        let public_ip: std::net::IpAddr = "127.0.0.77".parse().unwrap();
+        crate::hosts::PRETEND_PUBLIC.lock().unwrap().push(public_ip);
+        let public = serve("127.0.0.77", redirect.clone()).await;
+        match post_through_guard(public).await {
+            Err(HttpFailure::Refused(message)) => {
+                assert!(message.contains("loopback or private"), "{message}")
+            }
+            other => panic!("the redirect was not refused: {other:?}"),
+        }
+        assert_eq!(
+            hits.load(Ordering::SeqCst),
+            0,
+            "the loopback service was reached"
+        );
+        // The same redirect from a server that is on loopback itself is
+        // followed: the refusal above is the guard's, not the setup's.
+        let internal = serve("127.0.0.78", redirect).await;
+        assert_eq!(
+            post_through_guard(internal).await.ok(),
+            Some(StatusCode::OK)
+        );
+        assert_eq!(hits.load(Ordering::SeqCst), 1);
+    }
+
     #[test]
     fn media_types_ignore_parameters_and_case() {
         assert!(is_media(Some("application/json; charset=utf-8"), JSON));

@@ -24,6 +24,9 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 pub struct ConnectOptions {
     /// The SSRF guard for remote URLs.
     pub allowed_hosts: AllowedHosts,
+    /// Per-server allow-lists by configured name; each replaces
+    /// `allowed_hosts` for its server.
+    pub server_allowed_hosts: HashMap<String, Vec<String>>,
     /// Per-session credentials; needs `session`.
     pub auth: Option<Auth>,
     /// The session this toolset belongs to.
@@ -128,6 +131,7 @@ impl Default for ConnectOptions {
     fn default() -> Self {
         ConnectOptions {
             allowed_hosts: AllowedHosts::Any,
+            server_allowed_hosts: HashMap::new(),
             auth: None,
             session: None,
             tools: ToolFilter::All,
@@ -174,6 +178,19 @@ impl ConnectOptions {
     /// Sets one server's timeout.
     pub fn with_server_timeout(mut self, server: impl Into<String>, timeout: Duration) -> Self {
         self.server_timeouts.insert(server.into(), timeout);
+        self
+    }
+
+    /// Sets one server's own allow-list, which replaces
+    /// [`ConnectOptions::allowed_hosts`] for that server (list its URL's
+    /// host too). A listed host may be reached on any address.
+    pub fn with_server_allowed_hosts<I, S>(mut self, server: impl Into<String>, hosts: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.server_allowed_hosts
+            .insert(server.into(), hosts.into_iter().map(Into::into).collect());
         self
     }
 
@@ -319,6 +336,7 @@ impl std::fmt::Debug for ConnectOptions {
         // Never prints resolvers' internals or tokens.
         f.debug_struct("ConnectOptions")
             .field("allowed_hosts", &self.allowed_hosts)
+            .field("server_allowed_hosts", &self.server_allowed_hosts)
             .field("auth", &self.auth.as_ref().map(|_| ".."))
             .field("session", &self.session)
             .field("tools", &self.tools)

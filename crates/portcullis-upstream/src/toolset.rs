@@ -220,13 +220,24 @@ pub(crate) fn unsupported_stdio_message(server: &str) -> String {
     )
 }
 
-fn default_http() -> Result<reqwest::Client, reqwest::Error> {
+fn default_builder() -> reqwest::ClientBuilder {
     reqwest::Client::builder()
         // Redirects are followed by hand, per hop, by the guard.
         .redirect(reqwest::redirect::Policy::none())
         .connect_timeout(Duration::from_secs(10))
         .tcp_nodelay(true)
-        .build()
+}
+
+fn default_http() -> Result<reqwest::Client, reqwest::Error> {
+    default_builder().build()
+}
+
+/// The default client for one remote server: its names are resolved by
+/// `resolver`, which dials only the addresses the server's guard admits.
+pub(crate) fn guarded_client(
+    resolver: crate::hosts::GuardedResolver,
+) -> Result<reqwest::Client, reqwest::Error> {
+    default_builder().dns_resolver(resolver).build()
 }
 
 /// The option combinations refused before anything connects.
@@ -315,10 +326,14 @@ pub(crate) async fn try_open(
         _ => None,
     };
     let plan = ConnectPlan {
-        allowed: options
-            .allowed_hosts
-            .resolve(&name, options.session.as_deref()),
+        allowed: match options.server_allowed_hosts.get(&name) {
+            Some(hosts) => Some(hosts.clone()),
+            None => options
+                .allowed_hosts
+                .resolve(&name, options.session.as_deref()),
+        },
         http,
+        own_http: options.http.is_some(),
         bearer,
         diagnostics: diagnostics.clone(),
         timeout: options

@@ -171,6 +171,10 @@ pub struct Upstream {
     pub timeout_ms: Option<u64>,
     /// What the model may see of it.
     pub tools: ToolFilter,
+    /// For a remote upstream: the only hosts it and its redirects may reach
+    /// besides its own URL's host (`None`: any public host). A host listed
+    /// here may also be on loopback, a private network or link-local.
+    pub allowed_hosts: Option<Vec<String>>,
 }
 
 /// How an upstream is reached.
@@ -346,6 +350,7 @@ struct RawUpstream {
     headers: Option<BTreeMap<String, String>>,
     timeout_ms: Option<u64>,
     tools: Option<RawToolFilter>,
+    allowed_hosts: Option<Vec<String>>,
     command: Option<String>,
     args: Option<Vec<String>>,
     env: Option<BTreeMap<String, String>>,
@@ -373,6 +378,16 @@ struct RawApp {
     base_url: String,
     timeout_ms: Option<u64>,
     key_file: Option<PathBuf>,
+}
+
+/// A host as `allowed_hosts` lists it: a name or an address, nothing more.
+fn is_bare_host(host: &str) -> bool {
+    let inner = host.trim_start_matches('[').trim_end_matches(']');
+    !inner.is_empty()
+        && (inner.parse::<std::net::IpAddr>().is_ok()
+            || inner
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.'))
 }
 
 // ---- loading --------------------------------------------------------------
@@ -673,6 +688,7 @@ impl Validator<'_> {
                 for (key, present) in [
                     ("url", raw.url.is_some()),
                     ("headers", raw.headers.is_some()),
+                    ("allowed_hosts", raw.allowed_hosts.is_some()),
                 ] {
                     if present {
                         return Err(self.error(
@@ -746,11 +762,23 @@ impl Validator<'_> {
         if raw.timeout_ms == Some(0) {
             return Err(self.error(at("timeout_ms"), "must be at least 1 millisecond"));
         }
+        if let Some(hosts) = &raw.allowed_hosts
+            && let Some(bad) = hosts.iter().find(|h| !is_bare_host(h))
+        {
+            return Err(self.error(
+                at("allowed_hosts"),
+                format!(
+                    "\"{}\" is not a host name or address; list bare hosts such as \"mcp.example.com\" (no scheme, port or path, no wildcards)",
+                    bad.escape_debug()
+                ),
+            ));
+        }
         Ok(Upstream {
             name: name.to_owned(),
             transport,
             timeout_ms: raw.timeout_ms,
             tools,
+            allowed_hosts: raw.allowed_hosts,
         })
     }
 

@@ -338,6 +338,18 @@ fn connect_options(config: &Config) -> ConnectOptions {
             options = options.with_server_timeout(&upstream.name, Duration::from_millis(ms));
         }
         options = options.with_server_tools(&upstream.name, upstream.tools.clone());
+        if let (Some(hosts), UpstreamTransport::Remote { url, .. }) =
+            (&upstream.allowed_hosts, &upstream.transport)
+        {
+            // The upstream's own host is the operator's choice already.
+            let own = url
+                .expose()
+                .parse::<axum::http::Uri>()
+                .ok()
+                .and_then(|u| u.host().map(str::to_owned));
+            let hosts = hosts.iter().cloned().chain(own).collect::<Vec<_>>();
+            options = options.with_server_allowed_hosts(&upstream.name, hosts);
+        }
     }
     if config.gateway.approval != Approval::Never {
         options = options.with_policy(ApprovalPolicy(config.gateway.approval.clone()));

@@ -239,3 +239,79 @@ async fn python_sdk_over_serve_stdio_reaches_all_three_transports() {
     }
     web.close().await;
 }
+
+/// A front on loopback that answers every request with a 307 to `target`.
+async fn redirecting_front(target: String) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("the front binds");
+    let addr = listener.local_addr().expect("the front's address");
+    let front = axum::Router::new().fallback(move || {
+        let target = target.clone();
+        async move {
+            (
+                axum::http::StatusCode::TEMPORARY_REDIRECT,
+                [(axum::http::header::LOCATION, target)],
+            )
+        }
+    });
+    tokio::spawn(async move { axum::serve(listener, front).await });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstreams_allowed_hosts_bound_where_its_redirects_go() {
+    let web = web_upstream().await;
+    // The front redirects to the web upstream under another host name.
+    let target = format!("http://localhost:{}/mcp", web.local_addr().port());
+    let front = redirecting_front(target).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let with = |hosts: &str| {
+        write_config(
+            dir.path(),
+            &format!(
+                "[gateway]\nstore = \"memory\"\n\n\
+                 [upstreams.web]\ntype = \"streamable-http\"\nurl = \"http://{front}/mcp\"\ntimeout_ms = 10000\n{hosts}"
+            ),
+        )
+    };
+    let tools = |config: &std::path::Path| {
+        let out = common::portcullis(&["tools", "--json", "--config", &config.to_string_lossy()]);
+        (common::text(&out.stdout), common::text(&out.stderr))
+    };
+    // Without a list the redirect is followed (both are on loopback, where
+    // the upstream itself is): the refusal below is the list's doing.
+    let (listed, _) = tools(&with(""));
+    assert!(listed.contains("lookup"), "{listed}");
+    let (listed, stderr) = tools(&with("allowed_hosts = [\"mcp.example.com\"]\n"));
+    assert!(!listed.contains("lookup"), "{listed}");
+    assert!(
+        stderr.contains("host \"localhost\" is not in allowedHosts"),
+        "{stderr}"
+    );
+    // Listing the redirect's host lets it through.
+    let (listed, _) = tools(&with("allowed_hosts = [\"localhost\"]\n"));
+    assert!(listed.contains("lookup"), "{listed}");
+}
+
+#[test]
+fn allowed_hosts_is_for_remote_upstreams_and_bare_hosts() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    for (entry, complaint) in [
+        (
+            "type = \"stdio\"\ncommand = \"true\"\nallowed_hosts = [\"a.example\"]\n",
+            "a stdio upstream has no allowed_hosts",
+        ),
+        (
+            "type = \"streamable-http\"\nurl = \"http://127.0.0.1:9/mcp\"\nallowed_hosts = [\"https://a.example/\"]\n",
+            "is not a host name or address",
+        ),
+    ] {
+        let config = write_config(dir.path(), &format!("[upstreams.x]\n{entry}"));
+        let out = common::portcullis(&["check", "--config", &config.to_string_lossy()]);
+        assert_eq!(out.status.code(), Some(2));
+        let stderr = common::text(&out.stderr);
+        assert!(stderr.contains("upstreams.x.allowed_hosts"), "{stderr}");
+        assert!(stderr.contains(complaint), "{stderr}");
+    }
+}
