@@ -851,6 +851,66 @@ fn is_env_name(name: &str) -> bool {
 mod tests {
     use super::*;
 
+    /// The keys a `deny_unknown_fields` table accepts, read from the error
+    /// serde gives for a key it does not know.
+    fn keys_of<T: serde::de::DeserializeOwned + fmt::Debug>() -> Vec<String> {
+        let probe = "not_a_key_of_any_table = 1";
+        let message = match toml::from_str::<T>(probe) {
+            Ok(parsed) => panic!("the probe key was accepted: {parsed:?}"),
+            Err(e) => e.to_string(),
+        };
+        let expected = message
+            .split_once("expected")
+            .map(|(_, rest)| rest)
+            .unwrap_or_else(|| panic!("no list of keys in: {message}"));
+        expected
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn every_config_key_is_in_the_configuration_reference() {
+        let reference = include_str!("../../../docs/configuration.md");
+        let tables = [
+            ("(top level)", keys_of::<RawConfig>()),
+            ("[gateway]", keys_of::<RawGateway>()),
+            ("[gateway] identity", keys_of::<RawIdentity>()),
+            ("[disclosure]", keys_of::<RawDisclosure>()),
+            ("[upstreams.NAME]", keys_of::<RawUpstream>()),
+            ("tools", keys_of::<RawToolFilter>()),
+            ("[[plugins]]", keys_of::<RawPathEntry>()),
+            ("[apps.NAME]", keys_of::<RawApp>()),
+        ];
+        let mut missing = Vec::new();
+        for (table, keys) in &tables {
+            assert!(
+                keys.len() >= 2 || *table == "[[plugins]]",
+                "{table}: {keys:?}"
+            );
+            for key in keys {
+                let documented = [
+                    format!("| `{key}` |"),
+                    format!("`[{key}]`"),
+                    format!("`[[{key}]]`"),
+                    format!("`[{key}.NAME]`"),
+                    format!("`{key} = "),
+                ]
+                .iter()
+                .any(|form| reference.contains(form.as_str()));
+                if !documented {
+                    missing.push(format!("{table} {key}"));
+                }
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "docs/configuration.md does not document: {missing:?}"
+        );
+    }
+
     fn env(name: &str) -> Option<String> {
         match name {
             "PORTCULLIS_TOKEN" => Some("s3cret-token".into()),
