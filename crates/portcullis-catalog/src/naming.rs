@@ -131,6 +131,26 @@ impl Prefix {
         }
     }
 
+    /// This mode for a toolset of `configured` sources: `Auto` becomes
+    /// `Always` or `Never` by the number configured, so a name never depends
+    /// on which of them happen to be connected (a source that is down keeps
+    /// its siblings' names, and nothing renames when it joins). Name-based
+    /// policy, approval and exposure lists keep matching.
+    ///
+    /// ```
+    /// use portcullis_catalog::naming::Prefix;
+    /// assert_eq!(Prefix::Auto.for_sources(2), Prefix::Always);
+    /// assert_eq!(Prefix::Auto.for_sources(1), Prefix::Never);
+    /// assert_eq!(Prefix::Never.for_sources(5), Prefix::Never);
+    /// ```
+    pub fn for_sources(self, configured: usize) -> Prefix {
+        match self {
+            Prefix::Auto if configured > 1 => Prefix::Always,
+            Prefix::Auto => Prefix::Never,
+            fixed => fixed,
+        }
+    }
+
     /// The projected name of `tool` on `server` under this mode.
     pub fn project(self, source_count: usize, server: &str, tool: &str) -> String {
         if self.applies(source_count) {

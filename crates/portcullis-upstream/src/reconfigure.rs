@@ -116,6 +116,9 @@ impl Toolset {
             }
             kept.extend(connected);
             *sources = kept;
+            inner
+                .configured
+                .store(desired.len(), std::sync::atomic::Ordering::Release);
             inner.reproject(&sources);
         }
         for (id, connection) in &watched {

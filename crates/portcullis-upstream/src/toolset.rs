@@ -2,7 +2,7 @@
 //! call path through every guard.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -124,7 +124,11 @@ pub(crate) struct Inner {
     /// What the projection is built from. Held while a correction builds
     /// and swaps its snapshot, so two corrections never lose each other's.
     pub(crate) sources: Mutex<Vec<Source>>,
+    /// The projection options as given (`prefix` possibly `Auto`).
     pub(crate) projection: ProjectionOptions,
+    /// How many servers are configured, connected or not: `Prefix::Auto`
+    /// is decided by this count, so a server that is down renames nothing.
+    pub(crate) configured: AtomicUsize,
     pub(crate) store: Option<Arc<dyn Store>>,
     pub(crate) diagnostics: DiagnosticSink,
     policy: Arc<dyn Policy>,
@@ -191,12 +195,8 @@ impl Inner {
     /// sources lock held.
     pub(crate) fn swap(&self, sources: &[Source], announce: bool) {
         let previous = self.snapshot();
-        let next = state::project(
-            sources,
-            &self.projection,
-            &self.diagnostics,
-            Some(&previous),
-        );
+        let projection = resolved(&self.projection, self.configured.load(Ordering::Acquire));
+        let next = state::project(sources, &projection, &self.diagnostics, Some(&previous));
         let catalogue = next.catalogue.clone();
         *self.state.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(next);
         if announce {
@@ -391,22 +391,32 @@ pub(crate) fn source(
     }
 }
 
+/// `projection` with its prefix mode decided for `configured` servers.
+fn resolved(projection: &ProjectionOptions, configured: usize) -> ProjectionOptions {
+    let mut projection = projection.clone();
+    projection.prefix = projection.prefix.for_sources(configured);
+    projection
+}
+
 /// Projects the sources into a toolset. `reconciled` says whether the tool
 /// map is already checked against every server (a cold start) or a
 /// reconcile will report it.
 pub(crate) fn assemble(
     sources: Vec<Source>,
+    configured: usize,
     options: &ConnectOptions,
     diagnostics: DiagnosticSink,
     reconciled: watch::Receiver<bool>,
 ) -> Toolset {
-    let snapshot = state::project(&sources, &options.projection, &diagnostics, None);
+    let projection = resolved(&options.projection, configured);
+    let snapshot = state::project(&sources, &projection, &diagnostics, None);
     let (changes, _) = watch::channel(snapshot.catalogue.clone());
     let toolset = Toolset {
         inner: Arc::new(Inner {
             state: RwLock::new(Arc::new(snapshot)),
             sources: Mutex::new(sources),
             projection: options.projection.clone(),
+            configured: AtomicUsize::new(configured),
             store: options.store.clone(),
             diagnostics,
             policy: options.policy.clone(),
@@ -519,6 +529,7 @@ pub async fn connect(
     let tracker = crate::options::ConnectTracker::new(options.on_connect.clone(), &names);
 
     let configured: Vec<(McpServerConfig, String)> = servers.into_iter().zip(ids).collect();
+    let count = configured.len();
     let attempts = configured.iter().cloned().map(|(config, id)| {
         let name = config.name().to_owned();
         let attempt = cold_source(config, id, &options, &diagnostics, http.clone());
@@ -535,7 +546,7 @@ pub async fn connect(
     }
     // Every listing is live: nothing is left to reconcile.
     let (_, reconciled) = watch::channel(true);
-    let toolset = assemble(sources, &options, diagnostics, reconciled);
+    let toolset = assemble(sources, count, &options, diagnostics, reconciled);
     // A server that failed now is tried again in the background and joins
     // the tool map when it connects.
     for (config, id) in failed {

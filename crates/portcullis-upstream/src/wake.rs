@@ -48,6 +48,7 @@ pub async fn rebuild_from_store(
     options: ConnectOptions,
 ) -> Result<Toolset, WiringError> {
     check_wiring(&options)?;
+    let configured = servers.len();
     let Some(store) = options.store.clone() else {
         return Err(WiringError::StoreRequired);
     };
@@ -106,7 +107,7 @@ pub async fn rebuild_from_store(
     }
     let nothing_to_check = sources.is_empty();
     let (done, reconciled) = watch::channel(nothing_to_check);
-    let toolset = assemble(sources, &options, diagnostics, reconciled);
+    let toolset = assemble(sources, configured, &options, diagnostics, reconciled);
     // A server that could not be woken is retried in the background as a
     // cold start (listed, held to the baseline its row keeps).
     for (config, id) in failed {

@@ -140,14 +140,14 @@ pub fn summarize(config: &Config) -> (String, Vec<Finding>) {
             .timeout_ms
             .map_or_else(String::new, |ms| format!("; timeout {ms} ms"));
         let _ = writeln!(out, "  upstream {}: {how}{filter}{timeout}", upstream.name);
-        if let UpstreamTransport::Stdio { cwd: Some(cwd), .. } = &upstream.transport {
-            if !cwd.is_dir() {
-                findings.push(Finding::error(format!(
-                    "upstreams.{}.cwd: {} is not a directory",
-                    upstream.name,
-                    cwd.display()
-                )));
-            }
+        if let UpstreamTransport::Stdio { cwd: Some(cwd), .. } = &upstream.transport
+            && !cwd.is_dir()
+        {
+            findings.push(Finding::error(format!(
+                "upstreams.{}.cwd: {} is not a directory",
+                upstream.name,
+                cwd.display()
+            )));
         }
     }
     for (kind, dirs) in [

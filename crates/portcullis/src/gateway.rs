@@ -97,12 +97,16 @@ impl Gateway {
         // A line of progress on a terminal while they connect.
         let names: Vec<String> = servers.iter().map(|s| s.name().to_owned()).collect();
         options.on_connect = crate::connecting::progress(&names);
-        options.projection.prefix = crate::sources::resolve_prefix(
-            config.gateway.prefix,
-            servers.len(),
-            config.tool_plugins.len() + config.apps.len(),
-        );
-        let projection = options.projection.clone();
+        let native = config.tool_plugins.len() + config.apps.len();
+        let prefix = crate::sources::resolve_prefix(config.gateway.prefix, servers.len(), native);
+        // With native sources the mode is decided here, over them too;
+        // without, the connector decides it over the configured upstreams
+        // and decides again when a reload reconfigures them.
+        if native > 0 {
+            options.projection.prefix = prefix;
+        }
+        let mut projection = options.projection.clone();
+        projection.prefix = prefix;
         let toolset = connect(servers.clone(), options)
             .await
             .context("cannot connect the upstreams")?;
@@ -213,7 +217,9 @@ impl Gateway {
     pub async fn reconfigured(&self, config: &Config) -> anyhow::Result<Gateway> {
         let servers = server_configs(config)?;
         let options = connect_options(config).with_store(self.store.clone());
-        let prefix = options.projection.prefix;
+        // The connector decides `auto` over the configured upstreams; the
+        // passthrough names follow the same decision.
+        let prefix = crate::sources::resolve_prefix(options.projection.prefix, servers.len(), 0);
         let report = self
             .toolset
             .reconfigure(servers, &options)

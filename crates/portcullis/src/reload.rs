@@ -94,7 +94,14 @@ impl SourcesKey {
         let per_upstream: Vec<_> = config
             .upstreams
             .values()
-            .map(|u| (&u.name, u.timeout_ms, format!("{:?}", u.tools)))
+            .map(|u| {
+                (
+                    &u.name,
+                    u.timeout_ms,
+                    format!("{:?}", u.tools),
+                    &u.allowed_hosts,
+                )
+            })
             .collect();
         let rest = format!(
             "{:?}|{:?}|{:?}|{:?}|{:?}|{:?}",
@@ -134,9 +141,16 @@ fn only_upstreams_changed(
             .get(name)
             .is_none_or(|before| before.timeout_ms == upstream.timeout_ms)
     });
+    // A kept connection keeps its host guard too.
+    let same_hosts = new.upstreams.iter().all(|(name, upstream)| {
+        old.upstreams
+            .get(name)
+            .is_none_or(|before| before.allowed_hosts == upstream.allowed_hosts)
+    });
     no_sources(old)
         && no_sources(new)
         && same_timeouts
+        && same_hosts
         && old_key.store == new_key.store
         && old_key.rest == new_key.rest
 }

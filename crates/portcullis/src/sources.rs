@@ -162,23 +162,13 @@ pub fn signing(config: &Config) -> Signing {
 }
 
 /// The prefix mode both projections use. `auto` means "no prefix with one
-/// source": with native plugins or apps configured it is resolved here,
-/// counting every configured source (`upstreams`: configured upstreams plus
-/// plugin servers; `sources`: `[[tool_plugins]]` plus `[apps.*]`), so the
-/// connector and the source catalogue agree, and a source that fails to load
-/// does not rename the others' tools. Without such sources the connector
-/// decides as it always has.
+/// source": it is resolved here, counting every configured source
+/// (`upstreams`: configured upstreams plus plugin servers; `sources`:
+/// `[[tool_plugins]]` plus `[apps.*]`), so the connector and the source
+/// catalogue agree, and a source that is down or fails to load does not
+/// rename the others' tools.
 pub fn resolve_prefix(configured: Prefix, upstreams: usize, sources: usize) -> Prefix {
-    match configured {
-        Prefix::Auto if sources > 0 => {
-            if upstreams + sources > 1 {
-                Prefix::Always
-            } else {
-                Prefix::Never
-            }
-        }
-        other => other,
-    }
+    configured.for_sources(upstreams + sources)
 }
 
 /// The kind of a native source.
@@ -804,7 +794,8 @@ mod tests {
 
     #[test]
     fn auto_counts_every_configured_source_once_sources_exist() {
-        assert_eq!(resolve_prefix(Prefix::Auto, 1, 0), Prefix::Auto);
+        assert_eq!(resolve_prefix(Prefix::Auto, 1, 0), Prefix::Never);
+        assert_eq!(resolve_prefix(Prefix::Auto, 2, 0), Prefix::Always);
         assert_eq!(resolve_prefix(Prefix::Auto, 0, 1), Prefix::Never);
         assert_eq!(resolve_prefix(Prefix::Auto, 1, 1), Prefix::Always);
         assert_eq!(resolve_prefix(Prefix::Auto, 0, 2), Prefix::Always);

@@ -269,3 +269,53 @@ fn an_unanswered_approval_times_out_as_configured_and_the_upstream_is_never_call
         "{records:?}"
     );
 }
+
+/// With `prefix = "auto"` and two upstreams configured, names carry the
+/// prefix even while one of them is down: an approval list written for the
+/// configured names keeps matching, so the write still asks first.
+#[test]
+fn names_and_approval_hold_while_a_sibling_upstream_is_down() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = write_config(
+        dir.path(),
+        &format!(
+            "[gateway]\nallow_write = true\nstore = \"memory\"\nreconnect_max_ms = 0\n\
+             approval = [\"demo__write_note\"]\n\n{}timeout_ms = 30000\n\n\
+             [upstreams.down]\ntype = \"streamable-http\"\nurl = \"http://127.0.0.1:9/mcp\"\ntimeout_ms = 2000\n",
+            common::DEMO
+        ),
+    );
+    let config = config.to_string_lossy().into_owned();
+    let listed = common::portcullis(&["tools", "--json", "--config", &config]);
+    let tools: Value = serde_json::from_slice(&listed.stdout).expect("tools --json is JSON");
+    let names: Vec<&str> = tools
+        .as_array()
+        .expect("an array")
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(names.contains(&"demo__echo"), "{names:?}");
+    assert!(names.contains(&"demo__write_note"), "{names:?}");
+    assert!(
+        !names.iter().any(|n| *n == "write_note" || *n == "echo"),
+        "{names:?}"
+    );
+    let call = common::portcullis(&[
+        "call",
+        "--config",
+        &config,
+        "demo__write_note",
+        r#"{"text":"unasked"}"#,
+    ]);
+    let said = format!(
+        "{}{}",
+        common::text(&call.stdout),
+        common::text(&call.stderr)
+    );
+    assert_eq!(call.status.code(), Some(1), "{said}");
+    assert!(
+        !said.contains("saved note"),
+        "the write ran unasked: {said}"
+    );
+    assert!(said.contains("approv"), "{said}");
+}
