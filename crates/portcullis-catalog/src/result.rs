@@ -1,8 +1,9 @@
 //! Call results: the MCP `CallToolResult` shape the surfaces speak.
 //!
 //! Content items stay JSON values so that images, audio, resource links and
-//! anything a later protocol revision adds pass through untouched; only text
-//! items are ever inspected (by framing and error mapping).
+//! anything a later protocol revision adds pass through in their own shape;
+//! framing ([`crate::framing`]) reads every kind it knows and cleans and
+//! counts the strings of the rest.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};

@@ -41,8 +41,7 @@
 use std::collections::BTreeMap;
 
 use futures::future::BoxFuture;
-use portcullis_catalog::ToolResult;
-use portcullis_catalog::error_mapping::map_error;
+use portcullis_catalog::framing::Exit;
 use rmcp::ErrorData;
 use rmcp::model::{
     ClientCapabilities, InputRequest, InputRequests, InputRequiredResult, InputResponses,
@@ -149,8 +148,8 @@ fn gone() -> ErrorData {
 
 /// How the run went: finished, or parked behind a question.
 pub(crate) enum Step {
-    /// The handler's (framed) result.
-    Done(ToolResult),
+    /// The handler's answer, sealed on its way out by the caller.
+    Done(Exit),
     /// Answer the client with this and wait for its retry.
     Ask(InputRequiredResult),
 }
@@ -158,19 +157,19 @@ pub(crate) enum Step {
 /// The handler's run, wherever it is.
 enum Body {
     /// Polled by the request that started it (no question asked yet).
-    Inline(BoxFuture<'static, ToolResult>),
+    Inline(BoxFuture<'static, Exit>),
     /// Moved to a task of its own when it first asked, so it outlives the
     /// request.
-    Spawned(oneshot::Receiver<ToolResult>),
+    Spawned(oneshot::Receiver<Exit>),
 }
 
 impl Body {
-    async fn result(&mut self) -> ToolResult {
+    async fn result(&mut self) -> Exit {
         match self {
             Body::Inline(run) => run.await,
             Body::Spawned(done) => (&mut *done)
                 .await
-                .unwrap_or_else(|_| map_error("the tool's run ended without a result").result),
+                .unwrap_or_else(|_| Exit::Failure("the tool's run ended without a result".into())),
         }
     }
 
@@ -230,7 +229,7 @@ pub(crate) async fn start(
     tool: &str,
     args: &Value,
     ctx: CallContext,
-    run: impl FnOnce(CallContext) -> BoxFuture<'static, ToolResult>,
+    run: impl FnOnce(CallContext) -> BoxFuture<'static, Exit>,
 ) -> Result<Step, ErrorData> {
     let attached = ctx.cancellation().clone();
     let cancel = CancellationToken::new();
@@ -300,7 +299,7 @@ fn merge(into: &mut ClientCapabilities, more: ClientCapabilities) {
 
 /// How a finished run answers: its result, or `-32021` when it failed
 /// after needing capabilities the client did not declare.
-fn finish(parked: &mut Parked, result: ToolResult) -> Result<Step, ErrorData> {
+fn finish(parked: &mut Parked, result: Exit) -> Result<Step, ErrorData> {
     // Reports sent just before the run ended count too; a question asked
     // then has nobody left to hear its answer.
     while let Ok(message) = parked.asks.try_recv() {
@@ -311,7 +310,7 @@ fn finish(parked: &mut Parked, result: ToolResult) -> Result<Step, ErrorData> {
             }
         }
     }
-    if result.is_error && *parked.undeclared != ClientCapabilities::default() {
+    if result.is_error() && *parked.undeclared != ClientCapabilities::default() {
         return Err(ErrorData::missing_required_client_capability(
             std::mem::take(&mut *parked.undeclared),
         ));

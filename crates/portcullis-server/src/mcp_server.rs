@@ -34,7 +34,7 @@ pub struct ServeOptions {
     pub allowed_hosts: Vec<String>,
     /// `Origin` values to admit.
     pub allowed_origins: Vec<String>,
-    /// Cap, in characters, on a call's text output.
+    /// Cap, in characters, on a call's output (every content kind).
     pub max_output_length: usize,
     /// Cap, in bytes, on a request body.
     pub max_body_bytes: usize,

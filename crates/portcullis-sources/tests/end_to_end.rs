@@ -417,7 +417,12 @@ async fn a_route_table_served_over_mcp_until_the_app_goes_down() {
 
     let failed = call(&client, "fail", json!({})).await;
     assert_eq!(failed.is_error, Some(true));
-    assert_eq!(text(&failed), "ERR_DEVICE_OFFLINE: m3");
+    // The app's code in the clear, its words framed as the tool's output.
+    assert!(
+        text(&failed).starts_with("ERR_DEVICE_OFFLINE\n<untrusted-tool-output tool=\"fail\">\nm3\n</untrusted-tool-output>\n"),
+        "{}",
+        text(&failed)
+    );
     let broken = call(&client, "broken", json!({})).await;
     assert_eq!(broken.is_error, Some(true));
     assert_eq!(text(&broken), "ERR_APP_HTTP_503");
@@ -438,9 +443,12 @@ async fn a_route_table_served_over_mcp_until_the_app_goes_down() {
     running.stop().await;
     let down = call(&client, "devices_get", json!({"id": "d1"})).await;
     assert_eq!(down.is_error, Some(true));
-    assert_eq!(
-        text(&down),
-        "ERR_APP_RUNTIME_UNAVAILABLE: app \"site\" is not reachable"
+    assert!(
+        text(&down).starts_with(
+            "ERR_APP_RUNTIME_UNAVAILABLE\n<untrusted-tool-output tool=\"devices_get\">\napp \"site\" is not reachable\n"
+        ),
+        "{}",
+        text(&down)
     );
     assert_eq!(before, 4, "devices_get, reports_get, fail, broken");
 
@@ -669,9 +677,12 @@ async fn a_slow_app_is_unavailable_after_the_timeout() {
         .unwrap();
     let result = tools.call("slow", json!({}), None).await.unwrap();
     assert!(result.is_error);
-    assert_eq!(
-        result.text_blocks().next(),
-        Some("ERR_APP_RUNTIME_UNAVAILABLE: app \"site\" is not reachable")
+    let text = result.text_blocks().next().unwrap_or_default();
+    assert!(
+        text.starts_with(
+            "ERR_APP_RUNTIME_UNAVAILABLE\n<untrusted-tool-output tool=\"slow\">\napp \"site\" is not reachable\n"
+        ),
+        "{text}"
     );
     running.stop().await;
 }

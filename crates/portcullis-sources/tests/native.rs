@@ -500,7 +500,12 @@ async fn failures_map_to_errors() {
 
     let coded = server.call("coded", json!({}), None).await.unwrap();
     assert!(coded.is_error);
-    assert_eq!(text(&coded), "ERR_DEVICE_OFFLINE: miner-3");
+    // The handler's code in the clear, its words framed as its output.
+    assert!(
+        text(&coded).starts_with("ERR_DEVICE_OFFLINE\n<untrusted-tool-output tool=\"coded\">\nminer-3\n</untrusted-tool-output>\n"),
+        "{}",
+        text(&coded)
+    );
     assert_eq!(
         text(&server.call("coded_stderr", json!({}), None).await.unwrap()),
         "ERR_BOOM"

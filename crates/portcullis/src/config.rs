@@ -109,7 +109,8 @@ pub struct Gateway {
     pub effects_retention: Option<Duration>,
     /// The identity sent with application calls.
     pub identity: Option<Identity>,
-    /// Cap, in characters, on one call's text output.
+    /// Cap, in characters, on one call's output (every content kind and
+    /// `structuredContent`).
     pub max_output_length: usize,
     /// Whether tool names carry their source's name.
     pub prefix: Prefix,

@@ -443,6 +443,21 @@ fn a_tight_budget_defers_schemas_and_describe_tool_is_exposed_read_only() {
         "{}",
         text(&out.stdout)
     );
+
+    // The write tool the gate withholds is described as no tool at all.
+    let out = portcullis(&[
+        "call",
+        "--config",
+        path,
+        "mcp__describe_tool",
+        r#"{"tool":"write_note"}"#,
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("Unknown MCP tool \"write_note\""),
+        "{}",
+        text(&out.stdout)
+    );
 }
 
 #[test]
