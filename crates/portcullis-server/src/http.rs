@@ -21,6 +21,7 @@ use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
 use axum::routing::MethodRouter;
+use axum::serve::ListenerExt as _;
 use rmcp::ServerHandler;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
@@ -283,6 +284,15 @@ where
     let finished = CancellationToken::new();
     let shutdown = stop.clone();
     let done = finished.clone();
+    // Nagle's algorithm off on every accepted socket: an SSE answer is
+    // written in pieces, and with Nagle on a piece written while the one
+    // before is unacknowledged waits for the client's delayed ACK (40 ms a
+    // call for a keep-alive client).
+    let listener = listener.tap_io(|stream| {
+        if let Err(error) = stream.set_nodelay(true) {
+            tracing::debug!(%error, "could not set TCP_NODELAY");
+        }
+    });
     let task = tokio::spawn(async move {
         let served = axum::serve(listener, app)
             .with_graceful_shutdown(async move { shutdown.cancelled().await })
