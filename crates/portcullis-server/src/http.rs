@@ -43,7 +43,8 @@ pub struct HttpOptions {
     pub listen: SocketAddr,
     /// Extra `Host` values to admit (e.g. behind a local reverse proxy).
     pub allowed_hosts: Vec<String>,
-    /// `Origin` values to admit; any other `Origin` is refused.
+    /// `Origin` values to admit besides the server's own (`http://` and a
+    /// loopback name on its port); any other `Origin` is refused.
     pub allowed_origins: Vec<String>,
     /// Bearer token required on `/mcp`, if any.
     pub token: Option<String>,
@@ -181,7 +182,7 @@ async fn extra_guard_layer(
             next.run(request).await
         }
         Err(refusal) => {
-            tracing::debug!(?refusal, path = %request.uri().path(), "request refused");
+            state.guard.log_refusal(refusal, &request);
             refusal.into_response()
         }
     }

@@ -80,6 +80,7 @@ pub mod mcp_server;
 pub mod passthrough;
 pub mod shutdown;
 pub mod stdio;
+mod throttle;
 pub mod tool_server;
 
 pub use approval::DEFAULT_APPROVAL_TIMEOUT;

@@ -263,6 +263,43 @@ async fn a_foreign_origin_is_refused_and_a_listed_one_admitted() {
     server.close().await;
 }
 
+/// DNS rebinding: a page may call the server only from the server's own
+/// origin (a loopback name on its own port); another port or host is
+/// another origin, refused with a body that says what was refused.
+#[tokio::test]
+async fn the_servers_own_origin_is_admitted_and_no_other() {
+    let server = serve(tools(), HttpOptions::default()).await;
+    let port = server.local_addr().port();
+    for own in [
+        format!("http://localhost:{port}"),
+        format!("http://127.0.0.1:{port}"),
+        format!("http://[::1]:{port}"),
+    ] {
+        let admitted = post(&server, "/mcp", &[("origin", &own)], &list_body()).await;
+        assert_eq!(admitted.status(), StatusCode::OK, "{own}");
+    }
+    for foreign in [
+        format!("http://localhost:{}", port.wrapping_add(1)),
+        format!("http://127.0.0.1:{}", port.wrapping_add(1)),
+        format!("http://evil.example:{port}"),
+        format!("https://localhost:{port}"),
+        "http://localhost".to_owned(),
+        "null".to_owned(),
+    ] {
+        let refused = post(&server, "/mcp", &[("origin", &foreign)], &list_body()).await;
+        assert_eq!(refused.status(), StatusCode::FORBIDDEN, "{foreign}");
+        let body: Value = refused.json().await.expect("a JSON-RPC error body");
+        assert_eq!(body["id"], Value::Null, "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("Origin")),
+            "{body}"
+        );
+    }
+    server.close().await;
+}
+
 #[tokio::test]
 async fn the_bearer_token_is_required_when_configured() {
     let options = HttpOptions {
