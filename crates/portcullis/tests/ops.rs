@@ -236,6 +236,29 @@ fn a_refused_host_origin_or_token_is_logged_with_the_way_to_allow_it() {
     assert!(!line.contains("wr0ng-t0ken"), "{line}");
 }
 
+/// `[gateway] max_connections` caps the connections `serve` holds: one
+/// more is answered 503 at once; a freed slot admits the next client.
+#[test]
+fn the_connection_cap_comes_from_the_config() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_config(
+        dir.path(),
+        &format!("[gateway]\nstore = \"memory\"\nmax_connections = 2\n\n{DEMO}"),
+    );
+    let served = serve(&config);
+    let authority = served.authority();
+    let first = std::net::TcpStream::connect(&authority).expect("connects");
+    let _second = std::net::TcpStream::connect(&authority).expect("connects");
+    eventually("the third connection is refused", || {
+        get(&authority, "/healthz", &authority, "").0 == 503
+    });
+    served.wait_for_line("connection limit (max_connections)");
+    drop(first);
+    eventually("a freed slot admits the next client", || {
+        get(&authority, "/healthz", &authority, "").0 == 200
+    });
+}
+
 #[test]
 fn json_logs_carry_call_fields_and_never_argument_values() {
     let dir = tempfile::tempdir().expect("tempdir");
