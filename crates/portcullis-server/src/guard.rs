@@ -1,20 +1,26 @@
 //! The HTTP guards: what a request must show before any MCP parsing.
 //!
-//! In order, each answering with an empty body so nothing about the server
-//! leaks to a caller that failed an earlier check:
+//! In order, each answering with a short JSON-RPC error (no id) that says
+//! what was refused and nothing about the server:
 //!
 //! 1. `Host` must be a loopback name on this port (`127.0.0.1:<port>`,
 //!    `localhost:<port>`, `[::1]:<port>`) or one of `allowed_hosts` → else
 //!    **403**. This defeats DNS rebinding: a hostile page can make a browser
 //!    reach 127.0.0.1 under its own name, never under ours.
-//! 2. An `Origin` header, if present, must be one of `allowed_origins` →
-//!    else **403**. Browsers always send one; MCP clients do not.
+//! 2. An `Origin` header, if present, must be this server's own origin
+//!    (`http://` and one of the loopback names on this port: a page the
+//!    server itself would serve) or one of `allowed_origins` → else **403**.
+//!    Browsers always send one; MCP clients do not.
 //! 3. The path must be `/mcp` → else **404** (as in the seed).
 //! 4. With a token configured, `Authorization: Bearer <token>`, compared in
 //!    constant time → else **401** with `WWW-Authenticate: Bearer` (so MCP
 //!    clients classify it as "authorization required").
 //! 5. A declared `Content-Length` over the body limit → **413**. A chunked
 //!    body is cut off at the same limit by rmcp while it is read.
+//!
+//! A refused `Host`, `Origin` or token is logged (WARN, one line each, at
+//! most ten lines every ten seconds): which header, its value escaped (never
+//! the token's), and the setting that would admit it.
 //!
 //! The method is left to rmcp: `POST` is MCP, `GET`/`DELETE` answer 405
 //! with `Allow: POST` as the 2026-07-28 revision requires (or serve the
@@ -30,6 +36,8 @@ use http::{HeaderValue, StatusCode, header};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+use crate::throttle::{LogThrottle, escape};
+
 /// The MCP endpoint's path.
 pub const MCP_PATH: &str = "/mcp";
 
@@ -40,6 +48,7 @@ pub struct Guard {
     origins: Arc<[String]>,
     token_digest: Option<[u8; 32]>,
     max_body_bytes: usize,
+    warnings: Arc<LogThrottle>,
 }
 
 impl std::fmt::Debug for Guard {
@@ -66,6 +75,11 @@ impl Guard {
     /// assert!(guard.host_allowed("MCP.internal:443"));
     /// assert!(!guard.host_allowed("localhost:8766"));
     /// assert!(!guard.host_allowed("evil.example:8765"));
+    /// // Its own origin is admitted; any other needs `allowed_origins`.
+    /// assert!(guard.origin_allowed("http://localhost:8765"));
+    /// assert!(guard.origin_allowed("http://127.0.0.1:8765"));
+    /// assert!(!guard.origin_allowed("http://localhost:3000"));
+    /// assert!(!guard.origin_allowed("http://evil.example:8765"));
     /// ```
     pub fn new(
         port: u16,
@@ -79,15 +93,21 @@ impl Guard {
             format!("localhost:{port}"),
             format!("[::1]:{port}"),
         ];
+        // A page this server itself served has one of these origins: the
+        // same server, so no rebinding (another port is another origin).
+        let mut origins: Vec<String> = hosts.iter().map(|h| format!("http://{h}")).collect();
         hosts.extend(allowed_hosts.iter().map(|h| h.to_ascii_lowercase()));
+        origins.extend(
+            allowed_origins
+                .iter()
+                .map(|o| o.trim_end_matches('/').to_owned()),
+        );
         Guard {
             hosts: hosts.into(),
-            origins: allowed_origins
-                .iter()
-                .map(|o| o.trim_end_matches('/').to_owned())
-                .collect(),
+            origins: origins.into(),
             token_digest: token.map(digest),
             max_body_bytes,
+            warnings: Arc::new(LogThrottle::new()),
         }
     }
 
@@ -183,12 +203,33 @@ impl Refusal {
         }
     }
 
-    /// The response: the status, an empty body, and for 401 the
-    /// `WWW-Authenticate: Bearer` challenge (without it rmcp clients do not
-    /// classify the 401 as "authorization required").
+    /// What the response body says: what was refused, never why in any
+    /// more detail (the log has that).
+    pub fn message(self) -> &'static str {
+        match self {
+            Refusal::ForeignHost => "Forbidden: the Host header does not name this server",
+            Refusal::ForeignOrigin => "Forbidden: requests from this Origin are not allowed",
+            Refusal::UnknownPath => "Not Found: the MCP endpoint is /mcp",
+            Refusal::Unauthorized => "Unauthorized: a valid bearer token is required",
+            Refusal::TooLarge => "Payload Too Large: the request body is over the limit",
+        }
+    }
+
+    /// The response: the status, a JSON-RPC error without an id saying
+    /// what was refused, and for 401 the `WWW-Authenticate: Bearer`
+    /// challenge (without it rmcp clients do not classify the 401 as
+    /// "authorization required").
     pub fn into_response(self) -> Response {
-        let mut response = Response::new(Body::empty());
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":null,"error":{{"code":-32000,"message":"{}"}}}}"#,
+            self.message()
+        );
+        let mut response = Response::new(Body::from(body));
         *response.status_mut() = self.status();
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
         if self == Refusal::Unauthorized {
             response
                 .headers_mut()
@@ -198,12 +239,73 @@ impl Refusal {
     }
 }
 
+impl Guard {
+    /// Logs why `request` was refused: one WARN line for a refused Host,
+    /// Origin or token (the header, its value escaped, the setting that
+    /// would admit it; never a token), a debug line for the rest.
+    pub fn log_refusal(&self, refusal: Refusal, request: &Request) {
+        let header = |name: header::HeaderName| {
+            request
+                .headers()
+                .get(name)
+                .map_or_else(|| "(none)".to_owned(), |v| escape(v.as_bytes()))
+        };
+        let (name, what) = match refusal {
+            Refusal::ForeignHost => (
+                "Host",
+                format!(
+                    "Host {} does not name this server; if it should reach the server, add it (host:port) to allowed_hosts",
+                    header(header::HOST)
+                ),
+            ),
+            Refusal::ForeignOrigin => (
+                "Origin",
+                format!(
+                    "Origin {} is not allowed; if pages from it may call the server, add it to allowed_origins",
+                    header(header::ORIGIN)
+                ),
+            ),
+            Refusal::Unauthorized => {
+                let presented = if request.headers().contains_key(header::AUTHORIZATION) {
+                    "the bearer token does not match"
+                } else {
+                    "no bearer token"
+                };
+                (
+                    "token",
+                    format!(
+                        "{presented}; send Authorization: Bearer <token> with the configured token"
+                    ),
+                )
+            }
+            Refusal::UnknownPath | Refusal::TooLarge => {
+                tracing::debug!(?refusal, path = %request.uri().path(), "request refused");
+                return;
+            }
+        };
+        match self.warnings.admit() {
+            None => {}
+            Some(0) => tracing::warn!(
+                status = refusal.status().as_u16(),
+                header = name,
+                "refused a request: {what}"
+            ),
+            Some(held_back) => tracing::warn!(
+                status = refusal.status().as_u16(),
+                header = name,
+                held_back,
+                "refused a request: {what} ({held_back} refusals before it went unlogged)"
+            ),
+        }
+    }
+}
+
 /// The axum middleware running [`Guard::check`].
 pub async fn guard_layer(State(guard): State<Guard>, request: Request, next: Next) -> Response {
     match guard.check(&request) {
         Ok(()) => next.run(request).await,
         Err(refusal) => {
-            tracing::debug!(?refusal, path = %request.uri().path(), "request refused");
+            guard.log_refusal(refusal, &request);
             refusal.into_response()
         }
     }

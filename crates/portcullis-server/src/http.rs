@@ -22,18 +22,39 @@ use axum::middleware::Next;
 use axum::response::Response;
 use axum::routing::MethodRouter;
 use rmcp::ServerHandler;
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::connections::Limits;
 use crate::direct_call::DirectCall;
 use crate::error::ServerError;
 use crate::guard::{Guard, MCP_PATH, Refusal, guard_layer};
+use crate::sessions::BoundedSessions;
 
 /// Default cap on a request body (4 MiB, rmcp's own default).
 pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+/// Default cap on connections served at once: far more than the local
+/// clients a gateway serves, well below a process's usual limit of 1024
+/// open files (upstreams, children and the store need theirs).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
+
+/// Default time a connection has to send a request's headers.
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Default time a kept-alive connection may wait for its next request
+/// (under the 90 s clients such as reqwest keep idle connections, so the
+/// server, not the client, usually closes them, between requests).
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Default cap on legacy sessions alive at once (each costs tens of KiB).
+pub const DEFAULT_MAX_SESSIONS: usize = 256;
+
+/// Default time a legacy session may go without a message before it is
+/// closed (rmcp's own default).
+pub const DEFAULT_SESSION_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// How the HTTP surface listens and guards. `Debug` never shows the token.
 #[derive(Clone)]
@@ -42,7 +63,8 @@ pub struct HttpOptions {
     pub listen: SocketAddr,
     /// Extra `Host` values to admit (e.g. behind a local reverse proxy).
     pub allowed_hosts: Vec<String>,
-    /// `Origin` values to admit; any other `Origin` is refused.
+    /// `Origin` values to admit besides the server's own (`http://` and a
+    /// loopback name on its port); any other `Origin` is refused.
     pub allowed_origins: Vec<String>,
     /// Bearer token required on `/mcp`, if any.
     pub token: Option<String>,
@@ -66,6 +88,23 @@ pub struct HttpOptions {
     /// the token itself ([`crate::guard::Guard::authorized`] compares in
     /// constant time), since a health probe usually has none.
     pub extra_routes: Vec<(String, MethodRouter)>,
+    /// Connections served at once (`None`: no cap). One more is answered
+    /// `503` and closed at once, and the admitted ones keep being served.
+    pub max_connections: Option<usize>,
+    /// How long a connection may take to send a request's headers, from
+    /// its accept or from the first byte of its next request (`None`: no
+    /// limit). A slow or silent client is closed.
+    pub header_read_timeout: Option<Duration>,
+    /// How long a kept-alive connection may wait for its next request
+    /// (`None`: no limit). A request in flight is never timed out.
+    pub idle_timeout: Option<Duration>,
+    /// Legacy sessions alive at once (`None`: no cap). At the cap a new
+    /// session closes the one idle longest; with a stream open on every
+    /// one, the new one is refused.
+    pub max_sessions: Option<usize>,
+    /// How long a legacy session may go without a message before it is
+    /// closed (`None`: never).
+    pub session_idle_timeout: Option<Duration>,
 }
 
 impl Default for HttpOptions {
@@ -81,6 +120,11 @@ impl Default for HttpOptions {
             handle_signals: false,
             shutdown_grace: Duration::from_secs(10),
             extra_routes: Vec::new(),
+            max_connections: Some(DEFAULT_MAX_CONNECTIONS),
+            header_read_timeout: Some(DEFAULT_HEADER_READ_TIMEOUT),
+            idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
+            max_sessions: Some(DEFAULT_MAX_SESSIONS),
+            session_idle_timeout: Some(DEFAULT_SESSION_IDLE_TIMEOUT),
         }
     }
 }
@@ -101,6 +145,11 @@ impl std::fmt::Debug for HttpOptions {
                 "extra_routes",
                 &self.extra_routes.iter().map(|(p, _)| p).collect::<Vec<_>>(),
             )
+            .field("max_connections", &self.max_connections)
+            .field("header_read_timeout", &self.header_read_timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("max_sessions", &self.max_sessions)
+            .field("session_idle_timeout", &self.session_idle_timeout)
             .finish()
     }
 }
@@ -125,9 +174,15 @@ pub struct HttpServer {
     streams: CancellationToken,
     grace: Duration,
     task: JoinHandle<()>,
+    sessions: Option<Arc<BoundedSessions>>,
 }
 
 impl HttpServer {
+    /// Legacy sessions alive now (always 0 without legacy sessions).
+    pub fn session_count(&self) -> usize {
+        self.sessions.as_ref().map_or(0, |s| s.count())
+    }
+
     /// The address actually bound.
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
@@ -180,7 +235,7 @@ async fn extra_guard_layer(
             next.run(request).await
         }
         Err(refusal) => {
-            tracing::debug!(?refusal, path = %request.uri().path(), "request refused");
+            state.guard.log_refusal(refusal, &request);
             refusal.into_response()
         }
     }
@@ -245,9 +300,14 @@ where
     // service when answers may be plain JSON (see `crate::direct_call`).
     let direct = options.json_response.then(|| handler.clone());
     let factory = move || Ok(handler.clone());
-    let mcp = if options.legacy_sessions {
-        let rmcp =
-            StreamableHttpService::new(factory, Arc::new(LocalSessionManager::default()), config);
+    let sessions = options.legacy_sessions.then(|| {
+        Arc::new(BoundedSessions::new(
+            options.max_sessions,
+            options.session_idle_timeout,
+        ))
+    });
+    let mcp = if let Some(sessions) = &sessions {
+        let rmcp = StreamableHttpService::new(factory, sessions.clone(), config);
         match direct {
             Some(handler) => Router::new().route_service(MCP_PATH, DirectCall::new(handler, rmcp)),
             None => Router::new().route_service(MCP_PATH, rmcp),
@@ -279,17 +339,17 @@ where
         ))
     };
 
+    let limits = Limits {
+        max_connections: options.max_connections,
+        header_read_timeout: options.header_read_timeout,
+        idle_timeout: options.idle_timeout,
+    };
     let stop = CancellationToken::new();
     let finished = CancellationToken::new();
     let shutdown = stop.clone();
     let done = finished.clone();
     let task = tokio::spawn(async move {
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(async move { shutdown.cancelled().await })
-            .await;
-        if let Err(error) = served {
-            tracing::error!(%error, "HTTP surface stopped with an error");
-        }
+        crate::connections::serve(listener, app, limits, shutdown).await;
         done.cancel();
     });
     tracing::info!(url = %format!("http://{addr}{MCP_PATH}"), "MCP server listening");
@@ -300,6 +360,7 @@ where
         streams,
         grace: options.shutdown_grace,
         task,
+        sessions,
     };
     if options.handle_signals {
         install_signal_handlers(

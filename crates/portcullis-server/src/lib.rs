@@ -9,8 +9,10 @@
 //!
 //! | module | job |
 //! |---|---|
+//! | `connections` (private) | the accept loop: `TCP_NODELAY`, the connection cap, header-read and idle timeouts |
 //! | [`guard`] | Host → Origin → path → bearer token → body size, before any MCP parsing |
 //! | [`http`] / [`stdio`] | the surfaces: rmcp's Streamable HTTP service (stateless by default; both protocol eras) and stdin/stdout |
+//! | `sessions` (private) | legacy sessions: rmcp's in-memory manager with a cap, the idlest closed first |
 //! | `direct_call` (private) | a plain stateless 2026-07-28 `tools/call` answered in the HTTP handler's task, skipping rmcp's per-request service; everything else goes to rmcp |
 //! | [`exposure`] | which tools exist at all: read-only by default, `allow_write`, `allow_tools`, identity and permissions |
 //! | [`tool_server`] | the rmcp `ServerHandler`: lookup, backstop, validation, policy, the handler, error mapping, framing |
@@ -69,6 +71,7 @@
 #![warn(missing_docs)]
 
 pub mod approval;
+mod connections;
 mod direct_call;
 pub mod error;
 pub mod exposure;
@@ -78,8 +81,10 @@ pub mod http;
 pub mod input;
 pub mod mcp_server;
 pub mod passthrough;
+mod sessions;
 pub mod shutdown;
 pub mod stdio;
+mod throttle;
 pub mod tool_server;
 
 pub use approval::DEFAULT_APPROVAL_TIMEOUT;

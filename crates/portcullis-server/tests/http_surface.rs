@@ -103,6 +103,367 @@ async fn listed(server: &HttpServer) -> Vec<String> {
     names
 }
 
+/// One POST of a session-era client: `message` on session `session` (none
+/// for `initialize`), the response read to its end, as a keep-alive client
+/// must before it can send its next request on the same connection.
+async fn session_post(
+    http: &reqwest::Client,
+    server: &HttpServer,
+    session: Option<&str>,
+    message: &Value,
+) -> (StatusCode, Option<String>, String) {
+    let mut request = http
+        .post(server.url())
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(message.to_string());
+    if let Some(session) = session {
+        request = request
+            .header("mcp-session-id", session)
+            .header("mcp-protocol-version", "2025-11-25");
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status();
+    let id = response
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    (status, id, response.text().await.unwrap())
+}
+
+/// Opens a 2025-11-25 session with `initialize` and `initialized`; its id.
+async fn open_session(http: &reqwest::Client, server: &HttpServer) -> String {
+    let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "test", "version": "1"}}});
+    let (status, id, body) = session_post(http, server, None, &initialize).await;
+    let id = id.unwrap_or_else(|| panic!("no session ({status}): {body}"));
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    session_post(http, server, Some(&id), &initialized).await;
+    id
+}
+
+/// Every accepted socket has Nagle's algorithm off. A session-era answer is
+/// an SSE stream the server writes in pieces (headers and priming event,
+/// the result, the end of the chunked body); with Nagle on, a piece written
+/// while the one before is unacknowledged waits for the client's delayed
+/// ACK (40 ms), so a keep-alive client stalls on about every other call:
+/// 200 calls take over 4 s. Without the stall they take a fraction of the
+/// bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sequential_session_calls_do_not_wait_for_delayed_acks() {
+    let options = HttpOptions {
+        legacy_sessions: true,
+        ..HttpOptions::default()
+    };
+    let server = serve(tools(), options).await;
+    // One keep-alive connection, reused call after call.
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(1)
+        .build()
+        .unwrap();
+    let session = open_session(&http, &server).await;
+    let started = std::time::Instant::now();
+    for id in 1..=200 {
+        let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"text": "again"}}});
+        let (_, _, body) = session_post(&http, &server, Some(&session), &call).await;
+        assert!(body.contains("again"), "{body}");
+    }
+    let took = started.elapsed();
+    server.close().await;
+    assert!(
+        took < Duration::from_secs(2),
+        "200 sequential calls took {took:?}: calls wait for delayed ACKs (TCP_NODELAY off?)"
+    );
+}
+
+/// `tools/list` on session `id`: its status.
+async fn session_list(http: &reqwest::Client, server: &HttpServer, id: &str) -> StatusCode {
+    session_post(http, server, Some(id), &list_body()).await.0
+}
+
+/// A raw keep-alive `tools/list` POST to `addr`.
+fn raw_list(addr: std::net::SocketAddr) -> String {
+    let body = list_body().to_string();
+    format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+/// Reads one whole response (by its `Content-Length`, or to the end of a
+/// chunked body) from a kept-alive connection.
+async fn read_response(stream: &mut tokio::net::TcpStream) -> String {
+    use tokio::io::AsyncReadExt as _;
+    let mut bytes = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let head = text[..end].to_ascii_lowercase();
+            let length = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|n| n.trim().parse::<usize>().ok());
+            let complete = match length {
+                Some(length) => bytes.len() >= end + 4 + length,
+                None => text.ends_with("\r\n0\r\n\r\n"),
+            };
+            if complete {
+                return text;
+            }
+        }
+        let n = tokio::time::timeout(HANG, stream.read(&mut chunk))
+            .await
+            .expect("the response came")
+            .expect("read");
+        assert!(n > 0, "the connection closed mid-response: {text}");
+        bytes.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// Waits for the server to close `stream` (EOF or a reset); how long after
+/// `since` that was, or `None` when it stayed open `within` after it.
+async fn closed_within(
+    stream: &mut tokio::net::tcp::OwnedReadHalf,
+    since: std::time::Instant,
+    within: Duration,
+) -> Option<Duration> {
+    use tokio::io::AsyncReadExt as _;
+    let mut chunk = [0u8; 1024];
+    loop {
+        match tokio::time::timeout_at(
+            tokio::time::Instant::from_std(since + within),
+            stream.read(&mut chunk),
+        )
+        .await
+        {
+            Err(_) => return None,
+            Ok(Ok(0) | Err(_)) => return Some(since.elapsed()),
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
+/// Beyond `max_connections` a new client is answered 503 at once, while
+/// the clients admitted keep being served; a closed connection frees its
+/// slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn beyond_the_connection_cap_new_clients_are_refused_and_admitted_ones_served() {
+    let options = HttpOptions {
+        max_connections: Some(3),
+        ..HttpOptions::default()
+    };
+    let server = serve(tools(), options).await;
+    let addr = server.local_addr();
+    let idle_one = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let _idle_two = tokio::net::TcpStream::connect(addr).await.unwrap();
+    // Accepted after the two idle ones (one accept loop, in order): once it
+    // is answered, all three slots are taken.
+    let admitted = reqwest::Client::builder()
+        .pool_max_idle_per_host(1)
+        .build()
+        .unwrap();
+    let list = |client: &reqwest::Client| {
+        client
+            .post(server.url())
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(list_body().to_string())
+            .send()
+    };
+    assert_eq!(list(&admitted).await.unwrap().status(), StatusCode::OK);
+
+    let started = std::time::Instant::now();
+    let refused = list(&reqwest::Client::new()).await.unwrap();
+    let took = started.elapsed();
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        refused.text().await.unwrap().contains("connection limit"),
+        "the refusal says why"
+    );
+    assert!(took < Duration::from_secs(2), "refused in {took:?}");
+    assert_eq!(
+        list(&admitted).await.unwrap().status(),
+        StatusCode::OK,
+        "the admitted client is still served"
+    );
+
+    drop(idle_one);
+    let deadline = std::time::Instant::now() + HANG;
+    loop {
+        let status = list(&reqwest::Client::new()).await.unwrap().status();
+        if status == StatusCode::OK {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no slot came free");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    server.close().await;
+}
+
+/// A kept-alive connection is served request after request, and closed
+/// once it has waited `idle_timeout` for the next one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_kept_alive_connection_is_closed_after_the_idle_timeout() {
+    use tokio::io::AsyncWriteExt as _;
+    let options = HttpOptions {
+        idle_timeout: Some(Duration::from_millis(400)),
+        header_read_timeout: Some(Duration::from_secs(30)),
+        ..HttpOptions::default()
+    };
+    let server = serve(tools(), options).await;
+    let addr = server.local_addr();
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    for _ in 0..2 {
+        stream.write_all(raw_list(addr).as_bytes()).await.unwrap();
+        let response = read_response(&mut stream).await;
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+        // Well inside the idle timeout: the next request is served.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (mut reader, _writer) = stream.into_split();
+    // 100 ms of the 400 were slept above.
+    let since = std::time::Instant::now();
+    let closed = closed_within(&mut reader, since, Duration::from_secs(10)).await;
+    let closed = closed.expect("the idle connection was closed");
+    assert!(
+        closed >= Duration::from_millis(200),
+        "closed after {closed:?}"
+    );
+    server.close().await;
+}
+
+/// A client that never finishes its headers (trickling a byte now and
+/// then, or sending nothing) is closed after `header_read_timeout`;
+/// everyone else is served meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_finishes_its_headers_is_dropped() {
+    use tokio::io::AsyncWriteExt as _;
+    let options = HttpOptions {
+        header_read_timeout: Some(Duration::from_millis(500)),
+        idle_timeout: Some(Duration::from_secs(30)),
+        ..HttpOptions::default()
+    };
+    let server = serve(tools(), options).await;
+    let addr = server.local_addr();
+
+    let since = std::time::Instant::now();
+    let slow = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut slow_reader, mut slow_writer) = slow.into_split();
+    let trickle = tokio::spawn(async move {
+        let _ = slow_writer
+            .write_all(format!("POST /mcp HTTP/1.1\r\nHost: {addr}\r\n").as_bytes())
+            .await;
+        for _ in 0..100 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if slow_writer.write_all(b"X-Slow: a\r\n").await.is_err() {
+                return;
+            }
+        }
+    });
+    let silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut silent_reader, _silent_writer) = silent.into_split();
+
+    assert_eq!(
+        post(&server, "/mcp", &[], &list_body()).await.status(),
+        StatusCode::OK
+    );
+    for (who, reader) in [
+        ("trickling", &mut slow_reader),
+        ("silent", &mut silent_reader),
+    ] {
+        let closed = closed_within(reader, since, Duration::from_secs(8)).await;
+        let closed = closed.unwrap_or_else(|| panic!("the {who} client was never dropped"));
+        assert!(closed >= Duration::from_millis(450), "{who}: {closed:?}");
+    }
+    trickle.abort();
+    server.close().await;
+}
+
+/// Sessions are capped: a new one over the cap closes the one idle
+/// longest (its client gets 404 and may initialize again); however many
+/// `initialize`s arrive, no more than the cap stay alive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_over_the_cap_close_the_idlest() {
+    let options = HttpOptions {
+        legacy_sessions: true,
+        max_sessions: Some(3),
+        ..HttpOptions::default()
+    };
+    let server = serve(tools(), options).await;
+    let http = reqwest::Client::new();
+    let first = open_session(&http, &server).await;
+    let second = open_session(&http, &server).await;
+    let third = open_session(&http, &server).await;
+    assert_eq!(server.session_count(), 3);
+    // The first is used again, so the second is now the idlest.
+    assert_eq!(session_list(&http, &server, &first).await, StatusCode::OK);
+    let fourth = open_session(&http, &server).await;
+    assert_eq!(server.session_count(), 3);
+    assert_eq!(
+        session_list(&http, &server, &second).await,
+        StatusCode::NOT_FOUND,
+        "the idlest session was closed"
+    );
+    for id in [&first, &third, &fourth] {
+        assert_eq!(session_list(&http, &server, id).await, StatusCode::OK);
+    }
+    for _ in 0..30 {
+        open_session(&http, &server).await;
+        assert!(server.session_count() <= 3, "{}", server.session_count());
+    }
+    server.close().await;
+}
+
+/// With a stream open on every session (a listening client, a call in
+/// flight), a new session is refused with an error naming the limit
+/// rather than closing a session in use; once a stream ends, there is
+/// room again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_every_session_in_use_a_new_one_is_refused() {
+    let options = HttpOptions {
+        legacy_sessions: true,
+        max_sessions: Some(1),
+        ..HttpOptions::default()
+    };
+    let server = serve(tools(), options).await;
+    let http = reqwest::Client::new();
+    let only = open_session(&http, &server).await;
+    let listening = http
+        .get(server.url())
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", &only)
+        .header("mcp-protocol-version", "2025-11-25")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listening.status(), StatusCode::OK);
+
+    let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "test", "version": "1"}}});
+    let (status, id, body) = session_post(&http, &server, None, &initialize).await;
+    assert!(id.is_none() && !status.is_success(), "{status}: {body}");
+    assert!(body.contains("max_sessions"), "{body}");
+    assert_eq!(session_list(&http, &server, &only).await, StatusCode::OK);
+
+    drop(listening);
+    let deadline = std::time::Instant::now() + HANG;
+    loop {
+        let (status, id, _) = session_post(&http, &server, None, &initialize).await;
+        if status.is_success() && id.is_some() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no room came free");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(server.session_count(), 1);
+    server.close().await;
+}
+
 #[tokio::test]
 async fn a_foreign_host_is_refused_before_anything_else() {
     let server = serve(tools(), HttpOptions::default()).await;
@@ -185,6 +546,43 @@ async fn a_foreign_origin_is_refused_and_a_listed_one_admitted() {
         post(&server, "/mcp", &[], &list_body()).await.status(),
         StatusCode::OK
     );
+    server.close().await;
+}
+
+/// DNS rebinding: a page may call the server only from the server's own
+/// origin (a loopback name on its own port); another port or host is
+/// another origin, refused with a body that says what was refused.
+#[tokio::test]
+async fn the_servers_own_origin_is_admitted_and_no_other() {
+    let server = serve(tools(), HttpOptions::default()).await;
+    let port = server.local_addr().port();
+    for own in [
+        format!("http://localhost:{port}"),
+        format!("http://127.0.0.1:{port}"),
+        format!("http://[::1]:{port}"),
+    ] {
+        let admitted = post(&server, "/mcp", &[("origin", &own)], &list_body()).await;
+        assert_eq!(admitted.status(), StatusCode::OK, "{own}");
+    }
+    for foreign in [
+        format!("http://localhost:{}", port.wrapping_add(1)),
+        format!("http://127.0.0.1:{}", port.wrapping_add(1)),
+        format!("http://evil.example:{port}"),
+        format!("https://localhost:{port}"),
+        "http://localhost".to_owned(),
+        "null".to_owned(),
+    ] {
+        let refused = post(&server, "/mcp", &[("origin", &foreign)], &list_body()).await;
+        assert_eq!(refused.status(), StatusCode::FORBIDDEN, "{foreign}");
+        let body: Value = refused.json().await.expect("a JSON-RPC error body");
+        assert_eq!(body["id"], Value::Null, "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("Origin")),
+            "{body}"
+        );
+    }
     server.close().await;
 }
 

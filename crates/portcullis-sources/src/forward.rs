@@ -124,6 +124,9 @@ impl App {
             // another host, and an app on loopback needs no proxy.
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
+            // reqwest's default, said here: a request's pieces must not wait
+            // for the app's delayed ACK.
+            .tcp_nodelay(true)
             .build()
             .map_err(|e| invalid(format!("HTTP client: {e}")))?;
         Ok(Arc::new(App {

@@ -54,6 +54,24 @@ pub const DEFAULT_EFFECTS_RETENTION_DAYS: u64 = 7;
 /// `0`, keep forever.
 pub const MAX_RETENTION_DAYS: u64 = 36_500;
 
+/// `max_connections` when not set (the HTTP surface's default).
+pub const DEFAULT_MAX_CONNECTIONS: usize = portcullis_server::http::DEFAULT_MAX_CONNECTIONS;
+
+/// `header_read_timeout_ms` when not set.
+pub const DEFAULT_HEADER_READ_TIMEOUT_MS: u64 =
+    portcullis_server::http::DEFAULT_HEADER_READ_TIMEOUT.as_millis() as u64;
+
+/// `idle_timeout_ms` when not set.
+pub const DEFAULT_IDLE_TIMEOUT_MS: u64 =
+    portcullis_server::http::DEFAULT_IDLE_TIMEOUT.as_millis() as u64;
+
+/// `max_sessions` when not set.
+pub const DEFAULT_MAX_SESSIONS: usize = portcullis_server::http::DEFAULT_MAX_SESSIONS;
+
+/// `session_idle_timeout_ms` when not set.
+pub const DEFAULT_SESSION_IDLE_TIMEOUT_MS: u64 =
+    portcullis_server::http::DEFAULT_SESSION_IDLE_TIMEOUT.as_millis() as u64;
+
 /// A loaded, validated config.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -84,6 +102,21 @@ pub struct Gateway {
     pub allowed_origins: Vec<String>,
     /// Bearer token required on `/mcp`, if any.
     pub token: Option<Secret>,
+    /// HTTP connections served at once (`max_connections`); `None` (`0`):
+    /// no cap.
+    pub max_connections: Option<usize>,
+    /// How long a connection may take to send a request's headers
+    /// (`header_read_timeout_ms`); `None` (`0`): no limit.
+    pub header_read_timeout: Option<Duration>,
+    /// How long a kept-alive connection may wait for its next request
+    /// (`idle_timeout_ms`); `None` (`0`): no limit.
+    pub idle_timeout: Option<Duration>,
+    /// Initialize-era HTTP sessions alive at once (`max_sessions`); `None`
+    /// (`0`): no cap.
+    pub max_sessions: Option<usize>,
+    /// How long such a session may go without a message
+    /// (`session_idle_timeout_ms`); `None` (`0`): never closed for it.
+    pub session_idle_timeout: Option<Duration>,
     /// Expose tools not declared read-only.
     pub allow_write: bool,
     /// Expose only these qualified names (writes included).
@@ -301,6 +334,11 @@ struct RawGateway {
     #[serde(default)]
     allowed_origins: Vec<String>,
     token: Option<String>,
+    max_connections: Option<usize>,
+    header_read_timeout_ms: Option<u64>,
+    idle_timeout_ms: Option<u64>,
+    max_sessions: Option<usize>,
+    session_idle_timeout_ms: Option<u64>,
     #[serde(default)]
     allow_write: bool,
     #[serde(default)]
@@ -601,6 +639,9 @@ impl Validator<'_> {
             0 => None,
             ms => Some(Duration::from_millis(ms)),
         };
+        // `0` turns a limit off, as for the intervals above.
+        let millis = |ms: u64| (ms > 0).then(|| Duration::from_millis(ms));
+        let count = |n: usize| (n > 0).then_some(n);
         let audit_retention = self.retention(
             "gateway.audit_retention_days",
             raw.audit_retention_days
@@ -641,6 +682,17 @@ impl Validator<'_> {
             allowed_hosts: raw.allowed_hosts,
             allowed_origins: raw.allowed_origins,
             token,
+            max_connections: count(raw.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS)),
+            header_read_timeout: millis(
+                raw.header_read_timeout_ms
+                    .unwrap_or(DEFAULT_HEADER_READ_TIMEOUT_MS),
+            ),
+            idle_timeout: millis(raw.idle_timeout_ms.unwrap_or(DEFAULT_IDLE_TIMEOUT_MS)),
+            max_sessions: count(raw.max_sessions.unwrap_or(DEFAULT_MAX_SESSIONS)),
+            session_idle_timeout: millis(
+                raw.session_idle_timeout_ms
+                    .unwrap_or(DEFAULT_SESSION_IDLE_TIMEOUT_MS),
+            ),
             allow_write: raw.allow_write,
             allow_tools: raw.allow_tools,
             approval,
@@ -1049,6 +1101,29 @@ key_file = ".portcullis/gateway.pub"
         assert_eq!(e.position.map(|p| p.0), Some(3), "{e}");
         assert!(e.message.contains("use 0"), "{e}");
         let e = error("[gateway]\naudit_retention_days = -1\n");
+        assert_eq!(e.position.map(|p| p.0), Some(2), "{e}");
+    }
+
+    #[test]
+    fn connection_and_session_limits_default_parse_and_turn_off_with_0() {
+        let config = parse_text("").unwrap();
+        let g = &config.gateway;
+        assert_eq!(g.max_connections, Some(256));
+        assert_eq!(g.header_read_timeout, Some(Duration::from_secs(10)));
+        assert_eq!(g.idle_timeout, Some(Duration::from_secs(60)));
+        assert_eq!(g.max_sessions, Some(256));
+        assert_eq!(g.session_idle_timeout, Some(Duration::from_secs(300)));
+        let config = parse_text(
+            "[gateway]\nmax_connections = 32\nheader_read_timeout_ms = 2500\nidle_timeout_ms = 0\nmax_sessions = 0\nsession_idle_timeout_ms = 60000\n",
+        )
+        .unwrap();
+        let g = &config.gateway;
+        assert_eq!(g.max_connections, Some(32));
+        assert_eq!(g.header_read_timeout, Some(Duration::from_millis(2500)));
+        assert_eq!(g.idle_timeout, None, "0 turns it off");
+        assert_eq!(g.max_sessions, None, "0 turns it off");
+        assert_eq!(g.session_idle_timeout, Some(Duration::from_secs(60)));
+        let e = error("[gateway]\nmax_connections = -1\n");
         assert_eq!(e.position.map(|p| p.0), Some(2), "{e}");
     }
 

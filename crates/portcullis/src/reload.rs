@@ -17,7 +17,7 @@
 //! | the gate (`allow_write`, `allow_tools`, `identity`, `max_output_length`, `approval_timeout_ms`) | the tool server is rebuilt on the same connections: every upstream keeps its connection and its child process |
 //! | only upstreams (added, removed, changed, or their `tools` filters), with no plugins, tool plugins or apps configured | the connector reconfigures in place ([`Gateway::reconfigured`]): an unchanged upstream keeps its connection and child process, a new or changed one is connected and trusted through the same store, a removed one is closed |
 //! | the other sources (plugins, apps, `prefix`, `approval`, disclosure, store, an upstream's `timeout_ms`) | a new gateway is connected beside the old one and swapped in when ready; the old one closes once its in-flight calls finish; every upstream reconnects |
-//! | the HTTP surface (`listen`, `allowed_hosts`, `allowed_origins`, `token`) | logged as needing a restart; the rest of the reload applies |
+//! | the HTTP surface (`listen`, `allowed_hosts`, `allowed_origins`, `token`, `max_connections`, `header_read_timeout_ms`, `idle_timeout_ms`, `max_sessions`, `session_idle_timeout_ms`) | logged as needing a restart; the rest of the reload applies |
 //! | an invalid file | logged with the file, line and field; the old config keeps serving |
 //! | an upstream's listing (reconciled by the connector, not a config change) | the tool server is rebuilt on the same connections ([`follow_catalogue`]) |
 //! | `audit_retention_days`, `effects_retention_days` | applied by the next retention round, which a change starts at once (`crate::retention`) |
@@ -157,13 +157,23 @@ fn only_upstreams_changed(
 
 /// The parts of `[gateway]` the HTTP surface was started with: changing
 /// them needs a restart.
-fn surface_key(config: &Config) -> (String, Vec<String>, Vec<String>, bool) {
+fn surface_key(config: &Config) -> (String, Vec<String>, Vec<String>, String) {
+    let g = &config.gateway;
     (
-        config.gateway.listen.to_string(),
-        config.gateway.allowed_hosts.clone(),
-        config.gateway.allowed_origins.clone(),
-        // Compared by value below; only whether it changed is kept.
-        false,
+        g.listen.to_string(),
+        g.allowed_hosts.clone(),
+        g.allowed_origins.clone(),
+        // The token is compared by value where this is used.
+        format!(
+            "{:?}",
+            (
+                g.max_connections,
+                g.header_read_timeout,
+                g.idle_timeout,
+                g.max_sessions,
+                g.session_idle_timeout,
+            )
+        ),
     )
 }
 
@@ -314,7 +324,7 @@ impl Live {
             || old.config.gateway.token != config.gateway.token
         {
             tracing::warn!(
-                "listen, allowed_hosts, allowed_origins and token apply at startup only; restart the gateway to change them"
+                "listen, allowed_hosts, allowed_origins, token and the connection and session limits apply at startup only; restart the gateway to change them"
             );
         }
         let changed = old_key != new_key;

@@ -90,6 +90,11 @@ pub async fn serve(
         allowed_origins: config.gateway.allowed_origins.clone(),
         extra_routes: crate::health::routes(live.clone(), token.as_deref()),
         token,
+        max_connections: config.gateway.max_connections,
+        header_read_timeout: config.gateway.header_read_timeout,
+        idle_timeout: config.gateway.idle_timeout,
+        max_sessions: config.gateway.max_sessions,
+        session_idle_timeout: config.gateway.session_idle_timeout,
         // Signals are handled here rather than by the surface, so the
         // upstreams are closed (and their children ended) before exiting.
         handle_signals: false,

@@ -176,6 +176,89 @@ fn healthz_is_open_and_metrics_need_the_token() {
     }
 }
 
+/// Each refused Host, Origin or token is one WARN line on stderr naming the
+/// header, its value escaped (never the token), and the setting that would
+/// admit it; the client gets a body saying what was refused.
+#[test]
+fn a_refused_host_origin_or_token_is_logged_with_the_way_to_allow_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_config(
+        dir.path(),
+        &format!("[gateway]\nstore = \"memory\"\ntoken = \"${{OPS_TEST_TOKEN}}\"\n\n{DEMO}"),
+    );
+    let served = serve_with(&config, &[], &[("OPS_TEST_TOKEN", "t0ken-for-ops")]);
+    let authority = served.authority();
+
+    let (status, response) = get(&authority, "/healthz", "evil.example:1", "");
+    assert_eq!(status, 403);
+    assert!(body(&response).contains("Host"), "{response}");
+    let line = served.wait_for_line("refused a request");
+    assert!(line.contains("WARN"), "{line}");
+    assert!(line.contains(r#"Host "evil.example:1""#), "{line}");
+    assert!(line.contains("allowed_hosts"), "{line}");
+
+    // A right-to-left override in the value is written as bytes, not obeyed.
+    let (status, response) = get(
+        &authority,
+        "/healthz",
+        &authority,
+        "Origin: http://evil.example\u{202e}moc\r\n",
+    );
+    assert_eq!(status, 403);
+    assert!(body(&response).contains("Origin"), "{response}");
+    let line = served.wait_for_line("refused a request");
+    assert!(
+        line.contains(r#"Origin "http://evil.example\xe2\x80\xaemoc""#),
+        "{line}"
+    );
+    assert!(line.contains("allowed_origins"), "{line}");
+    // The gateway's own origin is admitted.
+    let (status, _) = get(
+        &authority,
+        "/healthz",
+        &authority,
+        &format!("Origin: http://{authority}\r\n"),
+    );
+    assert_eq!(status, 200);
+
+    let (status, response) = http(
+        &authority,
+        &mcp_request(
+            &authority,
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+            "Authorization: Bearer wr0ng-t0ken\r\n",
+        ),
+    );
+    assert_eq!(status, 401);
+    assert!(body(&response).contains("token"), "{response}");
+    let line = served.wait_for_line("refused a request");
+    assert!(line.contains("bearer token does not match"), "{line}");
+    assert!(!line.contains("wr0ng-t0ken"), "{line}");
+}
+
+/// `[gateway] max_connections` caps the connections `serve` holds: one
+/// more is answered 503 at once; a freed slot admits the next client.
+#[test]
+fn the_connection_cap_comes_from_the_config() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_config(
+        dir.path(),
+        &format!("[gateway]\nstore = \"memory\"\nmax_connections = 2\n\n{DEMO}"),
+    );
+    let served = serve(&config);
+    let authority = served.authority();
+    let first = std::net::TcpStream::connect(&authority).expect("connects");
+    let _second = std::net::TcpStream::connect(&authority).expect("connects");
+    eventually("the third connection is refused", || {
+        get(&authority, "/healthz", &authority, "").0 == 503
+    });
+    served.wait_for_line("connection limit (max_connections)");
+    drop(first);
+    eventually("a freed slot admits the next client", || {
+        get(&authority, "/healthz", &authority, "").0 == 200
+    });
+}
+
 #[test]
 fn json_logs_carry_call_fields_and_never_argument_values() {
     let dir = tempfile::tempdir().expect("tempdir");

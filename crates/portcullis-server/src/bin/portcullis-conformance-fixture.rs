@@ -115,13 +115,6 @@ async fn run(port: u16, stdio: bool, stateless: bool, legacy: bool) -> std::proc
     }
     let options = HttpOptions {
         listen: ([127, 0, 0, 1], port).into(),
-        // The DNS-rebinding scenario sends the server's own origin and
-        // expects it admitted.
-        allowed_origins: vec![
-            format!("http://localhost:{port}"),
-            format!("http://127.0.0.1:{port}"),
-            format!("http://[::1]:{port}"),
-        ],
         legacy_sessions: !stateless,
         handle_signals: true,
         ..HttpOptions::default()
