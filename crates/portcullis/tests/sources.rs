@@ -594,3 +594,95 @@ async fn source_calls_are_counted_logged_and_audited_under_their_source() {
     assert_eq!(invalid.decision.as_str(), "invalid", "{invalid:?}");
     assert_nowhere_in(&dir.path().join("state"), secret);
 }
+
+/// What a flooding child writes to stderr: 50 MB without a newline, a byte
+/// that is not UTF-8, a line trying to erase and forge the one before it,
+/// then about 600 KB more (well past a pipe's buffer) from the shell itself,
+/// which a reader that gave up would kill with SIGPIPE.
+const FLOOD: &str = r#"head -c 50000000 /dev/zero | tr '\0' x >&2
+printf '\nbad \377 byte\n\033[2K\rINFO forged line\n' >&2
+i=0; while [ $i -lt 20000 ]; do printf 'noise after the bad byte %s\n' $i >&2; i=$((i+1)); done
+"#;
+
+/// A child's stderr is logged one capped, escaped line at a time, and
+/// drained to the end whatever it holds: a native handler and a stdio
+/// upstream that flood it still answer, the 50 MB line is logged as 8 KiB
+/// and a marker, and a byte that is not UTF-8 does not stop the reading (a
+/// reader that stops leaves the child a closed or full pipe: it dies or
+/// blocks before answering).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flooded_child_stderr_is_capped_escaped_and_drained() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = dir.path().join("tools/noisy");
+    write(
+        &plugin.join("mcp-plugin.json"),
+        r#"{"name": "noisy", "version": "1.0.0", "tools": [
+            {"id": "shout", "handler": "./shout.sh", "description": "Floods stderr, then answers",
+             "annotations": {"readOnlyHint": true}}]}"#,
+    );
+    write(
+        &plugin.join("shout.sh"),
+        &format!("#!/bin/sh\ncat >/dev/null\n{FLOOD}echo answered in spite of it\n"),
+    );
+    executable(&plugin.join("shout.sh"));
+    write(
+        &dir.path().join("flood.sh"),
+        &format!(
+            "#!/bin/sh\n{FLOOD}exec '{}' demo-upstream\n",
+            env!("CARGO_BIN_EXE_portcullis")
+        ),
+    );
+    executable(&dir.path().join("flood.sh"));
+    // One source a config, so each log shows only its own child's stderr.
+    let upstream = dir.path().join("upstream.toml");
+    write(
+        &upstream,
+        "[gateway]\nstore = \"memory\"\n\n[upstreams.flood]\ntype = \"stdio\"\ncommand = \"./flood.sh\"\ntimeout_ms = 20000\n",
+    );
+    let native = dir.path().join("native.toml");
+    write(
+        &native,
+        "[gateway]\nstore = \"memory\"\n\n[[tool_plugins]]\npath = \"tools/noisy\"\n",
+    );
+
+    for (config, tool, args, answer) in [
+        (
+            &upstream,
+            "echo",
+            r#"{"text":"still here"}"#,
+            "\nstill here\n",
+        ),
+        (&native, "shout", "{}", "answered in spite of it"),
+    ] {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_portcullis"))
+            .args(["call", "--config", config.to_str().unwrap(), tool, args])
+            .env("RUST_LOG", "info,portcullis_upstream::stdio=debug")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .await
+            .unwrap();
+        let log = text(&out.stderr);
+        let longest = log.lines().map(str::len).max().unwrap_or_default();
+        assert!(
+            longest < 10_000,
+            "{tool}: a {longest}-byte log line (the start: {})",
+            &log[..log.len().min(300)]
+        );
+        assert_eq!(out.status.code(), Some(0), "{tool}: {log}");
+        assert!(
+            text(&out.stdout).contains(answer),
+            "{tool}: {}",
+            text(&out.stdout)
+        );
+        // Lines are logged once they end, so the 50 MB line is there, cut.
+        assert!(
+            log.contains(&format!("{} … [49991808 bytes cut]", "x".repeat(64))),
+            "{tool}: no capped line in the log"
+        );
+        assert!(log.contains("bad \u{fffd} byte"), "{tool}");
+        assert!(
+            log.contains("\\u{1b}[2K\\rINFO forged line") && !log.contains('\u{1b}'),
+            "{tool}: control characters reach the log raw"
+        );
+    }
+}
