@@ -686,3 +686,89 @@ async fn flooded_child_stderr_is_capped_escaped_and_drained() {
         );
     }
 }
+
+/// Makes `path` a FIFO (replacing any file there).
+fn fifo(path: &Path) {
+    let _ = std::fs::remove_file(path);
+    let made = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(made.success(), "mkfifo {}", path.display());
+}
+
+/// `portcullis ARGS…`, failing the test (not hanging it) if it has not
+/// ended within a minute; the child is killed then.
+async fn portcullis_bounded(args: &[&str]) -> Output {
+    let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    match tokio::time::timeout(common::PATIENCE, run).await {
+        Ok(out) => out.unwrap(),
+        Err(_) => panic!("portcullis {args:?} hung"),
+    }
+}
+
+/// A FIFO where the gateway expects a file (a native manifest, an Agent
+/// Plugins `plugin.json`, a route table, an OpenAPI document, the public
+/// key file, the config itself) is refused at once, by name: opening or
+/// reading it would block `check`, `tools` and `serve` forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn special_files_are_refused_by_name_not_waited_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let addr = start_app(dir.path().join("keys/gateway.pub")).await;
+    let config = layout(dir.path(), addr);
+    let path = config.to_str().unwrap();
+    let mut toml_text = std::fs::read_to_string(&config).unwrap();
+    toml_text.push_str(&format!(
+        "\n[apps.billing]\nopenapi = \"apps/billing/openapi.yaml\"\nbase_url = \"http://{addr}\"\n"
+    ));
+    std::fs::write(&config, toml_text).unwrap();
+    std::fs::create_dir_all(dir.path().join("apps/billing")).unwrap();
+    std::fs::create_dir_all(dir.path().join("keys")).unwrap();
+    for file in [
+        "tools/greeter/mcp-plugin.json",
+        "plugins/acme/plugin.json",
+        "apps/site/mdk-plugin.json",
+        "apps/billing/openapi.yaml",
+    ] {
+        fifo(&dir.path().join(file));
+    }
+
+    let out = portcullis_bounded(&["check", "--config", path]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    let err = text(&out.stderr);
+    for named in [
+        "\"mcp-plugin.json\": is not a regular file (a FIFO)",
+        "plugin.json could not be read: not a regular file (a FIFO)",
+        "\"mdk-plugin.json\": is not a regular file (a FIFO)",
+        "openapi.yaml: is not a regular file (a FIFO)",
+    ] {
+        assert!(err.contains(named), "{named} in {err}");
+    }
+
+    // `tools` serves what loads; the key file a FIFO skips the apps, named.
+    fifo(&dir.path().join("keys/gateway.pub"));
+    let out = portcullis_bounded(&["tools", "--json", "--config", path]).await;
+    let err = text(&out.stderr);
+    assert_eq!(row(&rows(&out), "demo__echo")["status"], "available");
+    assert!(
+        err.contains("gateway.pub: is not a regular file (a FIFO)"),
+        "{err}"
+    );
+
+    // The config itself.
+    let piped = dir.path().join("piped.toml");
+    fifo(&piped);
+    for command in ["check", "tools"] {
+        let out = portcullis_bounded(&[command, "--config", piped.to_str().unwrap()]).await;
+        assert_eq!(out.status.code(), Some(2), "{command}");
+        let err = text(&out.stderr);
+        assert!(
+            err.contains("piped.toml") && err.contains("is not a regular file (a FIFO)"),
+            "{command}: {err}"
+        );
+    }
+}
