@@ -772,3 +772,54 @@ async fn special_files_are_refused_by_name_not_waited_on() {
         );
     }
 }
+
+/// The 16 384-character cap on strings without a `maxLength` belongs to the
+/// schemas Portcullis writes for routes (route tables and OpenAPI
+/// documents), not to tools that bring their own schema: a long string
+/// reaches an upstream MCP tool and a native plugin's handler, and is still
+/// refused by a route before the app sees it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_string_cap_applies_to_route_tools_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let addr = start_app(dir.path().join("keys/gateway.pub")).await;
+    let config = layout(dir.path(), addr);
+    let path = config.to_str().unwrap();
+    let long = "y".repeat(20_000);
+
+    let out = portcullis(&[
+        "call",
+        "--config",
+        path,
+        "demo__echo",
+        &json!({"text": long}).to_string(),
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    assert!(text(&out.stdout).contains(&long), "the upstream echoes it");
+
+    let out = portcullis(&[
+        "call",
+        "--config",
+        path,
+        "greeter__greet",
+        &json!({"name": long}).to_string(),
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    assert!(text(&out.stdout).contains(&long), "the handler got it");
+
+    let out = portcullis(&[
+        "call",
+        "--config",
+        path,
+        "site__devices_get",
+        &json!({"id": long}).to_string(),
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(1));
+    let refused = text(&out.stdout);
+    assert!(
+        refused.starts_with("ERR_INVALID_ARGUMENTS: ") && refused.contains("/id: "),
+        "{refused}"
+    );
+}
