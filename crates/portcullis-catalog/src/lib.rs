@@ -24,6 +24,7 @@
 //! | [`policy`] | allow / ask / deny, denied results |
 //! | [`validation`] | JSON Schema validation of call arguments |
 //! | [`framing`] | untrusted-output framing and the output cap |
+//! | [`log_line`] | a child's stderr split into capped, escaped log lines |
 //! | [`error_mapping`] | which error messages reach the model; the `ERR_…` codes |
 //! | [`diagnostic`] | `{rule, origin, message}` reports |
 //! | [`definition`] | prompts, resources, resource templates |
@@ -66,6 +67,7 @@ pub mod error_mapping;
 pub mod filter;
 pub mod fingerprint;
 pub mod framing;
+pub mod log_line;
 pub mod naming;
 pub mod passthrough;
 pub mod pins;

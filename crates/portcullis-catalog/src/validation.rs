@@ -4,10 +4,13 @@
 //! Schemas are JSON Schema (2020-12 unless they say otherwise in `$schema`),
 //! compiled once per tool by the `jsonschema` crate with no network or file
 //! access (an external `$ref` fails to compile rather than fetching anything).
-//! Before compiling, the seed's defaults are applied: every `string` without
-//! a `maxLength` is capped at [`DEFAULT_MAX_STRING_LENGTH`] characters, so a
-//! model cannot push an unbounded string into a handler. `integer` admits
-//! whole numbers only, as JSON Schema already says.
+//! A schema is enforced as written: an MCP server's or a plugin's tool takes
+//! whatever length its own schema allows (a file body, a long prompt). The
+//! default cap on strings without a `maxLength` ([`DEFAULT_MAX_STRING_LENGTH`],
+//! via [`apply_seed_defaults`]) belongs to the schemas Portcullis itself
+//! writes, for routes of route tables and OpenAPI documents, where it is
+//! part of the published schema. `integer` admits whole numbers only, as JSON
+//! Schema already says.
 //!
 //! A failure is a *tool* error (`isError: true`, code
 //! `ERR_INVALID_ARGUMENTS`), not a protocol error, so the model sees what was
@@ -20,7 +23,8 @@ use crate::error::CatalogError;
 use crate::error_mapping::codes::ERR_INVALID_ARGUMENTS;
 use crate::result::ToolResult;
 
-/// Cap on a string argument whose schema states no `maxLength`.
+/// Cap on a string argument whose schema states no `maxLength`, in the
+/// schemas Portcullis generates for routes.
 pub const DEFAULT_MAX_STRING_LENGTH: u64 = 16_384;
 
 /// At most this many problems are listed in one failure message.
@@ -46,11 +50,10 @@ pub struct ArgumentValidator {
 }
 
 impl ArgumentValidator {
-    /// Compiles `schema` (with the seed's defaults applied) for `tool`.
+    /// Compiles `schema`, as written, for `tool`.
     pub fn compile(tool: &str, schema: &Value) -> Result<Self, CatalogError> {
-        let effective = apply_seed_defaults(schema);
         let validator =
-            jsonschema::validator_for(&effective).map_err(|e| CatalogError::InvalidSchema {
+            jsonschema::validator_for(schema).map_err(|e| CatalogError::InvalidSchema {
                 tool: tool.to_owned(),
                 reason: e.masked().to_string(),
             })?;
@@ -127,7 +130,8 @@ impl std::fmt::Display for ArgumentErrors {
 impl std::error::Error for ArgumentErrors {}
 
 /// `schema` with a `maxLength` of [`DEFAULT_MAX_STRING_LENGTH`] added to every
-/// string-typed subschema that states none.
+/// string-typed subschema that states none: for schemas Portcullis writes
+/// itself (a route's), never for a tool's own schema.
 ///
 /// ```
 /// use portcullis_catalog::validation::apply_seed_defaults;
@@ -242,10 +246,24 @@ mod tests {
         })
     }
 
+    /// As a route's generated schema is: with the default cap written in.
     fn check(args: Value) -> Result<(), ArgumentErrors> {
-        ArgumentValidator::compile("devices_get", &route_schema())
+        ArgumentValidator::compile("devices_get", &apply_seed_defaults(&route_schema()))
             .unwrap()
             .validate(&args)
+    }
+
+    #[test]
+    fn a_schema_is_enforced_as_written_without_a_default_cap() {
+        let v = ArgumentValidator::compile("devices_get", &route_schema()).unwrap();
+        assert!(
+            v.validate(&json!({"id": "dev-1", "query": "q".repeat(100_000)}))
+                .is_ok()
+        );
+        assert!(
+            v.validate(&json!({"id": "dev-123456"})).is_err(),
+            "a stated maxLength holds"
+        );
     }
 
     #[test]
@@ -340,7 +358,7 @@ mod tests {
         );
         assert_eq!(capped["properties"]["nullable"]["maxLength"], 16384);
         assert_eq!(capped["$defs"]["name"]["maxLength"], 16384);
-        let v = ArgumentValidator::compile("t", &schema).unwrap();
+        let v = ArgumentValidator::compile("t", &capped).unwrap();
         assert!(v.validate(&json!({"ref": "x".repeat(16_385)})).is_err());
         assert!(
             v.validate(&json!({"list": ["ok"], "nullable": null}))

@@ -8,7 +8,7 @@
 //!
 //! and answers on stdout with an MCP `CallToolResult` (`{"content": [...]}`)
 //! or, failing that, plain text, which becomes one text item. Its stderr goes
-//! to the log line by line. It runs in the plugin directory with a cleared
+//! to the log line by line, each line capped at 8 KiB and escaped. It runs in the plugin directory with a cleared
 //! environment (only `PATH`, `HOME`, `TMPDIR`, `LANG`, `LC_ALL` pass, plus
 //! `PLUGIN_ROOT`), so the gateway's own secrets never reach plugin code.
 //!
@@ -28,10 +28,11 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use portcullis_catalog::ToolResult;
+use portcullis_catalog::log_line::{DEFAULT_MAX_LINE_BYTES, LineSplitter, LogLine};
 use portcullis_server::{CallContext, ToolError, ToolHandler};
 use process_wrap::tokio::{CommandWrap, KillOnDrop, ProcessGroup};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 
@@ -236,16 +237,31 @@ async fn read_capped(stream: impl AsyncRead + Unpin, limit: usize) -> Result<Vec
     Ok(bytes)
 }
 
-/// Logs stderr line by line; keeps the first bytes to look for `ERR_`.
-async fn log_stderr(stream: impl AsyncRead + Unpin, tool: &str) -> Vec<u8> {
-    let mut lines = BufReader::new(stream).split(b'\n');
+/// Logs stderr line by line, each line capped and escaped (see
+/// [`portcullis_catalog::log_line`]); keeps the first bytes to look for
+/// `ERR_`. Drains to the end whatever arrives, so the handler never blocks
+/// on a full pipe, and holds at most one capped line.
+async fn log_stderr(mut stream: impl AsyncRead + Unpin, tool: &str) -> Vec<u8> {
+    let mut splitter = LineSplitter::new(DEFAULT_MAX_LINE_BYTES);
     let mut kept = Vec::new();
-    while let Ok(Some(line)) = lines.next_segment().await {
-        tracing::info!(tool, stderr = %String::from_utf8_lossy(&line), "plugin handler");
+    let mut log = |line: LogLine| {
+        tracing::info!(tool, stderr = %line, "plugin handler");
         if kept.len() < STDERR_SCAN_BYTES {
-            kept.extend_from_slice(&line);
+            kept.extend_from_slice(line.text.as_bytes());
             kept.push(b'\n');
         }
+    };
+    let mut chunk = vec![0; 8 * 1024];
+    loop {
+        match stream.read(&mut chunk).await {
+            Ok(0) => break,
+            Ok(n) => splitter.feed(&chunk[..n], &mut log),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    if let Some(line) = splitter.finish() {
+        log(line);
     }
     kept
 }

@@ -9,6 +9,10 @@
 //!    (`ERR_MCP_AUTH_REQUIRED`) or whose identity lacks a permission
 //!    (`ERR_MCP_PERM_DENIED`), before anything is sent;
 //! 2. splits the flat arguments into path, query, headers and a JSON body;
+//!    each path argument is encoded into the one segment it fills, and one
+//!    that would make that segment empty, `.` or `..` (plain or
+//!    percent-encoded) is refused with `ERR_INVALID_ARGUMENTS`, so no call
+//!    reaches a path outside its route;
 //! 3. signs and sends the request (no redirects followed, no proxy);
 //! 4. answers the response body as text, JSON pretty-printed (as the seed
 //!    does), read up to a cap.
@@ -24,6 +28,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use http::{HeaderName, HeaderValue, Method};
+use percent_encoding::percent_decode;
 use portcullis_catalog::ToolResult;
 use portcullis_catalog::error_mapping::codes::{
     ERR_APP_RUNTIME_UNAVAILABLE, ERR_INVALID_ARGUMENTS,
@@ -211,7 +216,18 @@ async fn forward(
     let split = route.split(&args);
     let path = fill_path(&route.path, &split.path)?;
     let mut url = app.base.clone();
-    url.set_path(&format!("{}{}", app.prefix, path));
+    let wanted = format!("{}{}", app.prefix, path);
+    url.set_path(&wanted);
+    // Backstop: the URL parser may rewrite a path (dot segments, `\`); what
+    // is signed and sent must be exactly the route filled in, never a
+    // neighbour of it.
+    if url.path() != wanted {
+        tracing::warn!(app = %app.name, route = %route.declared_id, "filled path rewritten by the URL parser; refused");
+        return Err(ToolError::msg(format!(
+            "{ERR_INVALID_ARGUMENTS}: the path arguments do not make a path inside route \"{}\"",
+            route.declared_id
+        )));
+    }
     if !split.query.is_empty() {
         let mut pairs = url.query_pairs_mut();
         for (name, value) in &split.query {
@@ -333,31 +349,70 @@ async fn forward(
 }
 
 /// The route path with `{name}` and `:name` filled in, each value
-/// percent-encoded so it stays one segment.
+/// percent-encoded so it stays inside the one segment it fills.
+///
+/// A segment a value fills must not read as empty, `.` or `..` once
+/// percent-decoded (however many times, in any case): the URL parser
+/// resolves `%2E%2E` as `..` (WHATWG), and an application or proxy that
+/// decodes before routing would too, so such a value would climb out of the
+/// route (`/devices/{id}/{field}` with `..`/`admin` reaching `/admin`,
+/// signed). An empty one would make `/devices//x`, which some servers
+/// collapse into another route.
 fn fill_path(template: &str, values: &Map<String, Value>) -> Result<String, ToolError> {
     let mut out = String::with_capacity(template.len());
     for (i, segment) in template.split('/').enumerate() {
         if i > 0 {
             out.push('/');
         }
+        let mut filled = String::with_capacity(segment.len());
+        let mut names: Vec<&str> = Vec::new();
         if let Some(name) = segment.strip_prefix(':') {
-            out.push_str(&encode_segment(&path_value(values, name)?));
-            continue;
+            filled.push_str(&encode_segment(&path_value(values, name)?));
+            names.push(name);
+        } else {
+            // `{name}` anywhere in the segment (`/files/{id}.json`).
+            let mut rest = segment;
+            while let Some(start) = rest.find('{') {
+                let Some(len) = rest[start..].find('}') else {
+                    break;
+                };
+                filled.push_str(&rest[..start]);
+                let name = &rest[start + 1..start + len];
+                filled.push_str(&encode_segment(&path_value(values, name)?));
+                names.push(name);
+                rest = &rest[start + len + 1..];
+            }
+            filled.push_str(rest);
         }
-        // `{name}` anywhere in the segment (`/files/{id}.json`).
-        let mut rest = segment;
-        while let Some(start) = rest.find('{') {
-            let Some(len) = rest[start..].find('}') else {
-                break;
-            };
-            out.push_str(&rest[..start]);
-            let name = &rest[start + 1..start + len];
-            out.push_str(&encode_segment(&path_value(values, name)?));
-            rest = &rest[start + len + 1..];
+        if !names.is_empty() && leaves_its_segment(&filled) {
+            return Err(ToolError::msg(format!(
+                "{ERR_INVALID_ARGUMENTS}: path parameter {} must not make an empty, \".\" or \"..\" path segment",
+                names
+                    .iter()
+                    .map(|name| format!("\"{name}\""))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
         }
-        out.push_str(rest);
+        out.push_str(&filled);
     }
     Ok(out)
+}
+
+/// Whether a filled segment, percent-decoded until nothing changes, is
+/// empty or a dot segment. Decoding repeatedly covers `%252E` and an
+/// application that decodes more than once.
+fn leaves_its_segment(segment: &str) -> bool {
+    let mut text = segment.as_bytes().to_vec();
+    // Each round shortens the text; the bound only caps pathological input.
+    for _ in 0..8 {
+        let decoded: Vec<u8> = percent_decode(&text).collect();
+        if decoded == text {
+            break;
+        }
+        text = decoded;
+    }
+    matches!(text.as_slice(), b"" | b"." | b"..")
 }
 
 fn path_value(values: &Map<String, Value>, name: &str) -> Result<String, ToolError> {
@@ -368,6 +423,8 @@ fn path_value(values: &Map<String, Value>, name: &str) -> Result<String, ToolErr
     })
 }
 
+/// Every byte but RFC 3986's unreserved ones is encoded, so `/`, `?`, `#`,
+/// `%` and `\` (a separator to the URL parser) never act as syntax.
 fn encode_segment(value: &str) -> String {
     let mut out = String::with_capacity(value.len());
     for byte in value.bytes() {
@@ -377,12 +434,7 @@ fn encode_segment(value: &str) -> String {
             out.push_str(&format!("%{byte:02X}"));
         }
     }
-    // "." and ".." would be normalised away by the URL parser.
-    match out.as_str() {
-        "." => "%2E".to_owned(),
-        ".." => "%2E%2E".to_owned(),
-        _ => out,
-    }
+    out
 }
 
 fn scalar_text(value: &Value) -> String {
@@ -418,12 +470,49 @@ mod tests {
             fill_path("/d/{id}/x/{n}.json", values).unwrap(),
             "/d/a%2Fb%20c/x/3.json"
         );
-        assert_eq!(fill_path("/d/{dots}", values).unwrap(), "/d/%2E%2E");
+        assert_eq!(fill_path("/d/{dots}.json", values).unwrap(), "/d/...json");
         let missing = fill_path("/d/{ghost}", values).unwrap_err();
         assert_eq!(
             missing.message(),
             "ERR_INVALID_ARGUMENTS: missing path parameter \"ghost\""
         );
+    }
+
+    #[test]
+    fn dot_and_empty_segments_are_refused() {
+        for value in [
+            "",
+            ".",
+            "..",
+            "%2e",
+            "%2E",
+            "%2e%2e",
+            ".%2E",
+            "%2e.",
+            "%252e%252E",
+            "%25252e",
+        ] {
+            let values = json!({"id": value, "field": "admin"});
+            let error =
+                fill_path("/devices/{id}/{field}", values.as_object().unwrap()).expect_err(value);
+            assert_eq!(
+                error.message(),
+                "ERR_INVALID_ARGUMENTS: path parameter \"id\" must not make an empty, \".\" or \"..\" path segment",
+                "{value}"
+            );
+        }
+        // Two values making one dot segment between them.
+        let values = json!({"a": ".", "b": "."});
+        assert!(fill_path("/x/{a}{b}", values.as_object().unwrap()).is_err());
+        assert!(fill_path("/x/:a", values.as_object().unwrap()).is_err());
+        // Dots inside a longer segment, and syntax characters, stay put.
+        let values = json!({"id": "../admin?x=1#f\\y%2F.."});
+        assert_eq!(
+            fill_path("/d/{id}", values.as_object().unwrap()).unwrap(),
+            "/d/..%2Fadmin%3Fx%3D1%23f%5Cy%252F.."
+        );
+        // A literal template segment is the route author's, not an argument.
+        assert_eq!(fill_path("/d//x", &Map::new()).unwrap(), "/d//x");
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! | [`route`] + [`forward`] | how a route becomes a tool, and how its call is forwarded to the application over HTTP |
 //! | [`signing`] | the gateway's Ed25519 key, request signatures, and [`verify_request`] for applications |
 //! | [`source`] | the [`ToolSource`] trait all of them implement |
+//! | [`files`] | every file the gateway reads opened as a regular file only (a FIFO or device would hang it) |
 //! | [`schema`] | the JSON Schema subset a route's parameters and body may use, normalised as the seed does |
 //!
 //! Private: `containment` (a path a manifest names stays inside its
@@ -58,6 +59,7 @@
 pub mod command;
 mod containment;
 pub mod error;
+pub mod files;
 pub mod forward;
 pub mod native;
 pub mod openapi;

@@ -364,18 +364,8 @@ pub(crate) fn read_json_inside(
         .map_err(|e| SourceError::invalid(label, format!("\"{relative}\" is not valid JSON: {e}")))
 }
 
-/// Reads a UTF-8 file of at most [`MAX_MANIFEST_BYTES`].
+/// Reads a UTF-8 regular file of at most [`MAX_MANIFEST_BYTES`] (a FIFO or
+/// device is refused, never waited on).
 pub(crate) fn read_bounded(path: &Path) -> Result<String, String> {
-    use std::io::Read;
-    let file = std::fs::File::open(path).map_err(|e| format!("cannot be read: {e}"))?;
-    let mut bytes = Vec::new();
-    // Read one byte past the cap so an oversized file is detected without
-    // trusting the metadata (which a FIFO or /proc file would misreport).
-    file.take(MAX_MANIFEST_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("cannot be read: {e}"))?;
-    if bytes.len() as u64 > MAX_MANIFEST_BYTES {
-        return Err(format!("is larger than {MAX_MANIFEST_BYTES} bytes"));
-    }
-    String::from_utf8(bytes).map_err(|_| "is not UTF-8".to_owned())
+    crate::files::read_regular_to_string(path, MAX_MANIFEST_BYTES).map_err(|e| e.to_string())
 }

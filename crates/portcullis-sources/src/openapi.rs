@@ -63,28 +63,15 @@ pub struct OpenApiDocument {
 impl OpenApiDocument {
     /// Reads and converts a document file (JSON or YAML).
     pub fn load(path: impl AsRef<Path>) -> Result<Self, SourceError> {
-        use std::io::Read;
         let path = path.as_ref();
         let label = path.display().to_string();
-        let file = std::fs::File::open(path).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
+        let text = crate::files::read_regular_to_string(path, MAX_DOCUMENT_BYTES).map_err(|e| {
+            if e.is_not_found() {
                 SourceError::ManifestMissing { dir: label.clone() }
             } else {
-                SourceError::invalid(&label, format!("cannot be read: {e}"))
+                SourceError::invalid(&label, e.to_string())
             }
         })?;
-        let mut bytes = Vec::new();
-        file.take(MAX_DOCUMENT_BYTES + 1)
-            .read_to_end(&mut bytes)
-            .map_err(|e| SourceError::invalid(&label, format!("cannot be read: {e}")))?;
-        if bytes.len() as u64 > MAX_DOCUMENT_BYTES {
-            return Err(SourceError::invalid(
-                &label,
-                format!("is larger than {MAX_DOCUMENT_BYTES} bytes"),
-            ));
-        }
-        let text =
-            String::from_utf8(bytes).map_err(|_| SourceError::invalid(&label, "is not UTF-8"))?;
         Self::parse(&label, &text)
     }
 

@@ -15,9 +15,11 @@
 use portcullis_catalog::ArgumentValidator;
 use serde_json::{Map, Value, json};
 
-/// Cap on free-text arguments when the schema states no `maxLength` (the
-/// seed's `DEFAULT_MAX_STRING_LENGTH`).
-pub const DEFAULT_MAX_STRING_LENGTH: u64 = 16384;
+/// Cap on free-text arguments when the schema states no `maxLength`,
+/// written into every generated string schema (and only there: a tool that
+/// brings its own schema is validated as written).
+pub const DEFAULT_MAX_STRING_LENGTH: u64 =
+    portcullis_catalog::validation::DEFAULT_MAX_STRING_LENGTH;
 
 /// How deep a schema (counting `$ref` hops) is followed.
 pub const MAX_DEPTH: usize = 32;

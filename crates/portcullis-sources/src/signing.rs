@@ -48,6 +48,8 @@ use portcullis_server::Identity;
 use sha2::{Digest, Sha256};
 use thiserror::Error;
 
+use crate::files::{read_regular_to_string, write_regular};
+
 /// Header carrying the caller's identity (JSON).
 pub const IDENTITY_HEADER: &str = "x-portcullis-identity";
 /// Header carrying the signing time (Unix seconds).
@@ -145,7 +147,7 @@ impl GatewayKey {
             let path = path.to_path_buf();
             move |source| KeyError::Io { path, source }
         };
-        match std::fs::read_to_string(&path) {
+        match read_key_file(&path) {
             Ok(text) => return Self::parse_private(&path, &text),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(io(&path)(e)),
@@ -163,7 +165,7 @@ impl GatewayKey {
         match linked {
             Ok(()) => Ok(key),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                let text = std::fs::read_to_string(&path).map_err(io(&path))?;
+                let text = read_key_file(&path).map_err(io(&path))?;
                 Self::parse_private(&path, &text)
             }
             Err(e) => Err(io(&path)(e)),
@@ -196,11 +198,14 @@ impl GatewayKey {
                 source,
             })?;
         }
-        std::fs::write(path, format!("{}\n", self.public_key().to_base64())).map_err(|source| {
-            KeyError::Io {
-                path: path.to_path_buf(),
-                source,
-            }
+        // A FIFO or device at that path is refused, never blocked on.
+        write_regular(
+            path,
+            format!("{}\n", self.public_key().to_base64()).as_bytes(),
+        )
+        .map_err(|e| KeyError::Io {
+            path: path.to_path_buf(),
+            source: e.into(),
         })
     }
 
@@ -275,6 +280,15 @@ fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     file.sync_all()
 }
 
+/// A key file's text: a regular file only (a FIFO would block the read),
+/// and small (a key is 45 bytes of base64).
+fn read_key_file(path: &Path) -> std::io::Result<String> {
+    read_regular_to_string(path, MAX_KEY_FILE_BYTES).map_err(Into::into)
+}
+
+/// Far more than a key file holds; anything bigger is not one.
+const MAX_KEY_FILE_BYTES: u64 = 4096;
+
 #[cfg(unix)]
 fn check_private_mode(path: &Path) -> Result<(), KeyError> {
     use std::os::unix::fs::PermissionsExt;
@@ -321,7 +335,7 @@ impl PublicKey {
     /// Reads a key file written by [`GatewayKey::write_public_key`].
     pub fn read_file(path: impl AsRef<Path>) -> Result<Self, KeyError> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|source| KeyError::Io {
+        let text = read_key_file(path).map_err(|source| KeyError::Io {
             path: path.to_path_buf(),
             source,
         })?;

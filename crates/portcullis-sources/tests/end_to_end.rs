@@ -41,6 +41,8 @@ struct Seen {
 struct AppState {
     key: PublicKey,
     seen: Arc<Mutex<Vec<Seen>>>,
+    /// Every request target, verified or not.
+    targets: Arc<Mutex<Vec<String>>>,
 }
 
 fn error(status: StatusCode, message: &str) -> Response {
@@ -58,6 +60,7 @@ async fn application(State(state): State<AppState>, request: Request) -> Respons
         .path_and_query()
         .map(|p| p.as_str())
         .unwrap_or("/");
+    state.targets.lock().unwrap().push(target.to_owned());
     let verified = match verify_request(
         &state.key,
         parts.method.as_str(),
@@ -138,6 +141,7 @@ fn percent_decode(text: &str) -> String {
 struct RunningApp {
     addr: SocketAddr,
     seen: Arc<Mutex<Vec<Seen>>>,
+    targets: Arc<Mutex<Vec<String>>>,
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -145,9 +149,11 @@ struct RunningApp {
 impl RunningApp {
     async fn start(key_file: &std::path::Path) -> Self {
         let seen = Arc::new(Mutex::new(Vec::new()));
+        let targets = Arc::new(Mutex::new(Vec::new()));
         let state = AppState {
             key: PublicKey::read_file(key_file).unwrap(),
             seen: seen.clone(),
+            targets: targets.clone(),
         };
         let router = axum::Router::new().fallback(application).with_state(state);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -164,6 +170,7 @@ impl RunningApp {
         RunningApp {
             addr,
             seen,
+            targets,
             stop: Some(stop),
             task,
         }
@@ -684,5 +691,116 @@ async fn a_slow_app_is_unavailable_after_the_timeout() {
         ),
         "{text}"
     );
+    running.stop().await;
+}
+
+/// A path argument never leaves the route it fills: dot segments (plain or
+/// percent-encoded in any case) are refused before anything is sent, and
+/// every other value stays one segment under the declared path. Checked for
+/// a route table and for an OpenAPI document, against an app under a base
+/// path (`/api/v1`), whose parent a `..` would otherwise reach, signed.
+#[tokio::test]
+async fn path_arguments_never_leave_their_route() {
+    let gateway = Gateway::new();
+    let running = RunningApp::start(&gateway.key_file()).await;
+    let table = RouteTable::from_value(
+        "./apps/site",
+        &json!({"name": "site", "version": "1.0.0", "routes": [
+            {"id": "field", "safety": "read-only", "http": {"method": "GET", "path": "/devices/{id}/{field}",
+             "parameters": [
+                {"in": "path", "name": "id", "required": true, "schema": {"type": "string"}},
+                {"in": "path", "name": "field", "required": true, "schema": {"type": "string"}}]}}]}),
+    )
+    .unwrap();
+    let openapi_path = gateway.dir.path().join("apps/site/fields.yaml");
+    std::fs::write(
+        &openapi_path,
+        r##"
+openapi: 3.0.3
+info: {title: Site API, version: "1"}
+paths:
+  /devices/{id}/{field}:
+    get:
+      operationId: getField
+      parameters:
+        - {name: id, in: path, required: true, schema: {type: string}}
+        - {name: field, in: path, required: true, schema: {type: string}}
+      responses: {"200": {description: the field}}
+"##,
+    )
+    .unwrap();
+    let document = OpenApiDocument::load(&openapi_path).unwrap();
+    let app = App::new(
+        AppOptions::new("site", format!("{}/api/v1", running.base_url()))
+            .with_key(gateway.key.clone()),
+    )
+    .unwrap();
+    let tools = ToolServer::builder()
+        .register_all(AppSource::from_route_table(table, app.clone()).registrations())
+        .register_all(AppSource::from_openapi(document, app).registrations())
+        .build()
+        .unwrap();
+
+    let refused = [
+        json!({"id": "..", "field": "admin"}),
+        json!({"id": "..", "field": ".."}),
+        json!({"id": "x", "field": ".."}),
+        json!({"id": ".", "field": "admin"}),
+        json!({"id": "%2e%2e", "field": "admin"}),
+        json!({"id": "%2E%2E", "field": "%2e%2E"}),
+        json!({"id": ".%2E", "field": "admin"}),
+        json!({"id": "%2e.", "field": "admin"}),
+        json!({"id": "%252e%252e", "field": "admin"}),
+        json!({"id": "", "field": "admin"}),
+    ];
+    for tool in ["field", "getField"] {
+        for args in &refused {
+            let result = tools.call(tool, args.clone(), None).await.unwrap();
+            assert!(result.is_error, "{tool} {args}: {result:?}");
+            let message = result.text_blocks().next().unwrap();
+            assert!(
+                message.starts_with("ERR_INVALID_ARGUMENTS: path parameter \""),
+                "{tool} {args}: {message}"
+            );
+        }
+    }
+    assert_eq!(
+        running.targets.lock().unwrap().clone(),
+        Vec::<String>::new()
+    );
+
+    // Everything else is encoded into its one segment.
+    let kept = [
+        (json!({"id": "../admin", "field": "x"}), "..%2Fadmin", "x"),
+        (
+            json!({"id": "a\\..", "field": "?q=1#f"}),
+            "a%5C..",
+            "%3Fq%3D1%23f",
+        ),
+        (
+            json!({"id": "...", "field": "%2F..%2F"}),
+            "...",
+            "%252F..%252F",
+        ),
+        (json!({"id": "d1", "field": "name"}), "d1", "name"),
+    ];
+    for tool in ["field", "getField"] {
+        for (args, id, field) in &kept {
+            let before = running.targets.lock().unwrap().len();
+            let _ = tools.call(tool, args.clone(), None).await.unwrap();
+            let targets = running.targets.lock().unwrap().clone();
+            assert_eq!(
+                targets[before..],
+                [format!("/api/v1/devices/{id}/{field}")],
+                "{tool} {args}"
+            );
+        }
+    }
+    // The app saw nothing outside `/api/v1/devices/<one segment>/<one segment>`.
+    for target in running.targets.lock().unwrap().iter() {
+        let segments: Vec<&str> = target.split('/').collect();
+        assert_eq!(segments.len(), 6, "{target}");
+        assert_eq!(segments[..4], ["", "api", "v1", "devices"], "{target}");
+    }
     running.stop().await;
 }

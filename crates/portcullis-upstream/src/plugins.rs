@@ -281,7 +281,7 @@ fn load_manifest(
             ));
         }
     }
-    let bytes = std::fs::read(&path).map_err(|e| {
+    let bytes = read_plugin_file(&path).map_err(|e| {
         manifest_fail(
             Rule::ManifestUnreadable,
             format!("plugin.json could not be read: {e}."),
@@ -504,6 +504,56 @@ fn schema_version<'a>(url: &'a str, file: &str) -> Option<&'a str> {
     (!version.is_empty() && tail == expected).then_some(version)
 }
 
+/// Most a `plugin.json` or `mcp.json` may hold.
+const MAX_PLUGIN_FILE_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Reads a plugin file: a regular file only, at most
+/// [`MAX_PLUGIN_FILE_BYTES`]. It is opened without blocking and the opened
+/// file checked (no window to swap it), since a FIFO would block the open
+/// and the read forever (hanging `check`, `tools` and `serve`) and a
+/// device would never end. (The sources crate does the same for the files
+/// it reads; the two crates share no dependency with I/O.)
+fn read_plugin_file(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NONBLOCK);
+    }
+    let file = options.open(path)?;
+    let kind = file.metadata()?.file_type();
+    if !kind.is_file() {
+        #[cfg(unix)]
+        use std::os::unix::fs::FileTypeExt;
+        let what = match () {
+            () if kind.is_dir() => "a directory",
+            #[cfg(unix)]
+            () if kind.is_fifo() => "a FIFO",
+            #[cfg(unix)]
+            () if kind.is_char_device() || kind.is_block_device() => "a device",
+            #[cfg(unix)]
+            () if kind.is_socket() => "a socket",
+            () => "a special file",
+        };
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("not a regular file ({what})"),
+        ));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_PLUGIN_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_PLUGIN_FILE_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than {MAX_PLUGIN_FILE_BYTES} bytes"),
+        ));
+    }
+    Ok(bytes)
+}
+
 fn mcp_fail(rule: Rule, message: impl Into<String>) -> Diagnostic {
     Diagnostic::new(rule, MCP_CONFIG, message)
 }
@@ -517,7 +567,7 @@ fn load_mcp(
     if !path.exists() {
         return Vec::new();
     }
-    let bytes = match std::fs::read(&path) {
+    let bytes = match read_plugin_file(&path) {
         Ok(bytes) => bytes,
         Err(e) => {
             diagnostics.push(mcp_fail(

@@ -10,9 +10,10 @@
 
 use std::process::Stdio;
 
+use portcullis_catalog::log_line::{DEFAULT_MAX_LINE_BYTES, LineSplitter};
 use process_wrap::tokio::{CommandWrap, KillOnDrop, ProcessGroup};
 use rmcp::transport::TokioChildProcess;
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt};
 
 use crate::config::StdioConfig;
 
@@ -60,12 +61,30 @@ pub(crate) fn spawn(config: &StdioConfig) -> std::io::Result<Spawned> {
     let pid = transport.id();
     if let Some(stderr) = stderr {
         let server = config.name.clone();
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                tracing::debug!(server = %server, "stderr: {line}");
-            }
-        });
+        tokio::spawn(drain_stderr(stderr, server));
     }
     Ok(Spawned { transport, pid })
+}
+
+/// Logs a child's stderr at debug level until it closes: each line capped
+/// and escaped (see [`portcullis_catalog::log_line`]), so neither a flood
+/// without a newline nor a byte that is not UTF-8 makes the gateway buffer
+/// without bound or stop reading (the child would block on a full pipe).
+async fn drain_stderr(mut stderr: impl AsyncRead + Unpin, server: String) {
+    let mut splitter = LineSplitter::new(DEFAULT_MAX_LINE_BYTES);
+    let log = |line: portcullis_catalog::log_line::LogLine| {
+        tracing::debug!(server = %server, "stderr: {line}");
+    };
+    let mut chunk = vec![0; 8 * 1024];
+    loop {
+        match stderr.read(&mut chunk).await {
+            Ok(0) => break,
+            Ok(n) => splitter.feed(&chunk[..n], log),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    if let Some(line) = splitter.finish() {
+        log(line);
+    }
 }

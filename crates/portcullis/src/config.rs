@@ -22,6 +22,7 @@ use std::time::Duration;
 use portcullis_catalog::error_mapping::codes::ERR_INVALID_MCP_TOKEN;
 use portcullis_catalog::naming::Prefix;
 use portcullis_catalog::{Budget, ToolFilter, TransportKind};
+use portcullis_sources::files::read_regular_to_string;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -431,18 +432,23 @@ fn is_bare_host(host: &str) -> bool {
 
 // ---- loading --------------------------------------------------------------
 
+/// Far more than any config holds; a bigger file is refused, not read.
+pub const MAX_CONFIG_BYTES: u64 = 4 * 1024 * 1024;
+
 /// Reads and validates the config at `path`, expanding `${VAR}` from the
 /// process environment.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+    // A regular file only: a FIFO would block the read (and the signals
+    // behind it) forever.
+    let text = read_regular_to_string(path, MAX_CONFIG_BYTES).map_err(|e| ConfigError {
         file: path.to_owned(),
         position: None,
         field: None,
-        message: if e.kind() == std::io::ErrorKind::NotFound {
+        message: if e.is_not_found() {
             "no such file; pass --config FILE or create ./portcullis.toml (see examples/portcullis.toml)"
                 .to_owned()
         } else {
-            format!("cannot be read: {e}")
+            e.to_string()
         },
     })?;
     parse(path, &text, &|name| std::env::var(name).ok())

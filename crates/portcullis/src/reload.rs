@@ -444,7 +444,7 @@ impl Live {
 /// Watches `path`: a SIGHUP, or a change of the file's contents (looked at
 /// every [`POLL_INTERVAL`]), reloads it. Runs until the task is dropped.
 pub async fn watch(live: Arc<Live>, path: PathBuf) {
-    let mut last = std::fs::read(&path).ok();
+    let mut last = read_config_bytes(&path);
     #[cfg(unix)]
     let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
     let mut tick = tokio::time::interval(POLL_INTERVAL);
@@ -462,13 +462,13 @@ pub async fn watch(live: Arc<Live>, path: PathBuf) {
         tokio::select! {
             true = signalled => {
                 tracing::info!(path = %path.display(), "SIGHUP: re-reading the config");
-                last = std::fs::read(&path).ok();
+                last = read_config_bytes(&path);
                 live.reload(&path).await;
             }
             _ = tick.tick() => {
                 // Contents, not the mtime: two saves within the mtime's
                 // granularity are still seen, and a touch is not a reload.
-                let now = std::fs::read(&path).ok();
+                let now = read_config_bytes(&path);
                 if now.is_some() && now != last {
                     last = now;
                     tracing::info!(path = %path.display(), "config file changed: re-reading it");
@@ -890,4 +890,11 @@ impl ServerHandler for LiveTools {
             .read_resource_directory(request, context)
             .await
     }
+}
+
+/// The config file's bytes, if it is a regular file that can be read (a
+/// FIFO swapped in would otherwise block this watcher, and the runtime
+/// thread under it, forever).
+fn read_config_bytes(path: &std::path::Path) -> Option<Vec<u8>> {
+    portcullis_sources::files::read_regular(path, crate::config::MAX_CONFIG_BYTES).ok()
 }

@@ -4,6 +4,7 @@
 //! audited; re-reads the config on SIGHUP or when the file changes (see
 //! [`crate::reload`]).
 //!
+//! A signal while the upstreams connect stops the start-up at once (exit 0).
 //! Shutdown, on SIGINT or SIGTERM: stop accepting connections, let in-flight
 //! calls finish (up to [`SHUTDOWN_GRACE`]; then open streams are cut), close
 //! every upstream (stdio children, spawned in their own process groups, are
@@ -18,6 +19,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use portcullis_server::{HttpOptions, ShutdownSignal, serve_http, serve_stdio};
+use tokio_util::sync::CancellationToken;
 
 use crate::Exit;
 use crate::audit::Recorder;
@@ -44,7 +46,26 @@ pub async fn serve(
     // Ours from the start: a signal while upstreams connect, or right after
     // the listening line, must not kill the process with children alive.
     let signal = ShutdownSignal::register();
-    let gateway = Gateway::start(config).await?;
+    // The first signal, whenever it comes: while the upstreams connect (a
+    // slow handshake can take a whole `timeout_ms`) it stops the start-up
+    // at once; dropping the half-built gateway kills the children spawned
+    // so far (their process groups die with their handles).
+    let signalled = CancellationToken::new();
+    tokio::spawn({
+        let signalled = signalled.clone();
+        async move {
+            signal.received().await;
+            signalled.cancel();
+        }
+    });
+    let gateway = tokio::select! {
+        started = Gateway::start(config) => started?,
+        () = signalled.cancelled() => {
+            tracing::info!("signal received while starting; stopping");
+            eprintln!("portcullis: stopped");
+            return Ok(Exit::Success);
+        }
+    };
     let generation = Generation::new(config.clone(), gateway);
     let snapshot = generation.snapshot();
     let summary = format!(
@@ -74,7 +95,7 @@ pub async fn serve(
                     tracing::warn!(%error, "stdio session ended with an error");
                 }
             }
-            () = signal.received() => tracing::info!("signal received; shutting down"),
+            () = signalled.cancelled() => tracing::info!("signal received; shutting down"),
         }
         watcher.abort();
         follower.abort();
@@ -120,7 +141,7 @@ pub async fn serve(
     eprintln!("portcullis: listening on {}; {summary}", server.url());
     let stop = server.stop_token();
     tokio::spawn(async move {
-        signal.received().await;
+        signalled.cancelled().await;
         tracing::info!("signal received; draining in-flight calls");
         stop.cancel();
     });

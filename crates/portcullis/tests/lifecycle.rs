@@ -248,3 +248,55 @@ fn the_end_of_a_stdio_session_closes_a_listening_upstream_cleanly() {
         "a clean session end was logged as an error; stderr:\n{stderr}"
     );
 }
+
+/// SIGTERM while an upstream is still connecting (a stdio server that never
+/// answers its handshake, with a long `timeout_ms`) stops `serve` at once,
+/// exit 0, and the child it had started does not outlive it.
+#[test]
+fn sigterm_while_an_upstream_connects_stops_serve_at_once() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::time::{Duration, Instant};
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mute = dir.path().join("mute.sh");
+    std::fs::write(&mute, "#!/bin/sh\nexec sleep 300\n").expect("script written");
+    std::fs::set_permissions(&mute, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let path = write_config(
+        dir.path(),
+        "[gateway]\nstore = \"memory\"\n\n[upstreams.mute]\ntype = \"stdio\"\ncommand = \"./mute.sh\"\ntimeout_ms = 300000\n",
+    );
+    let mut gateway = std::process::Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&path)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("serve starts");
+    let mut children = Vec::new();
+    eventually("the upstream's child is started", || {
+        children = child_pids(gateway.id());
+        !children.is_empty()
+    });
+
+    common::send_signal(gateway.id(), "TERM");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(status) = gateway.try_wait().expect("try_wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = gateway.kill();
+            let _ = gateway.wait();
+            for pid in &children {
+                common::send_signal(*pid, "KILL");
+            }
+            panic!("serve ignored SIGTERM while an upstream was connecting");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(0));
+    eventually("the child ends with the gateway", || {
+        children.iter().all(|pid| !alive(*pid))
+    });
+}

@@ -798,3 +798,232 @@ fn describe_tool_does_not_describe_what_the_gate_withholds() {
             .contains("secret_param_wipe")
     );
 }
+
+/// What a flooding child writes to stderr: 50 MB without a newline, a byte
+/// that is not UTF-8, a line trying to erase and forge the one before it,
+/// then about 600 KB more (well past a pipe's buffer) from the shell itself,
+/// which a reader that gave up would kill with SIGPIPE.
+const FLOOD: &str = r#"head -c 50000000 /dev/zero | tr '\0' x >&2
+printf '\nbad \377 byte\n\033[2K\rINFO forged line\n' >&2
+i=0; while [ $i -lt 20000 ]; do printf 'noise after the bad byte %s\n' $i >&2; i=$((i+1)); done
+"#;
+
+/// A child's stderr is logged one capped, escaped line at a time, and
+/// drained to the end whatever it holds: a native handler and a stdio
+/// upstream that flood it still answer, the 50 MB line is logged as 8 KiB
+/// and a marker, and a byte that is not UTF-8 does not stop the reading (a
+/// reader that stops leaves the child a closed or full pipe: it dies or
+/// blocks before answering).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flooded_child_stderr_is_capped_escaped_and_drained() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = dir.path().join("tools/noisy");
+    write(
+        &plugin.join("mcp-plugin.json"),
+        r#"{"name": "noisy", "version": "1.0.0", "tools": [
+            {"id": "shout", "handler": "./shout.sh", "description": "Floods stderr, then answers",
+             "annotations": {"readOnlyHint": true}}]}"#,
+    );
+    write(
+        &plugin.join("shout.sh"),
+        &format!("#!/bin/sh\ncat >/dev/null\n{FLOOD}echo answered in spite of it\n"),
+    );
+    executable(&plugin.join("shout.sh"));
+    write(
+        &dir.path().join("flood.sh"),
+        &format!(
+            "#!/bin/sh\n{FLOOD}exec '{}' demo-upstream\n",
+            env!("CARGO_BIN_EXE_portcullis")
+        ),
+    );
+    executable(&dir.path().join("flood.sh"));
+    // One source a config, so each log shows only its own child's stderr.
+    let upstream = dir.path().join("upstream.toml");
+    write(
+        &upstream,
+        "[gateway]\nstore = \"memory\"\n\n[upstreams.flood]\ntype = \"stdio\"\ncommand = \"./flood.sh\"\ntimeout_ms = 20000\n",
+    );
+    let native = dir.path().join("native.toml");
+    write(
+        &native,
+        "[gateway]\nstore = \"memory\"\n\n[[tool_plugins]]\npath = \"tools/noisy\"\n",
+    );
+
+    for (config, tool, args, answer) in [
+        (
+            &upstream,
+            "echo",
+            r#"{"text":"still here"}"#,
+            "\nstill here\n",
+        ),
+        (&native, "shout", "{}", "answered in spite of it"),
+    ] {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_portcullis"))
+            .args(["call", "--config", config.to_str().unwrap(), tool, args])
+            .env("RUST_LOG", "info,portcullis_upstream::stdio=debug")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .await
+            .unwrap();
+        let log = text(&out.stderr);
+        let longest = log.lines().map(str::len).max().unwrap_or_default();
+        assert!(
+            longest < 10_000,
+            "{tool}: a {longest}-byte log line (the start: {})",
+            &log[..log.len().min(300)]
+        );
+        assert_eq!(out.status.code(), Some(0), "{tool}: {log}");
+        assert!(
+            text(&out.stdout).contains(answer),
+            "{tool}: {}",
+            text(&out.stdout)
+        );
+        // Lines are logged once they end, so the 50 MB line is there, cut.
+        assert!(
+            log.contains(&format!("{} … [49991808 bytes cut]", "x".repeat(64))),
+            "{tool}: no capped line in the log"
+        );
+        assert!(log.contains("bad \u{fffd} byte"), "{tool}");
+        assert!(
+            log.contains("\\u{1b}[2K\\rINFO forged line") && !log.contains('\u{1b}'),
+            "{tool}: control characters reach the log raw"
+        );
+    }
+}
+
+/// Makes `path` a FIFO (replacing any file there).
+fn fifo(path: &Path) {
+    let _ = std::fs::remove_file(path);
+    let made = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(made.success(), "mkfifo {}", path.display());
+}
+
+/// `portcullis ARGS…`, failing the test (not hanging it) if it has not
+/// ended within a minute; the child is killed then.
+async fn portcullis_bounded(args: &[&str]) -> Output {
+    let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    match tokio::time::timeout(common::PATIENCE, run).await {
+        Ok(out) => out.unwrap(),
+        Err(_) => panic!("portcullis {args:?} hung"),
+    }
+}
+
+/// A FIFO where the gateway expects a file (a native manifest, an Agent
+/// Plugins `plugin.json`, a route table, an OpenAPI document, the public
+/// key file, the config itself) is refused at once, by name: opening or
+/// reading it would block `check`, `tools` and `serve` forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn special_files_are_refused_by_name_not_waited_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let addr = start_app(dir.path().join("keys/gateway.pub")).await;
+    let config = layout(dir.path(), addr);
+    let path = config.to_str().unwrap();
+    let mut toml_text = std::fs::read_to_string(&config).unwrap();
+    toml_text.push_str(&format!(
+        "\n[apps.billing]\nopenapi = \"apps/billing/openapi.yaml\"\nbase_url = \"http://{addr}\"\n"
+    ));
+    std::fs::write(&config, toml_text).unwrap();
+    std::fs::create_dir_all(dir.path().join("apps/billing")).unwrap();
+    std::fs::create_dir_all(dir.path().join("keys")).unwrap();
+    for file in [
+        "tools/greeter/mcp-plugin.json",
+        "plugins/acme/plugin.json",
+        "apps/site/mdk-plugin.json",
+        "apps/billing/openapi.yaml",
+    ] {
+        fifo(&dir.path().join(file));
+    }
+
+    let out = portcullis_bounded(&["check", "--config", path]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    let err = text(&out.stderr);
+    for named in [
+        "\"mcp-plugin.json\": is not a regular file (a FIFO)",
+        "plugin.json could not be read: not a regular file (a FIFO)",
+        "\"mdk-plugin.json\": is not a regular file (a FIFO)",
+        "openapi.yaml: is not a regular file (a FIFO)",
+    ] {
+        assert!(err.contains(named), "{named} in {err}");
+    }
+
+    // `tools` serves what loads; the key file a FIFO skips the apps, named.
+    fifo(&dir.path().join("keys/gateway.pub"));
+    let out = portcullis_bounded(&["tools", "--json", "--config", path]).await;
+    let err = text(&out.stderr);
+    assert_eq!(row(&rows(&out), "demo__echo")["status"], "available");
+    assert!(
+        err.contains("gateway.pub: is not a regular file (a FIFO)"),
+        "{err}"
+    );
+
+    // The config itself.
+    let piped = dir.path().join("piped.toml");
+    fifo(&piped);
+    for command in ["check", "tools"] {
+        let out = portcullis_bounded(&[command, "--config", piped.to_str().unwrap()]).await;
+        assert_eq!(out.status.code(), Some(2), "{command}");
+        let err = text(&out.stderr);
+        assert!(
+            err.contains("piped.toml") && err.contains("is not a regular file (a FIFO)"),
+            "{command}: {err}"
+        );
+    }
+}
+
+/// The 16 384-character cap on strings without a `maxLength` belongs to the
+/// schemas Portcullis writes for routes (route tables and OpenAPI
+/// documents), not to tools that bring their own schema: a long string
+/// reaches an upstream MCP tool and a native plugin's handler, and is still
+/// refused by a route before the app sees it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_string_cap_applies_to_route_tools_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let addr = start_app(dir.path().join("keys/gateway.pub")).await;
+    let config = layout(dir.path(), addr);
+    let path = config.to_str().unwrap();
+    let long = "y".repeat(20_000);
+
+    let out = portcullis(&[
+        "call",
+        "--config",
+        path,
+        "demo__echo",
+        &json!({"text": long}).to_string(),
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    assert!(text(&out.stdout).contains(&long), "the upstream echoes it");
+
+    let out = portcullis(&[
+        "call",
+        "--config",
+        path,
+        "greeter__greet",
+        &json!({"name": long}).to_string(),
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    assert!(text(&out.stdout).contains(&long), "the handler got it");
+
+    let out = portcullis(&[
+        "call",
+        "--config",
+        path,
+        "site__devices_get",
+        &json!({"id": long}).to_string(),
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(1));
+    let refused = text(&out.stdout);
+    assert!(
+        refused.starts_with("ERR_INVALID_ARGUMENTS: ") && refused.contains("/id: "),
+        "{refused}"
+    );
+}
