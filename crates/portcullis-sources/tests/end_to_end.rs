@@ -758,8 +758,10 @@ paths:
             let result = tools.call(tool, args.clone(), None).await.unwrap();
             assert!(result.is_error, "{tool} {args}: {result:?}");
             let message = result.text_blocks().next().unwrap();
+            // The code in the clear, the words framed after it.
             assert!(
-                message.starts_with("ERR_INVALID_ARGUMENTS: path parameter \""),
+                message.starts_with("ERR_INVALID_ARGUMENTS\n")
+                    && message.contains("\npath parameter \""),
                 "{tool} {args}: {message}"
             );
         }
