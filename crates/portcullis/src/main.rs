@@ -177,7 +177,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<Exit> {
     let quiet_default = match &cli.command {
         Command::Check(a) => return run_check(&a.config.config),
-        Command::Import(a) => return run_import(a.client, &a.file, a.output.as_deref()),
+        Command::Import(a) => return run_import(a),
         Command::Serve(_) => "info,rmcp=warn",
         _ => "warn",
     };
@@ -296,19 +296,37 @@ fn run_check(path: &std::path::Path) -> anyhow::Result<Exit> {
 }
 
 /// `portcullis import`: convert a client's `mcpServers` JSON into TOML.
-fn run_import(
-    client: cli::Client,
-    file: &std::path::Path,
-    output: Option<&std::path::Path>,
-) -> anyhow::Result<Exit> {
+fn run_import(args: &cli::ImportArgs) -> anyhow::Result<Exit> {
     use anyhow::Context as _;
+    let file = args.file.as_path();
     let text =
         std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
-    let imported =
-        import::import(&text).with_context(|| format!("cannot import {}", file.display()))?;
-    match output {
-        Some(out) => std::fs::write(out, &imported.toml)
-            .with_context(|| format!("cannot write {}", out.display()))?,
+    let imported = import::import(&text, Some(file))
+        .with_context(|| format!("cannot import {}", file.display()))?;
+    match &args.output {
+        Some(out) => {
+            // Never replace a config (perhaps hand-edited) by accident.
+            let mut options = std::fs::OpenOptions::new();
+            options.write(true);
+            if args.force {
+                options.create(true).truncate(true);
+            } else {
+                options.create_new(true);
+            }
+            let mut opened = match options.open(out) {
+                Ok(opened) => opened,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    eprintln!(
+                        "error: {} already exists; pass --force to overwrite it, or choose another --output",
+                        out.display()
+                    );
+                    return Ok(Exit::Usage);
+                }
+                Err(e) => return Err(e).with_context(|| format!("cannot write {}", out.display())),
+            };
+            std::io::Write::write_all(&mut opened, imported.toml.as_bytes())
+                .with_context(|| format!("cannot write {}", out.display()))?;
+        }
         None => print!("{}", imported.toml),
     }
     for skipped in &imported.skipped {
@@ -322,16 +340,25 @@ fn run_import(
     }
     // Where the config will be: the output, else (printed to stdout) the
     // usual name in this directory.
-    let config = output.unwrap_or(std::path::Path::new("portcullis.toml"));
+    let config = args
+        .output
+        .as_deref()
+        .unwrap_or(std::path::Path::new("portcullis.toml"));
     let config = std::path::absolute(config).unwrap_or_else(|_| config.to_path_buf());
     let program = std::env::current_exe()
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| "portcullis".to_owned());
+    let variables = imported.variable_names();
     eprintln!(
         "then, in {}, replace those servers with this one entry (Portcullis starts them):\n  {}",
         file.display(),
-        import::client_entry(client, &program, &config)
+        import::client_entry(args.client, &program, &config, &variables)
     );
+    if !variables.is_empty() {
+        eprintln!(
+            "the client starts Portcullis without your shell's exports: replace each <VAR> in its \"env\" with the secret's value"
+        );
+    }
     Ok(Exit::Success)
 }
 
