@@ -163,9 +163,9 @@ fn approval_over_http_in_both_protocol_eras() {
     assert!(asked.iter().all(|q| q.contains("\"demo__write_note\"")));
     assert!(asked[1].contains("text=\"approved note\""), "{}", asked[1]);
     assert!(
-        asked[3].contains("text=\"api key sk-live-0123456789abcdef0123\""),
+        asked[2].contains("text=\"api key sk-live-0123456789abcdef0123\""),
         "{}",
-        asked[3]
+        asked[2]
     );
 
     // An initialize-era client: an elicitation on its session.
