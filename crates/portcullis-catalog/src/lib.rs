@@ -22,6 +22,7 @@
 //! | [`disclosure`] | the disclosure budget, tiers, `mcp__describe_tool`, system prompt |
 //! | [`catalogue`] | all of the above, projected into one tool map |
 //! | [`policy`] | allow / ask / deny, denied results |
+//! | [`redact`] | URL credentials masked, invisible characters written out: what may be printed of config values and outside text |
 //! | [`validation`] | JSON Schema validation of call arguments |
 //! | [`framing`] | untrusted-output framing and the output cap |
 //! | [`log_line`] | a child's stderr split into capped, escaped log lines |
@@ -72,6 +73,7 @@ pub mod naming;
 pub mod passthrough;
 pub mod pins;
 pub mod policy;
+pub mod redact;
 pub mod resource_uri;
 pub mod result;
 pub mod server;

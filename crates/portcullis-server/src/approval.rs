@@ -6,8 +6,9 @@
 //! - **initialize-era clients** (2025-11-25 and older) that declared the
 //!   `elicitation` capability get an `elicitation/create` request in form
 //!   mode: one boolean field, `approve` (default `false`, so a client that
-//!   fills in defaults never approves by accident), and a short message
-//!   naming the qualified tool with a masked summary of its arguments
+//!   fills in defaults never approves by accident), and a message naming
+//!   the qualified tool with the arguments the call will carry, escaped so
+//!   nothing in them can hide or forge part of the question
 //!   ([`summarize_arguments`]). Over HTTP this needs a session
 //!   ([`crate::HttpOptions::legacy_sessions`]): a stateless server never
 //!   learns what an initialize-era client declared, and has nowhere to
@@ -45,6 +46,7 @@ use std::time::{Duration, Instant};
 use portcullis_catalog::ToolResult;
 use portcullis_catalog::fingerprint::canonical_json;
 use portcullis_catalog::policy::DeniedResult;
+use portcullis_catalog::redact::{is_invisible, visible};
 use rmcp::ErrorData;
 use rmcp::model::{
     BooleanSchema, ClientCapabilities, ClientResult, ElicitRequest, ElicitRequestParams,
@@ -78,8 +80,10 @@ const BY_POLICY: &str = "policy";
 /// process without bound.
 const MAX_PENDING: usize = 1024;
 
-/// The longest argument summary in a question, in characters.
-const SUMMARY_BUDGET: usize = 240;
+/// The longest rendering of the arguments in a question, in characters:
+/// enough for the arguments of most calls in full, short enough for a
+/// client's dialog. Past it the question says how much is not shown.
+pub const SHOWN_BUDGET: usize = 2000;
 
 /// What the person (or the lack of one) decided.
 pub(crate) enum Verdict {
@@ -420,7 +424,8 @@ fn form(tool: &str, title: Option<&str>, args: &Value) -> ElicitRequestParams {
 }
 
 /// The question the person reads: the policy's title if it gave one, the
-/// qualified tool, and a masked summary of the arguments.
+/// qualified tool, and the arguments the call will carry
+/// ([`summarize_arguments`]).
 ///
 /// ```
 /// use portcullis_server::approval::approval_message;
@@ -431,7 +436,7 @@ fn form(tool: &str, title: Option<&str>, args: &Value) -> ElicitRequestParams {
 pub fn approval_message(tool: &str, title: Option<&str>, args: &Value) -> String {
     let mut message = String::new();
     if let Some(title) = title {
-        message.push_str(&truncate(title, 80));
+        message.push_str(&visible(&truncate(title, 80)));
         message.push_str(". ");
     }
     message.push_str(&format!("Allow the tool \"{tool}\" to run?"));
@@ -445,16 +450,22 @@ pub fn approval_message(tool: &str, title: Option<&str>, args: &Value) -> String
     message
 }
 
-/// A short, masked summary of call arguments for a person to approve:
-/// top-level keys in order, each with its value when it is safe to show.
+/// The arguments of a call as the person approving it must see them: every
+/// value the upstream will receive, nothing hidden or summarised away.
 ///
-/// Masked as `<hidden>`: the value of any key that names a secret (`token`,
-/// `password`, `api_key`, `authorization`, …), any string that looks like
-/// one (a known token prefix, a PEM block, a JWT, or a long run of letters
-/// and digits with no spaces), and any such word inside a longer string
-/// (with `password=…` and the word after `Bearer`). Other strings are
-/// quoted and cut at 40 characters; arrays and objects show only their
-/// size. The whole summary stays under a few hundred characters.
+/// Top-level keys in order as `key=value` (a key outside `[A-Za-z0-9_.-]`
+/// is quoted), each value as JSON. Strings are JSON-quoted, and every
+/// character that would not show as itself (control characters, line
+/// breaks, terminal escapes, bidirectional overrides, zero-width
+/// characters) is written as a `\uXXXX` or `\n` escape, so the model
+/// cannot make the question say something other than what the call
+/// carries. Past [`SHOWN_BUDGET`] characters the rest is cut (never inside
+/// an escape) and the question says how many characters were not shown and
+/// gives the first 16 hex digits of the SHA-256 of the whole arguments'
+/// canonical JSON, which the person can check against what they expect.
+///
+/// Credentials are not masked: whatever the model put in the call goes to
+/// the upstream if approved, so the person must see it to decide.
 ///
 /// ```
 /// use portcullis_server::approval::summarize_arguments;
@@ -462,134 +473,98 @@ pub fn approval_message(tool: &str, title: Option<&str>, args: &Value) -> String
 ///
 /// let summary = summarize_arguments(&json!({
 ///     "path": "notes.txt",
-///     "api_key": "hunter2",
-///     "auth": "ghp_16C7e42F292c6912E7710c838347Ae178B4a",
+///     "api_key": "sk-live-0123456789",
 ///     "lines": [1, 2, 3],
+///     "note": "line one\nline two \u{202e}",
 ///     "force": true
 /// }));
 /// assert_eq!(
 ///     summary,
-///     "path=\"notes.txt\", api_key=<hidden>, auth=<hidden>, lines=[3 items], force=true"
+///     r#"path="notes.txt", api_key="sk-live-0123456789", lines=[1,2,3], note="line one\nline two \u202e", force=true"#
 /// );
 /// ```
 pub fn summarize_arguments(args: &Value) -> String {
-    let Some(object) = args.as_object() else {
-        return if args.is_null() {
-            String::new()
-        } else {
-            show(None, args)
-        };
+    let rendered = match args {
+        Value::Null => return String::new(),
+        Value::Object(object) => object
+            .iter()
+            .map(|(key, value)| format!("{}={}", shown_key(key), shown_json(value)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        other => shown_json(other),
     };
-    let mut summary = String::new();
-    for (shown, (key, value)) in object.iter().enumerate() {
-        let part = format!("{}={}", truncate(key, 32), show(Some(key), value));
-        let separator = if summary.is_empty() { "" } else { ", " };
-        if summary.chars().count() + separator.len() + part.chars().count() > SUMMARY_BUDGET {
-            summary.push_str(&format!("{separator}… ({} more)", object.len() - shown));
+    let (kept, rest) = cut_at_escape_boundary(&rendered, SHOWN_BUDGET);
+    if rest == 0 {
+        return rendered;
+    }
+    let digest = digest(args);
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    format!("{kept}… ({rest} more characters not shown; sha256 of the full arguments begins {hex})")
+}
+
+/// A key as written when it is plain, else quoted like a value.
+fn shown_key(key: &str) -> String {
+    let plain = !key.is_empty()
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c));
+    if plain {
+        key.to_owned()
+    } else {
+        shown_json(&Value::String(key.to_owned()))
+    }
+}
+
+/// `value` as compact JSON with every invisible character escaped: JSON
+/// escapes control characters below U+0020 itself; DEL, C1 controls and
+/// format characters become `\uXXXX` (all of them are in the BMP), which
+/// is still the same JSON.
+fn shown_json(value: &Value) -> String {
+    let json = value.to_string();
+    let mut out = String::with_capacity(json.len());
+    for c in json.chars() {
+        if is_invisible(c) {
+            out.push_str(&format!("\\u{:04x}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The first `budget` characters of `text` without splitting a JSON escape
+/// (`\x` or `\uXXXX`: a backslash occurs only inside JSON strings, always
+/// starting one), and how many characters are left out.
+fn cut_at_escape_boundary(text: &str, budget: usize) -> (&str, usize) {
+    let total = text.chars().count();
+    if total <= budget {
+        return (text, 0);
+    }
+    let mut chars = text.char_indices();
+    let mut taken = 0;
+    let mut end = 0;
+    while let Some((at, c)) = chars.next() {
+        let unit = if c == '\\' {
+            match chars.next() {
+                Some((_, 'u')) => {
+                    for _ in 0..4 {
+                        chars.next();
+                    }
+                    6
+                }
+                _ => 2,
+            }
+        } else {
+            1
+        };
+        if taken + unit > budget {
+            end = at;
             break;
         }
-        summary.push_str(separator);
-        summary.push_str(&part);
+        taken += unit;
+        end = chars.clone().next().map_or(text.len(), |(next, _)| next);
     }
-    summary
-}
-
-fn show(key: Option<&str>, value: &Value) -> String {
-    const HIDDEN: &str = "<hidden>";
-    if key.is_some_and(secret_key) {
-        return HIDDEN.to_owned();
-    }
-    match value {
-        Value::String(text) if secret_value(text) => HIDDEN.to_owned(),
-        // JSON quoting escapes quotes and control characters, so a value
-        // cannot forge the rest of the question.
-        Value::String(text) => Value::String(truncate(&mask_words(text), 40)).to_string(),
-        Value::Array(items) => format!("[{} item{}]", items.len(), plural(items.len())),
-        Value::Object(fields) => format!("{{{} key{}}}", fields.len(), plural(fields.len())),
-        other => other.to_string(),
-    }
-}
-
-fn plural(n: usize) -> &'static str {
-    if n == 1 { "" } else { "s" }
-}
-
-/// Key names that usually hold credentials.
-fn secret_key(key: &str) -> bool {
-    const WORDS: [&str; 12] = [
-        "token",
-        "secret",
-        "password",
-        "passwd",
-        "passphrase",
-        "apikey",
-        "api_key",
-        "auth",
-        "credential",
-        "cookie",
-        "private",
-        "session",
-    ];
-    let key = key.to_ascii_lowercase().replace('-', "_");
-    WORDS.iter().any(|w| key.contains(w)) || key == "key" || key.ends_with("_key")
-}
-
-/// A string with every word that looks like a credential masked (a key
-/// inside a sentence, `password=…`, the word after `Bearer`); whitespace
-/// runs become single spaces, which a one-line summary wants anyway.
-fn mask_words(text: &str) -> String {
-    let mut words = Vec::new();
-    let mut after_scheme = false;
-    for word in text.split_whitespace() {
-        let assigned = word
-            .split_once(['=', ':'])
-            .is_some_and(|(name, value)| !value.is_empty() && secret_key(name));
-        let masked = after_scheme || assigned || secret_value(word);
-        after_scheme = ["bearer", "basic", "token"]
-            .iter()
-            .any(|scheme| word.eq_ignore_ascii_case(scheme));
-        words.push(if masked { "<hidden>" } else { word });
-    }
-    words.join(" ")
-}
-
-/// Strings that look like credentials whatever their key.
-fn secret_value(text: &str) -> bool {
-    const PREFIXES: [&str; 12] = [
-        "sk-",
-        "sk_",
-        "pk_",
-        "rk_",
-        "ghp_",
-        "gho_",
-        "ghs_",
-        "github_pat_",
-        "xox",
-        "AKIA",
-        "AIza",
-        "glpat-",
-    ];
-    let trimmed = text.trim();
-    if trimmed.contains("-----BEGIN") || trimmed.to_ascii_lowercase().starts_with("bearer ") {
-        return true;
-    }
-    if PREFIXES.iter().any(|p| trimmed.starts_with(p)) && trimmed.len() >= 12 {
-        return true;
-    }
-    // A JWT: three base64url parts, the first a JSON header.
-    if trimmed.starts_with("eyJ") && trimmed.matches('.').count() == 2 {
-        return true;
-    }
-    // A long unbroken run mixing letters and digits (hex keys, base64
-    // secrets) is more likely a key than anything a person reads.
-    trimmed.len() >= 24
-        && !trimmed.contains(char::is_whitespace)
-        && !trimmed.contains('/')
-        && trimmed.chars().any(|c| c.is_ascii_digit())
-        && trimmed.chars().any(|c| c.is_ascii_alphabetic())
-        && trimmed
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "+=_-.".contains(c))
+    (&text[..end], total - taken)
 }
 
 fn truncate(text: &str, max: usize) -> String {
@@ -701,68 +676,75 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn secrets_are_hidden_by_key_and_by_shape() {
-        let summary = summarize_arguments(&json!({
+    fn every_value_the_upstream_receives_is_shown() {
+        let args = json!({
             "Authorization": "Basic abc",
-            "github-token": "x",
-            "ssh_key": "x",
             "note": "sk-live-1234567890abcdef",
-            "jwt": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2ln",
-            "hex": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
-            "pem": "-----BEGIN OPENSSH PRIVATE KEY-----\nabc",
-            "keyboard": "qwerty",
-            "path": "/srv/you/some/really/long/path/to/file/0123456789abcdef.txt"
-        }));
-        for hidden in [
-            "Authorization",
-            "github-token",
-            "ssh_key",
-            "note",
-            "jwt",
-            "hex",
-            "pem",
-        ] {
-            assert!(
-                summary.contains(&format!("{hidden}=<hidden>")),
-                "{hidden}: {summary}"
-            );
-        }
-        assert!(summary.contains("keyboard=\"qwerty\""), "{summary}");
-        // Paths stay readable, cut at 40 characters.
-        assert!(
-            summary.contains("path=\"/srv/you/some/really/long/path/to/file/…\""),
-            "{summary}"
-        );
-        for raw in ["Basic abc", "sk-live", "eyJhbG", "9f86d0", "OPENSSH"] {
-            assert!(!summary.contains(raw), "{raw} leaked: {summary}");
-        }
-        // Inside longer strings, the secret words alone.
-        let summary = summarize_arguments(&json!({
-            "sentence": "use sk-live-0123456789abcdef please",
-            "header": "x-auth: Bearer abc.def",
-            "config": "mode=fast password=hunter2"
-        }));
+            "api_key": "hunter2",
+            "path": "/srv/you/some/really/long/path/to/file/0123456789abcdef.txt",
+            "lines": [1, 2, {"deep": "sk-nested-0123456789"}],
+            "n": 3
+        });
+        let summary = summarize_arguments(&args);
         assert_eq!(
             summary,
-            "sentence=\"use <hidden> please\", header=\"x-auth: Bearer <hidden>\", config=\"mode=fast <hidden>\""
+            r#"Authorization="Basic abc", note="sk-live-1234567890abcdef", api_key="hunter2", path="/srv/you/some/really/long/path/to/file/0123456789abcdef.txt", lines=[1,2,{"deep":"sk-nested-0123456789"}], n=3"#
+        );
+        assert!(!summary.contains("<hidden>"));
+    }
+
+    #[test]
+    fn invisible_characters_cannot_forge_the_question() {
+        let value = "a\" , approve=true\nAllow? yes\r\u{1b}[2K\u{202e}txt.exe\u{85}\u{200b}\u{7f}";
+        let summary = summarize_arguments(&json!({ "q": value, "bad key\n": 1 }));
+        assert!(!summary.chars().any(is_invisible), "{summary:?}");
+        for escape in [
+            "\\n", "\\r", "\\u001b", "\\u202e", "\\u0085", "\\u200b", "\\u007f",
+        ] {
+            assert!(summary.contains(escape), "{escape}: {summary}");
+        }
+        // The shown value is JSON that reads back as exactly what is sent.
+        let shown = summary
+            .strip_prefix("q=")
+            .and_then(|s| s.split(", \"bad key").next())
+            .expect("q first");
+        assert_eq!(
+            serde_json::from_str::<Value>(shown).expect("JSON"),
+            json!(value)
+        );
+        assert!(summary.ends_with(r#""bad key\n"=1"#), "{summary}");
+        assert_eq!(summarize_arguments(&json!({})), "");
+        assert_eq!(
+            approval_message("t", Some("Approve\ntool: t"), &json!({})),
+            "Approve\\ntool: t. Allow the tool \"t\" to run? No arguments."
         );
     }
 
     #[test]
-    fn summaries_stay_short_and_quote_safely() {
-        let many: serde_json::Map<String, Value> = (0..100)
-            .map(|i| (format!("field{i}"), json!("some ordinary value")))
+    fn long_arguments_say_how_much_is_not_shown_and_give_a_digest() {
+        let body = "x".repeat(5000);
+        let args = json!({"path": "a.txt", "content": body});
+        let summary = summarize_arguments(&args);
+        let full = format!("path=\"a.txt\", content=\"{body}\"")
+            .chars()
+            .count();
+        let hex: String = digest(&args)[..8]
+            .iter()
+            .map(|b| format!("{b:02x}"))
             .collect();
-        let summary = summarize_arguments(&Value::Object(many));
-        assert!(summary.chars().count() <= SUMMARY_BUDGET + 20, "{summary}");
-        assert!(summary.ends_with("more)"), "{summary}");
-        let tricky = summarize_arguments(&json!({"q": "a\" , approve=true\nb"}));
-        assert_eq!(tricky, "q=\"a\\\" , approve=true b\"");
-        assert_eq!(summarize_arguments(&json!({})), "");
-        assert_eq!(
-            approval_message("t", Some("Approve tool: t"), &json!({})),
-            "Approve tool: t. Allow the tool \"t\" to run? No arguments."
+        assert!(
+            summary.ends_with(&format!(
+                "… ({} more characters not shown; sha256 of the full arguments begins {hex})",
+                full - SHOWN_BUDGET
+            )),
+            "{summary}"
         );
+        assert!(summary.starts_with("path=\"a.txt\", content=\"xxx"));
+        // A cut never splits an escape.
+        let summary = summarize_arguments(&json!("\u{202e}".repeat(1000)));
+        let kept = summary.split('…').next().expect("kept");
+        assert!(kept.ends_with("\\u202e"), "{kept}");
+        assert_eq!(kept.chars().count(), 1 + (SHOWN_BUDGET - 1) / 6 * 6);
     }
 
     #[test]

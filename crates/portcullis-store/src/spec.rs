@@ -120,8 +120,27 @@ fn mask_password(url: &str) -> String {
     )
 }
 
-/// Opens the store `spec` names. `data_dir` (created if missing) holds the
-/// default SQLite file and anchors a relative `sqlite:` path.
+/// Creates `dir` and its missing parents readable by this user only
+/// (`0700` on Unix): the store holds tool results and the audit trail, and
+/// the gateway's signing key lives beside it. An existing directory keeps
+/// its mode (it may be shared on purpose; the files in it are private).
+#[cfg(unix)]
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}
+
+#[cfg(not(unix))]
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)
+}
+
+/// Opens the store `spec` names. `data_dir` (created if missing, private to
+/// this user) holds the default SQLite file and anchors a relative
+/// `sqlite:` path.
 pub async fn open(spec: &StoreSpec, data_dir: &Path) -> Result<Arc<dyn Store>, StoreError> {
     match spec {
         StoreSpec::Memory => Ok(Arc::new(MemoryStore::new())),
@@ -129,7 +148,7 @@ pub async fn open(spec: &StoreSpec, data_dir: &Path) -> Result<Arc<dyn Store>, S
         StoreSpec::Sqlite(file) => {
             let path = data_dir.join(file.as_deref().unwrap_or(Path::new(DEFAULT_SQLITE_FILE)));
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
+                create_private_dir(dir).map_err(|source| StoreError::Io {
                     backend: Backend::Sqlite,
                     path: dir.display().to_string(),
                     source,

@@ -24,8 +24,15 @@ pub struct SqliteStore {
 
 impl SqliteStore {
     /// Opens (creating if missing) the database at `path` and migrates it to
-    /// the current schema.
+    /// the current schema. The file is readable by this user only (`0600`
+    /// on Unix; an existing file more open than that is tightened, and
+    /// SQLite gives its journal files the same mode).
     pub async fn open(path: &Path) -> Result<Self, StoreError> {
+        private_file(path).map_err(|source| StoreError::Io {
+            backend: B,
+            path: path.display().to_string(),
+            source,
+        })?;
         let options = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true)
@@ -47,6 +54,38 @@ impl SqliteStore {
     pub fn pool(&self) -> &SqlitePool {
         self.sql.pool()
     }
+}
+
+/// Creates `path` empty with mode `0600` if it is missing (SQLite itself
+/// would create it world-readable under the usual umask), or takes the
+/// group and other bits off an existing one. A file this user cannot
+/// chmod (another owner's) is left as it is, with a warning.
+#[cfg(unix)]
+fn private_file(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(_) => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    let mode = std::fs::metadata(path)?.permissions().mode();
+    if mode & 0o077 != 0
+        && let Err(error) =
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode & 0o700))
+    {
+        tracing::warn!(path = %path.display(), %error, "the SQLite store is readable by other users and could not be made private");
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn private_file(_path: &Path) -> std::io::Result<()> {
+    Ok(())
 }
 
 /// Brings the file to [`LATEST`]: version 1 here, later steps shared.

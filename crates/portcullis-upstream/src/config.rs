@@ -211,28 +211,31 @@ pub fn is_loopback_host(host: &str) -> bool {
 /// assert!(check_remote_url("https://user:pw@mcp.example.com/mcp").is_err());
 /// ```
 pub fn check_remote_url(raw: &str) -> Result<Url, String> {
-    let url = Url::parse(raw).map_err(|_| format!("url \"{raw}\" is not an absolute URL"))?;
+    // What an error may say of the URL: its query and userinfo may be
+    // credentials.
+    let shown = portcullis_catalog::redact::url(raw);
+    let url = Url::parse(raw).map_err(|_| format!("url \"{shown}\" is not an absolute URL"))?;
     match url.scheme() {
         "https" | "http" => {}
         other => {
             return Err(format!(
-                "url \"{raw}\" has scheme \"{other}:\"; only http: and https: are allowed"
+                "url \"{shown}\" has scheme \"{other}:\"; only http: and https: are allowed"
             ));
         }
     }
     let Some(host) = url.host_str() else {
-        return Err(format!("url \"{raw}\" has no host"));
+        return Err(format!("url \"{shown}\" has no host"));
     };
     if !url.username().is_empty() || url.password().is_some() {
         // Never echo the userinfo back: it is usually a credential.
         return Err("url must not carry userinfo (user:password@)".to_owned());
     }
     if url.fragment().is_some() {
-        return Err(format!("url \"{raw}\" must not carry a #fragment"));
+        return Err(format!("url \"{shown}\" must not carry a #fragment"));
     }
     if url.scheme() == "http" && !is_loopback_host(host) {
         return Err(format!(
-            "url \"{raw}\" uses plain http: for a host that is not loopback; use https:"
+            "url \"{shown}\" uses plain http: for a host that is not loopback; use https:"
         ));
     }
     Ok(url)
@@ -422,6 +425,19 @@ fn string_map(fields: &Map<String, Value>, key: &str) -> Result<BTreeMap<String,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn url_errors_never_repeat_query_values() {
+        for bad in [
+            "http://example.com/mcp?api_key=SECRETVALUE",
+            "ftp://127.0.0.1/mcp?token=SECRETVALUE",
+            "https://h/mcp?SECRETVALUE#frag",
+        ] {
+            let error = check_remote_url(bad).expect_err(bad);
+            assert!(!error.contains("SECRETVALUE"), "{error}");
+            assert!(error.contains("***"), "{error}");
+        }
+    }
 
     #[test]
     fn remote_url_rules_follow_the_seed() {

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
+use portcullis_catalog::redact::urls_in_text;
 use portcullis_catalog::{Tool, ToolResult};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientRequest, JsonObject,
@@ -210,9 +211,10 @@ async fn open(plan: ConnectPlan, health: Arc<ServerHealth>) -> Result<Connected,
         }
         McpServerConfig::Sse(remote) => {
             let (http, url) = guarded(&plan, remote, &health).await?;
-            let transport = LegacySseTransport::connect(http, url)
-                .await
-                .map_err(|e| format!("MCP server \"{name}\" could not be connected: {e}"))?;
+            let transport = LegacySseTransport::connect(http, url).await.map_err(|e| {
+                let e = urls_in_text(&e.to_string()).into_owned();
+                format!("MCP server \"{name}\" could not be connected: {e}")
+            })?;
             // 2024-11-05 servers only know the handshake.
             let client = handler
                 .clone()
@@ -242,9 +244,10 @@ async fn open(plan: ConnectPlan, health: Arc<ServerHealth>) -> Result<Connected,
             (known, Vec::new())
         }
         None => {
-            let listed = list_all(&peer)
-                .await
-                .map_err(|e| format!("MCP server \"{name}\" could not list its tools: {e}"))?;
+            let listed = list_all(&peer).await.map_err(|e| {
+                let e = urls_in_text(&e.to_string()).into_owned();
+                format!("MCP server \"{name}\" could not list its tools: {e}")
+            })?;
             if let Some(direct) = &direct {
                 direct.saw_schemas(listed.iter().map(|t| &t.input_schema));
             }
@@ -375,6 +378,9 @@ fn init_failure(name: &str, error: &ClientInitializeError) -> String {
         ClientInitializeError::TransportError { error, .. } => root_cause(error.error.as_ref()),
         other => other.to_string(),
     };
+    // An HTTP client's error may name the URL, whose query can be a
+    // credential.
+    let detail = urls_in_text(&detail);
     format!("MCP server \"{name}\" could not be connected: {detail}")
 }
 
@@ -807,7 +813,7 @@ impl Connection {
                 });
                 CallError::Transport {
                     server: server.to_owned(),
-                    reason,
+                    reason: urls_in_text(&reason).into_owned(),
                 }
             }
         }

@@ -16,9 +16,11 @@ use portcullis_catalog::ToolFilter;
 use crate::config::{AppDescription, Approval, Config, StoreChoice, UpstreamTransport};
 use crate::sources::{Severity, Signing, SourceKind};
 
-/// A URL without its query and fragment, which may carry a key.
-fn redacted(url: &str) -> &str {
-    url.split(['?', '#']).next().unwrap_or(url)
+/// A config URL as it may be printed: credentials masked, an expanded
+/// `${VAR}` shown as the variable.
+fn redacted(config: &Config, url: &str) -> String {
+    let url = portcullis_catalog::redact::url(url);
+    crate::redact::replace_known(&url, &config.redactions).into_owned()
 }
 
 /// A problem `check` found beyond what loading the config rejects.
@@ -124,7 +126,7 @@ pub fn summarize(config: &Config) -> (String, Vec<Finding>) {
             UpstreamTransport::Remote { kind, url, headers } => format!(
                 "{} {} ({} headers)",
                 kind.as_str(),
-                redacted(url.expose()),
+                redacted(config, url.expose()),
                 headers.len()
             ),
         };
@@ -167,7 +169,7 @@ pub fn summarize(config: &Config) -> (String, Vec<Finding>) {
             "  app {}: {} → {}",
             app.name,
             file.display(),
-            app.base_url
+            redacted(config, &app.base_url)
         );
     }
     // Load every source as `serve` would, without a key: what would not

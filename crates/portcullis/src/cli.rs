@@ -186,9 +186,13 @@ pub struct ImportArgs {
     /// The client's config file holding `mcpServers` (or VS Code's `servers`).
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
-    /// Write the TOML to this file instead of stdout.
+    /// Write the TOML to this file instead of stdout (an existing file is
+    /// refused unless `--force`).
     #[arg(long, value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// Overwrite the `--output` file if it exists.
+    #[arg(long, requires = "output")]
+    pub force: bool,
 }
 
 /// A desktop client whose MCP server config `portcullis import` reads.

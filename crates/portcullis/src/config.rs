@@ -13,6 +13,7 @@
 //! `Debug` never prints them, so a config dumped to a log leaks nothing.
 //! Relative paths are resolved against the directory of the config file.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
@@ -90,6 +91,11 @@ pub struct Config {
     pub tool_plugins: Vec<PathBuf>,
     /// `[apps.NAME]`, by name.
     pub apps: BTreeMap<String, App>,
+    /// Every value in this config that must never be printed or logged,
+    /// with what to show instead: each `${VAR}` expansion (shown as
+    /// `${VAR}`), header values, the token, URL query values (`***`).
+    /// See [`crate::redact`].
+    pub redactions: Vec<(Secret, String)>,
 }
 
 /// `[gateway]`.
@@ -266,6 +272,11 @@ pub enum AppDescription {
 pub struct Secret(String);
 
 impl Secret {
+    /// Wraps a value that may be a credential.
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+
     /// The value itself. Call only where it is sent, never where it is logged.
     pub fn expose(&self) -> &str {
         &self.0
@@ -476,13 +487,28 @@ pub fn parse(
         })?
     };
     let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-    Validator {
+    let seen = RefCell::new(Vec::new());
+    let validated = Validator {
         path,
         text,
         env,
         base: &base,
+        seen: &seen,
     }
-    .config(raw)
+    .config(raw);
+    let seen = seen.into_inner();
+    match validated {
+        Ok(mut config) => {
+            config.redactions = seen;
+            Ok(config)
+        }
+        // An error may quote a value; one that came from the environment
+        // (or a header, a query) is shown as its `${VAR}` or `***`.
+        Err(mut error) => {
+            error.message = crate::redact::replace_known(&error.message, &seen).into_owned();
+            Err(error)
+        }
+    }
 }
 
 fn syntax_error(path: &Path, text: &str, e: &toml::de::Error) -> ConfigError {
@@ -506,6 +532,8 @@ struct Validator<'a> {
     text: &'a str,
     env: &'a dyn Fn(&str) -> Option<String>,
     base: &'a Path,
+    /// The values never to print, found so far.
+    seen: &'a RefCell<Vec<(Secret, String)>>,
 }
 
 impl Validator<'_> {
@@ -547,12 +575,45 @@ impl Validator<'_> {
     }
 
     fn expand(&self, field: &str, value: &str) -> Result<Secret, ConfigError> {
-        expand_env(value, self.env).map(Secret).map_err(|var| {
+        let recording = |name: &str| {
+            let found = (self.env)(name);
+            if let Some(found) = &found {
+                self.hide(crate::redact::redaction(found, format!("${{{name}}}")));
+            }
+            found
+        };
+        expand_env(value, &recording).map(Secret).map_err(|var| {
             self.error(
                 field,
                 format!("environment variable {var} is not set (referenced as ${{{var}}})"),
             )
         })
+    }
+
+    /// Records a value never to print.
+    fn hide(&self, redaction: Option<(Secret, String)>) {
+        if let Some(redaction) = redaction {
+            self.seen.borrow_mut().push(redaction);
+        }
+    }
+
+    /// A remote URL checked, its userinfo and query values recorded as
+    /// secrets. An error shows the URL as written (`${VAR}` unexpanded),
+    /// query values masked.
+    fn remote_url(&self, field: &str, raw: &str, url: &Secret) -> Result<(), ConfigError> {
+        use portcullis_catalog::redact;
+        match portcullis_upstream::config::check_remote_url(url.expose()) {
+            Ok(parsed) => {
+                for (_, value) in parsed.query_pairs() {
+                    self.hide(crate::redact::masked(&value));
+                }
+                Ok(())
+            }
+            Err(message) => {
+                let message = message.replace(&redact::url(url.expose()), &redact::url(raw));
+                Err(self.error(field, message))
+            }
+        }
     }
 
     fn path(&self, relative: &Path) -> PathBuf {
@@ -590,6 +651,7 @@ impl Validator<'_> {
                 .map(|p| self.path(&p.path))
                 .collect(),
             apps,
+            redactions: Vec::new(),
         })
     }
 
@@ -607,6 +669,7 @@ impl Validator<'_> {
             None => None,
             Some(token) => {
                 let token = self.expand("gateway.token", &token)?;
+                self.hide(crate::redact::masked(token.expose()));
                 if token.expose().is_empty() {
                     return Err(self.error(
                         "gateway.token",
@@ -800,9 +863,9 @@ impl Validator<'_> {
                         format!("a {} upstream needs a url", kind.as_str()),
                     ));
                 };
-                let url = self.expand(&at("url"), &url)?;
-                portcullis_upstream::config::check_remote_url(url.expose())
-                    .map_err(|e| self.error(at("url"), e))?;
+                let expanded = self.expand(&at("url"), &url)?;
+                self.remote_url(&at("url"), &url, &expanded)?;
+                let url = expanded;
                 let mut headers = BTreeMap::new();
                 let mut seen = std::collections::BTreeSet::new();
                 for (key, value) in raw.headers.unwrap_or_default() {
@@ -813,6 +876,12 @@ impl Validator<'_> {
                         ));
                     }
                     let value = self.expand(&format!("{}.{key}", at("headers")), &value)?;
+                    // A header carries a credential more often than not:
+                    // the value, and the part after `Bearer ` or `Basic `.
+                    self.hide(crate::redact::masked(value.expose()));
+                    if let Some((_, credential)) = value.expose().split_once(' ') {
+                        self.hide(crate::redact::masked(credential.trim()));
+                    }
                     headers.insert(key, value);
                 }
                 UpstreamTransport::Remote { kind, url, headers }
@@ -857,8 +926,7 @@ impl Validator<'_> {
             }
         };
         let base_url = self.expand(&at("base_url"), &raw.base_url)?;
-        portcullis_upstream::config::check_remote_url(base_url.expose())
-            .map_err(|e| self.error(at("base_url"), e))?;
+        self.remote_url(&at("base_url"), &raw.base_url, &base_url)?;
         Ok(App {
             name: name.to_owned(),
             description,
@@ -1139,6 +1207,39 @@ key_file = ".portcullis/gateway.pub"
         let dump = format!("{config:?}");
         assert!(!dump.contains("s3cret-token"), "{dump}");
         assert!(!dump.contains("docs-bearer"), "{dump}");
+    }
+
+    #[test]
+    fn secrets_are_recorded_and_kept_out_of_errors() {
+        let config = parse_text(
+            "[gateway]\ntoken = \"${PORTCULLIS_TOKEN}\"\n\
+             [upstreams.docs]\ntype = \"sse\"\nurl = \"https://h/sse?key=literal-key\"\n\
+             headers = { Authorization = \"Bearer ${DOCS_TOKEN}\", X-Raw = \"raw-header-value\" }\n",
+        )
+        .unwrap();
+        let hidden: Vec<(&str, &str)> = config
+            .redactions
+            .iter()
+            .map(|(v, shown)| (v.expose(), shown.as_str()))
+            .collect();
+        for expected in [
+            ("s3cret-token", "${PORTCULLIS_TOKEN}"),
+            ("docs-bearer", "${DOCS_TOKEN}"),
+            ("literal-key", "***"),
+            ("raw-header-value", "***"),
+        ] {
+            assert!(hidden.contains(&expected), "{expected:?}: {hidden:?}");
+        }
+        // An error quoting an expanded value shows the variable instead.
+        let env = |name: &str| (name == "URL").then(|| "ftp://h/hidden-path".to_owned());
+        let e = parse(
+            Path::new("p.toml"),
+            "[upstreams.a]\ntype = \"sse\"\nurl = \"${URL}\"\n",
+            &env,
+        )
+        .expect_err("ftp is refused");
+        assert!(!e.to_string().contains("hidden-path"), "{e}");
+        assert!(e.message.contains("\"${URL}\""), "{e}");
     }
 
     fn error(text: &str) -> ConfigError {

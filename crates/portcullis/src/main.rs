@@ -92,6 +92,7 @@ mod health;
 mod import;
 mod metrics;
 mod proxy;
+mod redact;
 mod relay;
 mod reload;
 mod retention;
@@ -164,7 +165,7 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(exit) => exit.into(),
         Err(err) => {
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", redact::text(&format!("{err:#}")));
             // Errors raised before any tool runs are about the command line or the
             // config; a tool's own failure is reported as `Exit::ToolError`, not here.
             Exit::Usage.into()
@@ -176,7 +177,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<Exit> {
     let quiet_default = match &cli.command {
         Command::Check(a) => return run_check(&a.config.config),
-        Command::Import(a) => return run_import(a.client, &a.file, a.output.as_deref()),
+        Command::Import(a) => return run_import(a),
         Command::Serve(_) => "info,rmcp=warn",
         _ => "warn",
     };
@@ -202,6 +203,7 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
             return Ok(Exit::Usage);
         }
     };
+    redact::remember(&config.redactions);
     let outcome = runtime.block_on(async {
         match &cli.command {
             Command::Serve(a) => serve::serve(&config, a.listen, a.stdio).await,
@@ -223,15 +225,24 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
 /// JSON object a line with the event's fields flattened beside `message`
 /// (`upstream`, `tool`, `duration_ms`, `outcome` on a call), for collectors
 /// that index fields. Nothing logged anywhere carries argument values or
-/// secrets: call lines name the tool, never its arguments.
+/// secrets: call lines name the tool, never its arguments, and every line,
+/// whichever library wrote it, passes [`redact::Stderr`], which replaces
+/// the config's secrets and masks URL credentials.
+///
+/// In the text format each field's value (the message too) has its
+/// control, bidirectional and zero-width characters written out
+/// ([`portcullis_catalog::redact::visible`]): an upstream's error text, a
+/// tool name or a server's log message cannot end the line and forge
+/// another, or colour or hide part of one. (JSON escapes them itself.)
 fn init_logging(default: &str, format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
+        .with_writer(redact::Stderr)
         .with_env_filter(filter);
     let _ = match format {
         LogFormat::Text => builder
+            .fmt_fields(escaped_fields())
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .try_init(),
         LogFormat::Json => builder
@@ -241,6 +252,24 @@ fn init_logging(default: &str, format: LogFormat) {
             .with_span_list(false)
             .try_init(),
     };
+}
+
+/// The text format's fields, as the default formatter writes them (the
+/// message bare, others `name=value`), with invisible characters written
+/// out.
+fn escaped_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> + 'static {
+    use portcullis_catalog::redact::visible;
+    use tracing_subscriber::field::MakeExt as _;
+    tracing_subscriber::fmt::format::debug_fn(|writer, field, value| {
+        let shown = format!("{value:?}");
+        let shown = visible(&shown);
+        if field.name() == "message" {
+            write!(writer, "{shown}")
+        } else {
+            write!(writer, "{}={shown}", field.name())
+        }
+    })
+    .delimited(" ")
 }
 
 /// `portcullis check`: load and validate the config, summarise it, report
@@ -253,10 +282,11 @@ fn run_check(path: &std::path::Path) -> anyhow::Result<Exit> {
             return Ok(Exit::Usage);
         }
     };
+    redact::remember(&config.redactions);
     let (summary, findings) = check::summarize(&config);
-    print!("{summary}");
+    print!("{}", redact::text(&summary));
     for finding in &findings {
-        eprintln!("{finding}");
+        eprintln!("{}", redact::text(&finding.to_string()));
     }
     Ok(if !findings.iter().any(check::Finding::is_error) {
         Exit::Success
@@ -266,19 +296,37 @@ fn run_check(path: &std::path::Path) -> anyhow::Result<Exit> {
 }
 
 /// `portcullis import`: convert a client's `mcpServers` JSON into TOML.
-fn run_import(
-    client: cli::Client,
-    file: &std::path::Path,
-    output: Option<&std::path::Path>,
-) -> anyhow::Result<Exit> {
+fn run_import(args: &cli::ImportArgs) -> anyhow::Result<Exit> {
     use anyhow::Context as _;
+    let file = args.file.as_path();
     let text =
         std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
-    let imported =
-        import::import(&text).with_context(|| format!("cannot import {}", file.display()))?;
-    match output {
-        Some(out) => std::fs::write(out, &imported.toml)
-            .with_context(|| format!("cannot write {}", out.display()))?,
+    let imported = import::import(&text, Some(file))
+        .with_context(|| format!("cannot import {}", file.display()))?;
+    match &args.output {
+        Some(out) => {
+            // Never replace a config (perhaps hand-edited) by accident.
+            let mut options = std::fs::OpenOptions::new();
+            options.write(true);
+            if args.force {
+                options.create(true).truncate(true);
+            } else {
+                options.create_new(true);
+            }
+            let mut opened = match options.open(out) {
+                Ok(opened) => opened,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    eprintln!(
+                        "error: {} already exists; pass --force to overwrite it, or choose another --output",
+                        out.display()
+                    );
+                    return Ok(Exit::Usage);
+                }
+                Err(e) => return Err(e).with_context(|| format!("cannot write {}", out.display())),
+            };
+            std::io::Write::write_all(&mut opened, imported.toml.as_bytes())
+                .with_context(|| format!("cannot write {}", out.display()))?;
+        }
         None => print!("{}", imported.toml),
     }
     for skipped in &imported.skipped {
@@ -292,16 +340,25 @@ fn run_import(
     }
     // Where the config will be: the output, else (printed to stdout) the
     // usual name in this directory.
-    let config = output.unwrap_or(std::path::Path::new("portcullis.toml"));
+    let config = args
+        .output
+        .as_deref()
+        .unwrap_or(std::path::Path::new("portcullis.toml"));
     let config = std::path::absolute(config).unwrap_or_else(|_| config.to_path_buf());
     let program = std::env::current_exe()
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| "portcullis".to_owned());
+    let variables = imported.variable_names();
     eprintln!(
         "then, in {}, replace those servers with this one entry (Portcullis starts them):\n  {}",
         file.display(),
-        import::client_entry(client, &program, &config)
+        import::client_entry(args.client, &program, &config, &variables)
     );
+    if !variables.is_empty() {
+        eprintln!(
+            "the client starts Portcullis without your shell's exports: replace each <VAR> in its \"env\" with the secret's value"
+        );
+    }
     Ok(Exit::Success)
 }
 

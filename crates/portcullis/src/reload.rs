@@ -311,6 +311,7 @@ impl Live {
                 return false;
             }
         };
+        crate::redact::remember(&config.redactions);
         let old = self.current();
         let (old_key, new_key) = match (SourcesKey::of(&old.config), SourcesKey::of(&config)) {
             (Ok(old_key), Ok(new_key)) => (old_key, new_key),

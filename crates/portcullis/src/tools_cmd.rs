@@ -14,9 +14,11 @@ pub async fn tools(config: &Config, json: bool) -> anyhow::Result<Exit> {
     let rows = gateway.rows();
     gateway.close().await;
     if json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        // A reason may quote an upstream's error, which may quote its URL.
+        let json = serde_json::to_string_pretty(&rows)?;
+        println!("{}", crate::redact::text(&json));
     } else {
-        print!("{}", table(&rows));
+        print!("{}", crate::redact::text(&table(&rows)));
     }
     Ok(Exit::Success)
 }

@@ -150,8 +150,9 @@ fn approval_over_http_in_both_protocol_eras() {
     assert!(text(&calls[2]).contains("\nno question for reads\n"));
     assert_denied(&calls[3], "the user", "dismissed");
     assert_saved(&calls[4], 2);
-    // Four questions (the read was not asked about), each naming the tool;
-    // the secret-looking argument never appears in one.
+    // Four questions (the read was not asked about), each naming the tool
+    // and showing the arguments the upstream would receive, a key-looking
+    // value included: the person cannot judge what they are not shown.
     let asked: Vec<&str> = out["asked"]
         .as_array()
         .expect("asked")
@@ -161,7 +162,11 @@ fn approval_over_http_in_both_protocol_eras() {
     assert_eq!(asked.len(), 4, "{asked:?}");
     assert!(asked.iter().all(|q| q.contains("\"demo__write_note\"")));
     assert!(asked[1].contains("text=\"approved note\""), "{}", asked[1]);
-    assert!(asked.iter().all(|q| !q.contains("sk-live")), "{asked:?}");
+    assert!(
+        asked[2].contains("text=\"api key sk-live-0123456789abcdef0123\""),
+        "{}",
+        asked[2]
+    );
 
     // An initialize-era client: an elicitation on its session.
     let plan = json!([

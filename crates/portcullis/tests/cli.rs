@@ -370,3 +370,123 @@ fn import_takes_no_config_flag() {
 fn unknown_subcommand_is_a_usage_error() {
     assert_usage_error(&["proxy"], &["unrecognized subcommand 'proxy'"]);
 }
+
+#[test]
+fn import_leaves_every_planted_secret_out_and_names_its_variable() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("claude_desktop_config.json");
+    std::fs::write(
+        &json,
+        r#"{"mcpServers": {
+          "aws": {"command": "aws-mcp", "args": ["--api-key", "PLANTED-apikey-arg", "--token=PLANTED-token-arg"],
+                  "env": {"AWS_SECRET_ACCESS_KEY": "PLANTED-aws", "AWS_REGION": "eu-west-1",
+                          "DATABASE_URL": "postgres://app:PLANTED-db@db.internal/app"}},
+          "docs": {"url": "https://mcp.example.com/mcp?api_key=PLANTED-query",
+                   "headers": {"X-API-Key": "PLANTED-x-api-key", "Cookie": "sid=PLANTED-cookie"}}
+        }}"#,
+    )
+    .unwrap();
+    let toml = dir.path().join("portcullis.toml");
+    let toml_arg = toml.to_str().unwrap();
+    let out = portcullis(&[
+        "import",
+        "claude",
+        json.to_str().unwrap(),
+        "--output",
+        toml_arg,
+    ]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let written = std::fs::read_to_string(&toml).unwrap();
+    assert!(!written.contains("PLANTED"), "{written}");
+    assert!(!err.contains("PLANTED"), "{err}");
+    let variables = [
+        "AWS_API_KEY",
+        "AWS_TOKEN",
+        "AWS_SECRET_ACCESS_KEY",
+        "DATABASE_URL",
+        "DOCS_API_KEY",
+        "DOCS_X_API_KEY",
+        "DOCS_COOKIE",
+    ];
+    for variable in variables {
+        assert!(
+            written.contains(&format!("${{{variable}}}")),
+            "{variable}: {written}"
+        );
+        assert!(
+            err.contains(&format!("export {variable}=")),
+            "{variable}: {err}"
+        );
+    }
+    // The entry to put back carries an env block naming each variable: a
+    // desktop app does not inherit the shell's exports.
+    let entry = err
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("\"mcpServers\": "))
+        .unwrap_or_else(|| panic!("no mcpServers entry in {err}"));
+    let entry: serde_json::Value = serde_json::from_str(entry).expect("a JSON object");
+    let env = entry["portcullis"]["env"]
+        .as_object()
+        .expect("an env block");
+    let mut names: Vec<&str> = env.keys().map(String::as_str).collect();
+    names.sort_unstable();
+    let mut expected = variables.to_vec();
+    expected.sort_unstable();
+    assert_eq!(names, expected, "{entry}");
+
+    // With every variable set, the imported config is usable.
+    let mut check = Command::new(env!("CARGO_BIN_EXE_portcullis"));
+    check.args(["check", "--config", toml_arg]);
+    for variable in variables {
+        check.env(variable, "set");
+    }
+    let out = check.output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+#[test]
+fn import_never_overwrites_an_existing_output_without_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("mcp.json");
+    std::fs::write(
+        &json,
+        r#"{"mcpServers": {"docs": {"url": "https://mcp.example.com/mcp"}}}"#,
+    )
+    .unwrap();
+    let toml = dir.path().join("portcullis.toml");
+    std::fs::write(&toml, "# hand-written, keep me\n").unwrap();
+    let args = [
+        "import",
+        "cursor",
+        json.to_str().unwrap(),
+        "--output",
+        toml.to_str().unwrap(),
+    ];
+    let out = portcullis(&args);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("already exists") && err.contains("--force"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&toml).unwrap(),
+        "# hand-written, keep me\n"
+    );
+
+    let mut forced = args.to_vec();
+    forced.push("--force");
+    let out = portcullis(&forced);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        std::fs::read_to_string(&toml)
+            .unwrap()
+            .contains("[upstreams.docs]")
+    );
+    // `--force` means nothing without `--output`.
+    assert_usage_error(
+        &["import", "cursor", json.to_str().unwrap(), "--force"],
+        &["--output"],
+    );
+}

@@ -726,3 +726,192 @@ async fn http_clients_of_both_eras_hear_that_the_tool_list_changed() {
     let _ = modern.cancel().await;
     drop(served);
 }
+
+/// Runs `portcullis` with `args` and extra environment; the output.
+fn portcullis_env(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("the portcullis binary runs")
+}
+
+/// `serve` on a free port with `env`, stopped after `seconds`: every line
+/// it wrote to stderr.
+fn serve_stderr_for(config: &std::path::Path, env: &[(&str, &str)], seconds: u64) -> String {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(config)
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("serve starts");
+    let lines = common::stderr_lines(&mut child);
+    std::thread::sleep(std::time::Duration::from_secs(seconds));
+    send_signal(child.id(), "TERM");
+    let _ = child.wait();
+    lines.try_iter().collect::<Vec<_>>().join("\n")
+}
+
+#[test]
+fn secrets_in_upstream_urls_and_headers_never_reach_the_output() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let env = [("PORTCULLIS_TEST_HEADER", "HEADERSECRET-from-env")];
+    // Nothing listens on port 1: every connect fails, and is logged.
+    let config = write_config(
+        dir.path(),
+        "[gateway]\nstore = \"memory\"\nreconnect_max_ms = 500\n\n\
+         [upstreams.remote]\ntype = \"streamable-http\"\n\
+         url = \"http://127.0.0.1:1/mcp?api_key=SECRETVALUE\"\n\
+         headers = { Authorization = \"Bearer ${PORTCULLIS_TEST_HEADER}\" }\n",
+    );
+    let path = config.to_str().expect("utf-8 path");
+    for args in [
+        &["check", "--config", path][..],
+        &["tools", "--config", path],
+        &["tools", "--json", "--config", path],
+    ] {
+        let out = portcullis_env(args, &env);
+        let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+        assert!(!all.contains("SECRETVALUE"), "{args:?}: {all}");
+        assert!(!all.contains("HEADERSECRET"), "{args:?}: {all}");
+    }
+    // `check` still says which upstream and where, credentials masked.
+    let out = portcullis_env(&["check", "--config", path], &env);
+    assert!(
+        text(&out.stdout).contains("http://127.0.0.1:1/mcp?api_key=***"),
+        "{}",
+        text(&out.stdout)
+    );
+    // `serve` retries the connect (and rmcp logs each failure with the
+    // request's URL): none of those lines carries the key.
+    let stderr = serve_stderr_for(&config, &env, 3);
+    assert!(
+        stderr.matches("not connected").count() >= 2,
+        "several attempts were logged: {stderr}"
+    );
+    assert!(!stderr.contains("SECRETVALUE"), "{stderr}");
+    assert!(!stderr.contains("HEADERSECRET"), "{stderr}");
+
+    // With userinfo the URL is refused, and the refusal repeats neither the
+    // password nor the query.
+    let config = write_config(
+        dir.path(),
+        "[gateway]\nstore = \"memory\"\n\n[upstreams.remote]\ntype = \"streamable-http\"\n\
+         url = \"http://user:SECRETVALUE@127.0.0.1:1/mcp?api_key=SECRETVALUE\"\n",
+    );
+    let path = config.to_str().expect("utf-8 path");
+    for args in [
+        &["check", "--config", path][..],
+        &["tools", "--config", path],
+        &["serve", "--listen", "127.0.0.1:0", "--config", path],
+    ] {
+        let out = portcullis_env(args, &[]);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+        assert!(all.contains("userinfo"), "{args:?}: {all}");
+        assert!(!all.contains("SECRETVALUE"), "{args:?}: {all}");
+    }
+}
+
+#[test]
+fn a_config_error_shows_the_variable_never_its_value() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = write_config(
+        dir.path(),
+        "[upstreams.remote]\ntype = \"streamable-http\"\nurl = \"${PORTCULLIS_TEST_URL}\"\n",
+    );
+    let path = config.to_str().expect("utf-8 path");
+    for value in [
+        // Plain http to a host that is not loopback.
+        "http://example.com/ENVSECRET/mcp?k=ENVSECRET",
+        // Not http at all.
+        "ftp://example.com/ENVSECRET",
+        "not a url ENVSECRET",
+    ] {
+        for command in ["check", "tools", "serve"] {
+            let out = portcullis_env(
+                &[command, "--config", path],
+                &[("PORTCULLIS_TEST_URL", value)],
+            );
+            let err = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{command} {value}: {err}");
+            assert!(err.contains("upstreams.remote.url"), "{err}");
+            assert!(err.contains("${PORTCULLIS_TEST_URL}"), "{err}");
+            assert!(!err.contains("ENVSECRET"), "{command} {value}: {err}");
+        }
+    }
+}
+
+#[test]
+fn an_upstreams_error_text_cannot_forge_log_lines() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    // A stdio "server" answering every request with a JSON-RPC error whose
+    // message carries a line break, a fake log line, a colour escape and a
+    // right-to-left override.
+    let script = dir.path().join("forge.sh");
+    std::fs::write(
+        &script,
+        r#"while IFS= read -r line; do
+  id=$(printf '%s' "$line" | sed -n 's/.*"id":\([0-9]*\).*/\1/p')
+  [ -n "$id" ] || continue
+  printf '{"jsonrpc":"2.0","id":%s,"error":{"code":-32603,"message":"boom\\n2026-01-01T00:00:00Z ERROR forged \\u001b[31mred\\u202e"}}\n' "$id"
+done
+"#,
+    )
+    .expect("script written");
+    let config = write_config(
+        dir.path(),
+        &format!(
+            "[gateway]\nstore = \"memory\"\n\n[upstreams.forge]\ntype = \"stdio\"\ncommand = \"sh\"\nargs = [{}]\n",
+            common::toml_string(&script.display().to_string())
+        ),
+    );
+    let out = portcullis(&["tools", "--config", config.to_str().expect("utf-8 path")]);
+    let err = text(&out.stderr);
+    // The error was logged (escaped, on its own line)…
+    assert!(
+        err.contains("boom\\n2026-01-01T00:00:00Z ERROR forged \\u{1b}[31mred\\u{202e}"),
+        "{err}"
+    );
+    // …and forged nothing.
+    assert!(
+        !err.lines().any(|l| l.starts_with("2026-01-01T00:00:00Z")),
+        "a forged line: {err}"
+    );
+    assert!(!err.contains('\u{1b}'), "a raw escape: {err:?}");
+    assert!(!err.contains('\u{202e}'), "a raw override: {err:?}");
+}
+
+#[cfg(unix)]
+#[test]
+fn the_data_directory_and_the_store_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |path: &std::path::Path| {
+        std::fs::metadata(path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    // The default store: SQLite in a new data_dir.
+    let config = write_config(dir.path(), "[gateway]\ndata_dir = \"state/portcullis\"\n");
+    let path = config.to_str().expect("utf-8 path");
+    let out = portcullis(&["tools", "--config", path]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let data_dir = dir.path().join("state/portcullis");
+    let store = data_dir.join("store.db");
+    assert_eq!(mode(&data_dir), 0o700);
+    assert_eq!(mode(&dir.path().join("state")), 0o700);
+    assert_eq!(mode(&store), 0o600);
+    // A store left readable by others (an older version made it 0644) is
+    // made private when opened again.
+    std::fs::set_permissions(&store, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let out = portcullis(&["tools", "--config", path]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(mode(&store), 0o600);
+}

@@ -1,0 +1,127 @@
+//! The config's secrets kept out of everything the binary prints and logs.
+//!
+//! The rule for URLs and invisible characters is the catalogue's
+//! ([`portcullis_catalog::redact`]); this module adds what only the binary
+//! knows: the values its config holds that must never be printed (every
+//! `${VAR}` expansion, header values, the token, URL query values). The
+//! config records them as it loads ([`crate::config::Config::redactions`]),
+//! its errors are passed through [`replace_known`] before they are shown,
+//! and [`remember`] makes them known to the log writer ([`Stderr`]), which
+//! redacts every line whoever wrote it (rmcp's own error logs name the
+//! upstream URL, query and all).
+//!
+//! An expansion is shown as the `${VAR}` it came from, so a message still
+//! says which variable is wrong; anything else as `***`.
+
+use std::borrow::Cow;
+use std::io::Write;
+use std::sync::{PoisonError, RwLock};
+
+use portcullis_catalog::redact::{MASK, urls_in_text};
+
+use crate::config::Secret;
+
+/// Values shorter than this are not treated as secrets: replacing `1` or
+/// `on` wherever it appears would garble every line, and no credential is
+/// that short.
+pub const MIN_SECRET_LEN: usize = 4;
+
+/// What every log line is redacted with: the secrets of every config loaded
+/// so far (a reload adds; a secret a reload removed may still appear in a
+/// late line of an old connection).
+static KNOWN: RwLock<Vec<(Secret, String)>> = RwLock::new(Vec::new());
+
+/// One value never to print, and what to print instead.
+pub fn redaction(value: &str, shown: impl Into<String>) -> Option<(Secret, String)> {
+    (value.chars().count() >= MIN_SECRET_LEN).then(|| (Secret::new(value), shown.into()))
+}
+
+/// A value that is not a `${VAR}` expansion: shown as `***`.
+pub fn masked(value: &str) -> Option<(Secret, String)> {
+    redaction(value, MASK)
+}
+
+/// Makes `redactions` known to the log writer (and to [`text`]).
+pub fn remember(redactions: &[(Secret, String)]) {
+    let mut known = KNOWN.write().unwrap_or_else(PoisonError::into_inner);
+    for (value, shown) in redactions {
+        if !known.iter().any(|(v, _)| v == value) {
+            known.push((value.clone(), shown.clone()));
+        }
+    }
+    // Longest first, so a secret that contains another is replaced whole.
+    known.sort_by_key(|(v, _)| std::cmp::Reverse(v.expose().len()));
+}
+
+/// `text` with every value in `known` replaced by what stands in for it.
+pub fn replace_known<'a>(text: &'a str, known: &[(Secret, String)]) -> Cow<'a, str> {
+    let mut out = Cow::Borrowed(text);
+    let mut sorted: Vec<&(Secret, String)> = known.iter().collect();
+    sorted.sort_by_key(|(v, _)| std::cmp::Reverse(v.expose().len()));
+    for (value, shown) in sorted {
+        if !value.expose().is_empty() && out.contains(value.expose()) {
+            out = Cow::Owned(out.replace(value.expose(), shown));
+        }
+    }
+    out
+}
+
+/// `text` as it may be printed: the known secrets replaced, every URL's
+/// userinfo, query values and fragment masked.
+pub fn text(text: &str) -> Cow<'_, str> {
+    let known = KNOWN.read().unwrap_or_else(PoisonError::into_inner);
+    match replace_known(text, &known) {
+        Cow::Borrowed(text) => urls_in_text(text),
+        Cow::Owned(replaced) => Cow::Owned(urls_in_text(&replaced).into_owned()),
+    }
+}
+
+/// The log writer: stderr, each line passed through [`text`] first.
+pub struct Stderr;
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Stderr {
+    type Writer = RedactingWriter;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        RedactingWriter
+    }
+}
+
+/// One write to stderr, redacted. The formatter hands over each event as
+/// one buffer, so a secret is never split between two writes.
+pub struct RedactingWriter;
+
+impl Write for RedactingWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let line = String::from_utf8_lossy(buf);
+        std::io::stderr().write_all(text(&line).as_bytes())?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_values_and_urls_are_replaced_longest_first() {
+        let known = vec![
+            redaction("SECRETVALUE", "${API_KEY}").expect("long enough"),
+            masked("SECRETVALUE-and-more").expect("long enough"),
+        ];
+        assert_eq!(
+            replace_known("a SECRETVALUE-and-more b SECRETVALUE", &known),
+            "a *** b ${API_KEY}"
+        );
+        assert!(masked("on").is_none());
+        remember(&known);
+        assert_eq!(
+            text("GET http://h/mcp?k=v SECRETVALUE"),
+            "GET http://h/mcp?k=*** ${API_KEY}"
+        );
+    }
+}
