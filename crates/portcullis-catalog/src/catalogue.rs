@@ -25,6 +25,7 @@ use std::sync::OnceLock;
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use crate::classification::{Classification, ClassifiedBy};
 use crate::diagnostic::{Diagnostic, Rule};
 use crate::disclosure::{
     DESCRIBE_TOOL_NAME, DisclosureOptions, Tier, choose_tier, compose_system_prompt,
@@ -49,17 +50,27 @@ pub struct ServerListing {
     pub baseline: Option<Fingerprints>,
     /// What the model may see of it.
     pub filter: ToolFilter,
+    /// The operator's word on which of its tools only read.
+    pub classification: Classification,
 }
 
 impl ServerListing {
-    /// A listing with no baseline and no filter.
+    /// A listing with no baseline, no filter, and the server's read-only
+    /// claims taken.
     pub fn new(identity: ServerIdentity, tools: Vec<Tool>) -> Self {
         ServerListing {
             identity,
             tools,
             baseline: None,
             filter: ToolFilter::All,
+            classification: Classification::default(),
         }
+    }
+
+    /// Sets the classification.
+    pub fn with_classification(mut self, classification: Classification) -> Self {
+        self.classification = classification;
+        self
     }
 
     /// Sets the baseline.
@@ -113,6 +124,10 @@ pub struct CatalogueEntry {
     pub tier: Tier,
     /// The full schema when the tier replaced it in `definition`.
     full_input_schema: Option<Value>,
+    /// Who decided whether the tool only reads (its `readOnlyHint` in
+    /// `definition` is that decision); `None` for stubs and the describe
+    /// tool.
+    pub classified_by: Option<ClassifiedBy>,
 }
 
 impl CatalogueEntry {
@@ -224,6 +239,22 @@ pub struct StatusRow {
     pub status: &'static str,
     /// Why it is not available, else null.
     pub reason: Option<String>,
+    /// Whether it only reads (`read-only`) or may write (`write`); null for
+    /// what is not a tool of a source.
+    pub access: Option<&'static str>,
+    /// Who decided `access`: `operator` or `server`.
+    pub classified_by: Option<ClassifiedBy>,
+}
+
+impl StatusRow {
+    /// The `access` word for a definition.
+    pub fn access_of(tool: &Tool) -> &'static str {
+        if tool.is_read_only() {
+            "read-only"
+        } else {
+            "write"
+        }
+    }
 }
 
 /// Where a call goes, or why it goes nowhere.
@@ -304,6 +335,7 @@ impl Catalogue {
                 mut tools,
                 baseline,
                 filter,
+                classification,
             } = listing;
             tools.sort_by(|a, b| a.name.cmp(&b.name));
             let published: BTreeSet<String> = tools.iter().map(|t| t.name.clone()).collect();
@@ -380,10 +412,14 @@ impl Catalogue {
                     kind: EntryKind::Quarantined,
                     tier: Tier::Inline,
                     full_input_schema: None,
+                    classified_by: None,
                 });
             }
-            for (name, tool) in admitted {
+            for (name, mut tool) in admitted {
                 let remote_name = tool.name.clone();
+                // After the drift guard: the fingerprint is of what the
+                // server said; the map carries what was decided.
+                let classified_by = classification.apply(&mut tool, &name);
                 let (mut shown, full_input_schema) = disclose_owned(tool, tier);
                 shown.name = name.clone();
                 entries.push(CatalogueEntry {
@@ -394,6 +430,7 @@ impl Catalogue {
                     definition: shown,
                     full_input_schema,
                     tier,
+                    classified_by: Some(classified_by),
                 });
             }
 
@@ -419,6 +456,7 @@ impl Catalogue {
                 full_input_schema: None,
                 definition,
                 tier: Tier::Inline,
+                classified_by: None,
             });
         }
         entries.sort_by(|a, b| a.name.cmp(&b.name));
@@ -532,6 +570,8 @@ impl Catalogue {
                         e.remote_name, e.server
                     )
                 }),
+                access: (e.kind == EntryKind::Remote).then(|| StatusRow::access_of(&e.definition)),
+                classified_by: e.classified_by,
             })
             .collect();
         rows.extend(self.withheld.iter().map(|w| StatusRow {
@@ -540,6 +580,8 @@ impl Catalogue {
             tier: self.server(&w.server).map_or(Tier::Inline, |s| s.tier),
             status: "withheld",
             reason: Some(w.reason.clone()),
+            access: None,
+            classified_by: None,
         }));
         rows
     }
@@ -663,6 +705,36 @@ mod tests {
                 .unwrap()
                 .published
                 .contains("delete")
+        );
+    }
+
+    #[test]
+    fn the_operators_classification_reaches_the_map_and_leaves_drift_alone() {
+        use crate::classification::{Classification, ClassifiedBy};
+        let mut claimed = listing("gh", "https://g/mcp", &["delete_repo", "search"]);
+        for tool in &mut claimed.tools {
+            tool.annotations = Some(crate::tool::ToolAnnotations::read_only(true));
+        }
+        let baseline = fingerprint_listing(&claimed.tools);
+        let classified = claimed
+            .with_baseline(baseline)
+            .with_classification(Classification {
+                writes: vec!["delete_repo".into()],
+                ..Classification::default()
+            });
+        let catalogue = Catalogue::project(vec![classified], &ProjectionOptions::default());
+        let wipe = catalogue.get("delete_repo").unwrap();
+        assert_eq!(wipe.kind, EntryKind::Remote, "the override is no drift");
+        assert!(!wipe.definition.is_read_only());
+        assert_eq!(wipe.classified_by, Some(ClassifiedBy::Operator));
+        let search = catalogue.get("search").unwrap();
+        assert!(search.definition.is_read_only());
+        assert_eq!(search.classified_by, Some(ClassifiedBy::Server));
+        let rows = catalogue.status_rows();
+        let row = rows.iter().find(|r| r.name == "delete_repo").unwrap();
+        assert_eq!(
+            (row.access, row.classified_by),
+            (Some("write"), Some(ClassifiedBy::Operator))
         );
     }
 

@@ -59,6 +59,7 @@
 #![warn(missing_docs)]
 
 pub mod catalogue;
+pub mod classification;
 pub mod definition;
 pub mod diagnostic;
 pub mod disclosure;

@@ -268,15 +268,19 @@ fn assert_denied(result: &CallToolResult, by: &str, reason: &str) {
     );
 }
 
-/// The question names the qualified tool and masks the card token.
+/// The question names the qualified tool and shows every argument the call
+/// carries, the card token included: the person approves what the upstream
+/// will receive, nothing hidden from them.
 fn assert_question(person: &Person) {
     let questions = person.questions();
     assert_eq!(questions.len(), 1, "{questions:?}");
     let question = &questions[0];
     assert!(question.contains("\"charge\""), "{question}");
     assert!(question.contains("amount=5"), "{question}");
-    assert!(question.contains("card_token=<hidden>"), "{question}");
-    assert!(!question.contains(CARD_TOKEN), "{question}");
+    assert!(
+        question.contains(&format!("card_token=\"{CARD_TOKEN}\"")),
+        "{question}"
+    );
 }
 
 #[tokio::test]

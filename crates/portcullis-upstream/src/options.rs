@@ -5,6 +5,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use portcullis_catalog::classification::Classification;
 use portcullis_catalog::fingerprint::Fingerprints;
 use portcullis_catalog::policy::{AllowAll, Policy};
 use portcullis_catalog::{ProjectionOptions, ServerIdentity, ToolFilter};
@@ -36,6 +37,13 @@ pub struct ConnectOptions {
     /// Per-server filters by configured name; they replace `tools` for that
     /// server.
     pub server_tools: HashMap<String, ToolFilter>,
+    /// Which tools only read, by configured server name: the operator's
+    /// declarations, and whether the server's own `readOnlyHint` counts.
+    /// A server not listed has its claims taken.
+    pub server_classification: HashMap<String, Classification>,
+    /// The classification of servers `server_classification` does not
+    /// name (by default: their claims taken).
+    pub classification: Classification,
     /// Names, prefixes and the disclosure budget.
     pub projection: ProjectionOptions,
     /// Timeout for connecting (handshake and listing) and for each call.
@@ -136,6 +144,8 @@ impl Default for ConnectOptions {
             session: None,
             tools: ToolFilter::All,
             server_tools: HashMap::new(),
+            server_classification: HashMap::new(),
+            classification: Classification::default(),
             projection: ProjectionOptions::default(),
             timeout: DEFAULT_TIMEOUT,
             server_timeouts: HashMap::new(),
@@ -192,6 +202,26 @@ impl ConnectOptions {
         self.server_allowed_hosts
             .insert(server.into(), hosts.into_iter().map(Into::into).collect());
         self
+    }
+
+    /// Sets how one server's tools are classified read-only or write
+    /// (see [`portcullis_catalog::classification`]).
+    pub fn with_server_classification(
+        mut self,
+        server: impl Into<String>,
+        classification: Classification,
+    ) -> Self {
+        self.server_classification
+            .insert(server.into(), classification);
+        self
+    }
+
+    /// The classification of the server configured as `server`.
+    pub(crate) fn classification_of(&self, server: &str) -> Classification {
+        self.server_classification
+            .get(server)
+            .cloned()
+            .unwrap_or_else(|| self.classification.clone())
     }
 
     /// Sets one server's visibility filter.

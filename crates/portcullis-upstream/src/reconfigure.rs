@@ -107,6 +107,7 @@ impl Toolset {
                         .get(source.config.name())
                         .cloned()
                         .unwrap_or_else(|| options.tools.clone());
+                    source.classification = options.classification_of(source.config.name());
                     report.kept.push(source.id.clone());
                     kept.push(source);
                 } else {

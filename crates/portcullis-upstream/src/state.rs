@@ -11,6 +11,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use portcullis_catalog::catalogue::EntryKind;
+use portcullis_catalog::classification::Classification;
 use portcullis_catalog::fingerprint::Fingerprints;
 use portcullis_catalog::{
     ArgumentValidator, Catalogue, Diagnostic, ProjectionOptions, Rule, ServerIdentity,
@@ -35,6 +36,8 @@ pub(crate) struct Source {
     pub(crate) identity: ServerIdentity,
     /// What the model may see of it.
     pub(crate) filter: ToolFilter,
+    /// Which of its tools only read, by the operator's word and its own.
+    pub(crate) classification: Classification,
     /// Its current listing.
     pub(crate) tools: Vec<Tool>,
     /// The baseline enforced on it (`None`: trusted as listed).
@@ -50,7 +53,8 @@ pub(crate) struct Source {
 impl Source {
     fn listing(&self) -> ServerListing {
         let listing = ServerListing::new(self.identity.clone(), self.tools.clone())
-            .with_filter(self.filter.clone());
+            .with_filter(self.filter.clone())
+            .with_classification(self.classification.clone());
         match &self.baseline {
             Some(baseline) => listing.with_baseline(baseline.clone()),
             None => listing,

@@ -382,6 +382,7 @@ pub(crate) fn source(
     Source {
         id,
         identity: config.identity(),
+        classification: options.classification_of(config.name()),
         config,
         filter,
         tools,

@@ -20,6 +20,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use portcullis_catalog::classification::Classification;
 use portcullis_catalog::error_mapping::codes::ERR_INVALID_MCP_TOKEN;
 use portcullis_catalog::naming::Prefix;
 use portcullis_catalog::{Budget, ToolFilter, TransportKind};
@@ -128,6 +129,10 @@ pub struct Gateway {
     pub allow_write: bool,
     /// Expose only these qualified names (writes included).
     pub allow_tools: Vec<String>,
+    /// Whether an upstream's own `readOnlyHint` classifies its tools
+    /// read-only (`trust_annotations`, default true); each upstream may say
+    /// otherwise.
+    pub trust_annotations: bool,
     /// Which calls ask the person at the client first.
     pub approval: Approval,
     /// How long the person has to answer an approval question
@@ -212,6 +217,10 @@ pub struct Upstream {
     pub timeout_ms: Option<u64>,
     /// What the model may see of it.
     pub tools: ToolFilter,
+    /// Which of its tools only read: the operator's `read_only` and
+    /// `writes` lists, and whether its own `readOnlyHint` counts
+    /// (`trust_annotations`, defaulting to `[gateway]`'s).
+    pub classification: Classification,
     /// For a remote upstream: the only hosts it and its redirects may reach
     /// besides its own URL's host (`None`: any public host). A host listed
     /// here may also be on loopback, a private network or link-local.
@@ -355,6 +364,7 @@ struct RawGateway {
     allow_write: bool,
     #[serde(default)]
     allow_tools: Vec<String>,
+    trust_annotations: Option<bool>,
     approval: Option<RawApproval>,
     approval_timeout_ms: Option<u64>,
     health_interval_ms: Option<u64>,
@@ -402,6 +412,9 @@ struct RawUpstream {
     timeout_ms: Option<u64>,
     tools: Option<RawToolFilter>,
     allowed_hosts: Option<Vec<String>>,
+    read_only: Option<Vec<String>>,
+    writes: Option<Vec<String>>,
+    trust_annotations: Option<bool>,
     command: Option<String>,
     args: Option<Vec<String>>,
     env: Option<BTreeMap<String, String>>,
@@ -628,7 +641,9 @@ impl Validator<'_> {
         let gateway = self.gateway(raw.gateway)?;
         let mut upstreams = BTreeMap::new();
         for (name, upstream) in raw.upstreams {
-            let upstream = self.upstream(&name, upstream)?;
+            let trust = upstream.trust_annotations;
+            let mut upstream = self.upstream(&name, upstream)?;
+            upstream.classification.trust_claims = trust.unwrap_or(gateway.trust_annotations);
             upstreams.insert(name, upstream);
         }
         let mut apps = BTreeMap::new();
@@ -764,6 +779,7 @@ impl Validator<'_> {
             ),
             allow_write: raw.allow_write,
             allow_tools: raw.allow_tools,
+            trust_annotations: raw.trust_annotations.unwrap_or(true),
             approval,
             approval_timeout: Duration::from_millis(approval_timeout_ms),
             health_interval,
@@ -906,6 +922,11 @@ impl Validator<'_> {
             transport,
             timeout_ms: raw.timeout_ms,
             tools,
+            classification: Classification {
+                read_only: raw.read_only.unwrap_or_default(),
+                writes: raw.writes.unwrap_or_default(),
+                trust_claims: true,
+            },
             allowed_hosts: raw.allowed_hosts,
         })
     }

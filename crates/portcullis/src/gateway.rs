@@ -65,6 +65,14 @@ pub struct Row {
     pub status: String,
     /// Why it is not available, else null.
     pub reason: Option<String>,
+    /// `read-only` or `write`, as decided for the exposure gate and
+    /// `approval = "writes"`; null for the describe tool and for tools the
+    /// catalogue holds back.
+    pub access: Option<String>,
+    /// Who decided `access`: `operator` (the config's `read_only`, `writes`
+    /// or `trust_annotations = false`) or `server` (its own annotations,
+    /// pinned at first trust).
+    pub classified_by: Option<String>,
 }
 
 impl Gateway {
@@ -171,6 +179,8 @@ impl Gateway {
                     tier,
                     status,
                     reason,
+                    access: row.access.map(str::to_owned),
+                    classified_by: row.classified_by.map(|by| by.as_str().to_owned()),
                 }
             })
             .collect()
@@ -344,6 +354,8 @@ fn connect_options(config: &Config) -> ConnectOptions {
             options = options.with_server_timeout(&upstream.name, Duration::from_millis(ms));
         }
         options = options.with_server_tools(&upstream.name, upstream.tools.clone());
+        options =
+            options.with_server_classification(&upstream.name, upstream.classification.clone());
         if let (Some(hosts), UpstreamTransport::Remote { url, .. }) =
             (&upstream.allowed_hosts, &upstream.transport)
         {
@@ -357,6 +369,8 @@ fn connect_options(config: &Config) -> ConnectOptions {
             options = options.with_server_allowed_hosts(&upstream.name, hosts);
         }
     }
+    // Agent Plugins' servers follow `[gateway] trust_annotations`.
+    options.classification.trust_claims = config.gateway.trust_annotations;
     if config.gateway.approval != Approval::Never {
         options = options.with_policy(ApprovalPolicy(config.gateway.approval.clone()));
     }

@@ -100,6 +100,7 @@ impl SourcesKey {
                     u.timeout_ms,
                     format!("{:?}", u.tools),
                     &u.allowed_hosts,
+                    &u.classification,
                 )
             })
             .collect();

@@ -701,6 +701,8 @@ impl SourceCatalogue {
                     .map_or(portcullis_catalog::Tier::Inline, |s| s.tier),
                 status: "withheld",
                 reason: Some(w.reason.clone()),
+                access: None,
+                classified_by: None,
             }
         }));
         rows

@@ -1,6 +1,6 @@
 //! `portcullis tools`: the catalogue as the model sees it, and what is held
 //! back and why. `--json` prints exactly one JSON array of
-//! `{name, source, tier, status, reason}`.
+//! `{name, source, tier, status, reason, access, classified_by}`.
 
 use std::fmt::Write as _;
 
@@ -33,22 +33,37 @@ fn table(rows: &[Row]) -> String {
             .max()
             .unwrap_or(0)
     };
+    let access = |r: &Row| match (&r.access, &r.classified_by) {
+        (Some(access), Some(by)) => format!("{access} ({by})"),
+        (Some(access), None) => access.clone(),
+        _ => "-".to_owned(),
+    };
     let (name_w, source_w, tier_w) = (
         width(|r| &r.name, "NAME"),
         width(|r| &r.source, "SOURCE"),
         width(|r| &r.tier, "TIER"),
     );
+    let access_w = rows
+        .iter()
+        .map(|r| access(r).len())
+        .chain(["ACCESS".len()])
+        .max()
+        .unwrap_or(0);
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:name_w$}  {:source_w$}  {:tier_w$}  STATUS",
-        "NAME", "SOURCE", "TIER"
+        "{:name_w$}  {:source_w$}  {:tier_w$}  {:access_w$}  STATUS",
+        "NAME", "SOURCE", "TIER", "ACCESS"
     );
     for row in rows {
         let _ = write!(
             out,
-            "{:name_w$}  {:source_w$}  {:tier_w$}  {}",
-            row.name, row.source, row.tier, row.status
+            "{:name_w$}  {:source_w$}  {:tier_w$}  {:access_w$}  {}",
+            row.name,
+            row.source,
+            row.tier,
+            access(row),
+            row.status
         );
         if let Some(reason) = &row.reason {
             let _ = write!(out, " ({reason})");

@@ -324,3 +324,95 @@ fn names_and_approval_hold_while_a_sibling_upstream_is_down() {
     );
     assert!(said.contains("approv"), "{said}");
 }
+
+/// `tools --json` rows by name: (status, access, classified_by).
+fn classified(config: &str) -> std::collections::BTreeMap<String, (String, String, String)> {
+    let listed = common::portcullis(&["tools", "--json", "--config", config]);
+    let tools: Value = serde_json::from_slice(&listed.stdout).expect("tools --json is JSON");
+    let field = |t: &Value, k: &str| t[k].as_str().unwrap_or("-").to_owned();
+    tools
+        .as_array()
+        .expect("an array")
+        .iter()
+        .map(|t| {
+            (
+                field(t, "name"),
+                (
+                    field(t, "status"),
+                    field(t, "access"),
+                    field(t, "classified_by"),
+                ),
+            )
+        })
+        .collect()
+}
+
+/// A server's `readOnlyHint` is its claim: the operator's `writes` makes a
+/// tool a write whatever the server says, so it is withheld without
+/// `allow_write` and asks first under `approval = "writes"`;
+/// `trust_annotations = false` takes no claim at all; `read_only` declares
+/// a tool read-only. `tools` shows who decided.
+#[test]
+fn the_operator_classifies_what_a_server_claims_read_only() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let demo = |more: &str, gateway: &str| {
+        write_config(
+            dir.path(),
+            &format!(
+                "[gateway]\nstore = \"memory\"\n{gateway}\n\
+                 [upstreams.demo]\ntype = \"stdio\"\ncommand = \"portcullis\"\nargs = [\"demo-upstream\"]\ntimeout_ms = 30000\n{more}"
+            ),
+        )
+        .to_string_lossy()
+        .into_owned()
+    };
+    let row = |s: &str, a: &str, b: &str| (s.to_owned(), a.to_owned(), b.to_owned());
+
+    // The server's claims, as they are: echo read-only, write_note a write.
+    let rows = classified(&demo("", ""));
+    assert_eq!(rows["echo"], row("available", "read-only", "server"));
+    assert_eq!(rows["write_note"].1, "write");
+
+    // `writes` overrules the claim: echo is withheld like any write.
+    let config = demo("writes = [\"echo\"]\nread_only = [\"write_note\"]\n", "");
+    let rows = classified(&config);
+    assert_eq!(rows["echo"].0, "withheld", "{rows:?}");
+    assert_eq!(rows["echo"].1, "write");
+    assert_eq!(rows["echo"].2, "operator");
+    assert_eq!(
+        rows["write_note"],
+        row("available", "read-only", "operator")
+    );
+
+    // With writes allowed and approval for writes, echo now asks first:
+    // `call` has no one to ask, so it is refused and never runs.
+    let config = demo(
+        "writes = [\"echo\"]\n",
+        "allow_write = true\napproval = \"writes\"\n",
+    );
+    let call = common::portcullis(&["call", "--config", &config, "echo", r#"{"text":"unasked"}"#]);
+    let said = format!(
+        "{}{}",
+        common::text(&call.stdout),
+        common::text(&call.stderr)
+    );
+    assert_eq!(call.status.code(), Some(1), "{said}");
+    assert!(!said.contains("unasked\n"), "the write ran unasked: {said}");
+
+    // trust_annotations = false (here for the whole gateway): no claim is
+    // taken, every tool is a write by the operator's word.
+    let rows = classified(&demo("", "trust_annotations = false\n"));
+    assert!(
+        rows.values()
+            .all(|(status, access, by)| status == "withheld"
+                && access == "write"
+                && by == "operator"),
+        "{rows:?}"
+    );
+    // …and an upstream may say otherwise.
+    let rows = classified(&demo(
+        "trust_annotations = true\n",
+        "trust_annotations = false\n",
+    ));
+    assert_eq!(rows["echo"], row("available", "read-only", "server"));
+}
