@@ -829,9 +829,12 @@ paths:
         for args in &refused {
             let result = tools.call(tool, args.clone(), None).await.unwrap();
             assert!(result.is_error, "{tool} {args}: {result:?}");
+            // The code in the clear, its words framed as the tool's.
             let message = result.text_blocks().next().unwrap();
             assert!(
-                message.starts_with("ERR_INVALID_ARGUMENTS: path parameter \""),
+                message.starts_with(&format!(
+                    "ERR_INVALID_ARGUMENTS\n<untrusted-tool-output tool=\"{tool}\">\npath parameter \""
+                )),
                 "{tool} {args}: {message}"
             );
         }
