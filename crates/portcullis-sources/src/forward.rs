@@ -2,8 +2,9 @@
 //!
 //! An [`App`] is where an application listens (`base_url`), how long a call
 //! may take (`timeout`, default 60 s), the gateway key that signs every
-//! request (see [`crate::signing`]) and the caller identity travels in
-//! `x-portcullis-identity`. A call:
+//! request (see [`crate::signing`]: method, authority, path, query, body
+//! digest and identity, with a fresh nonce and the signing time) and the
+//! caller identity travels in `x-portcullis-identity`. A call:
 //!
 //! 1. refuses an `auth: true` route without an identity
 //!    (`ERR_MCP_AUTH_REQUIRED`) or whose identity lacks a permission
@@ -40,9 +41,7 @@ use serde_json::{Map, Value};
 
 use crate::error::SourceError;
 use crate::route::HttpRoute;
-use crate::signing::{
-    DIGEST_HEADER, GatewayKey, IDENTITY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, unix_now,
-};
+use crate::signing::{GatewayKey, IDENTITY_HEADER, RequestToSign, unix_now};
 
 /// Default bound on one forwarded call (the seed's `timeoutMs`).
 pub const DEFAULT_APP_TIMEOUT: Duration = Duration::from_secs(60);
@@ -277,21 +276,32 @@ async fn forward(
         request = request.header(IDENTITY_HEADER, identity.as_str());
     }
     if let Some(key) = &app.key {
-        let path_and_query = match url.query() {
-            Some(query) => format!("{}?{query}", url.path()),
-            None => url.path().to_owned(),
+        // What `Host` will say: the port only when it is not the scheme's
+        // default, as the URL type keeps it.
+        let host = url.host_str().unwrap_or_default();
+        let authority = match url.port() {
+            Some(port) => format!("{host}:{port}"),
+            None => host.to_owned(),
         };
-        let signed = key.sign(
-            route.method.as_str(),
-            &path_and_query,
-            &body,
-            identity.as_deref(),
-            unix_now(),
-        );
-        request = request
-            .header(TIMESTAMP_HEADER, signed.timestamp)
-            .header(DIGEST_HEADER, signed.digest)
-            .header(SIGNATURE_HEADER, signed.signature);
+        let signed = key
+            .sign(
+                &RequestToSign {
+                    method: route.method.as_str(),
+                    authority: &authority,
+                    path: url.path(),
+                    query: url.query(),
+                    identity: identity.as_deref(),
+                    body: &body,
+                },
+                unix_now(),
+            )
+            .map_err(|e| {
+                tracing::error!(app = %app.name, error = %e, "cannot sign the request");
+                ToolError::msg(format!("forwarding to app \"{}\" failed: {e}", app.name))
+            })?;
+        for (name, value) in signed.headers() {
+            request = request.header(name, value);
+        }
     }
     if sends_body {
         request = request

@@ -10,7 +10,7 @@
 //! | [`routes`] | an application's route table (`mdk-plugin.json`): one tool per route |
 //! | [`openapi`] | an OpenAPI 3.0/3.1 document (JSON or YAML): one tool per operation |
 //! | [`route`] + [`forward`] | how a route becomes a tool, and how its call is forwarded to the application over HTTP |
-//! | [`signing`] | the gateway's Ed25519 key, request signatures, and [`verify_request`] for applications |
+//! | [`signing`] | the gateway's Ed25519 key, request signatures (RFC 9421 HTTP Message Signatures), and [`Verifier`] for applications (signature, authority, freshness, replays) |
 //! | [`source`] | the [`ToolSource`] trait all of them implement |
 //! | [`files`] | every file the gateway reads opened as a regular file only (a FIFO or device would hang it) |
 //! | [`schema`] | the JSON Schema subset a route's parameters and body may use, normalised as the seed does |
@@ -77,5 +77,5 @@ pub use openapi::OpenApiDocument;
 pub use portcullis_server::Registration;
 pub use route::HttpRoute;
 pub use routes::RouteTable;
-pub use signing::{GatewayKey, PublicKey, verify_request};
+pub use signing::{GatewayKey, PublicKey, Verifier};
 pub use source::{AppSource, InProcessSource, ToolSource};

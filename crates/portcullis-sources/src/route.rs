@@ -180,7 +180,8 @@ pub struct SplitArgs {
 }
 
 /// Header names a route may not take as parameters: the transport's own and
-/// the gateway's signature headers, which a model must never set.
+/// the gateway's identity and signature headers (`x-portcullis-*` and
+/// RFC 9421's and RFC 9530's), which a model must never set.
 pub(crate) fn is_reserved_header(name: &str) -> bool {
     let name = name.to_ascii_lowercase();
     name.starts_with("x-portcullis-")
@@ -196,6 +197,9 @@ pub(crate) fn is_reserved_header(name: &str) -> bool {
                 | "trailer"
                 | "keep-alive"
                 | "proxy-authorization"
+                | "signature"
+                | "signature-input"
+                | "content-digest"
         )
 }
 

@@ -4,66 +4,140 @@
 //! The gateway keeps one Ed25519 key pair under its data directory
 //! ([`GatewayKey::load_or_create`]: created once with mode 0600, reused
 //! across restarts) and writes the public half to the application's
-//! `key_file`, so the application can allow-list the gateway, as the seed's
-//! app runtimes do. Every forwarded request carries:
+//! `key_file` (base64 of its 32 bytes, one line), so the application can
+//! allow-list the gateway.
+//!
+//! # The signature
+//!
+//! Every forwarded request is signed as an HTTP Message Signature (RFC 9421,
+//! algorithm `ed25519`), its body bound by a `Content-Digest` (RFC 9530).
+//! It carries:
 //!
 //! | header | value |
 //! |---|---|
 //! | `x-portcullis-identity` | the caller's identity as JSON (`{"user":…,"perms":[…]}`); absent when none is configured |
-//! | `x-portcullis-timestamp` | Unix time in seconds when the request was signed |
-//! | `x-portcullis-content-digest` | `sha-256=:<base64 of SHA-256(body)>:` (the body may be empty) |
-//! | `x-portcullis-signature` | base64 (standard, padded) of the Ed25519 signature of the signing string |
+//! | `content-digest` | `sha-256=:<base64 of SHA-256(body)>:`, for an empty body too |
+//! | `signature-input` | `portcullis=("@method" "@authority" "@path" "@query" "content-digest" "x-portcullis-identity");created=…;nonce="…";keyid="…";alg="ed25519";tag="portcullis"` (the identity is listed only when it is sent) |
+//! | `signature` | `portcullis=:<base64 of the 64-byte Ed25519 signature>:` |
 //!
-//! The signing string is six lines joined by `\n` (no trailing newline):
+//! What is signed is RFC 9421's signature base: one line per covered
+//! component, in the listed order, then the parameters, joined by `\n`
+//! without a trailing one:
 //!
 //! ```text
-//! portcullis-request-v1
-//! <METHOD, uppercase>
-//! <path and query exactly as sent, e.g. /devices/d1?verbose=true>
-//! <the x-portcullis-content-digest value>
-//! <the x-portcullis-identity value, or empty>
-//! <the x-portcullis-timestamp value>
+//! "@method": POST
+//! "@authority": 127.0.0.1:9000
+//! "@path": /devices/d7/reboot
+//! "@query": ?verbose=true
+//! "content-digest": sha-256=:…:
+//! "x-portcullis-identity": {"user":{"userId":"agent"},"perms":["read"]}
+//! "@signature-params": ("@method" "@authority" "@path" "@query" "content-digest" "x-portcullis-identity");created=1700000000;nonce="…";keyid="…";alg="ed25519";tag="portcullis"
 //! ```
 //!
-//! A verifier in any language: recompute the digest of the body it received
-//! and compare; check the timestamp is within its tolerance of its clock;
-//! rebuild the string from what it received and check the signature with the
-//! gateway's public key (the key file holds its 32 bytes in base64 on one
-//! line). Only then trust the identity header. [`verify_request`] is that
-//! function in Rust. RFC 9421 (HTTP Message Signatures) was considered; the
-//! scheme above is smaller, covers the same fields and needs no library on
-//! the application side beyond Ed25519 and SHA-256. It does not prevent a
-//! replay inside the timestamp window; an application that needs that keeps
-//! the signatures it has seen for the window.
+//! - `@method` is the method as sent; `@path` the path as sent (still
+//!   percent-encoded); `@query` is `?` and the query as sent, or `?` alone
+//!   when there is none.
+//! - `@authority` is the host of the application's `base_url`, lowercase,
+//!   with its port unless it is the scheme's default: what the request's
+//!   `Host` says. A request signed for one application therefore does not
+//!   verify at another that trusts the same key.
+//! - `created` is when the gateway signed (Unix seconds); `nonce` is 16
+//!   random bytes in unpadded base64url, new for every request; `keyid` is
+//!   [`PublicKey::key_id`] (unpadded base64url of the SHA-256 of the public
+//!   key's 32 bytes); `tag="portcullis"` marks the gateway's signature among
+//!   any others an intermediary might add.
+//!
+//! # Verifying
+//!
+//! [`Verifier`] is the application's side, in Rust. It checks, in order:
+//!
+//! 1. exactly one `signature-input` member is tagged `portcullis`; its
+//!    `keyid` is the gateway's key and its `alg` is `ed25519`;
+//! 2. it covers the five components above, and the identity header whenever
+//!    the request has one (an identity nobody signed is never read);
+//! 3. `created` is within `max_skew` (default 5 minutes) of the
+//!    application's clock, in either direction (`expires`, if ever present,
+//!    is not past);
+//! 4. the request's authority (the request target's, else `Host`) is one
+//!    the application answers to;
+//! 5. the body matches `content-digest`, and the signature verifies
+//!    (strict Ed25519);
+//! 6. the nonce was never seen: it is recorded until `created + max_skew`,
+//!    after which step 3 refuses the request anyway, so the record covers
+//!    exactly the time a replay could otherwise pass.
+//!
+//! Only then is the identity trusted. The nonces live in a [`NonceStore`];
+//! the default [`MemoryNonceStore`] is bounded ([`DEFAULT_NONCE_CAPACITY`])
+//! and, when full, refuses new requests rather than forget a nonce still
+//! inside its window. Several replicas of one application must share one
+//! store, or a request replayed to the replica that did not see it passes:
+//! implement [`NonceStore`] over the database they share (an insert that
+//! fails on a duplicate key, expiring at `until`).
+//!
+//! In another language, any RFC 9421 implementation with Ed25519 and the
+//! key file's public key checks the signature; the checks of steps 1–4 and
+//! 6 beyond the signature itself are the application's to make, as most
+//! libraries leave them to their caller.
+//!
+//! Earlier versions signed a private line format carried in
+//! `x-portcullis-timestamp`, `x-portcullis-content-digest` and
+//! `x-portcullis-signature` and checked by a `verify_request` function. It
+//! covered neither the host nor a nonce, so a captured request could be
+//! replayed for five minutes, to any application trusting the key. Those
+//! headers are no longer sent: an application still checking them refuses
+//! every request until it moves to [`Verifier`] or an RFC 9421 verifier.
+
+mod nonce;
+mod verify;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
-use base64::engine::general_purpose::STANDARD;
-use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
-use http::HeaderMap;
-use portcullis_server::Identity;
+use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use ed25519_dalek::{Signer, SigningKey, VerifyingKey};
+use sfv::{BareItem, FieldType, InnerList, Item, Key, ListEntry, Parameters};
 use sha2::{Digest, Sha256};
 use thiserror::Error;
 
 use crate::files::{read_regular_to_string, write_regular};
 
-/// Header carrying the caller's identity (JSON).
+pub use nonce::{DEFAULT_NONCE_CAPACITY, MemoryNonceStore, NonceStore, NonceStoreError};
+pub use verify::{Verified, Verifier, VerifyError};
+
+/// Header carrying the caller's identity (JSON); covered by the signature
+/// whenever it is sent.
 pub const IDENTITY_HEADER: &str = "x-portcullis-identity";
-/// Header carrying the signing time (Unix seconds).
-pub const TIMESTAMP_HEADER: &str = "x-portcullis-timestamp";
-/// Header carrying the body digest.
-pub const DIGEST_HEADER: &str = "x-portcullis-content-digest";
-/// Header carrying the signature.
-pub const SIGNATURE_HEADER: &str = "x-portcullis-signature";
+/// RFC 9421's header naming the covered components and the parameters.
+pub const SIGNATURE_INPUT_HEADER: &str = "signature-input";
+/// RFC 9421's header carrying the signature.
+pub const SIGNATURE_HEADER: &str = "signature";
+/// RFC 9530's header carrying the body digest.
+pub const CONTENT_DIGEST_HEADER: &str = "content-digest";
+/// The label of the gateway's signature in `signature-input` and
+/// `signature`, and its `tag` parameter.
+pub const SIGNATURE_TAG: &str = "portcullis";
+/// The `alg` parameter: Ed25519, as RFC 9421 registers it.
+pub const ALGORITHM: &str = "ed25519";
 /// The private key's file name under the data directory.
 pub const KEY_FILE_NAME: &str = "gateway-signing.key";
-/// A reasonable clock tolerance for [`verify_request`].
+/// A reasonable clock tolerance for [`Verifier`]; also how long a nonce is
+/// remembered past its `created` time.
 pub const DEFAULT_MAX_SKEW: Duration = Duration::from_secs(300);
 
-const SCHEME: &str = "portcullis-request-v1";
+/// The components every gateway signature covers, in this order; the
+/// identity header follows when it is sent.
+const COVERED: [&str; 5] = [
+    "@method",
+    "@authority",
+    "@path",
+    "@query",
+    CONTENT_DIGEST_HEADER,
+];
+
+/// Random bytes in one nonce: 128 bits never repeat by chance.
+const NONCE_BYTES: usize = 16;
 
 /// Why a key could not be loaded, created or written.
 #[derive(Debug, Error)]
@@ -110,17 +184,6 @@ impl std::fmt::Debug for GatewayKey {
             .field("public", &self.public_key().to_base64())
             .finish()
     }
-}
-
-/// The headers one signed request carries (besides the identity).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SignedHeaders {
-    /// `x-portcullis-timestamp`.
-    pub timestamp: String,
-    /// `x-portcullis-content-digest`.
-    pub digest: String,
-    /// `x-portcullis-signature`.
-    pub signature: String,
 }
 
 impl GatewayKey {
@@ -209,32 +272,111 @@ impl GatewayKey {
         })
     }
 
-    /// Signs one request. `path_and_query` is exactly what goes on the
-    /// request line; `identity` the identity header's value, if sent.
+    /// Signs one request with a fresh nonce, `created` being the signing
+    /// time in Unix seconds. The headers it answers go on the request as
+    /// they are, beside the identity header when `request.identity` is set.
     pub fn sign(
         &self,
-        method: &str,
-        path_and_query: &str,
-        body: &[u8],
-        identity: Option<&str>,
-        timestamp: u64,
-    ) -> SignedHeaders {
-        let digest = content_digest(body);
-        let timestamp = timestamp.to_string();
-        let base = signing_string(
-            method,
-            path_and_query,
-            &digest,
-            identity.unwrap_or(""),
-            &timestamp,
-        );
-        let signature = STANDARD.encode(self.signing.sign(base.as_bytes()).to_bytes());
-        SignedHeaders {
-            timestamp,
-            digest,
-            signature,
-        }
+        request: &RequestToSign<'_>,
+        created: u64,
+    ) -> Result<SignedHeaders, SignError> {
+        let mut bytes = [0u8; NONCE_BYTES];
+        getrandom::fill(&mut bytes).map_err(|e| SignError::Random(e.to_string()))?;
+        self.sign_with_nonce(request, created, &URL_SAFE_NO_PAD.encode(bytes))
     }
+
+    /// [`GatewayKey::sign`] with a chosen nonce; private so that no caller
+    /// can reuse one.
+    fn sign_with_nonce(
+        &self,
+        request: &RequestToSign<'_>,
+        created: u64,
+        nonce: &str,
+    ) -> Result<SignedHeaders, SignError> {
+        let digest = content_digest(request.body);
+        let mut components: Vec<(&str, Vec<u8>)> = vec![
+            ("@method", request.method.as_bytes().to_vec()),
+            (
+                "@authority",
+                request.authority.to_ascii_lowercase().into_bytes(),
+            ),
+            ("@path", path_component(request.path).into_bytes()),
+            ("@query", query_component(request.query).into_bytes()),
+            (CONTENT_DIGEST_HEADER, digest.clone().into_bytes()),
+        ];
+        if let Some(identity) = request.identity {
+            components.push((IDENTITY_HEADER, field_value([identity.as_bytes()])));
+        }
+        let names: Vec<&str> = components.iter().map(|(name, _)| *name).collect();
+        let params = signature_params(&names, created, nonce, &self.public_key().key_id())
+            .map_err(SignError::Unsignable)?;
+        let serialized = serialize_params(&params)
+            .ok_or_else(|| SignError::Unsignable("empty signature parameters".into()))?;
+        let base = signature_base(&components, &serialized);
+        let signature = self.signing.sign(&base).to_bytes();
+        Ok(SignedHeaders {
+            content_digest: digest,
+            signature_input: format!("{SIGNATURE_TAG}={serialized}"),
+            signature: format!("{SIGNATURE_TAG}=:{}:", STANDARD.encode(signature)),
+            created,
+            nonce: nonce.to_owned(),
+        })
+    }
+}
+
+/// What of one request the gateway signs.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestToSign<'a> {
+    /// The method as sent, e.g. `POST`.
+    pub method: &'a str,
+    /// `host[:port]` the request goes to (the port only when it is not the
+    /// scheme's default): what its `Host` header says.
+    pub authority: &'a str,
+    /// The path as sent, percent-encoded.
+    pub path: &'a str,
+    /// The query as sent, without its `?`; `None` when there is none.
+    pub query: Option<&'a str>,
+    /// The identity header's value, when one is sent.
+    pub identity: Option<&'a str>,
+    /// The body as sent (empty when none).
+    pub body: &'a [u8],
+}
+
+/// The headers one signed request carries (besides the identity).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignedHeaders {
+    /// The `content-digest` value.
+    pub content_digest: String,
+    /// The `signature-input` value.
+    pub signature_input: String,
+    /// The `signature` value.
+    pub signature: String,
+    /// The `created` parameter (Unix seconds).
+    pub created: u64,
+    /// The `nonce` parameter.
+    pub nonce: String,
+}
+
+impl SignedHeaders {
+    /// The three headers as (name, value) pairs, ready to be set.
+    pub fn headers(&self) -> [(&'static str, &str); 3] {
+        [
+            (CONTENT_DIGEST_HEADER, self.content_digest.as_str()),
+            (SIGNATURE_INPUT_HEADER, self.signature_input.as_str()),
+            (SIGNATURE_HEADER, self.signature.as_str()),
+        ]
+    }
+}
+
+/// Why a request could not be signed.
+#[derive(Debug, Error)]
+pub enum SignError {
+    /// The OS random source failed (no nonce).
+    #[error("no randomness for a nonce: {0}")]
+    Random(String),
+    /// A parameter cannot be written as a structured field.
+    #[error("the request cannot be signed: {0}")]
+    Unsignable(String),
 }
 
 fn malformed(path: &Path, reason: String) -> KeyError {
@@ -348,144 +490,109 @@ impl PublicKey {
     }
 }
 
-/// Why a request was not verified.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum VerifyError {
-    /// A signature header is absent or not valid UTF-8.
-    #[error("missing or unreadable header {0}")]
-    MissingHeader(&'static str),
-    /// The body does not match the digest.
-    #[error("the body does not match x-portcullis-content-digest")]
-    DigestMismatch,
-    /// The timestamp is malformed or outside the tolerance.
-    #[error("the timestamp is outside the allowed window")]
-    Stale,
-    /// The signature does not verify.
-    #[error("the signature does not verify")]
-    BadSignature,
-    /// The identity header is not a valid identity.
-    #[error("the identity header is not a valid identity: {0}")]
-    BadIdentity(String),
-}
-
-/// What a verified request tells the application.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Verified {
-    /// The caller's identity, when the gateway sent one.
-    pub identity: Option<Identity>,
-    /// When the gateway signed the request (Unix seconds).
-    pub timestamp: u64,
-}
-
-/// Verifies a request forwarded by the gateway: digest, timestamp (within
-/// `max_skew` of `now`), signature, then parses the identity.
-///
-/// ```
-/// use std::time::{Duration, SystemTime, UNIX_EPOCH};
-/// use portcullis_sources::signing::{verify_request, GatewayKey, DEFAULT_MAX_SKEW};
-///
-/// let key = GatewayKey::from_seed([7; 32]);
-/// let now = SystemTime::now();
-/// let ts = now.duration_since(UNIX_EPOCH).unwrap().as_secs();
-/// let identity = r#"{"user":{"userId":"agent"},"perms":["read"]}"#;
-/// let signed = key.sign("POST", "/devices?x=1", b"{}", Some(identity), ts);
-///
-/// let mut headers = http::HeaderMap::new();
-/// headers.insert("x-portcullis-timestamp", signed.timestamp.parse().unwrap());
-/// headers.insert("x-portcullis-content-digest", signed.digest.parse().unwrap());
-/// headers.insert("x-portcullis-signature", signed.signature.parse().unwrap());
-/// headers.insert("x-portcullis-identity", identity.parse().unwrap());
-///
-/// let ok = verify_request(&key.public_key(), "POST", "/devices?x=1", &headers, b"{}", now, DEFAULT_MAX_SKEW).unwrap();
-/// assert_eq!(ok.identity.unwrap().perms, ["read"]);
-/// // Any change breaks it.
-/// assert!(verify_request(&key.public_key(), "POST", "/devices?x=2", &headers, b"{}", now, DEFAULT_MAX_SKEW).is_err());
-/// ```
-pub fn verify_request(
-    key: &PublicKey,
-    method: &str,
-    path_and_query: &str,
-    headers: &HeaderMap,
-    body: &[u8],
-    now: SystemTime,
-    max_skew: Duration,
-) -> Result<Verified, VerifyError> {
-    let header = |name: &'static str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .ok_or(VerifyError::MissingHeader(name))
-    };
-    let timestamp_text = header(TIMESTAMP_HEADER)?;
-    let digest = header(DIGEST_HEADER)?;
-    let signature = header(SIGNATURE_HEADER)?;
-    let identity = match headers.get(IDENTITY_HEADER) {
-        Some(value) => Some(
-            value
-                .to_str()
-                .map_err(|_| VerifyError::MissingHeader(IDENTITY_HEADER))?,
-        ),
-        None => None,
-    };
-
-    if content_digest(body) != digest {
-        return Err(VerifyError::DigestMismatch);
+impl PublicKey {
+    /// The `keyid` the gateway signs with: unpadded base64url of the
+    /// SHA-256 of the key's 32 bytes. It names the key without carrying it,
+    /// so no verifier is tempted to trust a key a request brings along.
+    pub fn key_id(&self) -> String {
+        URL_SAFE_NO_PAD.encode(Sha256::digest(self.0.to_bytes()))
     }
-    let timestamp: u64 = timestamp_text.parse().map_err(|_| VerifyError::Stale)?;
-    let now = now
-        .duration_since(UNIX_EPOCH)
-        .map_err(|_| VerifyError::Stale)?
-        .as_secs();
-    if now.abs_diff(timestamp) > max_skew.as_secs() {
-        return Err(VerifyError::Stale);
-    }
-    let signature = STANDARD
-        .decode(signature)
-        .ok()
-        .and_then(|bytes| <[u8; 64]>::try_from(bytes).ok())
-        .map(|bytes| Signature::from_bytes(&bytes))
-        .ok_or(VerifyError::BadSignature)?;
-    let base = signing_string(
-        &method.to_ascii_uppercase(),
-        path_and_query,
-        digest,
-        identity.unwrap_or(""),
-        timestamp_text,
-    );
-    key.0
-        .verify_strict(base.as_bytes(), &signature)
-        .map_err(|_| VerifyError::BadSignature)?;
-    let identity = identity
-        .map(serde_json::from_str::<Identity>)
-        .transpose()
-        .map_err(|e| VerifyError::BadIdentity(e.to_string()))?;
-    Ok(Verified {
-        identity,
-        timestamp,
-    })
 }
 
-/// `sha-256=:<base64>:` of `body`.
+/// RFC 9530's `sha-256=:<base64>:` of `body`.
 pub fn content_digest(body: &[u8]) -> String {
     format!("sha-256=:{}:", STANDARD.encode(Sha256::digest(body)))
 }
 
-fn signing_string(
-    method: &str,
-    path: &str,
-    digest: &str,
-    identity: &str,
-    timestamp: &str,
-) -> String {
-    format!("{SCHEME}\n{method}\n{path}\n{digest}\n{identity}\n{timestamp}")
+/// `@path`: the path as sent, `/` when empty.
+fn path_component(path: &str) -> String {
+    if path.is_empty() {
+        "/".to_owned()
+    } else {
+        path.to_owned()
+    }
+}
+
+/// `@query`: `?` and the query, `?` alone when there is none.
+fn query_component(query: Option<&str>) -> String {
+    format!("?{}", query.unwrap_or(""))
+}
+
+/// A header component's value: each field line's value without leading or
+/// trailing whitespace, several joined by `, ` (RFC 9421, section 2.1).
+fn field_value<'a>(lines: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
+    let mut value = Vec::new();
+    for (i, line) in lines.into_iter().enumerate() {
+        if i > 0 {
+            value.extend_from_slice(b", ");
+        }
+        value.extend_from_slice(line.trim_ascii());
+    }
+    value
+}
+
+/// The inner list and parameters of the gateway's signature.
+fn signature_params(
+    components: &[&str],
+    created: u64,
+    nonce: &str,
+    key_id: &str,
+) -> Result<InnerList, String> {
+    let string = |text: &str| {
+        sfv::String::from_string(text.to_owned())
+            .map(BareItem::String)
+            .map_err(|(e, text)| format!("{text:?}: {e}"))
+    };
+    let key =
+        |name: &str| Key::from_string(name.to_owned()).map_err(|(e, name)| format!("{name}: {e}"));
+    let items = components
+        .iter()
+        .map(|name| string(name).map(Item::new))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut params = Parameters::new();
+    let created = sfv::Integer::try_from(created).map_err(|e| format!("created: {e}"))?;
+    params.insert(key("created")?, BareItem::Integer(created));
+    params.insert(key("nonce")?, string(nonce)?);
+    params.insert(key("keyid")?, string(key_id)?);
+    params.insert(key("alg")?, string(ALGORITHM)?);
+    params.insert(key("tag")?, string(SIGNATURE_TAG)?);
+    Ok(InnerList::with_params(items, params))
+}
+
+/// The `@signature-params` value: the inner list serialized as a structured
+/// field (RFC 8941), exactly as it appears after the label in
+/// `signature-input`.
+fn serialize_params(params: &InnerList) -> Option<String> {
+    vec![ListEntry::InnerList(params.clone())].serialize()
+}
+
+/// RFC 9421's signature base: `"<name>": <value>` per component, then
+/// `"@signature-params": <params>`, joined by `\n`.
+fn signature_base(components: &[(&str, Vec<u8>)], params: &str) -> Vec<u8> {
+    let mut base = Vec::new();
+    for (name, value) in components {
+        base.push(b'"');
+        base.extend_from_slice(name.as_bytes());
+        base.extend_from_slice(b"\": ");
+        base.extend_from_slice(value);
+        base.push(b'\n');
+    }
+    base.extend_from_slice(b"\"@signature-params\": ");
+    base.extend_from_slice(params.as_bytes());
+    base
+}
+
+/// Seconds since the Unix epoch at `time` (0 before it): `created` as the
+/// gateway writes it.
+pub fn unix_time(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 /// Seconds since the Unix epoch, now.
 pub(crate) fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
+    unix_time(SystemTime::now())
 }
 
 #[cfg(test)]
@@ -531,47 +638,154 @@ mod tests {
         assert!(PublicKey::read_file(&file).is_err());
     }
 
+    fn request<'a>(identity: Option<&'a str>) -> RequestToSign<'a> {
+        RequestToSign {
+            method: "POST",
+            authority: "App.Example:9000",
+            path: "/devices/d%2F1",
+            query: Some("verbose=true"),
+            identity,
+            body: b"{\"reason\":\"stuck\"}",
+        }
+    }
+
     #[test]
-    fn tampering_stale_and_foreign_keys_fail() {
+    fn the_signature_base_is_rfc_9421s() {
+        let key = GatewayKey::from_seed([2; 32]);
+        let identity = r#"{"user":"u","perms":["read"]}"#;
+        let signed = key
+            .sign_with_nonce(
+                &request(Some(identity)),
+                1_700_000_000,
+                "bm9uY2Vub25jZW5vbmNl",
+            )
+            .unwrap();
+        let key_id = key.public_key().key_id();
+        let params = format!(
+            r#"("@method" "@authority" "@path" "@query" "content-digest" "x-portcullis-identity");created=1700000000;nonce="bm9uY2Vub25jZW5vbmNl";keyid="{key_id}";alg="ed25519";tag="portcullis""#
+        );
+        assert_eq!(signed.signature_input, format!("portcullis={params}"));
+        let digest = content_digest(b"{\"reason\":\"stuck\"}");
+        assert_eq!(signed.content_digest, digest);
+        let base = format!(
+            "\"@method\": POST\n\"@authority\": app.example:9000\n\"@path\": /devices/d%2F1\n\"@query\": ?verbose=true\n\"content-digest\": {digest}\n\"x-portcullis-identity\": {identity}\n\"@signature-params\": {params}"
+        );
+        let signature = signed
+            .signature
+            .strip_prefix("portcullis=:")
+            .and_then(|s| s.strip_suffix(':'))
+            .unwrap();
+        let signature =
+            ed25519_dalek::Signature::from_slice(&STANDARD.decode(signature).unwrap()).unwrap();
+        key.public_key()
+            .0
+            .verify_strict(base.as_bytes(), &signature)
+            .unwrap();
+        // Without an identity the header is not listed.
+        let bare = key.sign(&request(None), 1).unwrap();
+        assert!(bare.signature_input.starts_with(
+            r#"portcullis=("@method" "@authority" "@path" "@query" "content-digest");created=1;nonce=""#
+        ));
+        // Every signature has its own nonce.
+        assert_ne!(bare.nonce, key.sign(&request(None), 1).unwrap().nonce);
+        assert_eq!(bare.nonce.len(), 22);
+    }
+
+    fn headers_of(signed: &SignedHeaders, identity: Option<&str>, host: &str) -> http::HeaderMap {
+        let mut headers = http::HeaderMap::new();
+        for (name, value) in signed.headers() {
+            headers.insert(name, value.parse().unwrap());
+        }
+        if let Some(identity) = identity {
+            headers.insert(IDENTITY_HEADER, identity.parse().unwrap());
+        }
+        headers.insert(http::header::HOST, host.parse().unwrap());
+        headers
+    }
+
+    #[test]
+    fn a_non_ascii_identity_is_signed_and_read_as_sent() {
+        let key = GatewayKey::from_seed([4; 32]);
+        let identity = r#"{"user":{"name":"José"},"perms":["read"]}"#;
+        let now = SystemTime::now();
+        let signed = key.sign(&request(Some(identity)), unix_time(now)).unwrap();
+        let mut headers = headers_of(&signed, None, "app.example:9000");
+        headers.insert(
+            IDENTITY_HEADER,
+            http::HeaderValue::from_bytes(identity.as_bytes()).unwrap(),
+        );
+        let uri: http::Uri = "/devices/d%2F1?verbose=true".parse().unwrap();
+        let verified = Verifier::new(key.public_key(), "app.example:9000")
+            .verify("POST", &uri, &headers, b"{\"reason\":\"stuck\"}", now)
+            .unwrap();
+        assert_eq!(verified.identity.unwrap().user["name"], "José");
+    }
+
+    #[test]
+    fn foreign_keys_unsigned_identities_and_odd_inputs_fail() {
         let key = GatewayKey::from_seed([2; 32]);
         let now = SystemTime::now();
-        let ts = unix_now();
-        let signed = key.sign("GET", "/a", b"", None, ts);
-        let mut headers = HeaderMap::new();
-        headers.insert(TIMESTAMP_HEADER, signed.timestamp.parse().unwrap());
-        headers.insert(DIGEST_HEADER, signed.digest.parse().unwrap());
-        headers.insert(SIGNATURE_HEADER, signed.signature.parse().unwrap());
-        let public = key.public_key();
-        assert_eq!(
-            verify_request(&public, "get", "/a", &headers, b"", now, DEFAULT_MAX_SKEW)
-                .unwrap()
-                .identity,
-            None
-        );
-        assert_eq!(
-            verify_request(&public, "GET", "/a", &headers, b"x", now, DEFAULT_MAX_SKEW),
-            Err(VerifyError::DigestMismatch)
-        );
-        let later = now + Duration::from_secs(600);
-        assert_eq!(
-            verify_request(&public, "GET", "/a", &headers, b"", later, DEFAULT_MAX_SKEW),
-            Err(VerifyError::Stale)
-        );
+        let uri: http::Uri = "/devices/d%2F1?verbose=true".parse().unwrap();
+        let body = b"{\"reason\":\"stuck\"}";
+        let signed = key.sign(&request(None), unix_time(now)).unwrap();
+        let verify = |verifier: &Verifier, headers: &http::HeaderMap| {
+            verifier.verify("POST", &uri, headers, body, now)
+        };
+        let fresh = || Verifier::new(key.public_key(), "app.example:9000");
+        let headers = headers_of(&signed, None, "app.example:9000");
+
         let other = GatewayKey::from_seed([3; 32]).public_key();
         assert_eq!(
-            verify_request(&other, "GET", "/a", &headers, b"", now, DEFAULT_MAX_SKEW),
-            Err(VerifyError::BadSignature)
+            verify(&Verifier::new(other, "app.example:9000"), &headers),
+            Err(VerifyError::UnknownKey(key.public_key().key_id()))
         );
         // An identity added by someone else is not covered by the signature.
-        headers.insert(IDENTITY_HEADER, r#"{"perms":["admin"]}"#.parse().unwrap());
+        let added = headers_of(&signed, Some(r#"{"perms":["admin"]}"#), "app.example:9000");
         assert_eq!(
-            verify_request(&public, "GET", "/a", &headers, b"", now, DEFAULT_MAX_SKEW),
-            Err(VerifyError::BadSignature)
+            verify(&fresh(), &added),
+            Err(VerifyError::NotCovered(IDENTITY_HEADER))
         );
-        headers.remove(SIGNATURE_HEADER);
+        // A second signature-input member tagged portcullis is ambiguous.
+        let mut doubled = headers.clone();
+        doubled.append(
+            SIGNATURE_INPUT_HEADER,
+            r#"x=("@method");tag="portcullis""#.parse().unwrap(),
+        );
         assert_eq!(
-            verify_request(&public, "GET", "/a", &headers, b"", now, DEFAULT_MAX_SKEW),
+            verify(&fresh(), &doubled),
+            Err(VerifyError::AmbiguousSignature)
+        );
+        // The authority compares without case; the host itself must match.
+        assert!(verify(&fresh(), &headers_of(&signed, None, "APP.example:9000")).is_ok());
+        assert_eq!(
+            verify(&fresh(), &headers_of(&signed, None, "app.example:9001")),
+            Err(VerifyError::WrongAuthority("app.example:9001".into()))
+        );
+        let mut missing = headers.clone();
+        missing.remove(SIGNATURE_HEADER);
+        assert_eq!(
+            verify(&fresh(), &missing),
             Err(VerifyError::MissingHeader(SIGNATURE_HEADER))
+        );
+        let mut garbled = headers.clone();
+        garbled.insert(SIGNATURE_INPUT_HEADER, "portcullis=(".parse().unwrap());
+        assert!(matches!(
+            verify(&fresh(), &garbled),
+            Err(VerifyError::Malformed { .. })
+        ));
+        // A full store refuses instead of forgetting.
+        let full =
+            fresh().with_nonce_store(std::sync::Arc::new(MemoryNonceStore::with_capacity(0)));
+        assert_eq!(
+            verify(&full, &headers),
+            Err(VerifyError::NonceStore(NonceStoreError::Full(0)))
+        );
+        // Clones share their nonces.
+        let verifier = fresh();
+        assert!(verify(&verifier, &headers).is_ok());
+        assert_eq!(
+            verify(&verifier.clone(), &headers),
+            Err(VerifyError::Replayed)
         );
     }
 }

@@ -2,10 +2,14 @@
 //! table and by an OpenAPI document, its tools served by `portcullis-server`
 //! over Streamable HTTP and called by rmcp's client. The application
 //! verifies every request's signature with the gateway's public key file and
-//! records the identity it saw.
+//! records the identity it saw. Requests the gateway signed are also
+//! captured and sent again, changed or not, to show what the application's
+//! verifier refuses: replays, another application's requests, any change,
+//! and a creation time outside the window.
 
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -16,7 +20,7 @@ use axum::response::{IntoResponse, Response};
 use portcullis_server::{
     CallContext, Exposure, HttpOptions, HttpServer, Identity, ToolServer, serve_http,
 };
-use portcullis_sources::signing::{DEFAULT_MAX_SKEW, verify_request};
+use portcullis_sources::signing::{Verifier, content_digest};
 use portcullis_sources::{
     App, AppOptions, AppSource, GatewayKey, NativePlugin, OpenApiDocument, PublicKey, RouteTable,
     ToolSource,
@@ -27,6 +31,7 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
 use tempfile::TempDir;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::oneshot;
 
 /// What the application saw on one request.
@@ -37,12 +42,28 @@ struct Seen {
     identity: Option<Identity>,
 }
 
+/// One request exactly as the application received it.
+#[derive(Debug, Clone)]
+struct Captured {
+    method: String,
+    target: String,
+    headers: axum::http::HeaderMap,
+    body: Vec<u8>,
+}
+
 #[derive(Clone)]
 struct AppState {
-    key: PublicKey,
+    /// The application's verifier: its own authority, one nonce store.
+    verifier: Verifier,
     seen: Arc<Mutex<Vec<Seen>>>,
     /// Every request target, verified or not.
     targets: Arc<Mutex<Vec<String>>>,
+    /// While set, requests are captured and answered 503 unverified, so a
+    /// test holds a signed request no verifier has seen yet.
+    tap: Arc<AtomicBool>,
+    captured: Arc<Mutex<Vec<Captured>>>,
+    /// Seconds added to the application's clock.
+    clock_offset: Arc<AtomicI64>,
 }
 
 fn error(status: StatusCode, message: &str) -> Response {
@@ -61,17 +82,38 @@ async fn application(State(state): State<AppState>, request: Request) -> Respons
         .map(|p| p.as_str())
         .unwrap_or("/");
     state.targets.lock().unwrap().push(target.to_owned());
-    let verified = match verify_request(
-        &state.key,
+    if state.tap.load(Ordering::SeqCst) {
+        state.captured.lock().unwrap().push(Captured {
+            method: parts.method.to_string(),
+            target: target.to_owned(),
+            headers: parts.headers.clone(),
+            body: body.to_vec(),
+        });
+        return error(StatusCode::SERVICE_UNAVAILABLE, "ERR_TAPPED");
+    }
+    let offset = state.clock_offset.load(Ordering::SeqCst);
+    let now = if offset >= 0 {
+        SystemTime::now() + Duration::from_secs(offset.unsigned_abs())
+    } else {
+        SystemTime::now() - Duration::from_secs(offset.unsigned_abs())
+    };
+    let verified = match state.verifier.verify(
         parts.method.as_str(),
-        target,
+        &parts.uri,
         &parts.headers,
         &body,
-        SystemTime::now(),
-        DEFAULT_MAX_SKEW,
+        now,
     ) {
         Ok(verified) => verified,
-        Err(_) => return error(StatusCode::UNAUTHORIZED, "ERR_BAD_SIGNATURE"),
+        Err(e) => {
+            // The code is what the gateway maps; the reason is for tests
+            // that read the answer themselves.
+            let mut refused = error(StatusCode::UNAUTHORIZED, "ERR_BAD_SIGNATURE");
+            if let Ok(reason) = axum::http::HeaderValue::from_str(&format!("{e:?}")) {
+                refused.headers_mut().insert("x-refused", reason);
+            }
+            return refused;
+        }
     };
     state.seen.lock().unwrap().push(Seen {
         method: parts.method.to_string(),
@@ -142,22 +184,34 @@ struct RunningApp {
     addr: SocketAddr,
     seen: Arc<Mutex<Vec<Seen>>>,
     targets: Arc<Mutex<Vec<String>>>,
+    tap: Arc<AtomicBool>,
+    captured: Arc<Mutex<Vec<Captured>>>,
+    clock_offset: Arc<AtomicI64>,
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl RunningApp {
     async fn start(key_file: &std::path::Path) -> Self {
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let targets = Arc::new(Mutex::new(Vec::new()));
-        let state = AppState {
-            key: PublicKey::read_file(key_file).unwrap(),
-            seen: seen.clone(),
-            targets: targets.clone(),
-        };
-        let router = axum::Router::new().fallback(application).with_state(state);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let targets = Arc::new(Mutex::new(Vec::new()));
+        let tap = Arc::new(AtomicBool::new(false));
+        let captured = Arc::new(Mutex::new(Vec::new()));
+        let clock_offset = Arc::new(AtomicI64::new(0));
+        // The app answers to its address, and to `localhost` on its port.
+        let verifier = Verifier::new(PublicKey::read_file(key_file).unwrap(), addr.to_string())
+            .with_authority(format!("localhost:{}", addr.port()));
+        let state = AppState {
+            verifier,
+            seen: seen.clone(),
+            targets: targets.clone(),
+            tap: tap.clone(),
+            captured: captured.clone(),
+            clock_offset: clock_offset.clone(),
+        };
+        let router = axum::Router::new().fallback(application).with_state(state);
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             axum::serve(listener, router)
@@ -171,9 +225,27 @@ impl RunningApp {
             addr,
             seen,
             targets,
+            tap,
+            captured,
+            clock_offset,
             stop: Some(stop),
             task,
         }
+    }
+
+    /// Runs `call` with the tap on and answers the one request it sent.
+    async fn capture<F: std::future::Future>(&self, call: F) -> Captured {
+        self.tap.store(true, Ordering::SeqCst);
+        call.await;
+        self.tap.store(false, Ordering::SeqCst);
+        let mut captured = std::mem::take(&mut *self.captured.lock().unwrap());
+        assert_eq!(captured.len(), 1, "{captured:?}");
+        captured.remove(0)
+    }
+
+    /// Sets the application's clock `seconds` ahead (or behind).
+    fn shift_clock(&self, seconds: i64) {
+        self.clock_offset.store(seconds, Ordering::SeqCst);
     }
 
     fn base_url(&self) -> String {
@@ -757,11 +829,12 @@ paths:
         for args in &refused {
             let result = tools.call(tool, args.clone(), None).await.unwrap();
             assert!(result.is_error, "{tool} {args}: {result:?}");
+            // The code in the clear, its words framed as the tool's.
             let message = result.text_blocks().next().unwrap();
-            // The code in the clear, the words framed after it.
             assert!(
-                message.starts_with("ERR_INVALID_ARGUMENTS\n")
-                    && message.contains("\npath parameter \""),
+                message.starts_with(&format!(
+                    "ERR_INVALID_ARGUMENTS\n<untrusted-tool-output tool=\"{tool}\">\npath parameter \""
+                )),
                 "{tool} {args}: {message}"
             );
         }
@@ -804,5 +877,421 @@ paths:
         assert_eq!(segments.len(), 6, "{target}");
         assert_eq!(segments[..4], ["", "api", "v1", "devices"], "{target}");
     }
+    running.stop().await;
+}
+
+/// The site's tools with writes allowed, acting as `identity`.
+fn site_tools(gateway: &Gateway, running: &RunningApp, identity: Option<Identity>) -> ToolServer {
+    ToolServer::builder()
+        .exposure(Exposure {
+            allow_write: true,
+            identity,
+            ..Default::default()
+        })
+        .register_all(gateway.routes(running).registrations())
+        .build()
+        .unwrap()
+}
+
+/// Sends `request` to `addr` over a new connection exactly as captured (its
+/// `Host` included; only the framing headers are written anew) and answers
+/// the status and, for a refusal, the verifier's reason.
+async fn send(addr: SocketAddr, request: &Captured) -> (u16, String) {
+    let mut head = format!("{} {} HTTP/1.1\r\n", request.method, request.target).into_bytes();
+    for (name, value) in &request.headers {
+        if matches!(
+            name.as_str(),
+            "content-length" | "transfer-encoding" | "connection"
+        ) {
+            continue;
+        }
+        head.extend_from_slice(name.as_str().as_bytes());
+        head.extend_from_slice(b": ");
+        head.extend_from_slice(value.as_bytes());
+        head.extend_from_slice(b"\r\n");
+    }
+    head.extend_from_slice(
+        format!(
+            "content-length: {}\r\nconnection: close\r\n\r\n",
+            request.body.len()
+        )
+        .as_bytes(),
+    );
+    head.extend_from_slice(&request.body);
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(&head).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer))
+        .await
+        .expect("the app answers")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    let status = answer
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    let head = answer.split("\r\n\r\n").next().unwrap_or_default();
+    let reason = head
+        .lines()
+        .find_map(|line| line.strip_prefix("x-refused: "))
+        .unwrap_or_default()
+        .to_owned();
+    (status, reason)
+}
+
+/// A copy of `request` with `change` made to it.
+fn changed(request: &Captured, change: impl FnOnce(&mut Captured)) -> Captured {
+    let mut copy = request.clone();
+    change(&mut copy);
+    copy
+}
+
+fn header(value: &str) -> axum::http::HeaderValue {
+    axum::http::HeaderValue::from_str(value).unwrap()
+}
+
+#[tokio::test]
+async fn a_captured_request_replayed_to_the_same_app_is_refused() {
+    let gateway = Gateway::new();
+    let running = RunningApp::start(&gateway.key_file()).await;
+    let tools = site_tools(&gateway, &running, Some(agent(&["read"])));
+    let reboot = || {
+        tools.call(
+            "devices_reboot",
+            json!({"id": "d7", "reason": "stuck"}),
+            None,
+        )
+    };
+    let captured = running.capture(reboot()).await;
+
+    // Delivered once, it is fresh and passes…
+    assert_eq!(send(running.addr, &captured).await, (200, String::new()));
+    // …the same bytes again are a replay, at once or late in the window.
+    assert_eq!(
+        send(running.addr, &captured).await,
+        (401, "Replayed".to_owned())
+    );
+    running.shift_clock(299);
+    assert_eq!(
+        send(running.addr, &captured).await,
+        (401, "Replayed".to_owned())
+    );
+    running.shift_clock(0);
+    assert_eq!(running.seen().len(), 1);
+
+    // The gateway's next call is a new request, with its own nonce.
+    let again = reboot().await.unwrap();
+    assert!(!again.is_error, "{again:?}");
+    assert_eq!(running.seen().len(), 2);
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn a_request_signed_for_one_app_is_refused_by_another() {
+    let gateway = Gateway::new();
+    let site = RunningApp::start(&gateway.key_file()).await;
+    // Another application trusting the same gateway key.
+    let other = RunningApp::start(&gateway.key_file()).await;
+    let tools = site_tools(&gateway, &site, Some(agent(&["read"])));
+    let captured = site
+        .capture(tools.call("devices_get", json!({"id": "d1"}), None))
+        .await;
+
+    // As captured, the request says it is for the site…
+    assert_eq!(
+        send(other.addr, &captured).await,
+        (401, format!("WrongAuthority(\"{}\")", site.addr))
+    );
+    // …and addressed to the other app, the signature no longer matches.
+    let readdressed = changed(&captured, |c| {
+        c.headers.insert("host", header(&other.addr.to_string()));
+    });
+    assert_eq!(
+        send(other.addr, &readdressed).await,
+        (401, "BadSignature".to_owned())
+    );
+    assert!(other.seen().is_empty());
+    // The site, which it was signed for, takes it.
+    assert_eq!(send(site.addr, &captured).await.0, 200);
+    site.stop().await;
+    other.stop().await;
+}
+
+#[tokio::test]
+async fn a_changed_method_path_query_body_or_identity_is_refused() {
+    let gateway = Gateway::new();
+    let running = RunningApp::start(&gateway.key_file()).await;
+    let tools = site_tools(&gateway, &running, Some(agent(&["read"])));
+    let post = running
+        .capture(tools.call(
+            "devices_reboot",
+            json!({"id": "d7", "reason": "stuck"}),
+            None,
+        ))
+        .await;
+    let get = running
+        .capture(tools.call("devices_get", json!({"id": "d1", "verbose": true}), None))
+        .await;
+    assert_eq!(get.target, "/devices/d1?verbose=true");
+    let anonymous = running
+        .capture(site_tools(&gateway, &running, None).call(
+            "devices_get",
+            json!({"id": "d1"}),
+            None,
+        ))
+        .await;
+    assert!(!anonymous.headers.contains_key("x-portcullis-identity"));
+
+    let evil = br#"{"reason":"evil"}"#.to_vec();
+    let cases = [
+        (
+            "method",
+            changed(&post, |c| c.method = "PUT".into()),
+            "BadSignature",
+        ),
+        (
+            "path",
+            changed(&post, |c| c.target = "/devices/d8/reboot".into()),
+            "BadSignature",
+        ),
+        (
+            "query",
+            changed(&get, |c| c.target = "/devices/d1?verbose=false".into()),
+            "BadSignature",
+        ),
+        (
+            "query added",
+            changed(&get, |c| c.target.push_str("&admin=1")),
+            "BadSignature",
+        ),
+        (
+            "query dropped",
+            changed(&get, |c| c.target = "/devices/d1".into()),
+            "BadSignature",
+        ),
+        (
+            "body",
+            changed(&post, |c| c.body = evil.clone()),
+            "DigestMismatch",
+        ),
+        (
+            "body with its own digest",
+            changed(&post, |c| {
+                c.headers
+                    .insert("content-digest", header(&content_digest(&evil)));
+                c.body = evil.clone();
+            }),
+            "BadSignature",
+        ),
+        (
+            "identity",
+            changed(&post, |c| {
+                c.headers.insert(
+                    "x-portcullis-identity",
+                    header(r#"{"user":{"userId":"mcp-agent"},"perms":["read","admin"]}"#),
+                );
+            }),
+            "BadSignature",
+        ),
+        (
+            "identity dropped",
+            changed(&post, |c| {
+                c.headers.remove("x-portcullis-identity");
+            }),
+            "MissingHeader(\"x-portcullis-identity\")",
+        ),
+        (
+            "identity added",
+            changed(&anonymous, |c| {
+                c.headers
+                    .insert("x-portcullis-identity", header(r#"{"perms":["admin"]}"#));
+            }),
+            "NotCovered(\"x-portcullis-identity\")",
+        ),
+        (
+            "host, to another name the same app answers to",
+            changed(&get, |c| {
+                c.headers.insert(
+                    "host",
+                    header(&format!("localhost:{}", running.addr.port())),
+                );
+            }),
+            "BadSignature",
+        ),
+    ];
+    for (what, request, reason) in &cases {
+        assert_eq!(
+            send(running.addr, request).await,
+            (401, (*reason).to_owned()),
+            "{what}"
+        );
+    }
+    assert!(running.seen().is_empty());
+    // Unchanged, each passes: the refusals above were the changes'.
+    for request in [&post, &get, &anonymous] {
+        assert_eq!(send(running.addr, request).await.0, 200, "{request:?}");
+    }
+    assert_eq!(running.seen().len(), 3);
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn a_creation_time_outside_the_window_is_refused() {
+    let gateway = Gateway::new();
+    let running = RunningApp::start(&gateway.key_file()).await;
+    let tools = site_tools(&gateway, &running, None);
+    let captured = running
+        .capture(tools.call("devices_get", json!({"id": "d1"}), None))
+        .await;
+    let stale = (401, "Stale".to_owned());
+
+    // The application's clock 301 s ahead: the request is too old…
+    running.shift_clock(301);
+    assert_eq!(send(running.addr, &captured).await, stale);
+    // …301 s behind: it claims to come from the future.
+    running.shift_clock(-301);
+    assert_eq!(send(running.addr, &captured).await, stale);
+
+    // Moving `created` forward to make an old request look fresh breaks
+    // the signature.
+    let input = captured.headers["signature-input"].to_str().unwrap();
+    let created: u64 = input
+        .split(";created=")
+        .nth(1)
+        .and_then(|rest| rest.split(';').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    let refreshed = changed(&captured, |c| {
+        let input = input.replace(
+            &format!(";created={created};"),
+            &format!(";created={};", created + 301),
+        );
+        c.headers.insert("signature-input", header(&input));
+    });
+    running.shift_clock(301);
+    assert_eq!(
+        send(running.addr, &refreshed).await,
+        (401, "BadSignature".to_owned())
+    );
+
+    // Within the window it passes, once; past it, it stays refused.
+    running.shift_clock(0);
+    assert_eq!(send(running.addr, &captured).await.0, 200);
+    running.shift_clock(301);
+    assert_eq!(send(running.addr, &captured).await, stale);
+    assert_eq!(running.seen().len(), 1);
+    running.stop().await;
+}
+
+/// The gateway's signature is RFC 9421's: a verifier written from the RFC
+/// alone, here with plain string handling and the Ed25519 and SHA-256
+/// crates (not the crate's verifier), checks it with the key file.
+#[tokio::test]
+async fn the_signature_is_checked_by_a_plain_rfc_9421_verifier() {
+    use base64::Engine;
+    use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+    use sha2::{Digest, Sha256};
+
+    let gateway = Gateway::new();
+    let running = RunningApp::start(&gateway.key_file()).await;
+    let key_bytes: [u8; 32] = STANDARD
+        .decode(std::fs::read_to_string(gateway.key_file()).unwrap().trim())
+        .unwrap()
+        .try_into()
+        .unwrap();
+    let public = ed25519_dalek::VerifyingKey::from_bytes(&key_bytes).unwrap();
+    let tools = site_tools(&gateway, &running, Some(agent(&["read"])));
+    let requests = [
+        running
+            .capture(tools.call(
+                "devices_reboot",
+                json!({"id": "d7", "reason": "stuck"}),
+                None,
+            ))
+            .await,
+        running
+            .capture(tools.call("devices_get", json!({"id": "d 1", "verbose": true}), None))
+            .await,
+    ];
+    for request in &requests {
+        let text = |name: &str| request.headers[name].to_str().unwrap().to_owned();
+        assert_eq!(
+            text("content-digest"),
+            format!(
+                "sha-256=:{}:",
+                STANDARD.encode(Sha256::digest(&request.body))
+            )
+        );
+        let params = text("signature-input")
+            .strip_prefix("portcullis=")
+            .unwrap()
+            .to_owned();
+        let (list, rest) = params.split_once(')').unwrap();
+        let components: Vec<&str> = list
+            .trim_start_matches('(')
+            .split(' ')
+            .map(|c| c.trim_matches('"'))
+            .collect();
+        assert_eq!(
+            components,
+            [
+                "@method",
+                "@authority",
+                "@path",
+                "@query",
+                "content-digest",
+                "x-portcullis-identity"
+            ]
+        );
+        let param = |name: &str| {
+            rest.split(';')
+                .find_map(|p| p.strip_prefix(&format!("{name}=")))
+                .unwrap()
+                .trim_matches('"')
+                .to_owned()
+        };
+        assert_eq!(param("alg"), "ed25519");
+        assert_eq!(param("tag"), "portcullis");
+        assert_eq!(
+            param("keyid"),
+            URL_SAFE_NO_PAD.encode(Sha256::digest(key_bytes))
+        );
+        assert_eq!(param("nonce").len(), 22);
+        let created: u64 = param("created").parse().unwrap();
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        assert!(now.abs_diff(created) < 60);
+
+        let (path, query) = match request.target.split_once('?') {
+            Some((path, query)) => (path.to_owned(), format!("?{query}")),
+            None => (request.target.clone(), "?".to_owned()),
+        };
+        let mut base = String::new();
+        for component in &components {
+            let value = match *component {
+                "@method" => request.method.clone(),
+                "@authority" => text("host"),
+                "@path" => path.clone(),
+                "@query" => query.clone(),
+                header => text(header),
+            };
+            base.push_str(&format!("\"{component}\": {value}\n"));
+        }
+        base.push_str(&format!("\"@signature-params\": {params}"));
+        let signature = text("signature");
+        let signature = signature
+            .strip_prefix("portcullis=:")
+            .and_then(|s| s.strip_suffix(':'))
+            .unwrap();
+        let signature =
+            ed25519_dalek::Signature::from_slice(&STANDARD.decode(signature).unwrap()).unwrap();
+        public
+            .verify_strict(base.as_bytes(), &signature)
+            .unwrap_or_else(|e| panic!("{e}\n{base}"));
+    }
+    assert_eq!(requests[1].target, "/devices/d%201?verbose=true");
     running.stop().await;
 }

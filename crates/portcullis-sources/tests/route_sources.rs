@@ -127,6 +127,12 @@ fn route_table_errors_name_the_field() {
         ),
         (
             table(
+                json!([{"id": "a", "http": {"method": "GET", "path": "/", "parameters": [{"in": "header", "name": "Signature-Input"}]}}]),
+            ),
+            "ERR_PLUGIN_MANIFEST_INVALID: ./apps/site: route \"a\" header parameter \"Signature-Input\" is reserved",
+        ),
+        (
+            table(
                 json!([{"id": "a", "http": {"method": "GET", "path": "/"}}, {"id": "a", "http": {"method": "GET", "path": "/b"}}]),
             ),
             "ERR_PLUGIN_ROUTE_DUPLICATE_ID: ./apps/site: duplicate route id \"a\"",

@@ -12,6 +12,7 @@ mod common;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Output;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use axum::Router;
@@ -19,7 +20,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::IntoResponse;
-use portcullis_sources::signing::{DEFAULT_MAX_SKEW, PublicKey, verify_request};
+use portcullis_sources::signing::{MemoryNonceStore, PublicKey, Verifier};
 use serde_json::{Value, json};
 
 use common::{DEMO, GREETER_MANIFEST, assert_nowhere_in, audit_trail, mcp, serve, text};
@@ -49,11 +50,21 @@ fn executable(path: &Path) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
+/// What the application behind `[apps.site]` needs to verify: where the
+/// gateway writes its key (read on each request, since the binary writes it
+/// when it starts), its own address, and the nonces it has accepted.
+#[derive(Clone)]
+struct AppState {
+    key_file: PathBuf,
+    authority: String,
+    nonces: Arc<MemoryNonceStore>,
+}
+
 /// The application behind `[apps.site]`: answers only requests whose
 /// signature verifies against the public key the gateway wrote to
 /// `key_file`, and says who the gateway said the caller is.
 async fn app(
-    State(key_file): State<PathBuf>,
+    State(state): State<AppState>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
@@ -65,20 +76,13 @@ async fn app(
             axum::Json(json!({"statusCode": 401, "error": "Unauthorized", "message": message})),
         )
     };
-    let key = match PublicKey::read_file(&key_file) {
+    let key = match PublicKey::read_file(&state.key_file) {
         Ok(key) => key,
         Err(e) => return refuse(format!("ERR_TEST_NO_KEY: {e}")),
     };
-    let path_and_query = uri.path_and_query().map_or("/", |p| p.as_str());
-    let verified = match verify_request(
-        &key,
-        method.as_str(),
-        path_and_query,
-        &headers,
-        &body,
-        SystemTime::now(),
-        DEFAULT_MAX_SKEW,
-    ) {
+    let verifier = Verifier::new(key, state.authority).with_nonce_store(state.nonces);
+    let verified = match verifier.verify(method.as_str(), &uri, &headers, &body, SystemTime::now())
+    {
         Ok(verified) => verified,
         Err(e) => return refuse(format!("ERR_TEST_UNSIGNED: {e}")),
     };
@@ -96,7 +100,12 @@ async fn app(
 async fn start_app(key_file: PathBuf) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let router = Router::new().fallback(app).with_state(key_file);
+    let state = AppState {
+        key_file,
+        authority: addr.to_string(),
+        nonces: Arc::new(MemoryNonceStore::new()),
+    };
+    let router = Router::new().fallback(app).with_state(state);
     tokio::spawn(async move { axum::serve(listener, router).await });
     addr
 }
