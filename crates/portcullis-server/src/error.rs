@@ -38,7 +38,7 @@ pub enum ServerError {
     #[error("ERR_PLUGIN_MANIFEST_INVALID: {0}")]
     InvalidSchema(#[from] CatalogError),
     /// The listener could not be bound.
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}")]
     Bind {
         /// The address asked for.
         addr: SocketAddr,

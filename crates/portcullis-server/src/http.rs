@@ -261,22 +261,43 @@ where
     H: ServerHandler + Clone + Send + Sync + 'static,
 {
     options.validate()?;
-    if !options.listen.ip().is_loopback() {
-        tracing::warn!(
-            addr = %options.listen,
-            "listening beyond loopback: any host that can reach this port can call every exposed tool unless a token is set"
-        );
-    }
-    let listener = tokio::net::TcpListener::bind(options.listen)
+    let listener = bind(&options).await?;
+    serve_http_on(handler, listener, options).await
+}
+
+/// Binds `options.listen`, so a caller can hold the port (and fail at once
+/// when it is taken) before it has a handler to serve; then
+/// [`serve_http_on`].
+pub async fn bind(options: &HttpOptions) -> Result<tokio::net::TcpListener, ServerError> {
+    tokio::net::TcpListener::bind(options.listen)
         .await
         .map_err(|source| ServerError::Bind {
             addr: options.listen,
             source,
-        })?;
+        })
+}
+
+/// [`serve_http`] on a listener already bound (by [`bind`]); `options.listen`
+/// is not used.
+pub async fn serve_http_on<H>(
+    handler: H,
+    listener: tokio::net::TcpListener,
+    options: HttpOptions,
+) -> Result<HttpServer, ServerError>
+where
+    H: ServerHandler + Clone + Send + Sync + 'static,
+{
+    options.validate()?;
     let addr = listener.local_addr().map_err(|source| ServerError::Bind {
         addr: options.listen,
         source,
     })?;
+    if !addr.ip().is_loopback() {
+        tracing::warn!(
+            %addr,
+            "listening beyond loopback: any host that can reach this port can call every exposed tool unless a token is set"
+        );
+    }
     let guard = Guard::new(
         addr.port(),
         &options.allowed_hosts,

@@ -91,7 +91,7 @@ pub use approval::DEFAULT_APPROVAL_TIMEOUT;
 pub use error::ServerError;
 pub use exposure::{Access, Exposure, Identity, Withheld};
 pub use handler::{CallContext, ToolError, ToolHandler, typed};
-pub use http::{HttpOptions, HttpServer, serve_http};
+pub use http::{HttpOptions, HttpServer, bind, serve_http, serve_http_on};
 pub use input::InputChannel;
 pub use mcp_server::{ServeOptions, create_mcp_server};
 pub use passthrough::{PassthroughCapabilities, PassthroughProvider};

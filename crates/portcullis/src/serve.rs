@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use portcullis_server::{HttpOptions, ShutdownSignal, serve_http, serve_stdio};
+use portcullis_server::{HttpOptions, ShutdownSignal, serve_http_on, serve_stdio};
 use tokio_util::sync::CancellationToken;
 
 use crate::Exit;
@@ -46,6 +46,18 @@ pub async fn serve(
     // Ours from the start: a signal while upstreams connect, or right after
     // the listening line, must not kill the process with children alive.
     let signal = ShutdownSignal::register();
+    // The port first: a port in use fails at once, before any upstream
+    // child is spawned; clients that connect meanwhile wait in the backlog.
+    let listen = listen.unwrap_or(config.gateway.listen);
+    let listener = if stdio {
+        None
+    } else {
+        let probe = HttpOptions {
+            listen,
+            ..HttpOptions::default()
+        };
+        Some(portcullis_server::bind(&probe).await?)
+    };
     // The first signal, whenever it comes: while the upstreams connect (a
     // slow handshake can take a whole `timeout_ms`) it stops the start-up
     // at once; dropping the half-built gateway kills the children spawned
@@ -106,7 +118,7 @@ pub async fn serve(
     }
     let token = config.gateway.token.as_ref().map(|t| t.expose().to_owned());
     let options = HttpOptions {
-        listen: listen.unwrap_or(config.gateway.listen),
+        listen,
         allowed_hosts: config.gateway.allowed_hosts.clone(),
         allowed_origins: config.gateway.allowed_origins.clone(),
         extra_routes: crate::health::routes(live.clone(), token.as_deref()),
@@ -127,7 +139,8 @@ pub async fn serve(
         shutdown_grace: SHUTDOWN_GRACE,
         ..HttpOptions::default()
     };
-    let server = match serve_http(handler, options).await {
+    let listener = listener.context("the HTTP surface's port was not bound")?;
+    let server = match serve_http_on(handler, listener, options).await {
         Ok(server) => server,
         Err(error) => {
             watcher.abort();

@@ -300,3 +300,43 @@ fn sigterm_while_an_upstream_connects_stops_serve_at_once() {
         children.iter().all(|pid| !alive(*pid))
     });
 }
+
+/// `serve` takes its port before it connects anything: a port in use fails
+/// at once, with one message, before an upstream that would take its whole
+/// `timeout_ms` is even started.
+#[test]
+fn a_busy_port_fails_at_once_with_one_message() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a port to hold");
+    let port = taken.local_addr().expect("its address").port();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = common::write_config(
+        dir.path(),
+        "[gateway]\nstore = \"memory\"\n\n[upstreams.slow]\ntype = \"stdio\"\ncommand = \"sh\"\nargs = [\"-c\", \"sleep 60\"]\ntimeout_ms = 60000\n",
+    );
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("portcullis starts");
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if started.elapsed() > std::time::Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("serve was still waiting for its upstreams with its port taken");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let out = child.wait_with_output().expect("its output");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.matches("cannot listen on").count(), 1, "{stderr}");
+    assert_eq!(stderr.matches("in use").count(), 1, "{stderr}");
+    drop(taken);
+}
