@@ -23,7 +23,7 @@
 //! app is a server here too (by its source name): its current definitions
 //! come from loading it, as the gateway does, and its drift is its tools'.
 //!
-//! Exit codes (a choice, documented in `--help` and the README): 0 nothing
+//! Exit codes (a choice, documented in `--help` and docs/guide.md): 0 nothing
 //! drifted, 1 drift found (so a script or CI job can gate on it, as `diff`
 //! and `git diff --exit-code` do), 2 configuration error, unknown SERVER, or
 //! a server that could not be reached (no claim of "no drift" is made for a
@@ -379,6 +379,44 @@ async fn published(toolset: &Toolset, server: &str) -> Result<Published, String>
         );
     }
     Ok(out)
+}
+
+/// `config` narrowed to the one upstream `server`, so asking about one
+/// server connects only that one: its siblings are left out, and so are
+/// plugins and apps. `None` (connect everything) when `server` is not an
+/// upstream of the config (an Agent Plugin's server, a native plugin, an
+/// app) or when leaving the others out would change the name the store
+/// keeps its baseline under (a name collision gave it a suffix). The prefix
+/// mode stays the one decided over every configured source, so the tools'
+/// names are the ones `serve` shows.
+pub fn narrowed(config: &Config, server: &str) -> Option<Config> {
+    use portcullis_catalog::server::resolve_server_names;
+    let upstream = config.upstreams.get(server)?;
+    let all = crate::gateway::server_configs(config).ok()?;
+    let identities: Vec<_> = all.iter().map(|s| s.identity()).collect();
+    let position = all.iter().position(|s| s.name() == upstream.name)?;
+    let among_all = resolve_server_names(&identities)
+        .names
+        .get(position)?
+        .clone();
+    let alone = resolve_server_names(&identities[position..=position])
+        .names
+        .first()?
+        .clone();
+    if among_all != alone {
+        return None;
+    }
+    let mut narrow = config.clone();
+    narrow.gateway.prefix = crate::sources::resolve_prefix(
+        config.gateway.prefix,
+        config.upstreams.len() + config.plugins.len(),
+        config.tool_plugins.len() + config.apps.len(),
+    );
+    narrow.upstreams.retain(|name, _| name == server);
+    narrow.plugins.clear();
+    narrow.tool_plugins.clear();
+    narrow.apps.clear();
+    Some(narrow)
 }
 
 /// Checks SERVER against the configured upstreams, the servers the
@@ -815,10 +853,17 @@ pub fn exit_for(report: &Report) -> Exit {
 /// `portcullis drift [--json] [SERVER]`.
 pub async fn drift(config: &Config, server: Option<&str>, json: bool) -> anyhow::Result<Exit> {
     let store = crate::trust::open_store(config).await?;
-    let gateway = Gateway::start(config).await?;
+    let narrow = server.and_then(|s| narrowed(config, s));
+    let gateway = Gateway::start(narrow.as_ref().unwrap_or(config)).await?;
     let checked = match server.map(|s| known_server(config, &gateway, s)) {
         Some(Err(message)) => Err(message),
-        _ => Ok(collect(config, &gateway, store.as_ref(), server).await),
+        _ => Ok(collect(
+            narrow.as_ref().unwrap_or(config),
+            &gateway,
+            store.as_ref(),
+            server,
+        )
+        .await),
     };
     gateway.close().await;
     let report = match checked {

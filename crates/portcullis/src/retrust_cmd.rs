@@ -153,9 +153,16 @@ async fn look(
     store: &dyn Store,
     server: &str,
 ) -> anyhow::Result<Result<ServerDrift, String>> {
-    let gateway = Gateway::start(config).await?;
+    let narrow = drift_cmd::narrowed(config, server);
+    let gateway = Gateway::start(narrow.as_ref().unwrap_or(config)).await?;
     let checked = match drift_cmd::known_server(config, &gateway, server) {
-        Ok(()) => Ok(drift_cmd::collect(config, &gateway, store, Some(server)).await),
+        Ok(()) => Ok(drift_cmd::collect(
+            narrow.as_ref().unwrap_or(config),
+            &gateway,
+            store,
+            Some(server),
+        )
+        .await),
         Err(message) => Err(message),
     };
     gateway.close().await;

@@ -679,3 +679,37 @@ fn an_app_drifts_and_is_retrusted_by_its_name() {
     let out = fx.run("drift", &[]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
 }
+
+/// `drift SERVER` and `retrust SERVER` connect only that server: a sibling
+/// that would take its whole `timeout_ms` to fail is never started.
+#[test]
+fn asking_about_one_server_connects_only_that_one() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = common::write_config(
+        dir.path(),
+        &format!(
+            "[gateway]\ndata_dir = \"state\"\n\n{}\n\
+             [upstreams.slow]\ntype = \"stdio\"\ncommand = \"sh\"\nargs = [\"-c\", \"sleep 60\"]\ntimeout_ms = 60000\n",
+            common::DEMO
+        ),
+    );
+    let config = config.to_string_lossy().into_owned();
+    let limit = std::time::Duration::from_secs(20);
+    let drift = common::portcullis_within(&["drift", "--config", &config, "demo"], limit);
+    let said = common::text(&drift.stdout);
+    assert_eq!(
+        drift.status.code(),
+        Some(0),
+        "{said}{}",
+        common::text(&drift.stderr)
+    );
+    assert!(said.contains("no drift"), "{said}");
+    let retrust =
+        common::portcullis_within(&["retrust", "--config", &config, "--yes", "demo"], limit);
+    assert!(
+        retrust.status.success(),
+        "{}{}",
+        common::text(&retrust.stdout),
+        common::text(&retrust.stderr)
+    );
+}

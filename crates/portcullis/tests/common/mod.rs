@@ -144,6 +144,32 @@ pub fn portcullis(args: &[&str]) -> Output {
         .expect("the portcullis binary runs")
 }
 
+/// [`portcullis`], failing the test when the command is still running
+/// after `limit` (it is killed): for commands that must not wait on
+/// something slow.
+pub fn portcullis_within(args: &[&str], limit: std::time::Duration) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the portcullis binary runs");
+    let started = std::time::Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("its output");
+            panic!(
+                "portcullis {args:?} still ran after {limit:?}: {}",
+                text(&out.stderr)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.wait_with_output().expect("its output")
+}
+
 /// Bytes as text, for assertions and messages.
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
