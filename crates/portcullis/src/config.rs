@@ -1403,7 +1403,9 @@ mod fuzz {
     }
 
     fn env(name: &str) -> Option<String> {
-        name.len().is_multiple_of(2).then(|| format!("value-of-{name}"))
+        name.len()
+            .is_multiple_of(2)
+            .then(|| format!("value-of-{name}"))
     }
 
     proptest! {
