@@ -419,3 +419,163 @@ impl Transport<RoleServer> for ClosedTransport {
         std::future::ready(Ok(()))
     }
 }
+
+/// Property tests of what this module and the guard read from outside: any
+/// headers and any body are taken, handed to rmcp or refused, never a panic.
+/// `PROPTEST_CASES` sets the number of cases (default 256).
+#[cfg(test)]
+mod fuzz {
+    use super::*;
+    use crate::guard::Guard;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    /// Keys a JSON-RPC `tools/call` has, and a few of anything else.
+    fn key() -> impl Strategy<Value = String> {
+        prop_oneof![
+            prop::sample::select(vec![
+                "jsonrpc",
+                "id",
+                "method",
+                "params",
+                "name",
+                "arguments",
+                "_meta",
+                "progressToken",
+                "io.modelcontextprotocol/protocolVersion",
+                "io.modelcontextprotocol/clientCapabilities",
+                "io.modelcontextprotocol/logLevel",
+            ])
+            .prop_map(str::to_owned),
+            "[a-zA-Z_/.]{0,10}",
+        ]
+    }
+
+    fn json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            any::<f64>()
+                .prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
+            prop::sample::select(vec!["2.0", "1.0", "tools/call", "2026-07-28", "echo", ""])
+                .prop_map(Value::from),
+            "\\PC{0,12}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(5, 48, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..5).prop_map(Value::from),
+                prop::collection::vec((key(), inner), 0..6)
+                    .prop_map(|pairs| Value::Object(pairs.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// A `tools/call` with each part either right or arbitrary.
+    fn call_body() -> impl Strategy<Value = Value> {
+        let meta = prop_oneof![
+            Just(
+                json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                        "io.modelcontextprotocol/clientCapabilities": {}})
+            ),
+            json(),
+        ];
+        let params = (prop_oneof![Just(json!("echo")), json()], json(), meta).prop_map(
+            |(name, arguments, meta)| json!({"name": name, "arguments": arguments, "_meta": meta}),
+        );
+        (
+            prop_oneof![Just(json!("2.0")), json()],
+            json(),
+            prop_oneof![Just(json!("tools/call")), json()],
+            prop_oneof![params, json()],
+        )
+            .prop_map(|(jsonrpc, id, method, params)| {
+                json!({"jsonrpc": jsonrpc, "id": id, "method": method, "params": params})
+            })
+    }
+
+    /// Near misses of the admitted names and origins, or any bytes.
+    fn header_value() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            prop::sample::select(vec![
+                "localhost:9000",
+                "LOCALHOST:9000",
+                "127.0.0.1:9000",
+                "[::1]:9000",
+                "proxy.local:443",
+                "localhost.:9000",
+                "user@localhost:9000",
+                "localhost",
+                "http://localhost:9000",
+                "http://localhost:9000/x",
+                "null",
+                "file://",
+            ])
+            .prop_map(|v| v.as_bytes().to_vec()),
+            prop::collection::vec(any::<u8>(), 0..24),
+        ]
+    }
+
+    fn headers(name: &[u8]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        if let Ok(value) = http::HeaderValue::from_bytes(name) {
+            headers.insert(NAME_HEADER, value);
+        }
+        headers
+    }
+
+    proptest! {
+        #[test]
+        fn plain_call_takes_any_bytes(body in prop::collection::vec(any::<u8>(), 0..512),
+                                      name in prop::collection::vec(any::<u8>(), 0..16)) {
+            let _ = plain_call(&headers(&name), &body);
+        }
+
+        #[test]
+        fn plain_call_takes_any_json_rpc_shape(body in call_body()) {
+            let bytes = body.to_string().into_bytes();
+            let taken = plain_call(&headers(b"echo"), &bytes);
+            // Only a request exactly of the plain shape is taken.
+            if let Some((_, params, _)) = taken {
+                prop_assert_eq!(params.name.as_ref(), "echo");
+                prop_assert_eq!(&body["jsonrpc"], "2.0");
+                prop_assert_eq!(&body["method"], "tools/call");
+            }
+        }
+
+        #[test]
+        fn the_guard_takes_any_headers(
+            hosts in prop::collection::vec(header_value(), 0..3),
+            origins in prop::collection::vec(header_value(), 0..3),
+            authorization in prop::collection::vec(any::<u8>(), 0..24),
+            length in prop::collection::vec(any::<u8>(), 0..24),
+            path in "/[a-z%./]{0,8}",
+        ) {
+            let guard = Guard::new(9000, &["proxy.local:443".into()], &[], Some("t0ken"), 1024);
+            let mut builder = http::Request::builder().method("POST").uri(path);
+            for host in &hosts {
+                if let Ok(value) = http::HeaderValue::from_bytes(host) {
+                    builder = builder.header(http::header::HOST, value);
+                }
+            }
+            for origin in &origins {
+                if let Ok(value) = http::HeaderValue::from_bytes(origin) {
+                    builder = builder.header(http::header::ORIGIN, value);
+                }
+            }
+            for (name, value) in [(http::header::AUTHORIZATION, &authorization), (CONTENT_LENGTH, &length)] {
+                if let Ok(value) = http::HeaderValue::from_bytes(value) {
+                    builder = builder.header(name, value);
+                }
+            }
+            let Ok(request) = builder.body(Body::empty()) else { return Ok(()) };
+            if guard.check(&request).is_ok() {
+                // Admitted only with one Host naming this server.
+                let admitted: Vec<_> = request.headers().get_all(http::header::HOST).iter().collect();
+                prop_assert_eq!(admitted.len(), 1);
+                prop_assert!(guard.host_allowed(admitted[0].to_str().unwrap_or_default()));
+            }
+        }
+    }
+}

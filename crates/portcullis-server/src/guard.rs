@@ -18,6 +18,12 @@
 //! 5. A declared `Content-Length` over the body limit → **413**. A chunked
 //!    body is cut off at the same limit by rmcp while it is read.
 //!
+//! At each step a header that must appear once (`Host`, `Origin`,
+//! `Authorization`) sent twice is refused with **400** (RFC 9112 §3.2): a
+//! proxy in front may read the other copy than this guard does. (A
+//! `Content-Length` beside a `Transfer-Encoding` never gets here: hyper
+//! reads the body as chunked, as RFC 9112 §6.3 says.)
+//!
 //! A refused `Host`, `Origin` or token is logged (WARN, one line each, at
 //! most ten lines every ten seconds): which header, its value escaped (never
 //! the token's), and the setting that would admit it.
@@ -140,6 +146,14 @@ impl Guard {
 
     /// Checks one request; `Err` says why it is refused.
     pub fn check(&self, request: &Request) -> Result<(), Refusal> {
+        let once = |name: header::HeaderName, what: &'static str| {
+            if request.headers().get_all(name).iter().nth(1).is_some() {
+                Err(Refusal::Ambiguous(what))
+            } else {
+                Ok(())
+            }
+        };
+        once(header::HOST, "Host")?;
         let host = request
             .headers()
             .get(header::HOST)
@@ -149,6 +163,7 @@ impl Guard {
         if !host.is_some_and(|h| self.host_allowed(&h)) {
             return Err(Refusal::ForeignHost);
         }
+        once(header::ORIGIN, "Origin")?;
         if let Some(origin) = request.headers().get(header::ORIGIN) {
             let allowed = origin.to_str().is_ok_and(|o| self.origin_allowed(o));
             if !allowed {
@@ -158,6 +173,7 @@ impl Guard {
         if request.uri().path() != MCP_PATH {
             return Err(Refusal::UnknownPath);
         }
+        once(header::AUTHORIZATION, "Authorization")?;
         let authorization = request
             .headers()
             .get(header::AUTHORIZATION)
@@ -190,6 +206,9 @@ pub enum Refusal {
     Unauthorized,
     /// The declared body is over the limit (413).
     TooLarge,
+    /// A header that must appear once appears more than once (400); names
+    /// which.
+    Ambiguous(&'static str),
 }
 
 impl Refusal {
@@ -200,6 +219,7 @@ impl Refusal {
             Refusal::UnknownPath => StatusCode::NOT_FOUND,
             Refusal::Unauthorized => StatusCode::UNAUTHORIZED,
             Refusal::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Refusal::Ambiguous(_) => StatusCode::BAD_REQUEST,
         }
     }
 
@@ -212,6 +232,9 @@ impl Refusal {
             Refusal::UnknownPath => "Not Found: the MCP endpoint is /mcp",
             Refusal::Unauthorized => "Unauthorized: a valid bearer token is required",
             Refusal::TooLarge => "Payload Too Large: the request body is over the limit",
+            Refusal::Ambiguous(_) => {
+                "Bad Request: Host, Origin and Authorization may each appear only once"
+            }
         }
     }
 
@@ -278,6 +301,7 @@ impl Guard {
                     ),
                 )
             }
+            Refusal::Ambiguous(what) => (what, format!("{what} sent more than once")),
             Refusal::UnknownPath | Refusal::TooLarge => {
                 tracing::debug!(?refusal, path = %request.uri().path(), "request refused");
                 return;
@@ -340,6 +364,26 @@ mod tests {
             Ok(()) => StatusCode::OK,
             Err(refusal) => refusal.status(),
         }
+    }
+
+    #[test]
+    fn a_header_that_must_appear_once_sent_twice_is_refused() {
+        let guard = Guard::new(9000, &[], &[], Some("s3cret"), 100);
+        let host = "localhost:9000";
+        let bearer = ("authorization", "Bearer s3cret");
+        for extra in [
+            vec![("host", "evil.example"), bearer],
+            vec![("origin", host), ("origin", "http://evil.example"), bearer],
+            vec![bearer, ("authorization", "Bearer other")],
+        ] {
+            let refused = guard.check(&request(Some(host), "/mcp", &extra));
+            assert!(
+                matches!(refused, Err(Refusal::Ambiguous(_))),
+                "{extra:?}: {refused:?}"
+            );
+            assert_eq!(refused.unwrap_err().status(), StatusCode::BAD_REQUEST);
+        }
+        assert!(guard.check(&request(Some(host), "/mcp", &[bearer])).is_ok());
     }
 
     #[test]

@@ -68,6 +68,12 @@ pub struct Registration {
     pub access: Access,
     /// The code that runs.
     pub handler: Arc<dyn ToolHandler>,
+    /// The definition was published by another server, which checks its
+    /// own arguments: an input schema this server cannot compile (an
+    /// external `$ref`, which is never fetched) is then logged and the
+    /// arguments go on unchecked, instead of failing the whole build. One
+    /// hostile definition must not take its siblings down.
+    pub foreign_schema: bool,
 }
 
 impl Registration {
@@ -78,6 +84,7 @@ impl Registration {
             source: IN_PROCESS_SOURCE.to_owned(),
             access: Access::open(),
             handler: Arc::new(handler),
+            foreign_schema: false,
         }
     }
 
@@ -90,6 +97,13 @@ impl Registration {
     /// Sets the access requirement.
     pub fn with_access(mut self, access: Access) -> Self {
         self.access = access;
+        self
+    }
+
+    /// Marks the definition as published by another server (see
+    /// [`Registration::foreign_schema`]).
+    pub fn with_foreign_schema(mut self) -> Self {
+        self.foreign_schema = true;
         self
     }
 }
@@ -220,7 +234,9 @@ impl ToolServerBuilder {
     ///
     /// Fails on a duplicate id (`ERR_PLUGIN_TOOL_DUPLICATE_ID` naming both
     /// sources, withheld tools included: ids are unique across the whole
-    /// set) or an input schema that cannot be compiled. Withheld tools are
+    /// set) or an input schema that cannot be compiled, unless another
+    /// server published it ([`Registration::with_foreign_schema`]: then the
+    /// tool is served with its arguments unchecked here). Withheld tools are
     /// dropped here: one warning names them all, a debug line gives each
     /// reason.
     pub fn build(self) -> Result<ToolServer, ServerError> {
@@ -251,7 +267,14 @@ impl ToolServerBuilder {
                 continue;
             }
             let schema = registration.tool.input_schema_or_default();
-            let validator = ArgumentValidator::compile(&registration.tool.name, &schema)?;
+            let validator = match ArgumentValidator::compile(&registration.tool.name, &schema) {
+                Ok(validator) => Some(validator),
+                Err(error) if registration.foreign_schema => {
+                    tracing::warn!(%error, "its arguments are passed on unchecked");
+                    None
+                }
+                Err(error) => return Err(error.into()),
+            };
             let wire = to_wire_tool(&registration.tool)?;
             listed.push(wire.clone());
             let name: Arc<str> = registration.tool.name.as_str().into();
@@ -327,7 +350,8 @@ struct Entry {
     name: Arc<str>,
     def: Tool,
     wire: rmcp::model::Tool,
-    validator: ArgumentValidator,
+    /// `None` for a foreign schema that could not be compiled.
+    validator: Option<ArgumentValidator>,
     access: Access,
     handler: Arc<dyn ToolHandler>,
 }
@@ -506,7 +530,7 @@ impl ToolServer {
             return Ok(Outcome::Done(Exit::Own(ToolResult::error_text(code))));
         }
         let args = normalize_arguments(args);
-        if let Err(problems) = entry.validator.validate(&args) {
+        if let Some(Err(problems)) = entry.validator.as_ref().map(|v| v.validate(&args)) {
             return Ok(Outcome::Done(Exit::Own(problems.to_tool_result())));
         }
         if let Some(unknown) = self.describe_withheld(entry, &args) {
@@ -881,6 +905,25 @@ mod tests {
             .with_input_schema(json!({"type": "object", "properties": {"x": {"type": "nope"}}}));
         let error = ToolServer::builder().tool(tool, ok).build().unwrap_err();
         assert_eq!(error.code(), Some("ERR_PLUGIN_MANIFEST_INVALID"));
+    }
+
+    #[tokio::test]
+    async fn a_foreign_unusable_schema_is_served_unchecked_beside_its_siblings() {
+        let external =
+            json!({"type": "object", "properties": {"x": {"$ref": "http://127.0.0.1:9/x.json"}}});
+        let server = ToolServer::builder()
+            .register(
+                Registration::new(ro("bad").with_input_schema(external), ok).with_foreign_schema(),
+            )
+            .tool(ro("good"), ok)
+            .build()
+            .expect("one foreign schema does not fail the build");
+        let names: Vec<_> = server
+            .listed_tools()
+            .iter()
+            .map(|t| t.name.to_string())
+            .collect();
+        assert_eq!(names, ["bad", "good"]);
     }
 
     #[tokio::test]

@@ -117,6 +117,10 @@ impl HttpRoute {
                 required.extend(names.iter().filter_map(Value::as_str).map(str::to_owned));
             }
         }
+        // Each name once: a name listed twice (two parameters of one name,
+        // a body repeating a parameter) makes a schema no validator takes.
+        let mut seen = std::collections::HashSet::new();
+        required.retain(|name| seen.insert(name.clone()));
         let mut schema = json!({"type": "object", "properties": properties});
         if !required.is_empty() {
             schema["required"] = json!(required);

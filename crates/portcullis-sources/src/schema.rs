@@ -215,11 +215,13 @@ impl<'a> SchemaConverter<'a> {
                 properties.insert(name.clone(), self.convert(property, depth + 1));
             }
         }
+        let mut seen = std::collections::HashSet::new();
         let required = match schema.get("required") {
             Some(Value::Array(names)) => names
                 .iter()
                 .filter_map(Value::as_str)
                 .filter(|name| properties.contains_key(*name))
+                .filter(|name| seen.insert(*name))
                 .map(str::to_owned)
                 .collect(),
             _ => Vec::new(),
@@ -245,7 +247,13 @@ impl<'a> SchemaConverter<'a> {
                 properties.extend(props.clone());
             }
             if let Some(Value::Array(names)) = converted.get("required") {
-                required.extend(names.iter().cloned());
+                // Each name once: parts that require the same name would
+                // otherwise make a schema no validator takes.
+                for name in names {
+                    if !required.contains(name) {
+                        required.push(name.clone());
+                    }
+                }
             }
         }
         out.insert("type".into(), "object".into());
@@ -355,6 +363,24 @@ mod tests {
         let dropped = converter.convert(&json!({"type": "string", "pattern": "(?<"}), 0);
         assert!(dropped.get("pattern").is_none());
         assert_eq!(converter.notes.len(), 1);
+    }
+
+    #[test]
+    fn a_name_required_twice_is_required_once_and_the_schema_compiles() {
+        for schema in [
+            json!({"type": "object", "required": ["a", "a"], "properties": {"a": {"type": "integer"}}}),
+            json!({"allOf": [
+                {"type": "object", "required": ["a"], "properties": {"a": {"type": "integer"}}},
+                {"type": "object", "required": ["a"], "properties": {"a": {"type": "integer"}}}
+            ]}),
+        ] {
+            let converted = convert(schema);
+            assert_eq!(converted["required"], json!(["a"]), "{converted}");
+            assert!(
+                ArgumentValidator::compile("t", &converted).is_ok(),
+                "{converted}"
+            );
+        }
     }
 
     #[test]

@@ -162,6 +162,7 @@ impl ToolSource for InProcessSource {
                 source: self.name.clone(),
                 access: access.clone(),
                 handler: handler.clone(),
+                foreign_schema: false,
             })
             .collect()
     }

@@ -656,3 +656,97 @@ fn the_tool_definition_is_what_the_manifest_says() {
     assert!(server.tool_names().is_empty());
     assert_eq!(server.withheld()[0].id, "t");
 }
+
+/// Property tests of the manifest loader: any `mcp-plugin.json` (text, or
+/// the right keys holding anything) loads or is a `SourceError`, never a
+/// panic, and never names a handler outside the plugin. `PROPTEST_CASES`
+/// sets the number of cases (default 256).
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            prop::sample::select(vec![
+                "./run.sh",
+                "../run.sh",
+                "/bin/sh",
+                "run.sh",
+                "./sub/../run.sh",
+                "./missing",
+                "1.0.0",
+                "object",
+                "string",
+                "",
+            ])
+            .prop_map(Value::from),
+            "\\PC{0,12}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(4, 32, 5, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
+                prop::collection::vec(
+                    (
+                        prop_oneof![
+                            prop::sample::select(vec![
+                                "id",
+                                "handler",
+                                "description",
+                                "inputSchema",
+                                "annotations",
+                                "readOnlyHint",
+                                "type",
+                                "properties",
+                                "required",
+                                "$ref",
+                                "timeoutMs",
+                            ])
+                            .prop_map(str::to_owned),
+                            "\\PC{0,6}",
+                        ],
+                        inner
+                    ),
+                    0..5
+                )
+                .prop_map(|pairs| Value::Object(pairs.into_iter().collect())),
+            ]
+        })
+    }
+
+    fn tool() -> impl Strategy<Value = Value> {
+        (
+            prop_oneof!["[a-z_.-]{1,8}".prop_map(Value::from), json()],
+            prop_oneof![Just(json!("./run.sh")), json()],
+            json(),
+            json(),
+        )
+            .prop_map(|(id, handler, schema, annotations)| {
+                json!({"id": id, "handler": handler, "description": "d",
+                       "inputSchema": schema, "annotations": annotations})
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn any_manifest_loads_or_errs(
+            tools in prop::collection::vec(prop_oneof![tool(), json()], 0..4),
+            text in prop::option::of("\\PC{0,64}"),
+        ) {
+            let dir = TempDir::new().unwrap();
+            script(dir.path(), "run.sh", "echo ok");
+            match text {
+                Some(text) => write(dir.path(), "mcp-plugin.json", &text),
+                None => manifest(dir.path(), json!({"name": "p", "version": "1.0.0", "tools": tools})),
+            }
+            if let Ok(plugin) = NativePlugin::load(dir.path()) {
+                for tool in plugin.tools() {
+                    let handler = tool.command.canonicalize().unwrap();
+                    prop_assert!(handler.starts_with(dir.path().canonicalize().unwrap()), "{}", handler.display());
+                }
+            }
+        }
+    }
+}

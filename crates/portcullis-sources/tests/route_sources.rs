@@ -431,3 +431,222 @@ fn an_unusable_pattern_is_dropped_not_fatal() {
         .build();
     assert!(server.is_ok());
 }
+
+/// Property tests of the parsers of route tables and OpenAPI documents: any
+/// document (as text or as JSON of the right keys holding anything) is a
+/// source or a `SourceError`, never a panic; a source that loads has only
+/// legal tool names. `PROPTEST_CASES` sets the number of cases (default 256).
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn key() -> impl Strategy<Value = String> {
+        prop_oneof![
+            prop::sample::select(vec![
+                "$ref",
+                "agent",
+                "allOf",
+                "oneOf",
+                "anyOf",
+                "annotations",
+                "auth",
+                "content",
+                "application/json",
+                "default",
+                "description",
+                "enum",
+                "http",
+                "id",
+                "in",
+                "path",
+                "query",
+                "header",
+                "inputSchema",
+                "items",
+                "name",
+                "openapi",
+                "operationId",
+                "parameters",
+                "paths",
+                "/items/{id}",
+                "/a/{b}/{c}",
+                "get",
+                "post",
+                "delete",
+                "pattern",
+                "permissions",
+                "properties",
+                "requestBody",
+                "required",
+                "routes",
+                "safety",
+                "schema",
+                "stream",
+                "summary",
+                "tools",
+                "type",
+                "method",
+                "version",
+                "components",
+                "schemas",
+                "info",
+                "title",
+                "format",
+                "maxLength",
+            ])
+            .prop_map(str::to_owned),
+            "\\PC{0,8}",
+        ]
+    }
+
+    fn json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>()
+                .prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
+            prop::sample::select(vec![
+                "3.0.3",
+                "3.1.0",
+                "1.0.0",
+                "string",
+                "integer",
+                "object",
+                "array",
+                "GET",
+                "POST",
+                "DELETE",
+                "read",
+                "write",
+                "/items/{id}",
+                "/../x",
+                "#/components/schemas/A",
+                "http://127.0.0.1:1/x.json",
+                "^(a+)+$",
+                "[",
+                "",
+            ])
+            .prop_map(Value::from),
+            "\\PC{0,12}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(5, 64, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
+                prop::collection::vec((key(), inner), 0..6)
+                    .prop_map(|pairs| Value::Object(pairs.into_iter().collect())),
+            ]
+        })
+    }
+
+    fn legal(name: &str) -> bool {
+        !name.is_empty()
+            && name.len() <= 64
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    }
+
+    /// A route of the right shape whose every part may be anything.
+    fn route() -> impl Strategy<Value = Value> {
+        let parameter = (
+            prop_oneof![Just(json!("path")), Just(json!("query")), json()],
+            prop_oneof![Just(json!("id")), json()],
+            json(),
+        )
+            .prop_map(|(place, name, schema)| json!({"in": place, "name": name, "required": true, "schema": schema}));
+        (
+            prop_oneof!["[a-z./ :{}-]{1,12}".prop_map(Value::from), json()],
+            prop_oneof![Just(json!("read-only")), Just(json!("write")), json()],
+            prop_oneof![Just(json!("GET")), Just(json!("post")), json()],
+            prop_oneof!["/[a-z{}:/.]{0,12}".prop_map(Value::from), json()],
+            prop::collection::vec(parameter, 0..3),
+            json(),
+        )
+            .prop_map(|(id, safety, method, path, parameters, body)| {
+                json!({"id": id, "safety": safety, "description": "d",
+                       "http": {"method": method, "path": path, "parameters": parameters,
+                                "requestBody": {"content": {"application/json": {"schema": body}}}}})
+            })
+    }
+
+    /// A path item of the right shape whose every part may be anything.
+    fn operations() -> impl Strategy<Value = Value> {
+        let operation = (
+            prop_oneof!["[a-zA-Z_.]{1,10}".prop_map(Value::from), json()],
+            json(),
+            json(),
+        )
+            .prop_map(|(id, parameters, body)| {
+                json!({"operationId": id, "parameters": parameters,
+                       "requestBody": {"content": {"application/json": {"schema": body}}}})
+            });
+        prop::collection::vec(
+            (
+                "/[a-z{}/]{0,10}",
+                prop::sample::select(vec!["get", "post", "put", "delete", "trace"]),
+                operation,
+            ),
+            0..4,
+        )
+        .prop_map(|items| {
+            let mut paths = serde_json::Map::new();
+            for (path, method, operation) in items {
+                paths.insert(path, json!({ method: operation }));
+            }
+            Value::Object(paths)
+        })
+    }
+
+    fn extra_args() -> Value {
+        json!({"id": "../x", "b": "a/b", "c": "", "q": [1, {"x": null}]})
+    }
+
+    /// Every route a loaded source has: a legal tool name, a schema that
+    /// compiles (the gateway writes it, so it must), arguments that split.
+    fn check_routes(
+        routes: &[portcullis_sources::HttpRoute],
+        args: &Value,
+    ) -> Result<(), TestCaseError> {
+        for route in routes {
+            let tool = route.tool();
+            prop_assert!(legal(&tool.name), "{}", tool.name);
+            let schema = tool.input_schema_or_default();
+            prop_assert!(
+                portcullis_catalog::ArgumentValidator::compile(&tool.name, &schema).is_ok(),
+                "{}",
+                schema
+            );
+            let _ = route.split(args);
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #[test]
+        fn any_route_table_loads_or_errs(routes in prop::collection::vec(prop_oneof![route(), json()], 1..4), extra in json()) {
+            let mut value = json!({"name": "site", "version": "1.0.0", "routes": routes});
+            if let (Some(object), Value::Object(more)) = (value.as_object_mut(), extra) {
+                object.extend(more.into_iter().filter(|(k, _)| k != "routes"));
+            }
+            if let Ok(table) = RouteTable::from_value("./apps/site", &value) {
+                check_routes(&table.routes, &extra_args())?;
+            }
+        }
+
+        #[test]
+        fn any_openapi_document_loads_or_errs(paths in prop_oneof![operations(), json()], components in json(),
+                                              version in prop_oneof![Just(json!("3.0.3")), Just(json!("3.1.0")), json()]) {
+            let doc = json!({"openapi": version, "info": {"title": "t", "version": "1"},
+                             "paths": paths, "components": components});
+            if let Ok(document) = OpenApiDocument::from_value("./apps/api", &doc) {
+                check_routes(&document.routes, &extra_args())?;
+            }
+        }
+
+        #[test]
+        fn any_openapi_text_loads_or_errs(text in "\\PC{0,300}") {
+            let _ = OpenApiDocument::parse("./apps/api", &text);
+        }
+    }
+}

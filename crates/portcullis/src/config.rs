@@ -1391,3 +1391,162 @@ key_file = ".portcullis/gateway.pub"
         assert_eq!(expand_env("${A}", &tricky).unwrap(), "${B}");
     }
 }
+
+/// Property tests of the loader: any text, and any value under every known
+/// key, is a `Config` or a `ConfigError`, never a panic. `PROPTEST_CASES`
+/// sets the number of cases (default 256).
+#[cfg(test)]
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A TOML value, right or wrong for whatever key it lands under.
+    fn value() -> impl Strategy<Value = String> {
+        let leaf = prop_oneof![
+            any::<i64>().prop_map(|n| n.to_string()),
+            Just("99999999999999999999999".to_owned()),
+            any::<bool>().prop_map(|b| b.to_string()),
+            any::<f64>().prop_map(|f| format!("{f:?}")),
+            "\\PC{0,16}".prop_map(|s| toml::Value::String(s).to_string()),
+            "[A-Z_]{0,6}".prop_map(|v| format!("\"${{{v}}}\"")),
+            prop::sample::select(vec![
+                "\"127.0.0.1:0\"",
+                "\"stdio\"",
+                "\"streamable-http\"",
+                "\"sse\"",
+                "\"http://127.0.0.1:1/mcp\"",
+                "\"auto\"",
+                "\"never\"",
+                "\"memory\"",
+                "\"writes\"",
+                "\"${UNCLOSED\"",
+                "\"${}\"",
+            ])
+            .prop_map(str::to_owned),
+        ];
+        leaf.prop_recursive(3, 16, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4)
+                    .prop_map(|v| format!("[{}]", v.join(", "))),
+                prop::collection::vec((key(), inner), 0..4).prop_map(|kv| {
+                    let fields: Vec<String> =
+                        kv.iter().map(|(k, v)| format!("{k} = {v}")).collect();
+                    format!("{{ {} }}", fields.join(", "))
+                }),
+            ]
+        })
+    }
+
+    /// Every key some table accepts, and a few no table does.
+    fn key() -> impl Strategy<Value = String> {
+        prop_oneof![
+            prop::sample::select(vec![
+                "listen",
+                "allowed_hosts",
+                "allowed_origins",
+                "token",
+                "allow_write",
+                "allow_tools",
+                "approval",
+                "approval_timeout_ms",
+                "max_connections",
+                "header_read_timeout_ms",
+                "idle_timeout_ms",
+                "max_sessions",
+                "session_idle_timeout_ms",
+                "health_interval_ms",
+                "reconnect_max_ms",
+                "audit_retention_days",
+                "effects_retention_days",
+                "identity",
+                "user",
+                "perms",
+                "max_output_length",
+                "prefix",
+                "data_dir",
+                "store",
+                "budget",
+                "always_load",
+                "type",
+                "url",
+                "headers",
+                "command",
+                "args",
+                "env",
+                "cwd",
+                "timeout_ms",
+                "tools",
+                "allow",
+                "block",
+                "path",
+                "routes",
+                "openapi",
+                "base_url",
+                "key_file",
+            ])
+            .prop_map(str::to_owned),
+            "[a-z_]{1,8}",
+        ]
+    }
+
+    fn table() -> impl Strategy<Value = String> {
+        prop::sample::select(vec![
+            "[gateway]",
+            "[disclosure]",
+            "[upstreams.a]",
+            "[upstreams.\"b c\"]",
+            "[[plugins]]",
+            "[[tool_plugins]]",
+            "[apps.app]",
+            "[gateway.identity]",
+            "[nowhere]",
+            "",
+        ])
+        .prop_map(str::to_owned)
+    }
+
+    /// A config of known tables holding known (and unknown) keys.
+    fn config() -> impl Strategy<Value = String> {
+        prop::collection::vec(
+            (table(), prop::collection::vec((key(), value()), 0..5)),
+            0..5,
+        )
+        .prop_map(|tables| {
+            let mut text = String::new();
+            for (header, fields) in tables {
+                text.push_str(&header);
+                text.push('\n');
+                for (key, value) in fields {
+                    text.push_str(&format!("{key} = {value}\n"));
+                }
+            }
+            text
+        })
+    }
+
+    fn env(name: &str) -> Option<String> {
+        name.len()
+            .is_multiple_of(2)
+            .then(|| format!("value-of-{name}"))
+    }
+
+    proptest! {
+        #[test]
+        fn any_text_is_a_config_or_an_error(text in "\\PC{0,200}") {
+            let _ = parse(Path::new("/c/portcullis.toml"), &text, &env);
+        }
+
+        #[test]
+        fn any_value_under_any_known_key_is_a_config_or_an_error(text in config()) {
+            if let Err(error) = parse(Path::new("/c/portcullis.toml"), &text, &env) {
+                // The error names the file, always.
+                prop_assert!(error.to_string().contains("portcullis.toml"), "{}", error);
+            }
+        }
+
+        #[test]
+        fn expansion_takes_any_text(text in "(\\PC|\\$\\{|\\})*") {
+            let _ = expand_env(&text, &env);
+        }
+    }
+}

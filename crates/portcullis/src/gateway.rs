@@ -463,7 +463,12 @@ fn build_tool_server(
         let handler = move |args: Value, ctx: portcullis_server::CallContext| {
             forward(toolset.clone(), name.clone(), args, ctx)
         };
-        Registration::new(definition, handler).with_source(source)
+        // The upstream published the schema: one it cannot have compiled
+        // is its own problem (reported, arguments unchecked), never the
+        // whole gateway's.
+        Registration::new(definition, handler)
+            .with_source(source)
+            .with_foreign_schema()
     });
     ToolServer::builder()
         .register_all(registrations)

@@ -641,9 +641,12 @@ impl SourceCatalogue {
                         )
                     }
                 };
+                // A schema this gateway cannot compile was reported as
+                // passed on unchecked; it must not fail the whole server.
                 registration
                     .with_source(entry.source.clone())
                     .with_access(entry.access.clone())
+                    .with_foreign_schema()
             })
             .collect()
     }
