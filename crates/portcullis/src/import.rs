@@ -873,12 +873,12 @@ mod fuzz {
     proptest! {
         #[test]
         fn any_text_imports_or_errs(text in "\\PC{0,200}") {
-            let _ = import(&text);
+            let _ = import(&text, None);
         }
 
         #[test]
         fn imported_toml_parses_and_injects_nothing(file in servers_file()) {
-            if let Ok(imported) = import(&file.to_string()) {
+            if let Ok(imported) = import(&file.to_string(), None) {
                 let parsed: toml::Table = imported.toml.parse().map_err(|e| {
                     TestCaseError::fail(format!("{e}: {}", imported.toml))
                 })?;
