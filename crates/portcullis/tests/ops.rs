@@ -886,6 +886,8 @@ fn run_page(browser: &std::path::Path, site: &AttackerSite, url: &str) -> Value 
             "--disable-component-update",
             "--disable-sync",
             "--disable-extensions",
+            // Containers often have a tiny /dev/shm.
+            "--disable-dev-shm-usage",
             "--virtual-time-budget=10000",
         ])
         .arg(format!("--user-data-dir={}", profile.path().display()))
