@@ -83,7 +83,9 @@ struct LineCounts {
 }
 
 impl Gateway {
-    async fn start(bin: &Path, config: &Path) -> Result<Gateway, Error> {
+    /// Starts `portcullis serve`; its WARN and ERROR lines go to stderr
+    /// after `label`.
+    async fn start(bin: &Path, config: &Path, label: &'static str) -> Result<Gateway, Error> {
         let mut child = tokio::process::Command::new(bin)
             .args(["serve", "--listen", "127.0.0.1:0", "--config"])
             .arg(config)
@@ -118,7 +120,10 @@ impl Gateway {
                     counts.reloaded.fetch_add(1, Ordering::Relaxed);
                 } else if line.contains("reload rejected") || line.contains("reload failed") {
                     counts.rejected.fetch_add(1, Ordering::Relaxed);
-                    eprintln!("gateway: {line}");
+                    eprintln!("{label}: {line}");
+                }
+                if line.contains("ERROR") || line.contains("WARN") {
+                    eprintln!("{label}: {line}");
                 }
                 if line.contains("ERROR") {
                     counts.errors.fetch_add(1, Ordering::Relaxed);
@@ -319,11 +324,24 @@ async fn stateless(client: &reqwest::Client, url: &str, mut message: Value) -> O
     send(request.body(message.to_string())).await.1
 }
 
+/// An error and its sources, as one line: reqwest's own message says
+/// little ("error sending request"), its sources say why.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
 /// Sends a request; the session id it was given, if any, and the outcome.
 async fn send(request: reqwest::RequestBuilder) -> (Option<String>, Outcome) {
     let response = match request.send().await {
         Ok(response) => response,
-        Err(e) => return (None, Outcome::Broken(format!("no answer: {e}"))),
+        Err(e) => return (None, Outcome::Broken(format!("no answer: {}", chain(&e)))),
     };
     let status = response.status();
     let session = response
@@ -339,7 +357,12 @@ async fn send(request: reqwest::RequestBuilder) -> (Option<String>, Outcome) {
         .to_owned();
     let body = match response.text().await {
         Ok(body) => body,
-        Err(e) => return (session, Outcome::Broken(format!("body cut off: {e}"))),
+        Err(e) => {
+            return (
+                session,
+                Outcome::Broken(format!("body cut off: {}", chain(&e))),
+            );
+        }
     };
     if !status.is_success() {
         return (session, Outcome::Broken(format!("HTTP {status}: {body}")));
@@ -459,6 +482,7 @@ async fn worker(
     deadline: Instant,
     broken: Arc<std::sync::Mutex<BTreeMap<String, u64>>>,
 ) {
+    let began = Instant::now();
     let mut i = first;
     while Instant::now() < deadline {
         let outcome = mixed_call(&client, &url, i).await;
@@ -467,6 +491,11 @@ async fn worker(
             Outcome::Ok => tally.ok.fetch_add(1, Ordering::Relaxed),
             Outcome::Refused(_) => tally.refused.fetch_add(1, Ordering::Relaxed),
             Outcome::Broken(why) => {
+                eprintln!(
+                    "soak: at {:.1}s, call kind {}: {why}",
+                    began.elapsed().as_secs_f64(),
+                    i % 9
+                );
                 if let Ok(mut seen) = broken.lock() {
                     let key: String = why.chars().take(160).collect();
                     *seen.entry(key).or_default() += 1;
@@ -502,13 +531,13 @@ async fn soak(run: Duration, workers: usize) -> Result<bool, Error> {
             bin.display().to_string().replace('\\', "\\\\")
         ),
     )?;
-    let remote = Gateway::start(&bin, &remote_config).await?;
+    let remote = Gateway::start(&bin, &remote_config, "upstream gateway").await?;
 
     let config = dir.path().join("portcullis.toml");
     let data = dir.path().join("data");
     let mut variant = 0;
     std::fs::write(&config, config_text(&bin, &data, &remote.url, variant))?;
-    let gateway = Gateway::start(&bin, &config).await?;
+    let gateway = Gateway::start(&bin, &config, "gateway").await?;
     let pid = gateway.pid;
     let url = gateway.url.clone();
     let start_children = settled_children(pid, 1, Duration::from_secs(30)).await;
