@@ -24,6 +24,15 @@
 //! `Content-Length` beside a `Transfer-Encoding` never gets here: hyper
 //! reads the body as chunked, as RFC 9112 §6.3 says.)
 //!
+//! A page from an admitted origin (one of `allowed_origins`; the gateway's
+//! own needs nothing) gets what a browser asks before it lets the page read
+//! an answer: a CORS preflight (`OPTIONS` with
+//! `Access-Control-Request-Method`) that passed steps 1-3 is answered here,
+//! 204, before the token check (a browser never sends credentials on one),
+//! and every answer to an admitted `Origin` carries
+//! `Access-Control-Allow-Origin` with that origin. A refused origin gets no
+//! CORS header at all, so its page can read nothing, not even the refusal.
+//!
 //! A refused `Host`, `Origin` or token is logged (WARN, one line each, at
 //! most ten lines every ten seconds): which header, its value escaped (never
 //! the token's), and the setting that would admit it.
@@ -174,6 +183,10 @@ impl Guard {
             return Err(Refusal::UnknownPath);
         }
         once(header::AUTHORIZATION, "Authorization")?;
+        if is_preflight(request) {
+            // Answered by the guard layer; what follows it is checked then.
+            return Ok(());
+        }
         let authorization = request
             .headers()
             .get(header::AUTHORIZATION)
@@ -324,15 +337,105 @@ impl Guard {
     }
 }
 
-/// The axum middleware running [`Guard::check`].
+/// The axum middleware running [`Guard::check`]: a refusal is logged and
+/// answered, a CORS preflight answered, anything else passed on; answers
+/// to an admitted `Origin` carry the CORS headers.
 pub async fn guard_layer(State(guard): State<Guard>, request: Request, next: Next) -> Response {
     match guard.check(&request) {
-        Ok(()) => next.run(request).await,
-        Err(refusal) => {
-            guard.log_refusal(refusal, &request);
-            refusal.into_response()
+        Ok(()) => admitted(request, next).await,
+        Err(refusal) => guard.refuse(refusal, &request),
+    }
+}
+
+/// A request the guards admitted: a preflight is answered, anything else
+/// passed on, its answer given the CORS headers for its `Origin`.
+pub async fn admitted(request: Request, next: Next) -> Response {
+    if is_preflight(&request) {
+        return preflight_response(&request);
+    }
+    let origin = request.headers().get(header::ORIGIN).cloned();
+    with_cors(next.run(request).await, origin)
+}
+
+impl Guard {
+    /// Logs `refusal` and answers it; past the Origin check (a wrong path,
+    /// token or size), an admitted `Origin` may read why.
+    pub fn refuse(&self, refusal: Refusal, request: &Request) -> Response {
+        self.log_refusal(refusal, request);
+        let response = refusal.into_response();
+        match refusal {
+            Refusal::ForeignHost | Refusal::ForeignOrigin => response,
+            _ => with_cors(response, request.headers().get(header::ORIGIN).cloned()),
         }
     }
+}
+
+/// Whether `request` is a CORS preflight: `OPTIONS` with an `Origin` and
+/// `Access-Control-Request-Method`.
+fn is_preflight(request: &Request) -> bool {
+    request.method() == http::Method::OPTIONS
+        && request.headers().contains_key(header::ORIGIN)
+        && request
+            .headers()
+            .contains_key(header::ACCESS_CONTROL_REQUEST_METHOD)
+}
+
+/// The answer to a preflight whose `Host`, `Origin` and path passed: the
+/// methods the endpoint serves, the headers the page asked for (its origin
+/// is admitted, and MCP adds headers as it grows: `Mcp-Param-*`), no
+/// credentials mode (a bearer token is a header, not a cookie).
+fn preflight_response(request: &Request) -> Response {
+    let headers = request.headers();
+    let mut response = with_cors(
+        Response::new(Body::empty()),
+        headers.get(header::ORIGIN).cloned(),
+    );
+    *response.status_mut() = StatusCode::NO_CONTENT;
+    let out = response.headers_mut();
+    out.insert(
+        header::ACCESS_CONTROL_ALLOW_METHODS,
+        HeaderValue::from_static("GET, POST, DELETE"),
+    );
+    if let Some(asked) = headers.get(header::ACCESS_CONTROL_REQUEST_HEADERS) {
+        out.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, asked.clone());
+    }
+    // Chromium asks before a public page may reach a private address; an
+    // admitted origin may.
+    if headers
+        .get("access-control-request-private-network")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"))
+    {
+        out.insert(
+            "access-control-allow-private-network",
+            HeaderValue::from_static("true"),
+        );
+    }
+    out.insert(
+        header::ACCESS_CONTROL_MAX_AGE,
+        HeaderValue::from_static("600"),
+    );
+    out.append(
+        header::VARY,
+        HeaderValue::from_static("Access-Control-Request-Method, Access-Control-Request-Headers"),
+    );
+    response
+}
+
+/// `response` with the CORS headers for `origin`, an `Origin` the guard
+/// has admitted (none: `response` as it is).
+fn with_cors(mut response: Response, origin: Option<HeaderValue>) -> Response {
+    let Some(origin) = origin else {
+        return response;
+    };
+    let headers = response.headers_mut();
+    headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+    // A page reads the session it was given and a 401's challenge.
+    headers.insert(
+        header::ACCESS_CONTROL_EXPOSE_HEADERS,
+        HeaderValue::from_static("Mcp-Session-Id, WWW-Authenticate"),
+    );
+    headers.append(header::VARY, HeaderValue::from_static("Origin"));
+    response
 }
 
 fn bearer_token(authorization: &str) -> Option<&str> {

@@ -30,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 use crate::connections::Limits;
 use crate::direct_call::DirectCall;
 use crate::error::ServerError;
-use crate::guard::{Guard, MCP_PATH, Refusal, guard_layer};
+use crate::guard::{Guard, MCP_PATH, Refusal, admitted, guard_layer};
 use crate::sessions::BoundedSessions;
 
 /// Default cap on a request body (4 MiB, rmcp's own default).
@@ -230,14 +230,11 @@ async fn extra_guard_layer(
     next: Next,
 ) -> Response {
     match state.guard.check(&request) {
-        Ok(()) => next.run(request).await,
+        Ok(()) => admitted(request, next).await,
         Err(Refusal::UnknownPath) if state.paths.iter().any(|p| p == request.uri().path()) => {
-            next.run(request).await
+            admitted(request, next).await
         }
-        Err(refusal) => {
-            state.guard.log_refusal(refusal, &request);
-            refusal.into_response()
-        }
+        Err(refusal) => state.guard.refuse(refusal, &request),
     }
 }
 

@@ -549,6 +549,110 @@ async fn a_foreign_origin_is_refused_and_a_listed_one_admitted() {
     server.close().await;
 }
 
+/// A page from a listed origin can use the server from a browser: its CORS
+/// preflight is answered (before the token, which a browser never sends
+/// on one) and every answer names its origin, a 401 included so the page
+/// can read the challenge. A foreign origin gets a 403 without any CORS
+/// header, so its page reads nothing; an `OPTIONS` that is no preflight
+/// still needs the token.
+#[tokio::test]
+async fn a_listed_origin_gets_cors_answers_and_a_foreign_one_none() {
+    let options = HttpOptions {
+        allowed_origins: vec!["http://app.localhost:3000".into()],
+        token: Some("s3cret-token".into()),
+        ..Default::default()
+    };
+    let server = serve(tools(), options).await;
+    let url = server.url();
+    let client = reqwest::Client::new();
+    let preflight = |origin: &str| {
+        client
+            .request(reqwest::Method::OPTIONS, &url)
+            .header("origin", origin)
+            .header("access-control-request-method", "POST")
+            .header(
+                "access-control-request-headers",
+                "authorization,content-type,mcp-protocol-version",
+            )
+    };
+    let answered = preflight("http://app.localhost:3000").send().await.unwrap();
+    assert_eq!(answered.status(), StatusCode::NO_CONTENT);
+    let headers = answered.headers();
+    assert_eq!(
+        headers["access-control-allow-origin"],
+        "http://app.localhost:3000"
+    );
+    assert!(
+        headers["access-control-allow-methods"]
+            .to_str()
+            .unwrap()
+            .contains("POST")
+    );
+    assert_eq!(
+        headers["access-control-allow-headers"],
+        "authorization,content-type,mcp-protocol-version"
+    );
+    assert!(!headers.contains_key("access-control-allow-credentials"));
+
+    let refused = preflight("http://evil.example").send().await.unwrap();
+    assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+    assert!(
+        !refused
+            .headers()
+            .contains_key("access-control-allow-origin")
+    );
+
+    let listed = [("origin", "http://app.localhost:3000")];
+    let with_token = [
+        ("origin", "http://app.localhost:3000"),
+        ("authorization", "Bearer s3cret-token"),
+    ];
+    let ok = post(&server, "/mcp", &with_token, &list_body()).await;
+    assert_eq!(ok.status(), StatusCode::OK);
+    assert_eq!(
+        ok.headers()["access-control-allow-origin"],
+        "http://app.localhost:3000"
+    );
+    assert!(
+        ok.headers()["access-control-expose-headers"]
+            .to_str()
+            .unwrap()
+            .contains("Mcp-Session-Id")
+    );
+    let challenged = post(&server, "/mcp", &listed, &list_body()).await;
+    assert_eq!(challenged.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        challenged.headers()["access-control-allow-origin"],
+        "http://app.localhost:3000"
+    );
+    let foreign = post(
+        &server,
+        "/mcp",
+        &[
+            ("origin", "http://evil.example"),
+            ("authorization", "Bearer s3cret-token"),
+        ],
+        &list_body(),
+    )
+    .await;
+    assert_eq!(foreign.status(), StatusCode::FORBIDDEN);
+    assert!(
+        !foreign
+            .headers()
+            .contains_key("access-control-allow-origin")
+    );
+
+    // Not a preflight (no Access-Control-Request-Method): the token applies.
+    let plain = client
+        .request(reqwest::Method::OPTIONS, &url)
+        .header("origin", "http://app.localhost:3000")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(plain.status(), StatusCode::UNAUTHORIZED);
+    server.close().await;
+}
+
 /// DNS rebinding: a page may call the server only from the server's own
 /// origin (a loopback name on its own port); another port or host is
 /// another origin, refused with a body that says what was refused.

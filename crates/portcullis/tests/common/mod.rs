@@ -235,6 +235,16 @@ impl Served {
         }
     }
 
+    /// The stderr lines written so far: those waiting, then any more until
+    /// none has come for `quiet`.
+    pub fn lines_so_far(&self, quiet: Duration) -> Vec<String> {
+        let mut lines = Vec::new();
+        while let Ok(line) = self.stderr.recv_timeout(quiet) {
+            lines.push(line);
+        }
+        lines
+    }
+
     /// The gateway's process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
