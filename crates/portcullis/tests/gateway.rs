@@ -36,18 +36,29 @@ fn tools_json_prints_one_array_of_the_contract_rows() {
             .keys()
             .map(String::as_str)
             .collect();
+        // The contract's five keys, then who decided read-only or write.
         assert_eq!(
             keys,
-            ["name", "source", "tier", "status", "reason"],
+            [
+                "name",
+                "source",
+                "tier",
+                "status",
+                "reason",
+                "access",
+                "classified_by"
+            ],
             "{row}"
         );
     }
     assert!(rows.contains(&json!({
-        "name": "echo", "source": "demo", "tier": "inline", "status": "available", "reason": null
+        "name": "echo", "source": "demo", "tier": "inline", "status": "available", "reason": null,
+        "access": "read-only", "classified_by": "server"
     })));
     assert!(rows.contains(&json!({
         "name": "write_note", "source": "demo", "tier": "inline", "status": "withheld",
-        "reason": "write tool needs allow_write or allow_tools"
+        "reason": "write tool needs allow_write or allow_tools",
+        "access": "write", "classified_by": "server"
     })));
 }
 

@@ -215,7 +215,15 @@ async fn every_source_joins_one_catalogue_and_every_call_goes_through() {
         assert_eq!(r["status"], status, "{r}");
         assert_eq!(
             r.as_object().unwrap().keys().collect::<Vec<_>>(),
-            ["name", "source", "tier", "status", "reason"]
+            [
+                "name",
+                "source",
+                "tier",
+                "status",
+                "reason",
+                "access",
+                "classified_by"
+            ]
         );
     };
     expect("demo__echo", "demo", "available");
