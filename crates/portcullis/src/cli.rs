@@ -74,7 +74,12 @@ pub enum Command {
                             --yes, or the server could not be reached."
     )]
     Retrust(RetrustArgs),
-    /// Validate config, plugins and manifests; print diagnostics.
+    /// Validate config, plugins and manifests, connect every upstream; print diagnostics.
+    #[command(
+        after_help = "Exit codes: 0 usable and every upstream answered, 1 an upstream could \
+                      not be connected (each is named, with why), 2 configuration error \
+                      (every unknown key is listed)."
+    )]
     Check(CheckArgs),
     /// Turn an existing mcpServers config (Claude, Cursor, VS Code) into Portcullis TOML, on stdout by default.
     Import(ImportArgs),
@@ -175,6 +180,11 @@ pub struct CheckArgs {
     /// The gateway config.
     #[command(flatten)]
     pub config: ConfigArg,
+    /// Check the config, plugins and manifests only: connect no upstream.
+    /// Without it every upstream is connected (nothing is recorded), and
+    /// one that fails makes `check` exit 1.
+    #[arg(long)]
+    pub offline: bool,
 }
 
 /// Arguments of `portcullis import`.

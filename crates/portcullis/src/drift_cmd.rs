@@ -815,7 +815,7 @@ pub fn exit_for(report: &Report) -> Exit {
 /// `portcullis drift [--json] [SERVER]`.
 pub async fn drift(config: &Config, server: Option<&str>, json: bool) -> anyhow::Result<Exit> {
     let store = crate::trust::open_store(config).await?;
-    let gateway = Gateway::start(config).await?;
+    let gateway = Gateway::start_once(config).await?;
     let checked = match server.map(|s| known_server(config, &gateway, s)) {
         Some(Err(message)) => Err(message),
         _ => Ok(collect(config, &gateway, store.as_ref(), server).await),

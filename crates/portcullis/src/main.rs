@@ -176,10 +176,10 @@ fn main() -> ExitCode {
 /// Runs one parsed command line.
 fn run(cli: Cli) -> anyhow::Result<Exit> {
     let quiet_default = match &cli.command {
-        Command::Check(a) => return run_check(&a.config.config),
+        Command::Check(a) => return run_check(&a.config.config, a.offline, cli.log_format),
         Command::Import(a) => return run_import(a),
         Command::Serve(_) => "info,rmcp=warn",
-        _ => "warn",
+        _ => ONE_SHOT_LOG_FILTER,
     };
     init_logging(quiet_default, cli.log_format);
     connecting::enable(matches!(cli.log_format, LogFormat::Json));
@@ -219,6 +219,9 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     outcome
 }
+
+/// The default log filter of the commands that run once and end.
+const ONE_SHOT_LOG_FILTER: &str = "warn";
 
 /// Logs go to stderr, always (stdout carries results, or MCP over `--stdio`).
 /// `RUST_LOG` overrides the default level. `--log-format json` writes one
@@ -273,12 +276,22 @@ fn escaped_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> + 
 }
 
 /// `portcullis check`: load and validate the config, summarise it, report
-/// findings. Exit 0 when it is usable, 2 otherwise.
-fn run_check(path: &std::path::Path) -> anyhow::Result<Exit> {
+/// findings, then (unless `offline`) connect every upstream and name each
+/// that fails. Exit 0 when it is usable and every upstream answered, 1 when
+/// an upstream failed, 2 on a configuration error.
+fn run_check(path: &std::path::Path, offline: bool, format: LogFormat) -> anyhow::Result<Exit> {
     let config = match config::load(path) {
         Ok(config) => config,
         Err(err) => {
-            eprintln!("error: {err}");
+            // Every unknown key of the file, not only the first.
+            let text = std::fs::read_to_string(path).unwrap_or_default();
+            let unknown = config::unknown_keys(path, &text);
+            if unknown.is_empty() {
+                eprintln!("error: {err}");
+            }
+            for each in &unknown {
+                eprintln!("error: {each}");
+            }
             return Ok(Exit::Usage);
         }
     };
@@ -288,10 +301,38 @@ fn run_check(path: &std::path::Path) -> anyhow::Result<Exit> {
     for finding in &findings {
         eprintln!("{}", redact::text(&finding.to_string()));
     }
-    Ok(if !findings.iter().any(check::Finding::is_error) {
+    if findings.iter().any(check::Finding::is_error) {
+        return Ok(Exit::Usage);
+    }
+    if offline {
+        return Ok(Exit::Success);
+    }
+    init_logging(ONE_SHOT_LOG_FILTER, format);
+    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    let results = runtime.block_on(check::connect_all(&config));
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    let results = results?;
+    let mut failed = 0;
+    for result in &results {
+        match &result.failure {
+            None => println!("  connected {}: {} tool(s)", result.server, result.tools),
+            Some(reason) => {
+                failed += 1;
+                eprintln!(
+                    "{}",
+                    gateway::missing_line("error: upstream", &result.server, reason)
+                );
+            }
+        }
+    }
+    Ok(if failed == 0 {
         Exit::Success
     } else {
-        Exit::Usage
+        eprintln!(
+            "{failed} of {} upstream(s) could not be connected",
+            results.len()
+        );
+        Exit::ToolError
     })
 }
 

@@ -153,7 +153,7 @@ async fn look(
     store: &dyn Store,
     server: &str,
 ) -> anyhow::Result<Result<ServerDrift, String>> {
-    let gateway = Gateway::start(config).await?;
+    let gateway = Gateway::start_once(config).await?;
     let checked = match drift_cmd::known_server(config, &gateway, server) {
         Ok(()) => Ok(drift_cmd::collect(config, &gateway, store, Some(server)).await),
         Err(message) => Err(message),

@@ -66,14 +66,29 @@ pub async fn serve(
             return Ok(Exit::Success);
         }
     };
+    // Which servers are missing, one line each, whatever the log level:
+    // the first thing to look at when a client lacks tools.
+    let missing = crate::gateway::missing(&gateway.toolset);
+    crate::gateway::report_missing(&missing);
     let generation = Generation::new(config.clone(), gateway);
     let snapshot = generation.snapshot();
+    let declared = config.upstreams.len();
+    let upstreams = if missing.is_empty() {
+        format!("from {declared} upstream(s)")
+    } else {
+        let retried = if config.gateway.reconnect_max.is_some() {
+            " (retried in the background)"
+        } else {
+            ""
+        };
+        format!(
+            "from {declared} upstream(s), {} missing{retried}",
+            missing.len()
+        )
+    };
     let summary = format!(
-        "{} tools exposed, {} quarantined, {} withheld, from {} upstream(s)",
-        snapshot.available,
-        snapshot.quarantined,
-        snapshot.withheld,
-        config.upstreams.len()
+        "{} tools exposed, {} quarantined, {} withheld, {upstreams}",
+        snapshot.available, snapshot.quarantined, snapshot.withheld,
     );
     // The audit trail goes to the gateway's own store (with `store =
     // "memory"` too: one store per process, not a second one).

@@ -228,7 +228,7 @@ fn check_accepts_a_good_config_and_names_the_bad_field_of_a_bad_one() {
         "[gateway]\nallow_write = false\n\n[upstreams.docs]\ntype = \"streamable-http\"\nurl = \"http://127.0.0.1:9/mcp\"\n",
     )
     .unwrap();
-    let out = portcullis(&["check", "--config", good.to_str().unwrap()]);
+    let out = portcullis(&["check", "--offline", "--config", good.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let summary = stdout(&out);
     assert!(
@@ -276,7 +276,7 @@ fn import_writes_toml_that_check_accepts() {
     assert!(!written.contains("hunter2"), "{written}");
 
     let out = Command::new(env!("CARGO_BIN_EXE_portcullis"))
-        .args(["check", "--config", toml.to_str().unwrap()])
+        .args(["check", "--offline", "--config", toml.to_str().unwrap()])
         .env("DOCS_AUTHORIZATION", "hunter2")
         .output()
         .unwrap();
@@ -437,7 +437,7 @@ fn import_leaves_every_planted_secret_out_and_names_its_variable() {
 
     // With every variable set, the imported config is usable.
     let mut check = Command::new(env!("CARGO_BIN_EXE_portcullis"));
-    check.args(["check", "--config", toml_arg]);
+    check.args(["check", "--offline", "--config", toml_arg]);
     for variable in variables {
         check.env(variable, "set");
     }
@@ -488,5 +488,119 @@ fn import_never_overwrites_an_existing_output_without_force() {
     assert_usage_error(
         &["import", "cursor", json.to_str().unwrap(), "--force"],
         &["--output"],
+    );
+}
+
+/// A config with one working upstream (the built-in demo), one HTTP
+/// upstream nobody listens on, and one whose command does not exist.
+fn config_with_missing_upstreams(dir: &std::path::Path) -> std::path::PathBuf {
+    let config = dir.join("portcullis.toml");
+    std::fs::write(
+        &config,
+        "[gateway]\nstore = \"memory\"\n\n\
+         [upstreams.demo]\ntype = \"stdio\"\ncommand = \"portcullis\"\nargs = [\"demo-upstream\"]\n\n\
+         [upstreams.down]\ntype = \"streamable-http\"\nurl = \"http://127.0.0.1:9/mcp\"\n\n\
+         [upstreams.nocmd]\ntype = \"stdio\"\ncommand = \"./no-such-server-here\"\n",
+    )
+    .unwrap();
+    config
+}
+
+#[test]
+fn check_connects_every_upstream_and_fails_naming_each_unreachable_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_with_missing_upstreams(dir.path());
+    let out = portcullis(&["check", "--config", config.to_str().unwrap()]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    // The rest of the report is printed first.
+    assert!(
+        stdout(&out).contains("upstream down: streamable-http"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        stdout(&out).contains("connected demo: 4 tool(s)"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        err.contains("error: upstream down: ") && err.contains("Connection refused"),
+        "{err}"
+    );
+    assert!(
+        err.contains("error: upstream nocmd: ") && err.contains("no-such-server-here"),
+        "{err}"
+    );
+    assert!(!err.contains("error: upstream demo"), "{err}");
+
+    // `--offline` checks the config only, as before.
+    let out = portcullis(&["check", "--offline", "--config", config.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!stdout(&out).contains("connected demo"), "{}", stdout(&out));
+}
+
+#[test]
+fn tools_names_each_missing_upstream_and_never_a_bare_no_tools() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_with_missing_upstreams(dir.path());
+    // Even with every log line filtered out.
+    let out = Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .args(["tools", "--config", config.to_str().unwrap()])
+        .env("RUST_LOG", "off")
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(stdout(&out).contains("demo__echo"), "{}", stdout(&out));
+    for name in ["down", "nocmd"] {
+        assert_eq!(
+            err.lines()
+                .filter(|l| l.starts_with(&format!("missing upstream {name}: ")))
+                .count(),
+            1,
+            "{err}"
+        );
+    }
+
+    let only_down = dir.path().join("down.toml");
+    std::fs::write(
+        &only_down,
+        "[gateway]\nstore = \"memory\"\n[upstreams.down]\ntype = \"streamable-http\"\nurl = \"http://127.0.0.1:9/mcp\"\n",
+    )
+    .unwrap();
+    let out = portcullis(&["tools", "--config", only_down.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0));
+    let listing = stdout(&out);
+    assert!(
+        listing.contains("(no tools: 1 upstream(s) could not be connected"),
+        "{listing}"
+    );
+    assert!(
+        stderr(&out).contains("missing upstream down: "),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn check_lists_every_unknown_key_with_the_key_that_was_meant() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("portcullis.toml");
+    std::fs::write(
+        &config,
+        "[gateway]\nallowed_host = [\"a.example\"]\n\n[upstreams.docs]\ntype = \"stdio\"\ncomand = \"x\"\n",
+    )
+    .unwrap();
+    let out = portcullis(&["check", "--config", config.to_str().unwrap()]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("portcullis.toml:2:1: gateway.allowed_host: unknown key `allowed_host`; did you mean `allowed_hosts`?"),
+        "{err}"
+    );
+    assert!(
+        err.contains("portcullis.toml:6:1: upstreams.docs.comand: unknown key `comand`; did you mean `command`?"),
+        "{err}"
     );
 }
