@@ -178,7 +178,7 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
     let quiet_default = match &cli.command {
         Command::Check(a) => return run_check(&a.config.config, a.offline, cli.log_format),
         Command::Import(a) => return run_import(a),
-        Command::Serve(_) => "info,rmcp=warn",
+        Command::Serve(_) => SERVE_LOG_FILTER,
         _ => ONE_SHOT_LOG_FILTER,
     };
     init_logging(quiet_default, cli.log_format);
@@ -220,8 +220,15 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
     outcome
 }
 
-/// The default log filter of the commands that run once and end.
-const ONE_SHOT_LOG_FILTER: &str = "warn";
+/// The default log filter of `serve`: one line per event at INFO. rmcp's
+/// transport worker logs a failed connection at ERROR with the whole
+/// request debug-dumped; the connector reports the same failure in one
+/// line (and `RUST_LOG=rmcp=debug` brings rmcp's own lines back).
+const SERVE_LOG_FILTER: &str = "info,rmcp=warn,rmcp::transport::worker=off";
+
+/// The default log filter of the commands that run once and end: warnings
+/// only, without rmcp's transport dump (see [`SERVE_LOG_FILTER`]).
+const ONE_SHOT_LOG_FILTER: &str = "warn,rmcp::transport::worker=off";
 
 /// Logs go to stderr, always (stdout carries results, or MCP over `--stdio`).
 /// `RUST_LOG` overrides the default level. `--log-format json` writes one

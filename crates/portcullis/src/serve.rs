@@ -70,6 +70,16 @@ pub async fn serve(
     // the first thing to look at when a client lacks tools.
     let missing = crate::gateway::missing(&gateway.toolset);
     crate::gateway::report_missing(&missing);
+    let withheld = gateway.tools.withheld();
+    if !withheld.is_empty() {
+        let names: Vec<&str> = withheld.iter().map(|w| w.id.as_str()).collect();
+        // Once per serve (not on every command, not on every reload).
+        tracing::warn!(
+            "withholding {} tool(s) ({}); pass allow_write, allow_tools or identity (with the route permissions in identity.perms) to expose them",
+            withheld.len(),
+            names.join(", ")
+        );
+    }
     let generation = Generation::new(config.clone(), gateway);
     let snapshot = generation.snapshot();
     let declared = config.upstreams.len();

@@ -604,3 +604,31 @@ fn check_lists_every_unknown_key_with_the_key_that_was_meant() {
         "{err}"
     );
 }
+
+#[test]
+fn one_shot_commands_are_quiet_by_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_with_missing_upstreams(dir.path());
+    for command in ["tools", "check"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_portcullis"))
+            .args([command, "--config", config.to_str().unwrap()])
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        // No retry chatter: a one-shot command tries each upstream once.
+        assert!(!err.contains("next try"), "{command}: {err}");
+        // No rmcp transport dump at ERROR.
+        assert!(!err.contains("ERROR"), "{command}: {err}");
+        assert!(!err.contains("reqwest::Error"), "{command}: {err}");
+        // The withholding warning is for `serve`; `tools` lists each
+        // withheld tool with why.
+        assert!(!err.contains("withholding"), "{command}: {err}");
+        // Each missing upstream is still named once.
+        assert_eq!(
+            err.matches("upstream down: ").count(),
+            1,
+            "{command}: {err}"
+        );
+    }
+}
