@@ -21,6 +21,7 @@
 //! | `retrust` | lists the server | records a new baseline in the store | — | — |
 //! | `check`   | loads plugins, manifests, route tables | reports diagnostics | — | — |
 //! | `import`  | — (translates a desktop client's `mcpServers` config into TOML) | — | — | — |
+//! | `client`  | — (moves a desktop client's servers into the TOML and points the client at `serve --stdio`) | — | — | — |
 //!
 //! Exit codes: 0 success, 1 the tool answered with an error or was refused,
 //! 2 usage or configuration error (clap's own usage errors exit 2 as well).
@@ -82,6 +83,7 @@ mod audit;
 mod call_cmd;
 mod check;
 mod cli;
+mod client_cmd;
 mod config;
 mod connecting;
 mod demo_upstream;
@@ -178,6 +180,7 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
     let quiet_default = match &cli.command {
         Command::Check(a) => return run_check(&a.config.config, a.offline, cli.log_format),
         Command::Import(a) => return run_import(a),
+        Command::Client(c) => return run_client(c),
         Command::Serve(_) => SERVE_LOG_FILTER,
         _ => ONE_SHOT_LOG_FILTER,
     };
@@ -341,6 +344,23 @@ fn run_check(path: &std::path::Path, offline: bool, format: LogFormat) -> anyhow
         );
         Exit::ToolError
     })
+}
+
+/// `portcullis client connect|disconnect`.
+fn run_client(command: &cli::ClientCommand) -> anyhow::Result<Exit> {
+    let (args, connect) = match command {
+        cli::ClientCommand::Connect(a) => (a, true),
+        cli::ClientCommand::Disconnect(a) => (a, false),
+    };
+    let file = match &args.client_config {
+        Some(path) => path.clone(),
+        None => client_cmd::default_location(args.client)?,
+    };
+    if connect {
+        client_cmd::connect(args.client, &file, &args.config.config)
+    } else {
+        client_cmd::disconnect(args.client, &file)
+    }
 }
 
 /// `portcullis import`: convert a client's `mcpServers` JSON into TOML.

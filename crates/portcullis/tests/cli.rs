@@ -632,3 +632,149 @@ fn one_shot_commands_are_quiet_by_default() {
         );
     }
 }
+
+/// One client's config file in its real format: the servers under `key`
+/// (one stdio server with a secret in `env`, one remote with a bearer
+/// header) and keys that have nothing to do with MCP, which must survive.
+fn client_file(key: &str, extra: serde_json::Value) -> serde_json::Value {
+    let mut doc = serde_json::json!({
+        key: {
+            "files": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/srv/docs"],
+                      "env": {"API_KEY": "sk-live-0123456789abcdef"}},
+            "docs": {"url": "http://127.0.0.1:9/mcp", "headers": {"Authorization": "Bearer hunter2-secret"}}
+        }
+    });
+    if let (Some(doc), Some(extra)) = (doc.as_object_mut(), extra.as_object()) {
+        doc.extend(extra.clone());
+    }
+    doc
+}
+
+/// connect, connect again (no change), disconnect (the original servers
+/// back), for `client` whose file keeps its servers under `key`.
+fn round_trip(client: &str, key: &str, original: serde_json::Value, vscode: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("client.json");
+    let toml = dir.path().join("portcullis.toml");
+    std::fs::write(&file, serde_json::to_string_pretty(&original).unwrap()).unwrap();
+    let args = |verb: &'static str| {
+        vec![
+            "client".to_owned(),
+            verb.to_owned(),
+            client.to_owned(),
+            "--config".to_owned(),
+            toml.display().to_string(),
+            "--client-config".to_owned(),
+            file.display().to_string(),
+        ]
+    };
+    let run = |verb| {
+        let args = args(verb);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        portcullis(&args)
+    };
+
+    let out = run("connect");
+    assert_eq!(out.status.code(), Some(0), "{client}: {}", stderr(&out));
+    let connected: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    // Only Portcullis is left, started with the absolute config path.
+    let servers = connected[key].as_object().expect("servers");
+    assert_eq!(
+        servers.keys().collect::<Vec<_>>(),
+        ["portcullis"],
+        "{connected}"
+    );
+    let entry = &servers["portcullis"];
+    assert!(std::path::Path::new(entry["command"].as_str().unwrap()).is_absolute());
+    assert_eq!(
+        entry["args"],
+        serde_json::json!(["serve", "--stdio", "--config", toml.display().to_string()])
+    );
+    if vscode {
+        assert_eq!(entry["type"], "stdio", "{entry}");
+    }
+    // The secrets travel in the entry's env, and only as ${VAR} in the TOML.
+    assert_eq!(
+        entry["env"]["API_KEY"], "sk-live-0123456789abcdef",
+        "{entry}"
+    );
+    assert_eq!(
+        entry["env"]["DOCS_AUTHORIZATION"], "hunter2-secret",
+        "{entry}"
+    );
+    let written = std::fs::read_to_string(&toml).unwrap();
+    assert!(
+        written.contains("[upstreams.files]") && written.contains("[upstreams.docs]"),
+        "{written}"
+    );
+    assert!(
+        written.contains("${API_KEY}") && !written.contains("sk-live"),
+        "{written}"
+    );
+    assert!(!written.contains("hunter2"), "{written}");
+    // Unrelated keys are kept.
+    for (k, v) in original.as_object().unwrap() {
+        if k != key {
+            assert_eq!(&connected[k], v, "{client}: {k}");
+        }
+    }
+    let backup = dir.path().join("client.json.bak-portcullis");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(&backup).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "the backup holds secrets");
+    }
+    // The result loads (with the variables set, as the client sets them).
+    let mut check = Command::new(env!("CARGO_BIN_EXE_portcullis"));
+    check.args(["check", "--offline", "--config", toml.to_str().unwrap()]);
+    for (k, v) in entry["env"].as_object().unwrap() {
+        check.env(k, v.as_str().unwrap());
+    }
+    let out = check.output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+
+    // Again: nothing changes.
+    let before = (std::fs::read(&file).unwrap(), std::fs::read(&toml).unwrap());
+    let out = run("connect");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        before,
+        (std::fs::read(&file).unwrap(), std::fs::read(&toml).unwrap())
+    );
+
+    // Disconnect: the original servers are back, Portcullis is gone.
+    let out = run("disconnect");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let restored: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(restored, original, "{client}");
+    assert!(!backup.exists());
+}
+
+#[test]
+fn client_connect_and_disconnect_round_trip_claude_desktop() {
+    let original = client_file(
+        "mcpServers",
+        serde_json::json!({"globalShortcut": "Ctrl+Space", "preferences": {"menuBarEnabled": true}}),
+    );
+    round_trip("claude", "mcpServers", original, false);
+}
+
+#[test]
+fn client_connect_and_disconnect_round_trip_cursor() {
+    let original = client_file("mcpServers", serde_json::json!({}));
+    round_trip("cursor", "mcpServers", original, false);
+}
+
+#[test]
+fn client_connect_and_disconnect_round_trip_vscode() {
+    let mut original = client_file(
+        "servers",
+        serde_json::json!({"inputs": [{"type": "promptString", "id": "token", "description": "API token", "password": true}]}),
+    );
+    original["servers"]["files"]["type"] = serde_json::json!("stdio");
+    original["servers"]["docs"]["type"] = serde_json::json!("http");
+    round_trip("vscode", "servers", original, true);
+}
