@@ -224,6 +224,20 @@ struct ExtraGuard {
     paths: Arc<[String]>,
 }
 
+/// A session's `DELETE` is answered `204 No Content`, not rmcp's `202
+/// Accepted`: the session is closed by then, and clients (the Python SDK
+/// among them) take only 200 or 204 as a successful termination and log
+/// a failure on every close otherwise.
+async fn session_delete_status(request: Request, next: Next) -> Response {
+    let delete = request.method() == axum::http::Method::DELETE;
+    let mut response = next.run(request).await;
+    if delete && response.status() == axum::http::StatusCode::ACCEPTED {
+        *response.status_mut() = axum::http::StatusCode::NO_CONTENT;
+        *response.body_mut() = axum::body::Body::empty();
+    }
+    response
+}
+
 async fn extra_guard_layer(
     State(state): State<ExtraGuard>,
     request: Request,
@@ -338,6 +352,7 @@ where
             None => Router::new().route_service(MCP_PATH, rmcp),
         }
     };
+    let mcp = mcp.layer(axum::middleware::from_fn(session_delete_status));
     let app = if options.extra_routes.is_empty() {
         mcp.layer(axum::middleware::from_fn_with_state(guard, guard_layer))
     } else {
@@ -370,7 +385,8 @@ where
         crate::connections::serve(listener, app, limits, shutdown).await;
         done.cancel();
     });
-    tracing::info!(url = %format!("http://{addr}{MCP_PATH}"), "MCP server listening");
+    // Debug: the embedding binary announces where it listens, once.
+    tracing::debug!(url = %format!("http://{addr}{MCP_PATH}"), "MCP server listening");
 
     let server = HttpServer {
         addr,

@@ -292,7 +292,10 @@ impl ToolServerBuilder {
         }
         if !withheld.is_empty() {
             let names: Vec<&str> = withheld.iter().map(|w| w.id.as_str()).collect();
-            tracing::warn!(
+            // Debug here: a server is built for every CLI command and every
+            // reload; the gateway says it once, when it starts serving
+            // (and `tools` shows each withheld tool with why).
+            tracing::debug!(
                 "withholding {} tool(s) ({}); pass allow_write, allow_tools or identity (with the route permissions in identity.perms) to expose them",
                 withheld.len(),
                 names.join(", ")

@@ -1501,3 +1501,27 @@ async fn listed_definitions_carry_only_what_was_declared() {
     assert_eq!(tools[1]["inputSchema"], json!({"type": "object"}));
     server.close().await;
 }
+
+/// Closing a session answers 204, which clients count as a clean close
+/// (rmcp's own 202 made the Python SDK log "Session termination failed:
+/// 202" on every close); the session is gone afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_delete_answers_no_content() {
+    let options = HttpOptions {
+        legacy_sessions: true,
+        ..HttpOptions::default()
+    };
+    let server = serve(tools(), options).await;
+    let http = reqwest::Client::new();
+    let session = open_session(&http, &server).await;
+    let deleted = http
+        .delete(server.url())
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", "2025-11-25")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status(), StatusCode::NO_CONTENT);
+    assert_ne!(session_list(&http, &server, &session).await, StatusCode::OK);
+    server.close().await;
+}

@@ -135,13 +135,25 @@ async fn join(inner: Weak<Inner>, id: String, config: McpServerConfig, token: Ca
         };
         let current = delay.unwrap_or(policy.initial);
         let wait = jittered(current);
-        tracing::warn!(
-            server = %server,
-            attempt,
-            next_try_ms = wait.as_millis() as u64,
-            "upstream \"{server}\" is not connected: connect attempt {attempt}, next try in {} ms",
-            wait.as_millis()
-        );
+        // One line per event: the first retry is announced; after that
+        // each failed attempt's own line says it, so the schedule is debug.
+        if attempt == 1 {
+            tracing::warn!(
+                server = %server,
+                attempt,
+                next_try_ms = wait.as_millis() as u64,
+                "upstream \"{server}\" is not connected: connect attempt {attempt}, next try in {} ms",
+                wait.as_millis()
+            );
+        } else {
+            tracing::debug!(
+                server = %server,
+                attempt,
+                next_try_ms = wait.as_millis() as u64,
+                "upstream \"{server}\" is not connected: connect attempt {attempt}, next try in {} ms",
+                wait.as_millis()
+            );
+        }
         tokio::time::sleep(wait).await;
         let Some(strong) = inner.upgrade() else {
             return;
@@ -298,13 +310,25 @@ async fn run(inner: Weak<Inner>, id: String, server: String, mut current: Weak<C
                 at: Instant::now() + wait,
             });
             drop(old);
-            tracing::warn!(
-                server = %server,
-                attempt,
-                next_try_ms = wait.as_millis() as u64,
-                "upstream \"{server}\" is down: reconnect attempt {attempt}, next try in {} ms",
-                wait.as_millis()
-            );
+            // As in `join`: the first retry is announced, later ones are
+            // said by each failed attempt's own line.
+            if attempt == 1 {
+                tracing::warn!(
+                    server = %server,
+                    attempt,
+                    next_try_ms = wait.as_millis() as u64,
+                    "upstream \"{server}\" is down: reconnect attempt {attempt}, next try in {} ms",
+                    wait.as_millis()
+                );
+            } else {
+                tracing::debug!(
+                    server = %server,
+                    attempt,
+                    next_try_ms = wait.as_millis() as u64,
+                    "upstream \"{server}\" is down: reconnect attempt {attempt}, next try in {} ms",
+                    wait.as_millis()
+                );
+            }
             tokio::time::sleep(wait).await;
             let Some(strong) = inner.upgrade() else {
                 return;

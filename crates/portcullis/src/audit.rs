@@ -396,7 +396,9 @@ impl Recorder {
 
 /// The `tool call` log line: one per call, never an argument value.
 pub fn log_call(upstream: &str, tool: &str, verdict: &Verdict, duration: Duration) {
-    let duration_ms = duration.as_secs_f64() * 1000.0;
+    // Whole milliseconds, as the audit record keeps them: a float here
+    // printed `duration_ms=0.0079…`, noise for a person and a collector.
+    let duration_ms = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
     tracing::info!(
         target: "portcullis::call",
         upstream,

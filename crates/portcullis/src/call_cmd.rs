@@ -24,7 +24,8 @@ pub async fn call(
     args: &Map<String, Value>,
     json: bool,
 ) -> anyhow::Result<Exit> {
-    let gateway = Gateway::start(config).await?;
+    let gateway = Gateway::start_once(config).await?;
+    crate::gateway::report_missing(&crate::gateway::missing(&gateway.toolset));
     let time = SystemTime::now();
     let started = Instant::now();
     // Taken before the arguments move on: the trail never holds a value.

@@ -6,8 +6,10 @@
 //! `mcp-plugin.json` manifests (handlers resolved inside the plugin), route
 //! tables and OpenAPI documents — and every diagnostic is printed: errors
 //! (something would not load) make `check` exit 2, warnings (it loads, with
-//! a remark) do not. Nothing is contacted and nothing is written: connecting
-//! to upstreams is `tools`' job, and no signing key is created.
+//! a remark) do not. Then every upstream (and every Agent Plugin's server)
+//! is connected once, without retries, and each that fails is named with
+//! why (`check` exits 1); `--offline` skips that. Nothing is written: no
+//! trust baseline is recorded and no signing key is created.
 
 use std::fmt::Write as _;
 
@@ -219,4 +221,44 @@ pub fn summarize(config: &Config) -> (String, Vec<Finding>) {
         )));
     }
     (out, findings)
+}
+
+/// How connecting one server went, for `check`.
+#[derive(Debug, Clone)]
+pub struct Connected {
+    /// The server's configured name.
+    pub server: String,
+    /// How many tools it listed (0 when it failed).
+    pub tools: usize,
+    /// Why it could not be connected, if it could not.
+    pub failure: Option<String>,
+}
+
+/// Connects every upstream and Agent Plugin server of `config` once, with
+/// no store (nothing is trusted or recorded) and no retries, and closes
+/// them again.
+pub async fn connect_all(config: &Config) -> anyhow::Result<Vec<Connected>> {
+    let mut servers = crate::gateway::server_configs(config)?;
+    let loaded = crate::sources::load(config, &Signing::Unsigned);
+    servers.extend(loaded.plugin_servers.iter().cloned());
+    if servers.is_empty() {
+        return Ok(Vec::new());
+    }
+    let options =
+        crate::gateway::connect_options(config).with_reconnect(portcullis_upstream::Backoff::NEVER);
+    let names: Vec<String> = servers.iter().map(|s| s.name().to_owned()).collect();
+    let toolset = portcullis_upstream::connect(servers, options).await?;
+    let missing: std::collections::HashMap<String, String> =
+        crate::gateway::missing(&toolset).into_iter().collect();
+    let catalogue = toolset.catalogue();
+    let rows = catalogue.status_rows();
+    toolset.close().await;
+    Ok(names
+        .into_iter()
+        .map(|server| Connected {
+            tools: rows.iter().filter(|r| r.source == server).count(),
+            failure: missing.get(&server).cloned(),
+            server,
+        })
+        .collect())
 }

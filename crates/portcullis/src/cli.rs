@@ -74,10 +74,18 @@ pub enum Command {
                             --yes, or the server could not be reached."
     )]
     Retrust(RetrustArgs),
-    /// Validate config, plugins and manifests; print diagnostics.
+    /// Validate config, plugins and manifests, connect every upstream; print diagnostics.
+    #[command(
+        after_help = "Exit codes: 0 usable and every upstream answered, 1 an upstream could \
+                      not be connected (each is named, with why), 2 configuration error \
+                      (every unknown key is listed)."
+    )]
     Check(CheckArgs),
     /// Turn an existing mcpServers config (Claude, Cursor, VS Code) into Portcullis TOML, on stdout by default.
     Import(ImportArgs),
+    /// Put Portcullis in front of a desktop client's MCP servers (or take it out), editing the client's own config.
+    #[command(subcommand)]
+    Client(ClientCommand),
     /// A tiny MCP server on stdin/stdout (echo, add, count, write_note): the
     /// upstream of `examples/portcullis.toml`. A fixture, hidden from help.
     #[command(name = "demo-upstream", hide = true)]
@@ -175,6 +183,41 @@ pub struct CheckArgs {
     /// The gateway config.
     #[command(flatten)]
     pub config: ConfigArg,
+    /// Check the config, plugins and manifests only: connect no upstream.
+    /// Without it every upstream is connected (nothing is recorded), and
+    /// one that fails makes `check` exit 1.
+    #[arg(long)]
+    pub offline: bool,
+}
+
+/// `portcullis client connect|disconnect`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum ClientCommand {
+    /// Move the client's MCP servers into the Portcullis config and make the
+    /// client start Portcullis instead (a backup of the client's file is kept
+    /// beside it as <file>.bak-portcullis; running it again changes nothing).
+    Connect(ClientArgs),
+    /// Give the client its own servers back (from the backup) and remove the
+    /// Portcullis entry; the Portcullis config is left as it is.
+    Disconnect(ClientArgs),
+}
+
+/// Arguments of `portcullis client connect|disconnect`.
+#[derive(Debug, Clone, Args)]
+pub struct ClientArgs {
+    /// The desktop client whose config is edited.
+    #[arg(value_name = "CLIENT", value_enum)]
+    pub client: Client,
+    /// The gateway config the client will start Portcullis with (created if
+    /// missing; the servers are added to it).
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// The client's config file, when not where the client keeps it by
+    /// default (Claude Desktop: claude_desktop_config.json in its app
+    /// support directory; Cursor: ~/.cursor/mcp.json; VS Code:
+    /// .vscode/mcp.json in the current directory).
+    #[arg(long, value_name = "PATH")]
+    pub client_config: Option<PathBuf>,
 }
 
 /// Arguments of `portcullis import`.

@@ -485,6 +485,10 @@ pub fn parse(
     text: &str,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Config, ConfigError> {
+    // An unknown key is reported with the key that was probably meant.
+    if let Some(first) = unknown_keys(path, text).into_iter().next() {
+        return Err(first);
+    }
     let raw: RawConfig = {
         let deserializer =
             toml::Deserializer::parse(text).map_err(|e| syntax_error(path, text, &e))?;
@@ -520,6 +524,173 @@ pub fn parse(
         Err(mut error) => {
             error.message = crate::redact::replace_known(&error.message, &seen).into_owned();
             Err(error)
+        }
+    }
+}
+
+// ---- every unknown key at once -------------------------------------------
+
+/// The keys each table of the file accepts, by the table's place: what the
+/// `Raw*` structs above deserialize (a unit test keeps the two in step).
+/// `*` is any name (an upstream's, an app's), `[]` an array's element.
+/// Tables not listed (`headers`, `env`) take any key.
+const KNOWN_KEYS: &[(&str, &[&str])] = &[
+    (
+        "",
+        &[
+            "gateway",
+            "disclosure",
+            "upstreams",
+            "plugins",
+            "tool_plugins",
+            "apps",
+        ],
+    ),
+    (
+        "gateway",
+        &[
+            "listen",
+            "allowed_hosts",
+            "allowed_origins",
+            "token",
+            "max_connections",
+            "header_read_timeout_ms",
+            "idle_timeout_ms",
+            "max_sessions",
+            "session_idle_timeout_ms",
+            "allow_write",
+            "allow_tools",
+            "trust_annotations",
+            "approval",
+            "approval_timeout_ms",
+            "health_interval_ms",
+            "reconnect_max_ms",
+            "audit_retention_days",
+            "effects_retention_days",
+            "identity",
+            "max_output_length",
+            "prefix",
+            "data_dir",
+            "store",
+        ],
+    ),
+    ("gateway.identity", &["user", "perms"]),
+    ("disclosure", &["budget", "always_load"]),
+    (
+        "upstreams.*",
+        &[
+            "type",
+            "url",
+            "headers",
+            "timeout_ms",
+            "tools",
+            "allowed_hosts",
+            "read_only",
+            "writes",
+            "trust_annotations",
+            "command",
+            "args",
+            "env",
+            "cwd",
+        ],
+    ),
+    ("upstreams.*.tools", &["allow", "block"]),
+    ("plugins.[]", &["path"]),
+    ("tool_plugins.[]", &["path"]),
+    (
+        "apps.*",
+        &["routes", "openapi", "base_url", "timeout_ms", "key_file"],
+    ),
+];
+
+/// Every key of the file that no table accepts, each with its file, line,
+/// column and, when one is close, the key that was probably meant. Loading
+/// stops at the first error; `check` lists them all with this. A file that
+/// does not parse as TOML yields nothing here (loading reports that).
+pub fn unknown_keys(path: &Path, text: &str) -> Vec<ConfigError> {
+    let Ok(document) = toml::de::DeTable::parse(text) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    walk_table(path, text, document.get_ref(), "", "", &mut found);
+    found
+}
+
+/// The schema place of a child: `upstreams` + `docs` is `upstreams.*`.
+fn child_place(place: &str, key: &str) -> String {
+    match place {
+        "" => key.to_owned(),
+        "upstreams" | "apps" => format!("{place}.*"),
+        _ => format!("{place}.{key}"),
+    }
+}
+
+fn walk_table(
+    path: &Path,
+    text: &str,
+    table: &toml::de::DeTable<'_>,
+    place: &str,
+    dotted: &str,
+    found: &mut Vec<ConfigError>,
+) {
+    let known = KNOWN_KEYS
+        .iter()
+        .find(|(p, _)| *p == place)
+        .map(|(_, keys)| *keys);
+    // The maps of upstreams and apps take any name; free-form tables
+    // (headers, env) any key.
+    let any_key = matches!(place, "upstreams" | "apps") || known.is_none();
+    for (key, value) in table {
+        let name = key.get_ref().as_ref();
+        let field = if dotted.is_empty() {
+            name.to_owned()
+        } else {
+            format!("{dotted}.{name}")
+        };
+        if !any_key
+            && let Some(known) = known
+            && !known.contains(&name)
+        {
+            let suggestion = known
+                .iter()
+                .map(|k| (strsim::jaro_winkler(name, k), *k))
+                .filter(|(score, _)| *score >= 0.8)
+                .max_by(|a, b| a.0.total_cmp(&b.0))
+                .map(|(_, k)| k);
+            let hint = match suggestion {
+                Some(k) => format!("unknown key `{name}`; did you mean `{k}`?"),
+                None => format!("unknown key `{name}`; expected one of {}", known.join(", ")),
+            };
+            found.push(ConfigError {
+                file: path.to_owned(),
+                position: Some(line_column(text, key.span().start)),
+                field: Some(field),
+                message: hint,
+            });
+            continue;
+        }
+        let next = child_place(place, name);
+        match value.get_ref() {
+            toml::de::DeValue::Table(inner)
+                if !any_key || place == "upstreams" || place == "apps" =>
+            {
+                walk_table(path, text, inner, &next, &field, found);
+            }
+            toml::de::DeValue::Array(items) => {
+                for (index, item) in items.iter().enumerate() {
+                    if let toml::de::DeValue::Table(inner) = item.get_ref() {
+                        walk_table(
+                            path,
+                            text,
+                            inner,
+                            &format!("{next}.[]"),
+                            &format!("{field}[{index}]"),
+                            found,
+                        );
+                    }
+                }
+            }
+            _ => {}
         }
     }
 }
@@ -1017,6 +1188,55 @@ mod tests {
             .step_by(2)
             .map(str::to_owned)
             .collect()
+    }
+
+    #[test]
+    fn known_keys_match_what_deserializes() {
+        let expected = [
+            ("", keys_of::<RawConfig>()),
+            ("gateway", keys_of::<RawGateway>()),
+            ("gateway.identity", keys_of::<RawIdentity>()),
+            ("disclosure", keys_of::<RawDisclosure>()),
+            ("upstreams.*", keys_of::<RawUpstream>()),
+            ("upstreams.*.tools", keys_of::<RawToolFilter>()),
+            ("apps.*", keys_of::<RawApp>()),
+        ];
+        for (place, keys) in expected {
+            let known = KNOWN_KEYS
+                .iter()
+                .find(|(p, _)| *p == place)
+                .map(|(_, k)| k.iter().map(|k| (*k).to_owned()).collect::<Vec<_>>());
+            let mut keys = keys;
+            keys.sort();
+            let mut known = known.unwrap_or_default();
+            known.sort();
+            assert_eq!(known, keys, "KNOWN_KEYS[{place:?}]");
+        }
+    }
+
+    #[test]
+    fn every_unknown_key_is_reported_with_a_suggestion() {
+        let text = "[gateway]\nallowed_host = [\"a\"]\nlisten = \"127.0.0.1:1\"\n\n[upstreams.x]\ntype = \"stdio\"\ncommand = \"c\"\ncomand2 = 1\nzzzz = 2\n[upstreams.x.headers]\nanything = \"ok\"\n";
+        let found = unknown_keys(Path::new("p.toml"), text);
+        let shown: Vec<String> = found.iter().map(ToString::to_string).collect();
+        assert_eq!(found.len(), 3, "{shown:?}");
+        assert!(
+            shown[0].starts_with("p.toml:2:1: gateway.allowed_host: "),
+            "{shown:?}"
+        );
+        assert!(
+            shown[0].contains("did you mean `allowed_hosts`"),
+            "{shown:?}"
+        );
+        assert!(shown[1].contains("upstreams.x.comand2"), "{shown:?}");
+        assert!(shown[1].contains("did you mean `command`"), "{shown:?}");
+        assert!(
+            shown[2].contains("upstreams.x.zzzz") && shown[2].contains("expected one of"),
+            "{shown:?}"
+        );
+        // Loading reports the first, with its suggestion.
+        let err = parse(Path::new("p.toml"), text, &|_| None).unwrap_err();
+        assert_eq!(err.to_string(), shown[0]);
     }
 
     #[test]

@@ -854,7 +854,7 @@ pub fn exit_for(report: &Report) -> Exit {
 pub async fn drift(config: &Config, server: Option<&str>, json: bool) -> anyhow::Result<Exit> {
     let store = crate::trust::open_store(config).await?;
     let narrow = server.and_then(|s| narrowed(config, s));
-    let gateway = Gateway::start(narrow.as_ref().unwrap_or(config)).await?;
+    let gateway = Gateway::start_once(narrow.as_ref().unwrap_or(config)).await?;
     let checked = match server.map(|s| known_server(config, &gateway, s)) {
         Some(Err(message)) => Err(message),
         _ => Ok(collect(

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use portcullis_catalog::catalogue::EntryKind;
+use portcullis_catalog::diagnostic::Rule;
 use portcullis_catalog::disclosure::DisclosureOptions;
 use portcullis_catalog::policy::{Decision, Policy, PolicyRequest};
 use portcullis_catalog::{ProjectionOptions, Tool, ToolAnnotations, ToolResult};
@@ -51,6 +52,50 @@ pub struct Gateway {
     pub store: Arc<dyn portcullis_store::Store>,
 }
 
+/// Whether the gateway serves until stopped or answers one command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lifetime {
+    /// `serve`: failed servers are retried; their first failure is logged
+    /// here on a reload, by `serve` itself at start.
+    Serve {
+        /// Whether the connection failures are logged here.
+        log_failures: bool,
+    },
+    /// `tools`, `call`, `drift`, `retrust`: no retries, failures reported
+    /// by the command.
+    OneShot,
+}
+
+/// The servers that could not be connected, each with why: one
+/// `(server, reason)` per server, in the order they were reported.
+pub fn missing(toolset: &Toolset) -> Vec<(String, String)> {
+    let mut seen = BTreeSet::new();
+    toolset
+        .diagnostics()
+        .iter()
+        .filter(|d| d.rule == Rule::ConnectionFailure)
+        .filter(|d| seen.insert(d.origin.clone()))
+        .map(|d| (d.origin.clone(), d.message.clone()))
+        .collect()
+}
+
+/// Prints [`missing`] on stderr, one line per server, whatever the log
+/// level: a person running a command must see why a server's tools are
+/// absent.
+pub fn report_missing(missing: &[(String, String)]) {
+    for (server, reason) in missing {
+        eprintln!("{}", missing_line("missing upstream", server, reason));
+    }
+}
+
+/// `{label} {server}: {reason}` for stderr: secrets redacted and, since
+/// the reason may quote a server's own error text, control, bidirectional
+/// and zero-width characters written out, so it cannot forge another line.
+pub fn missing_line(label: &str, server: &str, reason: &str) -> String {
+    let line = format!("{label} {server}: {reason}");
+    portcullis_catalog::redact::visible(&crate::redact::text(&line)).into_owned()
+}
+
 /// One row of `portcullis tools --json`: the contract shape of the design
 /// brief.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -79,8 +124,24 @@ impl Gateway {
     /// Connects every upstream of `config`, reports every diagnostic on
     /// stderr, and builds the tool server. A failing upstream becomes a
     /// diagnostic; only wiring mistakes are errors.
+    /// The caller reports the servers that failed ([`missing`]).
     pub async fn start(config: &Config) -> anyhow::Result<Gateway> {
-        Gateway::start_after(config, None).await
+        Gateway::start_with(
+            config,
+            None,
+            Lifetime::Serve {
+                log_failures: false,
+            },
+        )
+        .await
+    }
+
+    /// [`Gateway::start`] for a one-shot command (`tools`, `call`, `drift`,
+    /// `retrust`): a server that fails is not retried (the command ends
+    /// long before a retry would help) and its failure is not logged; the
+    /// command reports [`missing`] itself, where its user reads.
+    pub async fn start_once(config: &Config) -> anyhow::Result<Gateway> {
+        Gateway::start_with(config, None, Lifetime::OneShot).await
     }
 
     /// [`Gateway::start`] for a config reload that reconnects everything:
@@ -89,6 +150,14 @@ impl Gateway {
     pub async fn start_after(
         config: &Config,
         previous: Option<&crate::proxy::Proxy>,
+    ) -> anyhow::Result<Gateway> {
+        Gateway::start_with(config, previous, Lifetime::Serve { log_failures: true }).await
+    }
+
+    async fn start_with(
+        config: &Config,
+        previous: Option<&crate::proxy::Proxy>,
+        lifetime: Lifetime,
     ) -> anyhow::Result<Gateway> {
         let mut servers = server_configs(config)?;
         // Plugins, tool plugins and apps: a broken one is reported and
@@ -102,6 +171,9 @@ impl Gateway {
         // Trust on first use through the store: the connector records each
         // server's baseline and catalogue cache and enforces what is kept.
         let mut options = connect_options(config).with_store(store.clone());
+        if lifetime == Lifetime::OneShot {
+            options = options.with_reconnect(portcullis_upstream::Backoff::NEVER);
+        }
         // A line of progress on a terminal while they connect.
         let names: Vec<String> = servers.iter().map(|s| s.name().to_owned()).collect();
         options.on_connect = crate::connecting::progress(&names);
@@ -119,6 +191,16 @@ impl Gateway {
             .await
             .context("cannot connect the upstreams")?;
         for diagnostic in toolset.diagnostics() {
+            let reported_by_caller = matches!(
+                lifetime,
+                Lifetime::OneShot
+                    | Lifetime::Serve {
+                        log_failures: false
+                    }
+            );
+            if reported_by_caller && diagnostic.rule == Rule::ConnectionFailure {
+                continue;
+            }
             tracing::warn!(rule = %diagnostic.rule, origin = %diagnostic.origin, "{}", diagnostic.message);
         }
         let upstream_names = servers.iter().map(|s| s.name().to_owned()).collect();
@@ -336,7 +418,7 @@ pub fn resolve_command(command: &str, base: &Path) -> anyhow::Result<String> {
 
 /// The connector's options from `[gateway]`, `[disclosure]` and the
 /// per-upstream `timeout_ms` and `tools`.
-fn connect_options(config: &Config) -> ConnectOptions {
+pub(crate) fn connect_options(config: &Config) -> ConnectOptions {
     let mut options = ConnectOptions::default().with_projection(ProjectionOptions {
         disclosure: DisclosureOptions {
             budget: config.disclosure.budget,

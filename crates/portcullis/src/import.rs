@@ -44,6 +44,13 @@ pub struct Imported {
     pub skipped: Vec<String>,
     /// Other things worth saying (unsupported placeholders and the like).
     pub notes: Vec<String>,
+    /// Each replaced secret's value by its variable, for `client connect`,
+    /// which puts them in the client entry's `env` (where they were
+    /// already). An `envFile`'s values are not read, so not here.
+    pub values: BTreeMap<String, String>,
+    /// Variables that stand for two different values (two servers with
+    /// the same secret `env` name): one `${VAR}` cannot carry both.
+    pub clashes: Vec<String>,
 }
 
 impl Imported {
@@ -134,6 +141,19 @@ impl Ctx<'_> {
         format!("${{{var}}}")
     }
 
+    /// [`Ctx::variable`] for a secret whose value was in the file.
+    fn secret(&mut self, var: &str, field: String, value: &str) -> String {
+        if let Some(previous) = self
+            .imported
+            .values
+            .insert(var.to_owned(), value.to_owned())
+            && previous != value
+        {
+            self.imported.clashes.push(var.to_owned());
+        }
+        self.variable(var, field)
+    }
+
     /// The derived variable name for `part` of this server.
     fn derived(&self, part: &str) -> String {
         variable_name(self.server, part)
@@ -155,6 +175,8 @@ pub fn import(text: &str, file: Option<&Path>) -> anyhow::Result<Imported> {
             .map(|d| d.message.clone())
             .collect(),
         notes: Vec::new(),
+        values: BTreeMap::new(),
+        clashes: Vec::new(),
     };
     let mut document = Document {
         upstreams: BTreeMap::new(),
@@ -177,7 +199,7 @@ pub fn import(text: &str, file: Option<&Path>) -> anyhow::Result<Imported> {
                     let value = if value.contains("${") {
                         vscode_placeholders(&value, &mut ctx.imported.notes)
                     } else if looks_secret(&key, &value) {
-                        ctx.variable(&key, format!("upstreams.{name}.env.{key}"))
+                        ctx.secret(&key, format!("upstreams.{name}.env.{key}"), &value)
                     } else {
                         value
                     };
@@ -219,16 +241,16 @@ pub fn import(text: &str, file: Option<&Path>) -> anyhow::Result<Imported> {
                         vscode_placeholders(&value, &mut ctx.imported.notes)
                     } else if secret_name(&key) || secret_value(&value) {
                         let var = ctx.derived(&key);
-                        let reference =
-                            ctx.variable(&var, format!("upstreams.{name}.headers.{key}"));
+                        let field = format!("upstreams.{name}.headers.{key}");
                         match value.split_once(' ') {
-                            Some((scheme, _))
+                            Some((scheme, secret))
                                 if scheme.eq_ignore_ascii_case("bearer")
                                     || scheme.eq_ignore_ascii_case("basic") =>
                             {
+                                let reference = ctx.secret(&var, field, secret);
                                 format!("{scheme} {reference}")
                             }
-                            _ => reference,
+                            _ => ctx.secret(&var, field, &value),
                         }
                     } else {
                         value
@@ -278,7 +300,7 @@ fn secret_args(ctx: &mut Ctx<'_>, args: &[String]) -> Vec<String> {
             if let Some((name, value)) = flag.split_once('=') {
                 if !value.is_empty() && (secret_name(name) || secret_value(value)) {
                     let var = ctx.derived(name);
-                    let reference = ctx.variable(&var, field(i));
+                    let reference = ctx.secret(&var, field(i), value);
                     out.push(format!(
                         "{}={reference}",
                         &arg[..arg.len() - value.len() - 1]
@@ -295,14 +317,14 @@ fn secret_args(ctx: &mut Ctx<'_>, args: &[String]) -> Vec<String> {
             {
                 out.push(arg.clone());
                 let var = ctx.derived(flag);
-                out.push(ctx.variable(&var, field(i + 1)));
+                out.push(ctx.secret(&var, field(i + 1), value));
                 i += 2;
                 continue;
             }
         }
         if secret_value(arg) {
             let var = ctx.derived(&format!("arg_{i}"));
-            out.push(ctx.variable(&var, field(i)));
+            out.push(ctx.secret(&var, field(i), arg));
         } else {
             out.push(arg.clone());
         }
@@ -331,7 +353,8 @@ fn secret_query(ctx: &mut Ctx<'_>, url: &str) -> String {
                     && (secret_name(key) || secret_value(value)) =>
             {
                 let var = ctx.derived(key);
-                let reference = ctx.variable(&var, format!("upstreams.{name}.url (query {key})"));
+                let reference =
+                    ctx.secret(&var, format!("upstreams.{name}.url (query {key})"), value);
                 format!("{key}={reference}")
             }
             _ => pair.to_owned(),

@@ -21,6 +21,7 @@
 //! | `retrust` | lists the server | records a new baseline in the store | — | — |
 //! | `check`   | loads plugins, manifests, route tables | reports diagnostics | — | — |
 //! | `import`  | — (translates a desktop client's `mcpServers` config into TOML) | — | — | — |
+//! | `client`  | — (moves a desktop client's servers into the TOML and points the client at `serve --stdio`) | — | — | — |
 //!
 //! Exit codes: 0 success, 1 the tool answered with an error or was refused,
 //! 2 usage or configuration error (clap's own usage errors exit 2 as well).
@@ -82,6 +83,7 @@ mod audit;
 mod call_cmd;
 mod check;
 mod cli;
+mod client_cmd;
 mod config;
 mod connecting;
 mod demo_upstream;
@@ -176,10 +178,11 @@ fn main() -> ExitCode {
 /// Runs one parsed command line.
 fn run(cli: Cli) -> anyhow::Result<Exit> {
     let quiet_default = match &cli.command {
-        Command::Check(a) => return run_check(&a.config.config),
+        Command::Check(a) => return run_check(&a.config.config, a.offline, cli.log_format),
         Command::Import(a) => return run_import(a),
-        Command::Serve(_) => "info,rmcp=warn",
-        _ => "warn",
+        Command::Client(c) => return run_client(c),
+        Command::Serve(_) => SERVE_LOG_FILTER,
+        _ => ONE_SHOT_LOG_FILTER,
     };
     init_logging(quiet_default, cli.log_format);
     connecting::enable(matches!(cli.log_format, LogFormat::Json));
@@ -219,6 +222,16 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     outcome
 }
+
+/// The default log filter of `serve`: one line per event at INFO. rmcp's
+/// transport worker logs a failed connection at ERROR with the whole
+/// request debug-dumped; the connector reports the same failure in one
+/// line (and `RUST_LOG=rmcp=debug` brings rmcp's own lines back).
+const SERVE_LOG_FILTER: &str = "info,rmcp=warn,rmcp::transport::worker=off";
+
+/// The default log filter of the commands that run once and end: warnings
+/// only, without rmcp's transport dump (see [`SERVE_LOG_FILTER`]).
+const ONE_SHOT_LOG_FILTER: &str = "warn,rmcp::transport::worker=off";
 
 /// Logs go to stderr, always (stdout carries results, or MCP over `--stdio`).
 /// `RUST_LOG` overrides the default level. `--log-format json` writes one
@@ -273,12 +286,22 @@ fn escaped_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> + 
 }
 
 /// `portcullis check`: load and validate the config, summarise it, report
-/// findings. Exit 0 when it is usable, 2 otherwise.
-fn run_check(path: &std::path::Path) -> anyhow::Result<Exit> {
+/// findings, then (unless `offline`) connect every upstream and name each
+/// that fails. Exit 0 when it is usable and every upstream answered, 1 when
+/// an upstream failed, 2 on a configuration error.
+fn run_check(path: &std::path::Path, offline: bool, format: LogFormat) -> anyhow::Result<Exit> {
     let config = match config::load(path) {
         Ok(config) => config,
         Err(err) => {
-            eprintln!("error: {err}");
+            // Every unknown key of the file, not only the first.
+            let text = std::fs::read_to_string(path).unwrap_or_default();
+            let unknown = config::unknown_keys(path, &text);
+            if unknown.is_empty() {
+                eprintln!("error: {err}");
+            }
+            for each in &unknown {
+                eprintln!("error: {each}");
+            }
             return Ok(Exit::Usage);
         }
     };
@@ -288,11 +311,56 @@ fn run_check(path: &std::path::Path) -> anyhow::Result<Exit> {
     for finding in &findings {
         eprintln!("{}", redact::text(&finding.to_string()));
     }
-    Ok(if !findings.iter().any(check::Finding::is_error) {
+    if findings.iter().any(check::Finding::is_error) {
+        return Ok(Exit::Usage);
+    }
+    if offline {
+        return Ok(Exit::Success);
+    }
+    init_logging(ONE_SHOT_LOG_FILTER, format);
+    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    let results = runtime.block_on(check::connect_all(&config));
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    let results = results?;
+    let mut failed = 0;
+    for result in &results {
+        match &result.failure {
+            None => println!("  connected {}: {} tool(s)", result.server, result.tools),
+            Some(reason) => {
+                failed += 1;
+                eprintln!(
+                    "{}",
+                    gateway::missing_line("error: upstream", &result.server, reason)
+                );
+            }
+        }
+    }
+    Ok(if failed == 0 {
         Exit::Success
     } else {
-        Exit::Usage
+        eprintln!(
+            "{failed} of {} upstream(s) could not be connected",
+            results.len()
+        );
+        Exit::ToolError
     })
+}
+
+/// `portcullis client connect|disconnect`.
+fn run_client(command: &cli::ClientCommand) -> anyhow::Result<Exit> {
+    let (args, connect) = match command {
+        cli::ClientCommand::Connect(a) => (a, true),
+        cli::ClientCommand::Disconnect(a) => (a, false),
+    };
+    let file = match &args.client_config {
+        Some(path) => path.clone(),
+        None => client_cmd::default_location(args.client)?,
+    };
+    if connect {
+        client_cmd::connect(args.client, &file, &args.config.config)
+    } else {
+        client_cmd::disconnect(args.client, &file)
+    }
 }
 
 /// `portcullis import`: convert a client's `mcpServers` JSON into TOML.

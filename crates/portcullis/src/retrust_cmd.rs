@@ -154,7 +154,7 @@ async fn look(
     server: &str,
 ) -> anyhow::Result<Result<ServerDrift, String>> {
     let narrow = drift_cmd::narrowed(config, server);
-    let gateway = Gateway::start(narrow.as_ref().unwrap_or(config)).await?;
+    let gateway = Gateway::start_once(narrow.as_ref().unwrap_or(config)).await?;
     let checked = match drift_cmd::known_server(config, &gateway, server) {
         Ok(()) => Ok(drift_cmd::collect(
             narrow.as_ref().unwrap_or(config),

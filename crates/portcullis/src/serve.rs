@@ -78,14 +78,39 @@ pub async fn serve(
             return Ok(Exit::Success);
         }
     };
+    // Which servers are missing, one line each, whatever the log level:
+    // the first thing to look at when a client lacks tools.
+    let missing = crate::gateway::missing(&gateway.toolset);
+    crate::gateway::report_missing(&missing);
+    let withheld = gateway.tools.withheld();
+    if !withheld.is_empty() {
+        let names: Vec<&str> = withheld.iter().map(|w| w.id.as_str()).collect();
+        // Once per serve (not on every command, not on every reload).
+        tracing::warn!(
+            "withholding {} tool(s) ({}); pass allow_write, allow_tools or identity (with the route permissions in identity.perms) to expose them",
+            withheld.len(),
+            names.join(", ")
+        );
+    }
     let generation = Generation::new(config.clone(), gateway);
     let snapshot = generation.snapshot();
+    let declared = config.upstreams.len();
+    let upstreams = if missing.is_empty() {
+        format!("from {declared} upstream(s)")
+    } else {
+        let retried = if config.gateway.reconnect_max.is_some() {
+            " (retried in the background)"
+        } else {
+            ""
+        };
+        format!(
+            "from {declared} upstream(s), {} missing{retried}",
+            missing.len()
+        )
+    };
     let summary = format!(
-        "{} tools exposed, {} quarantined, {} withheld, from {} upstream(s)",
-        snapshot.available,
-        snapshot.quarantined,
-        snapshot.withheld,
-        config.upstreams.len()
+        "{} tools exposed, {} quarantined, {} withheld, {upstreams}",
+        snapshot.available, snapshot.quarantined, snapshot.withheld,
     );
     // The audit trail goes to the gateway's own store (with `store =
     // "memory"` too: one store per process, not a second one).

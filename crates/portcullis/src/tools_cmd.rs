@@ -10,17 +10,43 @@ use crate::gateway::{Gateway, Row};
 
 /// Connects, prints the catalogue, closes.
 pub async fn tools(config: &Config, json: bool) -> anyhow::Result<Exit> {
-    let gateway = Gateway::start(config).await?;
+    let gateway = Gateway::start_once(config).await?;
     let rows = gateway.rows();
+    let missing = crate::gateway::missing(&gateway.toolset);
     gateway.close().await;
+    // The catalogue is printed (and the exit is 0) whatever failed: it is
+    // what the model would see. Why a server's tools are absent goes to
+    // stderr, one line per server, whatever the log level.
+    crate::gateway::report_missing(&missing);
     if json {
         // A reason may quote an upstream's error, which may quote its URL.
         let json = serde_json::to_string_pretty(&rows)?;
         println!("{}", crate::redact::text(&json));
     } else {
         print!("{}", crate::redact::text(&table(&rows)));
+        if rows.is_empty() {
+            println!("{}", why_empty(config, missing.len()));
+        }
     }
     Ok(Exit::Success)
+}
+
+/// Why the catalogue is empty, in one line.
+fn why_empty(config: &Config, missing: usize) -> String {
+    let declared = config.upstreams.len()
+        + config.plugins.len()
+        + config.tool_plugins.len()
+        + config.apps.len();
+    if declared == 0 {
+        format!(
+            "(no tools: {} declares no upstreams, plugins or apps)",
+            config.path.display()
+        )
+    } else if missing > 0 {
+        format!("(no tools: {missing} upstream(s) could not be connected; see the lines above)")
+    } else {
+        "(no tools: the configured sources list none)".to_owned()
+    }
 }
 
 /// The human-readable listing: one line per tool, reasons after the held-back
@@ -69,9 +95,6 @@ fn table(rows: &[Row]) -> String {
             let _ = write!(out, " ({reason})");
         }
         out.push('\n');
-    }
-    if rows.is_empty() {
-        out.push_str("(no tools)\n");
     }
     out
 }

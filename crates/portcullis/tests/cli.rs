@@ -228,7 +228,7 @@ fn check_accepts_a_good_config_and_names_the_bad_field_of_a_bad_one() {
         "[gateway]\nallow_write = false\n\n[upstreams.docs]\ntype = \"streamable-http\"\nurl = \"http://127.0.0.1:9/mcp\"\n",
     )
     .unwrap();
-    let out = portcullis(&["check", "--config", good.to_str().unwrap()]);
+    let out = portcullis(&["check", "--offline", "--config", good.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let summary = stdout(&out);
     assert!(
@@ -276,7 +276,7 @@ fn import_writes_toml_that_check_accepts() {
     assert!(!written.contains("hunter2"), "{written}");
 
     let out = Command::new(env!("CARGO_BIN_EXE_portcullis"))
-        .args(["check", "--config", toml.to_str().unwrap()])
+        .args(["check", "--offline", "--config", toml.to_str().unwrap()])
         .env("DOCS_AUTHORIZATION", "hunter2")
         .output()
         .unwrap();
@@ -437,7 +437,7 @@ fn import_leaves_every_planted_secret_out_and_names_its_variable() {
 
     // With every variable set, the imported config is usable.
     let mut check = Command::new(env!("CARGO_BIN_EXE_portcullis"));
-    check.args(["check", "--config", toml_arg]);
+    check.args(["check", "--offline", "--config", toml_arg]);
     for variable in variables {
         check.env(variable, "set");
     }
@@ -517,4 +517,292 @@ fn the_drift_demo_shows_a_quarantine_and_its_diff() {
         "{stdout}"
     );
     assert!(stdout.contains("(portcullis drift exited 1)"), "{stdout}");
+}
+
+/// A config with one working upstream (the built-in demo), one HTTP
+/// upstream nobody listens on, and one whose command does not exist.
+fn config_with_missing_upstreams(dir: &std::path::Path) -> std::path::PathBuf {
+    let config = dir.join("portcullis.toml");
+    std::fs::write(
+        &config,
+        "[gateway]\nstore = \"memory\"\n\n\
+         [upstreams.demo]\ntype = \"stdio\"\ncommand = \"portcullis\"\nargs = [\"demo-upstream\"]\n\n\
+         [upstreams.down]\ntype = \"streamable-http\"\nurl = \"http://127.0.0.1:9/mcp\"\n\n\
+         [upstreams.nocmd]\ntype = \"stdio\"\ncommand = \"./no-such-server-here\"\n",
+    )
+    .unwrap();
+    config
+}
+
+#[test]
+fn check_connects_every_upstream_and_fails_naming_each_unreachable_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_with_missing_upstreams(dir.path());
+    let out = portcullis(&["check", "--config", config.to_str().unwrap()]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    // The rest of the report is printed first.
+    assert!(
+        stdout(&out).contains("upstream down: streamable-http"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        stdout(&out).contains("connected demo: 4 tool(s)"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        err.contains("error: upstream down: ") && err.contains("Connection refused"),
+        "{err}"
+    );
+    assert!(
+        err.contains("error: upstream nocmd: ") && err.contains("no-such-server-here"),
+        "{err}"
+    );
+    assert!(!err.contains("error: upstream demo"), "{err}");
+
+    // `--offline` checks the config only, as before.
+    let out = portcullis(&["check", "--offline", "--config", config.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!stdout(&out).contains("connected demo"), "{}", stdout(&out));
+}
+
+#[test]
+fn tools_names_each_missing_upstream_and_never_a_bare_no_tools() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_with_missing_upstreams(dir.path());
+    // Even with every log line filtered out.
+    let out = Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .args(["tools", "--config", config.to_str().unwrap()])
+        .env("RUST_LOG", "off")
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(stdout(&out).contains("demo__echo"), "{}", stdout(&out));
+    for name in ["down", "nocmd"] {
+        assert_eq!(
+            err.lines()
+                .filter(|l| l.starts_with(&format!("missing upstream {name}: ")))
+                .count(),
+            1,
+            "{err}"
+        );
+    }
+
+    let only_down = dir.path().join("down.toml");
+    std::fs::write(
+        &only_down,
+        "[gateway]\nstore = \"memory\"\n[upstreams.down]\ntype = \"streamable-http\"\nurl = \"http://127.0.0.1:9/mcp\"\n",
+    )
+    .unwrap();
+    let out = portcullis(&["tools", "--config", only_down.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0));
+    let listing = stdout(&out);
+    assert!(
+        listing.contains("(no tools: 1 upstream(s) could not be connected"),
+        "{listing}"
+    );
+    assert!(
+        stderr(&out).contains("missing upstream down: "),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn check_lists_every_unknown_key_with_the_key_that_was_meant() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("portcullis.toml");
+    std::fs::write(
+        &config,
+        "[gateway]\nallowed_host = [\"a.example\"]\n\n[upstreams.docs]\ntype = \"stdio\"\ncomand = \"x\"\n",
+    )
+    .unwrap();
+    let out = portcullis(&["check", "--config", config.to_str().unwrap()]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("portcullis.toml:2:1: gateway.allowed_host: unknown key `allowed_host`; did you mean `allowed_hosts`?"),
+        "{err}"
+    );
+    assert!(
+        err.contains("portcullis.toml:6:1: upstreams.docs.comand: unknown key `comand`; did you mean `command`?"),
+        "{err}"
+    );
+}
+
+#[test]
+fn one_shot_commands_are_quiet_by_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_with_missing_upstreams(dir.path());
+    for command in ["tools", "check"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_portcullis"))
+            .args([command, "--config", config.to_str().unwrap()])
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        // No retry chatter: a one-shot command tries each upstream once.
+        assert!(!err.contains("next try"), "{command}: {err}");
+        // No rmcp transport dump at ERROR.
+        assert!(!err.contains("ERROR"), "{command}: {err}");
+        assert!(!err.contains("reqwest::Error"), "{command}: {err}");
+        // The withholding warning is for `serve`; `tools` lists each
+        // withheld tool with why.
+        assert!(!err.contains("withholding"), "{command}: {err}");
+        // Each missing upstream is still named once.
+        assert_eq!(
+            err.matches("upstream down: ").count(),
+            1,
+            "{command}: {err}"
+        );
+    }
+}
+
+/// One client's config file in its real format: the servers under `key`
+/// (one stdio server with a secret in `env`, one remote with a bearer
+/// header) and keys that have nothing to do with MCP, which must survive.
+fn client_file(key: &str, extra: serde_json::Value) -> serde_json::Value {
+    let mut doc = serde_json::json!({
+        key: {
+            "files": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/srv/docs"],
+                      "env": {"API_KEY": "sk-live-0123456789abcdef"}},
+            "docs": {"url": "http://127.0.0.1:9/mcp", "headers": {"Authorization": "Bearer hunter2-secret"}}
+        }
+    });
+    if let (Some(doc), Some(extra)) = (doc.as_object_mut(), extra.as_object()) {
+        doc.extend(extra.clone());
+    }
+    doc
+}
+
+/// connect, connect again (no change), disconnect (the original servers
+/// back), for `client` whose file keeps its servers under `key`.
+fn round_trip(client: &str, key: &str, original: serde_json::Value, vscode: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("client.json");
+    let toml = dir.path().join("portcullis.toml");
+    std::fs::write(&file, serde_json::to_string_pretty(&original).unwrap()).unwrap();
+    let args = |verb: &'static str| {
+        vec![
+            "client".to_owned(),
+            verb.to_owned(),
+            client.to_owned(),
+            "--config".to_owned(),
+            toml.display().to_string(),
+            "--client-config".to_owned(),
+            file.display().to_string(),
+        ]
+    };
+    let run = |verb| {
+        let args = args(verb);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        portcullis(&args)
+    };
+
+    let out = run("connect");
+    assert_eq!(out.status.code(), Some(0), "{client}: {}", stderr(&out));
+    let connected: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    // Only Portcullis is left, started with the absolute config path.
+    let servers = connected[key].as_object().expect("servers");
+    assert_eq!(
+        servers.keys().collect::<Vec<_>>(),
+        ["portcullis"],
+        "{connected}"
+    );
+    let entry = &servers["portcullis"];
+    assert!(std::path::Path::new(entry["command"].as_str().unwrap()).is_absolute());
+    assert_eq!(
+        entry["args"],
+        serde_json::json!(["serve", "--stdio", "--config", toml.display().to_string()])
+    );
+    if vscode {
+        assert_eq!(entry["type"], "stdio", "{entry}");
+    }
+    // The secrets travel in the entry's env, and only as ${VAR} in the TOML.
+    assert_eq!(
+        entry["env"]["API_KEY"], "sk-live-0123456789abcdef",
+        "{entry}"
+    );
+    assert_eq!(
+        entry["env"]["DOCS_AUTHORIZATION"], "hunter2-secret",
+        "{entry}"
+    );
+    let written = std::fs::read_to_string(&toml).unwrap();
+    assert!(
+        written.contains("[upstreams.files]") && written.contains("[upstreams.docs]"),
+        "{written}"
+    );
+    assert!(
+        written.contains("${API_KEY}") && !written.contains("sk-live"),
+        "{written}"
+    );
+    assert!(!written.contains("hunter2"), "{written}");
+    // Unrelated keys are kept.
+    for (k, v) in original.as_object().unwrap() {
+        if k != key {
+            assert_eq!(&connected[k], v, "{client}: {k}");
+        }
+    }
+    let backup = dir.path().join("client.json.bak-portcullis");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(&backup).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "the backup holds secrets");
+    }
+    // The result loads (with the variables set, as the client sets them).
+    let mut check = Command::new(env!("CARGO_BIN_EXE_portcullis"));
+    check.args(["check", "--offline", "--config", toml.to_str().unwrap()]);
+    for (k, v) in entry["env"].as_object().unwrap() {
+        check.env(k, v.as_str().unwrap());
+    }
+    let out = check.output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+
+    // Again: nothing changes.
+    let before = (std::fs::read(&file).unwrap(), std::fs::read(&toml).unwrap());
+    let out = run("connect");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        before,
+        (std::fs::read(&file).unwrap(), std::fs::read(&toml).unwrap())
+    );
+
+    // Disconnect: the original servers are back, Portcullis is gone.
+    let out = run("disconnect");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let restored: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(restored, original, "{client}");
+    assert!(!backup.exists());
+}
+
+#[test]
+fn client_connect_and_disconnect_round_trip_claude_desktop() {
+    let original = client_file(
+        "mcpServers",
+        serde_json::json!({"globalShortcut": "Ctrl+Space", "preferences": {"menuBarEnabled": true}}),
+    );
+    round_trip("claude", "mcpServers", original, false);
+}
+
+#[test]
+fn client_connect_and_disconnect_round_trip_cursor() {
+    let original = client_file("mcpServers", serde_json::json!({}));
+    round_trip("cursor", "mcpServers", original, false);
+}
+
+#[test]
+fn client_connect_and_disconnect_round_trip_vscode() {
+    let mut original = client_file(
+        "servers",
+        serde_json::json!({"inputs": [{"type": "promptString", "id": "token", "description": "API token", "password": true}]}),
+    );
+    original["servers"]["files"]["type"] = serde_json::json!("stdio");
+    original["servers"]["docs"]["type"] = serde_json::json!("http");
+    round_trip("vscode", "servers", original, true);
 }

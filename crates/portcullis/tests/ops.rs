@@ -276,7 +276,8 @@ fn json_logs_carry_call_fields_and_never_argument_values() {
     assert_eq!(event["upstream"], "demo", "{event}");
     assert_eq!(event["outcome"], "ok", "{event}");
     assert_eq!(event["decision"], "allowed", "{event}");
-    assert!(event["duration_ms"].is_number(), "{event}");
+    // Whole milliseconds, not `0.0079…`.
+    assert!(event["duration_ms"].is_u64(), "{event}");
     assert!(!line.contains("sup3r-secret-value"), "{line}");
 }
 
@@ -790,7 +791,7 @@ fn secrets_in_upstream_urls_and_headers_never_reach_the_output() {
     // request's URL): none of those lines carries the key.
     let stderr = serve_stderr_for(&config, &env, 3);
     assert!(
-        stderr.matches("not connected").count() >= 2,
+        stderr.matches("connect attempt").count() >= 2,
         "several attempts were logged: {stderr}"
     );
     assert!(!stderr.contains("SECRETVALUE"), "{stderr}");
