@@ -135,25 +135,7 @@ async fn join(inner: Weak<Inner>, id: String, config: McpServerConfig, token: Ca
         };
         let current = delay.unwrap_or(policy.initial);
         let wait = jittered(current);
-        // One line per event: the first retry is announced; after that
-        // each failed attempt's own line says it, so the schedule is debug.
-        if attempt == 1 {
-            tracing::warn!(
-                server = %server,
-                attempt,
-                next_try_ms = wait.as_millis() as u64,
-                "upstream \"{server}\" is not connected: connect attempt {attempt}, next try in {} ms",
-                wait.as_millis()
-            );
-        } else {
-            tracing::debug!(
-                server = %server,
-                attempt,
-                next_try_ms = wait.as_millis() as u64,
-                "upstream \"{server}\" is not connected: connect attempt {attempt}, next try in {} ms",
-                wait.as_millis()
-            );
-        }
+        log_retry(&server, "is not connected: connect", attempt, wait);
         tokio::time::sleep(wait).await;
         let Some(strong) = inner.upgrade() else {
             return;
@@ -310,25 +292,7 @@ async fn run(inner: Weak<Inner>, id: String, server: String, mut current: Weak<C
                 at: Instant::now() + wait,
             });
             drop(old);
-            // As in `join`: the first retry is announced, later ones are
-            // said by each failed attempt's own line.
-            if attempt == 1 {
-                tracing::warn!(
-                    server = %server,
-                    attempt,
-                    next_try_ms = wait.as_millis() as u64,
-                    "upstream \"{server}\" is down: reconnect attempt {attempt}, next try in {} ms",
-                    wait.as_millis()
-                );
-            } else {
-                tracing::debug!(
-                    server = %server,
-                    attempt,
-                    next_try_ms = wait.as_millis() as u64,
-                    "upstream \"{server}\" is down: reconnect attempt {attempt}, next try in {} ms",
-                    wait.as_millis()
-                );
-            }
+            log_retry(&server, "is down: reconnect", attempt, wait);
             tokio::time::sleep(wait).await;
             let Some(strong) = inner.upgrade() else {
                 return;
@@ -439,6 +403,29 @@ async fn reopen(inner: &Arc<Inner>, id: &str, old: &Arc<Connection>) -> Attempt 
 /// Marks a connection the supervisor now watches.
 fn supervised(connection: &Arc<Connection>) {
     connection.health().set_supervised(true);
+}
+
+/// Logs a retry's schedule, one line per event: the first retry is
+/// announced (WARN); after that each failed attempt logs its own line, so
+/// the schedule is DEBUG. `state` reads "is down: reconnect" or "is not
+/// connected: connect".
+fn log_retry(server: &str, state: &str, attempt: u32, wait: Duration) {
+    let next_try_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+    if attempt == 1 {
+        tracing::warn!(
+            server = %server,
+            attempt,
+            next_try_ms,
+            "upstream \"{server}\" {state} attempt {attempt}, next try in {next_try_ms} ms"
+        );
+    } else {
+        tracing::debug!(
+            server = %server,
+            attempt,
+            next_try_ms,
+            "upstream \"{server}\" {state} attempt {attempt}, next try in {next_try_ms} ms"
+        );
+    }
 }
 
 #[cfg(test)]
