@@ -532,8 +532,8 @@ impl Catalogue {
     }
 
     /// What `mcp__describe_tool` answers for `tool`: the full input schema of
-    /// any projected tool (inline ones included), or the seed's message for
-    /// an unknown name.
+    /// any projected tool (inline ones included), or, for an unknown name, a message
+    /// telling the model to use a qualified `server__tool` name.
     pub fn describe(&self, tool: &str) -> Result<&Value, String> {
         self.get(tool)
             .map(CatalogueEntry::full_input_schema)

@@ -1,17 +1,19 @@
 //! Diagnostics: structured reports `{rule, origin, message}`.
 //!
 //! A failing server, a bad manifest entry or a drifted tool produces a
-//! diagnostic and never stops its siblings. The rule names are the ones the
-//! seeds use, so operators can grep for them across implementations; `section`
+//! diagnostic and never stops its siblings. The rule names are stable kebab-case
+//! strings shared with other MCP connectors, so operators can grep for them
+//! across implementations; `section`
 //! is the Agent Plugins specification section a rule belongs to.
 
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-/// Every diagnostic rule the seeds name, plus Portcullis' own.
+/// Every diagnostic rule: the ones MCP connectors commonly report, plus
+/// Portcullis' own.
 ///
-/// Serialises as the kebab-case string the seeds use (`"tool-drift"`).
+/// Serialises as its kebab-case name (`"tool-drift"`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 #[non_exhaustive]
@@ -263,7 +265,7 @@ mod tests {
     }
 
     #[test]
-    fn sections_follow_the_seed() {
+    fn rules_name_their_specification_section() {
         assert_eq!(Rule::ToolDrift.default_section(), "7.2.2");
         assert_eq!(Rule::CrossOriginHeadersWithheld.default_section(), "7.2.1");
         assert_eq!(Rule::SecretInEnv.default_section(), "9.2");

@@ -11,8 +11,8 @@
 //! | 3 | deferred schemas (names, scalar types, `required`) fit | [`Tier::Names`] |
 //! | 4 | otherwise | [`Tier::Bare`] (`{"type":"object"}`) |
 //!
-//! Deferral sheds schema *prose*, never the argument *contract* first: the
-//! seed measured 2 malformed calls in 5 runs with bare schemas and 0 in 5 with
+//! Deferral sheds schema *prose*, never the argument *contract* first: a
+//! model sent 2 malformed calls in 5 runs with bare schemas and 0 in 5 with
 //! names and types kept. Underneath every tier sits a floor no tier drops —
 //! each tool's name and description, which is what the model routes on. A
 //! server whose floor alone exceeds the budget gets a
@@ -181,9 +181,9 @@ pub fn choose_tier<T: Borrow<Tool>>(
         Tier::Bare
     };
     let mut decision = decided(tier);
-    // The seed checks the floor in the bare tier only. The names-tier test
-    // counts schemas but no descriptions, so one server with a few enormous
-    // descriptions would slip through silently; we check every deferred tier.
+    // The floor is checked in every deferred tier, not only the bare one:
+    // the names-tier test counts schemas but no descriptions, so one server
+    // with a few enormous descriptions would otherwise slip through silently.
     let floor = catalogue_floor(tools);
     if floor > budget {
         decision.diagnostic = Some(Diagnostic::new(

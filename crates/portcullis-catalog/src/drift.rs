@@ -280,7 +280,7 @@ mod tests {
     }
 
     #[test]
-    fn denial_text_follows_the_seed() {
+    fn quarantine_denial_names_the_guard_and_the_reason() {
         let denied = quarantine_denial("docs__search", "docs", "search");
         assert_eq!(denied.denied_by, "MCP tool-drift guard (server \"docs\")");
         assert_eq!(

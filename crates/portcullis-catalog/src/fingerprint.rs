@@ -4,15 +4,15 @@
 //! recursively, arrays in order), base64url without padding: 43 characters.
 //! It covers what the model reads and what the gate relies on:
 //!
-//! * `description` and `inputSchema`, exactly as the seed (the AI SDK's
-//!   `fingerprintTools`) hashes them, quirk included: an absent `title` is
+//! * `description` and `inputSchema`, in the canonical form the Vercel AI
+//!   SDK's `fingerprintTools` hashes, quirk included: an absent `title` is
 //!   rendered as `"title":undefined`;
-//! * and beyond the seed, `title`, `outputSchema` and `annotations` — a tool
+//! * and beyond that form, `title`, `outputSchema` and `annotations` — a tool
 //!   that flips `readOnlyHint` after it was trusted has changed.
 //!
 //! The extra keys appear only when the tool has them, so a tool with none of
-//! them hashes to the seed's digest and baselines written by the seed's
-//! implementation stay valid.
+//! them hashes to the description-and-schema digest, and baselines recorded
+//! by connectors that hash only those two fields stay valid.
 
 use std::collections::BTreeMap;
 
@@ -231,7 +231,7 @@ mod tests {
     }
 
     #[test]
-    fn seed_vector() {
+    fn description_and_schema_test_vector() {
         assert_eq!(
             fingerprint_material(&echo()),
             r#"{"description":{"type":"string","value":"Echo"},"inputSchema":{"type":"object"},"title":undefined}"#

@@ -6,7 +6,7 @@
 //! the operator wrote). Any other name has each illegal UTF-16 code unit
 //! replaced by `_`, is clamped, and gets `_` + a base-36 FNV-1a-32 hash of the
 //! *original* appended, so two different originals cannot collide and the
-//! result matches other implementations of the seed byte for byte.
+//! result matches other MCP connectors using this rule byte for byte.
 
 use std::borrow::Cow;
 
@@ -19,8 +19,8 @@ pub const MAX_NAME_LEN: usize = 64;
 const FNV_OFFSET: u32 = 0x811c_9dc5;
 const FNV_PRIME: u32 = 0x0100_0193;
 
-/// FNV-1a, 32 bits, over the UTF-16 code units of `text` (as JavaScript
-/// strings are hashed by the seed).
+/// FNV-1a, 32 bits, over the UTF-16 code units of `text` (the way a
+/// JavaScript implementation hashes its strings, so names agree with one).
 ///
 /// ```
 /// assert_eq!(portcullis_catalog::naming::fnv1a32(""), 0x811c9dc5);
@@ -180,9 +180,9 @@ impl std::str::FromStr for Prefix {
 mod tests {
     use super::*;
 
-    // The seed's vectors (seed-behaviour.md §A2).
+    // Fixed vectors: a change here renames tools operators already use.
     #[test]
-    fn seed_test_vectors() {
+    fn qualified_name_test_vectors() {
         assert_eq!(
             qualified_name("srv", "search.docs"),
             "srv__search_docs_100hb2x"

@@ -21,8 +21,8 @@
 //! and resources cannot be compared with anything and pass unpinned until
 //! the server is re-trusted. A baseline *with* the marker and no key for a
 //! prompt means the prompt was added since: it is withheld, as an added
-//! tool is. Tool keys are everything else, so the seed's tool-only
-//! baselines and test vectors are untouched: [`split_baseline`] hands the
+//! tool is. Tool keys are everything else, so tool-only baselines
+//! (recorded before pinning) and the tool test vectors are untouched: [`split_baseline`] hands the
 //! tool part to the tool guard unchanged (and [`crate::Catalogue::project`]
 //! applies it to every baseline it is given, so a pin is never mistaken for
 //! a tool).
@@ -430,7 +430,7 @@ mod tests {
     }
 
     #[test]
-    fn the_seed_tool_vectors_are_untouched_by_pins() {
+    fn the_tool_vectors_are_untouched_by_pins() {
         let tools = vec![Tool::new("search").with_description("Search")];
         let tool_part = fingerprint_listing(&tools);
         let merged = merge_baseline(&tool_part, &pin_all(&prompts(), &[], &[]));

@@ -2,8 +2,8 @@
 //!
 //! The shape follows MCP's `Tool` (2025-11-25 and 2026-07-28 agree on these
 //! fields). Unknown keys are dropped on the way in, which is deliberate: a
-//! server cannot smuggle extra fields through `annotations` (the MDK seed
-//! strips `x-mdk-agent` from there for the same reason); free-form metadata
+//! server cannot smuggle extra fields through `annotations` (an `x-mdk-agent`
+//! key placed there is dropped for the same reason); free-form metadata
 //! travels in `_meta` only.
 
 use serde::{Deserialize, Serialize};

@@ -7,7 +7,7 @@
 //! A schema is enforced as written: an MCP server's or a plugin's tool takes
 //! whatever length its own schema allows (a file body, a long prompt). The
 //! default cap on strings without a `maxLength` ([`DEFAULT_MAX_STRING_LENGTH`],
-//! via [`apply_seed_defaults`]) belongs to the schemas Portcullis itself
+//! via [`apply_default_max_length`]) belongs to the schemas Portcullis itself
 //! writes, for routes of route tables and OpenAPI documents, where it is
 //! part of the published schema. `integer` admits whole numbers only, as JSON
 //! Schema already says.
@@ -134,15 +134,15 @@ impl std::error::Error for ArgumentErrors {}
 /// itself (a route's), never for a tool's own schema.
 ///
 /// ```
-/// use portcullis_catalog::validation::apply_seed_defaults;
+/// use portcullis_catalog::validation::apply_default_max_length;
 /// use serde_json::json;
 ///
 /// let schema = json!({"type": "object", "properties": {"q": {"type": "string"}, "id": {"type": "string", "maxLength": 8}}});
-/// let capped = apply_seed_defaults(&schema);
+/// let capped = apply_default_max_length(&schema);
 /// assert_eq!(capped["properties"]["q"]["maxLength"], 16384);
 /// assert_eq!(capped["properties"]["id"]["maxLength"], 8);
 /// ```
-pub fn apply_seed_defaults(schema: &Value) -> Value {
+pub fn apply_default_max_length(schema: &Value) -> Value {
     let mut out = schema.clone();
     cap_strings(&mut out);
     out
@@ -248,7 +248,7 @@ mod tests {
 
     /// As a route's generated schema is: with the default cap written in.
     fn check(args: Value) -> Result<(), ArgumentErrors> {
-        ArgumentValidator::compile("devices_get", &apply_seed_defaults(&route_schema()))
+        ArgumentValidator::compile("devices_get", &apply_default_max_length(&route_schema()))
             .unwrap()
             .validate(&args)
     }
@@ -345,7 +345,7 @@ mod tests {
             },
             "$defs": {"name": {"type": "string"}}
         });
-        let capped = apply_seed_defaults(&schema);
+        let capped = apply_default_max_length(&schema);
         assert_eq!(capped["properties"]["list"]["items"]["maxLength"], 16384);
         assert_eq!(
             capped["properties"]["either"]["anyOf"][0]["maxLength"],

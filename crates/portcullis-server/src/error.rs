@@ -1,7 +1,7 @@
 //! The server's error type: configuration and wiring mistakes, found before
 //! anything listens.
 //!
-//! Each variant carries the seed's `ERR_…` code (see [`ServerError::code`]),
+//! Each variant carries a public `ERR_…` code (see [`ServerError::code`]),
 //! and its `Display` starts with that code, so the binary can print it as is
 //! and a test can match on it.
 
@@ -15,10 +15,10 @@ use thiserror::Error;
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum ServerError {
-    /// No working directory was given (the seed's `root` was falsy).
+    /// No working directory was given (`root` is empty).
     #[error("ERR_INVALID_MCP_ROOT: a working directory (root) is required")]
     InvalidRoot,
-    /// No port was given (the seed's `port` was falsy, i.e. missing or 0).
+    /// No port was given (`port` is `None`).
     #[error("ERR_INVALID_MCP_PORT: a port is required")]
     InvalidPort,
     /// A bearer token was configured but is empty.
@@ -94,7 +94,7 @@ mod tests {
     }
 
     #[test]
-    fn duplicate_id_names_both_sources_like_the_seed() {
+    fn duplicate_id_names_both_sources() {
         let error = ServerError::DuplicateToolId {
             first: "./plugins/a".into(),
             second: "./apps/site".into(),

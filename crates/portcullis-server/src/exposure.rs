@@ -1,7 +1,6 @@
 //! The exposure gate: which tools the model may see at all.
 //!
-//! MCP's `readOnlyHint` is advisory, so the server gates tools itself (the
-//! seed's "Tool exposure" table):
+//! MCP's `readOnlyHint` is advisory, so the server gates tools itself:
 //!
 //! | tool | exposed when |
 //! |---|---|
@@ -72,7 +71,8 @@ impl Access {
     }
 }
 
-/// The gate's settings (the seed's `allowWrite`, `allowTools`, `identity`).
+/// The gate's settings (`allowWrite`, `allowTools`, `identity` in
+/// [`crate::ServeOptions`]' JSON).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Exposure {
     /// Expose tools not declared read-only.
@@ -120,7 +120,7 @@ pub fn missing_permissions<'a>(
 
 impl Exposure {
     /// Why `tool` is withheld, or `None` when it is exposed. The checks run
-    /// in the seed's order, so the first reason that applies is reported.
+    /// in the table's order, so the first reason that applies is reported.
     ///
     /// ```
     /// use portcullis_catalog::{Tool, ToolAnnotations};
@@ -194,7 +194,7 @@ mod tests {
     }
 
     #[test]
-    fn the_seed_table() {
+    fn exposure_table() {
         let write = Tool::new("act");
         let open = Access::open();
         let default = Exposure::default();

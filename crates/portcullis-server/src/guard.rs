@@ -11,7 +11,7 @@
 //!    (`http://` and one of the loopback names on this port: a page the
 //!    server itself would serve) or one of `allowed_origins` → else **403**.
 //!    Browsers always send one; MCP clients do not.
-//! 3. The path must be `/mcp` → else **404** (as in the seed).
+//! 3. The path must be `/mcp` → else **404**.
 //! 4. With a token configured, `Authorization: Bearer <token>`, compared in
 //!    constant time → else **401** with `WWW-Authenticate: Bearer` (so MCP
 //!    clients classify it as "authorization required").

@@ -72,7 +72,7 @@ pub struct HttpOptions {
     pub max_body_bytes: usize,
     /// Keep sessions for initialize-era clients (needed for server-to-client
     /// requests such as sampling or elicitation in the 2025 era). Off by
-    /// default: stateless, as the seed.
+    /// default: stateless.
     pub legacy_sessions: bool,
     /// Answer with plain JSON when nothing needs streaming (default on).
     pub json_response: bool,

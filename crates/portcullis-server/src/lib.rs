@@ -21,7 +21,7 @@
 //! | [`handler`] | what a tool is: an async function of its arguments and a [`CallContext`] |
 //! | [`passthrough`] | resources, prompts, completions, logging and subscriptions through a provider beside the tools |
 //! | [`shutdown`] | SIGINT/SIGTERM taken over the moment a [`ShutdownSignal`] is made, awaited later |
-//! | [`mcp_server`] | the seed's `createMcpServer(root, port, …, options)` |
+//! | [`mcp_server`] | one call from a root, a port, tools and options to a served MCP server, arguments checked first |
 //!
 //! The rules themselves (framing, `ERR_…` codes, validation) live in
 //! `portcullis-catalog`; this crate only applies them.

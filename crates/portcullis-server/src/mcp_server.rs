@@ -1,8 +1,9 @@
-//! The seed's `createMcpServer(root, port, …, options)`, in Rust.
+//! One call from a root, a port, tools and options to a served MCP server.
 //!
-//! [`create_mcp_server`] checks the arguments in the seed's order (root,
-//! port, tool ids, token), applies the exposure gate, and serves the result
-//! over HTTP on loopback. [`ServeOptions`] is the seed's `options` object,
+//! [`create_mcp_server`] checks the arguments in this order (root, port,
+//! tool ids, token), applies the exposure gate, and serves the result over
+//! HTTP on loopback. [`ServeOptions`] holds the server's own options
+//! (camelCase in JSON: `token`, `allowWrite`, `allowTools`, `identity`, …),
 //! kept apart from whatever configuration the tools themselves get, so
 //! tools never see it.
 
@@ -17,7 +18,7 @@ use crate::exposure::{Exposure, Identity};
 use crate::http::{DEFAULT_MAX_BODY_BYTES, HttpOptions, HttpServer, serve_http};
 use crate::tool_server::{Registration, ToolServer};
 
-/// Server-side security and lifecycle options (the seed's `options`).
+/// Server-side security and lifecycle options.
 /// `Debug` never shows the token.
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
@@ -90,8 +91,8 @@ impl ServeOptions {
 /// * `root` — the working directory for this instance; an empty path is
 ///   `ERR_INVALID_MCP_ROOT`.
 /// * `port` — `None` is `ERR_INVALID_MCP_PORT`. `Some(0)` asks the OS for a
-///   free port (the seed treats 0 as missing; in Rust "missing" is `None`,
-///   and tests need ephemeral ports). Read it back from
+///   free port ("missing" is `None`, so 0 can mean ephemeral, which tests
+///   need). Read it back from
 ///   [`HttpServer::local_addr`].
 ///
 /// Resolves once listening. Call [`HttpServer::close`] to stop.
@@ -127,7 +128,7 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn arguments_are_checked_in_the_seed_order() {
+    async fn arguments_are_checked_root_port_then_token() {
         let empty = Path::new("");
         let err = create_mcp_server(empty, None, vec![], ServeOptions::default())
             .await
@@ -163,7 +164,7 @@ mod tests {
     }
 
     #[test]
-    fn options_read_the_seed_spelling() {
+    fn options_read_the_camel_case_spelling() {
         let options: ServeOptions = serde_json::from_value(serde_json::json!({
             "token": "t", "allowWrite": true, "allowTools": ["get_device"],
             "identity": {"user": {"userId": "mcp-agent"}, "perms": ["read"]},

@@ -658,8 +658,8 @@ fn to_wire_result(tool: &str, result: ToolResult) -> CallToolResult {
 
 impl ServerHandler for ToolServer {
     fn get_info(&self) -> ServerConfig {
-        // No tools, no `tools` capability: the seed advertises `{}`, and the
-        // 2026 suite checks that a declared capability actually works.
+        // No tools, no `tools` capability: an empty server advertises `{}`,
+        // and the 2026 suite checks that a declared capability actually works.
         let mut capabilities = if self.inner.listed.is_empty() {
             ServerCapabilities::default()
         } else {

@@ -247,7 +247,8 @@ fn text(result: &CallToolResult) -> String {
         .unwrap_or_default()
 }
 
-/// Asserts the seed's denied shape, by whom, and the reason.
+/// Asserts the denied shape (`isError`, `structuredContent.__denied`,
+/// `deniedBy`, "was not approved by … Reason: …"), by whom, and the reason.
 fn assert_denied(result: &CallToolResult, by: &str, reason: &str) {
     assert_eq!(result.is_error, Some(true), "{result:?}");
     let denied = result.structured_content.as_ref().expect("denied shape");

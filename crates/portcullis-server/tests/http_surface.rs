@@ -1326,7 +1326,7 @@ async fn concurrent_calls_share_one_server() {
 }
 
 #[tokio::test]
-async fn create_mcp_server_maps_the_seed_entry_point() {
+async fn create_mcp_server_refuses_duplicate_ids_and_applies_its_options() {
     use portcullis_server::{ServeOptions, create_mcp_server};
     let registrations = || {
         vec![

@@ -36,7 +36,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 
-/// Default bound on one call (the seed's 60 s).
+/// Default bound on one call: 60 s.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Default cap on a handler's stdout.

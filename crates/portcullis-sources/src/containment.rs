@@ -1,6 +1,6 @@
 //! Containment: a path named by a manifest must stay inside its directory.
 //!
-//! Checked twice, as the seed's loaders do: lexically (so `../x` is refused
+//! Checked twice: lexically (so `../x` is refused
 //! before the filesystem is touched) and after resolving symlinks (so a link
 //! inside the directory pointing outside it is refused too). A symlink that
 //! stays inside is fine.

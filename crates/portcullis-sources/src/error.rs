@@ -1,6 +1,6 @@
 //! Load-time errors: what makes a source unusable before it serves anything.
 //!
-//! Every message starts with the seed's `ERR_…` code and names the plugin
+//! Every message starts with its public `ERR_…` code and names the plugin
 //! directory (or document) and, where there is one, the tool, so the binary
 //! can print it as is and an operator knows which line of which file to fix.
 

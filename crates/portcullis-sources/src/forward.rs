@@ -15,8 +15,8 @@
 //!    percent-encoded) is refused with `ERR_INVALID_ARGUMENTS`, so no call
 //!    reaches a path outside its route;
 //! 3. signs and sends the request (no redirects followed, no proxy);
-//! 4. answers the response body as text, JSON pretty-printed (as the seed
-//!    does), read up to a cap.
+//! 4. answers the response body as text, JSON pretty-printed, read up to a
+//!    cap.
 //!
 //! Errors: an application that cannot be reached or does not answer in time
 //! gives `ERR_APP_RUNTIME_UNAVAILABLE: app "<name>" is not reachable`; a
@@ -43,7 +43,7 @@ use crate::error::SourceError;
 use crate::route::HttpRoute;
 use crate::signing::{GatewayKey, IDENTITY_HEADER, RequestToSign, unix_now};
 
-/// Default bound on one forwarded call (the seed's `timeoutMs`).
+/// Default bound on one forwarded call: 60 s.
 pub const DEFAULT_APP_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Default cap on a response body.

@@ -1,8 +1,8 @@
 //! # portcullis-sources
 //!
 //! Where [Portcullis](https://github.com/portcullis-mcp/portcullis) tools
-//! come from, besides upstream MCP servers: the two sources of the MDK seed,
-//! made real, and OpenAPI beside them.
+//! come from, besides upstream MCP servers: native tool plugins, application route
+//! tables, and OpenAPI documents.
 //!
 //! | module | source |
 //! |---|---|
@@ -13,7 +13,7 @@
 //! | [`signing`] | the gateway's Ed25519 key, request signatures (RFC 9421 HTTP Message Signatures), and [`Verifier`] for applications (signature, authority, freshness, replays) |
 //! | [`source`] | the [`ToolSource`] trait all of them implement |
 //! | [`files`] | every file the gateway reads opened as a regular file only (a FIFO or device would hang it) |
-//! | [`schema`] | the JSON Schema subset a route's parameters and body may use, normalised as the seed does |
+//! | [`schema`] | the JSON Schema subset a route's parameters and body may use, normalised to a plain, bounded schema |
 //!
 //! Private: `containment` (a path a manifest names stays inside its
 //! directory, lexically and after resolving symlinks).

@@ -13,10 +13,9 @@
 //! }
 //! ```
 //!
-//! The seed's JS handler module becomes a command: Portcullis checks at load
-//! time that it exists inside the directory (lexically and through symlinks)
+//! A tool's handler is a command: Portcullis checks at load time that it exists inside the directory (lexically and through symlinks)
 //! and is executable, and at call time runs it as [`crate::command`]
-//! describes. Validation follows the seed's order and messages exactly
+//! describes. Validation runs in a fixed order with fixed messages
 //! (object → `name`/`version` → `tools` → each tool's `id`, `handler`,
 //! `description` → `annotations`/`agent` objects → duplicate ids), then the
 //! Portcullis additions (`inputSchema`, handler resolution).
@@ -90,8 +89,8 @@ impl NativePlugin {
         Self::load_with(dir, NativeOptions::default())
     }
 
-    /// Loads the plugin in `dir`, failing on the first problem with the
-    /// seed's code and a message naming the directory and the tool.
+    /// Loads the plugin in `dir`, failing on the first problem with an
+    /// `ERR_…` code and a message naming the directory and the tool.
     pub fn load_with(dir: impl AsRef<Path>, options: NativeOptions) -> Result<Self, SourceError> {
         let dir = dir.as_ref();
         let label = dir.display().to_string();
@@ -111,7 +110,7 @@ impl NativePlugin {
             }
         };
 
-        // First pass: the seed's field checks, in its order, for every tool
+        // First pass: the field checks, in the documented order, for every tool
         // before any file is touched.
         let mut seen = std::collections::HashSet::new();
         for tool in tools {

@@ -5,8 +5,8 @@
 //! properties merge into one flat input schema (an MCP tool takes one
 //! arguments object); a body property overrides a parameter of the same name
 //! in the schema. A call splits the flat arguments back: a parameter's name
-//! goes to its location (path first, then query, then header, as the seed
-//! does), anything else to the body.
+//! goes to its location (path first, then query, then header), anything
+//! else to the body.
 
 use http::Method;
 use portcullis_catalog::{Tool, ToolAnnotations};
@@ -69,7 +69,7 @@ pub struct HttpRoute {
     pub access: Access,
 }
 
-/// The seed's tool id rule: every run of characters outside `[a-zA-Z0-9]`
+/// The tool id rule: every run of characters outside `[a-zA-Z0-9]`
 /// becomes one `_`.
 ///
 /// ```

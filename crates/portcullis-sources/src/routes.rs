@@ -188,7 +188,7 @@ fn parse_route(
                     "path" => ParamLocation::Path,
                     "query" => ParamLocation::Query,
                     "header" => ParamLocation::Header,
-                    // Cookies and unknown locations are ignored, as the seed does.
+                    // Cookies and unknown locations are ignored: no argument is sent there.
                     _ => continue,
                 };
                 if location == ParamLocation::Header && is_reserved_header(name) {

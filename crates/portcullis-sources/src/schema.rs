@@ -1,5 +1,5 @@
 //! JSON Schema for generated tools: the subset a route's parameters and body
-//! may use, normalised the way the seed's converter does.
+//! may use, normalised into a plain schema with bounded strings.
 //!
 //! Kept: `type` (`string`, `integer`, `number`, `boolean`, `array`,
 //! `object`), `description`, `enum`, `default`, string bounds and `pattern`,

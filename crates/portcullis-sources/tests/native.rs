@@ -96,7 +96,7 @@ fn a_missing_manifest_names_the_directory() {
 }
 
 #[test]
-fn invalid_manifests_name_the_field_in_the_seed_order() {
+fn invalid_manifests_name_the_first_bad_field_in_check_order() {
     let l = |d: &TempDir| label(d);
     let cases: Vec<(Value, &str)> = vec![
         (json!([1, 2]), "must be a JSON object"),

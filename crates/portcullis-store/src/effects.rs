@@ -1,12 +1,12 @@
 //! The effect log: a tool call's outcome recorded under an idempotency key,
 //! so a replayed turn gets the recorded outcome and the server is not called
-//! twice (the seed runs MCP tools with `replay: true`).
+//! twice: an MCP tool call is replayable.
 //!
 //! The caller computes the key ([`effect_key`]), asks
 //! [`EffectLog::recorded`] before calling, and [`EffectLog::record`]s the
 //! outcome after. The first record for a key wins. `mcp__describe_tool` is
-//! never recorded (it is `replay: false` in the seed: describing costs
-//! nothing and must reflect the current catalogue): callers skip it, and
+//! never recorded (it is not replayable: describing costs nothing and must
+//! reflect the current catalogue): callers skip it, and
 //! `record` refuses it.
 //!
 //! Each record carries the time it was made, so an operator can bound the
@@ -86,9 +86,9 @@ pub trait EffectLog: Send + Sync {
     async fn prune_before(&self, cutoff: SystemTime) -> Result<u64, StoreError>;
 }
 
-/// The seed's effect key: lowercase hex SHA-256 of the canonical JSON
+/// The effect key: lowercase hex SHA-256 of the canonical JSON
 /// `{"callsite":…,"payload":{"args":…,"name":…},"runId":…}`. `run_id` is the
-/// caller's run identity (the seed uses `"<runId>#<epoch>"`), `callsite` the
+/// caller's run identity (for example `"<runId>#<epoch>"`), `callsite` the
 /// call's ordinal within the run.
 ///
 /// ```
@@ -156,7 +156,7 @@ mod tests {
 
     #[test]
     fn key_matches_an_independent_computation() {
-        // sha256 of the canonical text, computed by hand from the seed's shape.
+        // sha256 of the canonical text, computed by hand from the documented shape.
         let text = r#"{"callsite":0,"payload":{"args":{"a":1},"name":"t"},"runId":"r#1"}"#;
         let expected: String = Sha256::digest(text.as_bytes())
             .iter()

@@ -17,7 +17,7 @@
 //! stack is built), so point it at a local server or a TLS-terminating proxy.
 //! The two SQL backends share one implementation of every query (a private
 //! `sql` module, generic over the sqlx database); only opening and adopting
-//! the seed's table differ.
+//! a legacy `mcp_servers` table differ.
 //!
 //! ## Invariants
 //!
@@ -31,7 +31,8 @@
 //! 3. **A cache that no longer parses is dropped, never thrown**: losing it
 //!    costs one `tools/list`.
 //! 4. **Old databases open.** Schema versions ([`migration`]) run on open,
-//!    including on the tables the seed wrote; rows are kept.
+//!    including on legacy `mcp_servers` tables (the layout written before
+//!    Portcullis' own schema versions); rows are kept.
 //! 5. **First record wins** in the effect log, and `mcp__describe_tool` is
 //!    never recorded.
 //! 6. **The audit trail holds no argument value.** An [`AuditRecord`] keeps
@@ -68,8 +69,8 @@
 //!   record the old one again.
 //! * **Drift report**: [`Store::trusted_tools`] beside the cached listing.
 //! * **Re-trust**: [`retrust`]; the next connect records a new baseline,
-//!   derived from the cached listing the operator was shown. It is the
-//!   seed's two steps (remove, save back); replicas that propose a baseline
+//!   derived from the cached listing the operator was shown. It is two
+//!   steps (remove, save back); replicas that propose a baseline
 //!   only when the row they read has none (as above) cannot undo it, but a
 //!   replica keeps enforcing the old baseline it holds until it reconnects.
 //! * **Calls**: for every tool but `mcp__describe_tool`, compute

@@ -5,12 +5,12 @@
 //!
 //! | version | what it holds |
 //! |---|---|
-//! | 0 | nothing, or a table the seed wrote: `mcp_servers (id, name, type, url)` with `type IN ('streamable-http','sse')`, possibly with `tools` and `tool_fingerprints` |
+//! | 0 | nothing, or a legacy table (written before these versions existed): `mcp_servers (id, name, type, url)` with `type IN ('streamable-http','sse')`, possibly with `tools` and `tool_fingerprints` |
 //! | 1 | `mcp_servers` with both JSON columns and `type IN ('stdio','streamable-http','sse')` |
 //! | 2 | `mcp_trusted_tools` (the definitions a baseline was recorded from) and `mcp_effects` (the effect log) |
 //! | 3 | `mcp_effects.recorded_at` (for retention; rows already there are stamped with the time of the upgrade, so they get a full retention period) and `portcullis_audit` (the audit trail) |
 //!
-//! Step 1 differs per backend (adopting the seed's table); every later step
+//! Step 1 differs per backend (adopting a legacy table); every later step
 //! is plain SQL that SQLite and PostgreSQL both accept, and is applied by
 //! code both backends share. JSON columns are `TEXT` in both, so a value
 //! that no longer parses is a cache miss, not a database error; times are
@@ -19,7 +19,8 @@
 /// The newest schema version this build writes.
 pub const LATEST: i64 = 3;
 
-/// The servers table (the seed's name, kept so its databases open here).
+/// The servers table (the legacy table's name, kept so databases that
+/// already hold one open here).
 pub(crate) const SERVERS_TABLE: &str = "mcp_servers";
 
 /// `CREATE TABLE` for a servers table named `table`, at version 1.

@@ -122,7 +122,7 @@ fn is_identifier(name: &str) -> bool {
         && name.len() <= 63
 }
 
-/// Version 1: the seed's `mcp_servers` with both JSON columns and a CHECK
+/// Version 1: `mcp_servers` with both JSON columns and a CHECK
 /// that admits `stdio`. An older table gets the missing columns (rows keep
 /// NULLs) and its CHECK constraints replaced.
 async fn adopt_servers_table(tx: &mut Transaction<'_, Postgres>) -> Result<(), sqlx::Error> {

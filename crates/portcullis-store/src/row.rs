@@ -1,6 +1,6 @@
 //! The persisted row: which server was connected, its last listing (a cache)
-//! and its trust baseline. Six fields, exactly the seed's, and nothing that
-//! authenticates.
+//! and its trust baseline. Six fields, the legacy `mcp_servers` columns, and
+//! nothing that authenticates.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -88,7 +88,7 @@ impl PersistedServer {
     ///
     /// * stdio: `stdio:sha256:<base64url SHA-256 of the command line>`, never
     ///   the command line itself: arguments can hold secrets.
-    /// * remote: the URL verbatim (as the seed stores it), unless it carries
+    /// * remote: the URL verbatim (as legacy rows hold it), unless it carries
     ///   userinfo (`user:password@`) or a query string, which often hold
     ///   credentials (`?api_key=…`); those parts are replaced by a digest of
     ///   the whole URL, so the key still changes whenever the URL does.
@@ -250,7 +250,7 @@ mod tests {
     }
 
     #[test]
-    fn serialises_as_the_seed_row() {
+    fn serialises_as_the_six_column_row() {
         let row = PersistedServer::new(
             "docs",
             &ServerIdentity::streamable_http("docs", "https://x/mcp"),

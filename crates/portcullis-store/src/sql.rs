@@ -5,8 +5,8 @@
 //! The two dialects differ here only in what [`Dialect`] says: placeholder
 //! syntax (queries are written with `?` and rendered as `$1, $2, …` for
 //! PostgreSQL), the auto-numbered key column, and how to read a statement's
-//! affected-row count. Opening and the first migration step (adopting the
-//! seed's table, locking out concurrent migrators) stay in each backend's
+//! affected-row count. Opening and the first migration step (adopting a
+//! legacy table, locking out concurrent migrators) stay in each backend's
 //! module because they genuinely differ.
 //!
 //! Correctness under concurrency comes from single statements, as before:

@@ -1,7 +1,8 @@
 //! The SQLite backend: one file beside the gateway, the default.
 //!
-//! The `mcp_servers` table keeps the seed's name and columns, so a database
-//! the seed wrote (either of its two shapes) opens here and keeps its rows;
+//! The `mcp_servers` table keeps the legacy name and columns, so a database
+//! holding a legacy table (either of its two shapes) opens here and keeps
+//! its rows;
 //! see [`crate::migration`] for the versions.
 
 use std::path::Path;
@@ -128,9 +129,9 @@ async fn migrate(pool: &SqlitePool) -> Result<(), StoreError> {
     tx.commit().await.map_err(err())
 }
 
-/// Version 1: the seed's `mcp_servers`, with both JSON columns and a CHECK
-/// that admits `stdio`. A seed-era table gets the missing columns (rows keep
-/// NULLs, as the seed's own migration did) and is then rebuilt, because
+/// Version 1: `mcp_servers`, with both JSON columns and a CHECK that admits
+/// `stdio`. A legacy table gets the missing columns (rows keep NULLs, as a
+/// legacy table's own upgrade left them) and is then rebuilt, because
 /// SQLite cannot alter a CHECK constraint in place.
 async fn adopt_servers_table(tx: &mut Transaction<'_, Sqlite>) -> Result<(), sqlx::Error> {
     let exists: i64 = sqlx::query_scalar(

@@ -1,6 +1,6 @@
 //! The shared suite (`suite/`) run against memory, SQLite and PostgreSQL,
-//! plus each SQL backend's migration of older databases: the seed's own
-//! tables (both of its shapes) and an older Portcullis schema (version 2).
+//! plus each SQL backend's migration of older databases: a legacy
+//! `mcp_servers` table (both of its shapes) and an older Portcullis schema (version 2).
 //!
 //! PostgreSQL needs a real server: `eval "$(bash .ci/postgres.sh)"` starts
 //! one and exports `PORTCULLIS_TEST_POSTGRES_URL`. Without it the PostgreSQL
@@ -235,7 +235,7 @@ suite!(postgres + corrupt_cache_is_dropped);
 
 // ---------------------------------------------------------------- migration
 
-fn seed_tools_json() -> &'static str {
+fn legacy_tools_json() -> &'static str {
     r#"[{"name":"search","description":"Search","inputSchema":{"type":"object"}}]"#
 }
 
@@ -247,18 +247,18 @@ fn search() -> Vec<Tool> {
     ]
 }
 
-/// Checks a store opened on a seed-era database: rows kept, new columns
+/// Checks a store opened on a legacy database: rows kept, new columns
 /// readable, stdio admitted, baselines immutable, reopening harmless.
 async fn check_migrated(store: &dyn Store, with_listing: bool) {
     let rows = store.list().await.unwrap_or_else(|e| panic!("{e}"));
     let ids: Vec<_> = rows.iter().map(|r| r.id.as_str()).collect();
-    assert_eq!(ids, ["docs", "legacy"], "the seed's rows were not kept");
+    assert_eq!(ids, ["docs", "legacy"], "the legacy rows were not kept");
     let docs = &rows[0];
     assert_eq!(docs.kind, TransportKind::StreamableHttp);
     assert_eq!(docs.url, "https://mcp.example.com/mcp");
     if with_listing {
         assert_eq!(docs.tools, Some(search()));
-        // The seed's own digest of the same tool: baselines carry over.
+        // The legacy digest of the same tool: baselines carry over.
         assert_eq!(docs.tool_fingerprints, Some(fingerprint_listing(&search())));
         let legacy = &rows[1];
         assert_eq!(legacy.tool_fingerprints, None);
@@ -293,11 +293,11 @@ async fn check_migrated(store: &dyn Store, with_listing: bool) {
     }
 }
 
-const SEED_V1: &str = "CREATE TABLE mcp_servers (id TEXT PRIMARY KEY NOT NULL, name TEXT NOT NULL, type TEXT NOT NULL CHECK (type IN ('streamable-http','sse')), url TEXT NOT NULL)";
-const SEED_V2: &str = "CREATE TABLE mcp_servers (id TEXT PRIMARY KEY NOT NULL, name TEXT NOT NULL, type TEXT NOT NULL CHECK (type IN ('streamable-http','sse')), url TEXT NOT NULL, tools TEXT, tool_fingerprints TEXT)";
+const LEGACY_V1: &str = "CREATE TABLE mcp_servers (id TEXT PRIMARY KEY NOT NULL, name TEXT NOT NULL, type TEXT NOT NULL CHECK (type IN ('streamable-http','sse')), url TEXT NOT NULL)";
+const LEGACY_V2: &str = "CREATE TABLE mcp_servers (id TEXT PRIMARY KEY NOT NULL, name TEXT NOT NULL, type TEXT NOT NULL CHECK (type IN ('streamable-http','sse')), url TEXT NOT NULL, tools TEXT, tool_fingerprints TEXT)";
 
-async fn seed_sqlite_database(name: &str, with_listing: bool) -> PathBuf {
-    let path = scratch(name).join("seed.db");
+async fn legacy_sqlite_database(name: &str, with_listing: bool) -> PathBuf {
+    let path = scratch(name).join("legacy.db");
     let options = SqliteConnectOptions::new()
         .filename(&path)
         .create_if_missing(true);
@@ -307,19 +307,19 @@ async fn seed_sqlite_database(name: &str, with_listing: bool) -> PathBuf {
     let fingerprints = serde_json::to_string(&fingerprint_listing(&search())).unwrap_or_default();
     let statements = if with_listing {
         vec![
-            SEED_V2.to_owned(),
+            LEGACY_V2.to_owned(),
             format!(
                 "INSERT INTO mcp_servers VALUES ('docs', 'docs', 'streamable-http', 'https://mcp.example.com/mcp', '{}', '{fingerprints}')",
-                seed_tools_json()
+                legacy_tools_json()
             ),
             format!(
                 "INSERT INTO mcp_servers VALUES ('legacy', 'legacy', 'sse', 'http://127.0.0.1:9/sse', '{}', NULL)",
-                seed_tools_json()
+                legacy_tools_json()
             ),
         ]
     } else {
         vec![
-            SEED_V1.to_owned(),
+            LEGACY_V1.to_owned(),
             "INSERT INTO mcp_servers VALUES ('docs', 'docs', 'streamable-http', 'https://mcp.example.com/mcp')".to_owned(),
             "INSERT INTO mcp_servers VALUES ('legacy', 'legacy', 'sse', 'http://127.0.0.1:9/sse')".to_owned(),
         ]
@@ -330,7 +330,7 @@ async fn seed_sqlite_database(name: &str, with_listing: bool) -> PathBuf {
             .await
             .unwrap_or_else(|e| panic!("{e}"));
     }
-    // The seed could not store stdio rows; prove the old CHECK was real.
+    // A legacy table cannot store stdio rows; prove the old CHECK was real.
     let refused = sqlx::query(
         "INSERT INTO mcp_servers (id, name, type, url) VALUES ('x', 'x', 'stdio', 'u')",
     )
@@ -349,8 +349,8 @@ async fn sqlite_version(store: &SqliteStore) -> i64 {
 }
 
 #[tokio::test]
-async fn sqlite_migrates_the_seeds_first_table() {
-    let path = seed_sqlite_database("seed-v1", false).await;
+async fn sqlite_migrates_the_legacy_table_without_listings() {
+    let path = legacy_sqlite_database("legacy-v1", false).await;
     let store = SqliteStore::open(&path)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
@@ -365,8 +365,8 @@ async fn sqlite_migrates_the_seeds_first_table() {
 }
 
 #[tokio::test]
-async fn sqlite_migrates_the_seeds_table_with_listings() {
-    let path = seed_sqlite_database("seed-v2", true).await;
+async fn sqlite_migrates_the_legacy_table_with_listings() {
+    let path = legacy_sqlite_database("legacy-v2", true).await;
     let store = SqliteStore::open(&path)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
@@ -432,24 +432,24 @@ async fn postgres_migrates_an_older_table() {
         .execute(&admin)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    // The seed's first shape, then the listing columns as its later version
-    // added them, with one row from each era; built on one connection so
+    // The legacy table's first shape, then the listing columns as its later
+    // shape added them, with one row from each era; built on one connection so
     // the search path holds.
     let mut conn = admin.acquire().await.unwrap_or_else(|e| panic!("{e}"));
     for sql in [
         format!("SET search_path TO {schema}"),
-        SEED_V1.to_owned(),
+        LEGACY_V1.to_owned(),
         "INSERT INTO mcp_servers VALUES ('legacy', 'legacy', 'sse', 'http://127.0.0.1:9/sse')"
             .to_owned(),
         "ALTER TABLE mcp_servers ADD COLUMN tools TEXT".to_owned(),
         "ALTER TABLE mcp_servers ADD COLUMN tool_fingerprints TEXT".to_owned(),
         format!(
             "INSERT INTO mcp_servers VALUES ('docs', 'docs', 'streamable-http', 'https://mcp.example.com/mcp', '{}', '{fingerprints}')",
-            seed_tools_json()
+            legacy_tools_json()
         ),
         format!(
             "UPDATE mcp_servers SET tools = '{}' WHERE id = 'legacy'",
-            seed_tools_json()
+            legacy_tools_json()
         ),
     ] {
         sqlx::query(&sql)
@@ -490,9 +490,9 @@ fn portcullis_v2_statements() -> Vec<String> {
         "CREATE TABLE mcp_effects (key TEXT PRIMARY KEY NOT NULL, tool_name TEXT NOT NULL, outcome TEXT NOT NULL)".to_owned(),
         format!(
             "INSERT INTO mcp_servers VALUES ('docs', 'docs', 'streamable-http', 'https://mcp.example.com/mcp', '{}', '{fingerprints}')",
-            seed_tools_json()
+            legacy_tools_json()
         ),
-        format!("INSERT INTO mcp_trusted_tools VALUES ('docs', '{}')", seed_tools_json()),
+        format!("INSERT INTO mcp_trusted_tools VALUES ('docs', '{}')", legacy_tools_json()),
         format!("INSERT INTO mcp_effects VALUES ('{V2_EFFECT_KEY}', 'docs__search', '{outcome}')"),
     ]
 }
@@ -644,7 +644,7 @@ async fn postgres_spec_opens() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_concurrent_opens_migrate_once() {
-    let path = seed_sqlite_database("sqlite-concurrent-open", true).await;
+    let path = legacy_sqlite_database("sqlite-concurrent-open", true).await;
     let opens: Vec<_> = (0..4)
         .map(|_| {
             let path = path.clone();

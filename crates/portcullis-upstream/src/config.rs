@@ -1,8 +1,8 @@
 //! Server configs: what to connect to, and the parsers for configs users
 //! already have.
 //!
-//! [`McpServerConfig`] is the seed's discriminated union (`stdio`,
-//! `streamable-http`, `sse`). [`parse_mcp_servers_json`] reads the
+//! [`McpServerConfig`] is a union discriminated by `type` (`stdio`,
+//! `streamable-http`, `sse`), as `mcpServers` configs spell it. [`parse_mcp_servers_json`] reads the
 //! `mcpServers` JSON of Claude Desktop and Cursor and the `servers` JSON of VS
 //! Code; a bad entry is skipped with a `server-entry-invalid` diagnostic and
 //! its siblings load. [`check_remote_url`] is the remote URL rule: absolute
@@ -66,7 +66,7 @@ pub struct StdioConfig {
 }
 
 /// Where a plugin's stdio server lives: what the launcher needs to enforce
-/// the plugin's boundaries (seed §A1 "Launch").
+/// the plugin's boundaries at launch (see [`crate::plugins`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PluginLaunch {
     /// The plugin directory (absolute); becomes `PLUGIN_ROOT`.
@@ -440,7 +440,7 @@ mod tests {
     }
 
     #[test]
-    fn remote_url_rules_follow_the_seed() {
+    fn remote_url_rules() {
         for ok in [
             "https://mcp.example.com/mcp",
             "http://localhost:3000/mcp",

@@ -1,4 +1,5 @@
-//! Credentials: the seed's `auth(server, {session}) -> {token}`.
+//! Credentials: an `auth` resolver asked for a bearer token per server and
+//! session.
 //!
 //! The resolver runs before the handshake (so the bearer covers `initialize`
 //! and `tools/list`, which is what an OAuth-protected server demands) and

@@ -7,8 +7,8 @@
 //!   policy, quarantine, argument validation), right where the request
 //!   would be sent: a recorded outcome never lets a call past a gate that
 //!   refuses it now. `mcp__describe_tool` and quarantine stubs are answered
-//!   before that point, so they are never recorded (the seed runs the
-//!   describe tool with `replay: false`).
+//!   before that point, so they are never recorded (describing must reflect the
+//!   current catalogue, so it is not replayable).
 //! * **Key.** [`portcullis_store::effect_key`] of the run `[session, key]`
 //!   (so two sessions choosing the same key never see each other's
 //!   results), callsite 0, the qualified tool name and the normalised

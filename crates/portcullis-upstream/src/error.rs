@@ -1,8 +1,7 @@
 //! Typed errors: wiring mistakes (refused before anything connects) and call
 //! failures (one call fails; the toolset lives on).
 //!
-//! Call failures carry the seed's exact sentences, because the model reads
-//! them: each says what happened and what to do next.
+//! Call failures carry fixed sentences, because the model reads them: each says what happened and what to do next.
 
 use thiserror::Error;
 

@@ -2,7 +2,7 @@
 //! reachable or not, and the first failure worth telling a person about.
 //!
 //! The transports record here what they saw (a refused host, a 401) because
-//! rmcp wraps transport errors in its own; the connection reads the seed's
+//! rmcp wraps transport errors in its own; the connection reads the person-ready
 //! message back from here instead of parsing rmcp's text.
 //!
 //! *Available* and *reachable* are two things. A connection that ended (a
@@ -171,7 +171,7 @@ impl ServerHealth {
     }
 }
 
-/// The seed's sentence for a 401 or 403.
+/// The sentence for a 401 or 403.
 pub(crate) fn rejection_message(server: &str, status: u16) -> String {
     if status == 403 {
         format!("MCP server \"{server}\" denied access (HTTP 403).")

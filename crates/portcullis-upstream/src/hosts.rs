@@ -2,9 +2,9 @@
 //! hop — may name, and which addresses a connection may reach.
 //!
 //! Server URLs come from plugin files and configs, so they are untrusted
-//! input. [`AllowedHosts`] is the seed's `allowedHosts`: no check, a list
+//! input. [`AllowedHosts`] (`allowedHosts`, as `mcpServers` configs name it): no check, a list
 //! (exact host match, case-insensitive, ports ignored, no wildcards), or a
-//! resolver asked per server and session. Beyond the seed, and unless a host
+//! resolver asked per server and session. Beyond that list, and unless a host
 //! is listed explicitly:
 //! - an address where instance credentials live is refused: link-local
 //!   (`169.254.0.0/16`, `fe80::/10`) and the clouds' metadata endpoints
@@ -639,7 +639,7 @@ mod tests {
     }
 
     #[test]
-    fn refusal_messages_follow_the_seed() {
+    fn refusal_messages_name_the_server_and_host() {
         assert_eq!(
             HostRefusal::NotAllowed("evil.example".into()).message("docs"),
             "MCP server \"docs\" host \"evil.example\" is not in allowedHosts."

@@ -53,8 +53,8 @@ pub(crate) const JSON: &str = "application/json";
 #[derive(Clone)]
 pub(crate) struct CallCredential(pub(crate) String);
 
-/// Why a guarded request failed. Messages are the seed's and never contain
-/// a credential.
+/// Why a guarded request failed. Messages are fixed sentences ready for a
+/// person and never contain a credential.
 #[derive(Debug, Error)]
 pub(crate) enum HttpFailure {
     /// The SSRF guard refused a host (the message is ready for a person).

@@ -2,8 +2,7 @@
 //!
 //! The MCP client side of [Portcullis](https://github.com/portcullis-mcp/portcullis):
 //! connect an agent to MCP servers and project their tools into one tool map,
-//! guarded. This is the Rust counterpart of the Kuralle connector's
-//! `mcpTools(servers, opts)`.
+//! guarded.
 //!
 //! [`connect`] opens every server concurrently over its transport — stdio
 //! child processes (cargo feature `stdio`, on by default), Streamable HTTP

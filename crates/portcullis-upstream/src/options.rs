@@ -15,7 +15,7 @@ use crate::credentials::{Auth, AuthResolver};
 use crate::hosts::AllowedHosts;
 use crate::report::DiagnosticCallback;
 
-/// The seed's default per-connection timeout.
+/// The default per-connection timeout.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Options for [`crate::connect`]. `Default` is: no host check, no auth, no
@@ -81,8 +81,8 @@ pub struct ConnectOptions {
 /// after the close, doubled after each failed attempt up to `max`, each
 /// with up to a quarter of random jitter added; back to `initial` once a
 /// reopened connection has stayed up for `max` (or ten seconds, if
-/// longer). A `max` of zero never reopens (the seed's behaviour: a closed
-/// connection stays closed until the toolset is rebuilt).
+/// longer). A `max` of zero never reopens: a closed connection stays closed
+/// until the toolset is rebuilt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Backoff {
     /// The first delay.

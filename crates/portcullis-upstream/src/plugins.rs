@@ -1,10 +1,9 @@
 //! Agent Plugins directories: `plugin.json` + `mcp.json` into
-//! [`McpServerConfig`]s (the Rust counterpart of Kuralle's
-//! `loadAgentPlugin`, seed §A1).
+//! [`McpServerConfig`]s.
 //!
 //! [`load_agent_plugin`] never panics and never returns an error for bad
 //! input: whatever is wrong becomes a [`Diagnostic`] carrying the Agent
-//! Plugins specification section, the seed's rule name and an origin
+//! Plugins specification section, a kebab-case rule name and an origin
 //! (`plugin.json`, `mcp.json`, or a server name at launch).
 //!
 //! # Failure widths
@@ -23,7 +22,7 @@
 //!
 //! # `plugin.json`
 //!
-//! Checked in the seed's order, each failure fatal: existence (5.1
+//! Checked in this order, each failure fatal: existence (5.1
 //! `manifest-missing`), containment of the file with symlinks resolved (4.1
 //! `path-escapes-plugin-root`), read (5.1 `manifest-unreadable`), JSON (5.2
 //! `invalid-json`), object (5.2 `manifest-not-an-object`). A key outside
@@ -65,8 +64,8 @@
 //! with symlinks resolved ([`prepare_launch`]). The child then gets the
 //! minimal environment of every stdio server, the plugin's `env`, and
 //! `PLUGIN_ROOT` / `PLUGIN_DATA` set last; its default `cwd` is the plugin
-//! root. The seed's step of rebasing virtual paths onto host paths has no
-//! counterpart here: this loader reads the real filesystem, so every path it
+//! root. Paths need no rebasing from a virtual filesystem onto the host:
+//! this loader reads the real filesystem, so every path it
 //! stores is already a host path.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -464,7 +463,8 @@ fn load_manifest(
     })
 }
 
-/// The three `name` rules, in the seed's order.
+/// The three `name` rules, in order (charset and length, alphanumeric ends,
+/// no `--` or `..`); the first that fails is reported.
 fn check_name(name: &str) -> Result<(), Diagnostic> {
     let charset = !name.is_empty()
         && name.len() <= NAME_MAX
@@ -920,7 +920,7 @@ fn placeholder_prefix(raw: &str, placeholder: &str) -> bool {
         .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
-/// The seed's secret heuristics: a key ending in `api_key`, `token`,
+/// The secret heuristics: a key ending in `api_key`, `token`,
 /// `secret`, `password` (at the start or after `_`), or a value with a
 /// well-known token prefix. Both case-insensitive.
 fn looks_secret(key: &str, value: &str) -> bool {
@@ -971,7 +971,7 @@ fn normalize(path: &Path) -> PathBuf {
     out
 }
 
-/// The launch-time checks for a stdio server from a plugin, in the seed's
+/// The launch-time checks for a stdio server from a plugin, in this
 /// order: create `PLUGIN_DATA` and prove it writable (a `connection-failure`
 /// naming `PLUGIN_DATA` and §9.1), then resolve symlinks and check that the
 /// command and `cwd` stay inside their roots (4.1

@@ -4,7 +4,7 @@
 //! reconnect (`crate::supervisor`) settles and applies its fresh listing
 //! through the same two steps ([`settle`], [`apply`]).
 //!
-//! The seed's steps, in order: a failed re-list is a `connection-failure`
+//! The steps, in order: a failed re-list is a `connection-failure`
 //! diagnostic and the cached listing stays in use; a closed toolset stops;
 //! the listings are compared; a changed one is projected again; the fresh
 //! listing is always persisted. Nothing here fails the toolset.

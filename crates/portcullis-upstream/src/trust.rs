@@ -1,6 +1,6 @@
 //! Trust baselines through the store ([`crate::ConnectOptions::with_store`]):
 //! which stored row belongs to a configured server, which baseline a save
-//! proposes, and the seed's diagnostics for rows that cannot be woken.
+//! proposes, and the diagnostics for rows that cannot be woken.
 //!
 //! The rules (the store crate's "How the upstream client uses it"):
 //!
@@ -175,7 +175,7 @@ pub(crate) fn store_failure(server: &str, reason: &str) -> Diagnostic {
     )
 }
 
-/// The seed's diagnostic for a stored row no configured server matches.
+/// The diagnostic for a stored row no configured server matches.
 pub(crate) fn no_matching_config(id: &str) -> Diagnostic {
     Diagnostic::new(
         Rule::ConnectionFailure,
@@ -186,7 +186,7 @@ pub(crate) fn no_matching_config(id: &str) -> Diagnostic {
     )
 }
 
-/// The seed's diagnostic for a stored row whose config now names another
+/// The diagnostic for a stored row whose config now names another
 /// transport or endpoint: a different endpoint is a different catalogue.
 pub(crate) fn config_mismatch(id: &str) -> Diagnostic {
     Diagnostic::new(
@@ -196,7 +196,7 @@ pub(crate) fn config_mismatch(id: &str) -> Diagnostic {
     )
 }
 
-/// The seed's diagnostic for a reconcile whose re-list failed.
+/// The diagnostic for a reconcile whose re-list failed.
 pub(crate) fn relist_failure(server: &str, reason: &str) -> Diagnostic {
     Diagnostic::new(
         Rule::ConnectionFailure,

@@ -13,8 +13,7 @@ use crate::state::Source;
 use crate::toolset::{Toolset, assemble, check_wiring, http_client, open_server, source};
 use crate::trust::{config_mismatch, matches, no_matching_config, row_ids};
 
-/// Rebuilds a toolset from the store in `options` (a wake): the seed's
-/// `rebuildMcpToolsFromStorage`.
+/// Rebuilds a toolset from the store in `options` (a wake).
 ///
 /// Every stored row is matched to the configured server whose effective
 /// name is the row's id; the config supplies what the store never holds

@@ -110,7 +110,7 @@ async fn results_must_match_a_declared_output_schema() {
 }
 
 /// A tool the server withdrew after the catalogue was built is refused with
-/// the seed's message instead of reaching the server.
+/// "no longer published" instead of reaching the server.
 async fn withdrawn_tools_are_no_longer_published(toolset: &Toolset, server: &str) {
     let echo = format!("{server}__echo");
     assert_eq!(

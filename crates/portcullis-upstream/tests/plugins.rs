@@ -1,5 +1,5 @@
-//! Agent Plugins directories: the seed's corpus conformance cases that
-//! concern `plugin.json` and `mcp.json` (§A6), built as real directories at
+//! Agent Plugins directories: the conformance cases that concern
+//! `plugin.json` and `mcp.json`, built as real directories at
 //! test time, and the launch-time checks against the stdio fixture binary.
 
 use std::collections::BTreeSet;

@@ -1,6 +1,6 @@
 //! Rug pulls between two runs, against a real server process that changes
 //! its definitions, with the trust baseline in a real SQLite file: each
-//! drift ends as the seed says, the baseline never moves, and a quarantined
+//! drift ends as `portcullis_catalog::drift` describes, the baseline never moves, and a quarantined
 //! or withheld tool's call never reaches the server.
 // Every server here is a child process over stdio.
 #![cfg(feature = "stdio")]

@@ -1,6 +1,6 @@
 //! Waking from the store: the tool map comes from the cached listing with
 //! no `tools/list` before `reconciled()`, the reconcile corrects it in
-//! place, and the seed's wake diagnostics. A real server process, a real
+//! place, and the wake diagnostics for rows that cannot be woken. A real server process, a real
 //! SQLite file.
 // Every server here is a child process over stdio.
 #![cfg(feature = "stdio")]
@@ -230,7 +230,7 @@ async fn a_wake_needs_a_store() {
 }
 
 #[tokio::test]
-async fn rows_without_a_matching_config_are_refused_with_the_seed_text() {
+async fn rows_without_a_matching_config_are_refused_with_a_diagnostic() {
     let fixture = Fixture::new(&original());
     cold_start(&fixture).await;
     // Same name, another command line: another endpoint.

@@ -1,8 +1,8 @@
-//! The command line, exactly as the design brief's contract gives it.
+//! The command line (documented in `docs/cli.md`).
 //!
-//! Command, flag and positional names here are a user-facing contract (see
-//! "The binary and its config" in the design brief): renaming any of them is a
-//! breaking change for every user's scripts and client configs.
+//! The CLI contract: commands, flags, positionals, config keys, `--json`
+//! shapes and exit codes are public; extend, never rename. Renaming any of
+//! them is a breaking change for every user's scripts and client configs.
 
 use std::fmt;
 use std::net::SocketAddr;

@@ -446,7 +446,8 @@ fn looks_like_sse(url: &str) -> bool {
 }
 
 /// Whether an env entry holds a credential: its name says so, or its value
-/// looks like one (the seed's `secret-in-env` heuristic, widened).
+/// looks like one (the `secret-in-env` diagnostic's heuristic, widened to more names,
+/// token prefixes and URLs with a password).
 pub fn looks_secret(key: &str, value: &str) -> bool {
     secret_name(key) || secret_value(value)
 }
@@ -801,7 +802,7 @@ mod tests {
     }
 
     #[test]
-    fn secret_heuristic_follows_the_seed() {
+    fn secret_heuristic_matches_names_prefixes_and_url_credentials() {
         assert!(looks_secret("OPENAI_API_KEY", "x"));
         assert!(looks_secret("token", "x"));
         assert!(looks_secret("DB_PASSWORD", "x"));

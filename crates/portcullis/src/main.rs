@@ -130,7 +130,8 @@ enum Exit {
 }
 
 impl Exit {
-    /// The process exit code, as the design brief fixes it.
+    /// The process exit code: part of the CLI contract (scripts match on it),
+    /// so never renumbered.
     fn code(self) -> u8 {
         match self {
             Exit::Success => 0,

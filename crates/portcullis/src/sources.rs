@@ -429,7 +429,7 @@ impl SourceCatalogue {
                 endpoint: s.endpoint.clone(),
             })
             .collect();
-        // Among sources, the seed's rule (both suffixed); against an
+        // Among sources, a name clash suffixes both; against an
         // upstream, the source alone gives way (see the module doc).
         let resolved = resolve_server_names(&declared);
         let mut diagnostics = resolved.diagnostics;

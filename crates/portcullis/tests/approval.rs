@@ -114,7 +114,8 @@ fn assert_saved(call: &Value, n: usize) {
     );
 }
 
-/// A refused call: the seed's denied shape, and the reason.
+/// A refused call: the denied shape (`isError`, `structuredContent.__denied`,
+/// `deniedBy`, "was not approved by …"), and the reason.
 fn assert_denied(call: &Value, by: &str, reason: &str) {
     assert_eq!(call["isError"], true, "{call}");
     assert_eq!(call["structuredContent"]["__denied"], true, "{call}");

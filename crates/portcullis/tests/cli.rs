@@ -1,5 +1,5 @@
 //! Runs the real `portcullis` binary and checks the command-line contract:
-//! every subcommand and flag of the design brief parses, echoes what it parsed,
+//! every documented subcommand and flag parses, echoes what it parsed,
 //! and exits with the documented code.
 
 use std::process::{Command, Output};

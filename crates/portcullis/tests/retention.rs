@@ -29,7 +29,7 @@ async fn open(data_dir: &Path) -> std::sync::Arc<dyn Store> {
 
 /// Two audit records (40 days and 1 day old) and two effect-log records
 /// (10 days and 1 hour old).
-async fn seed(data_dir: &Path) {
+async fn fill(data_dir: &Path) {
     let store = open(data_dir).await;
     let now = SystemTime::now();
     for (tool, age) in [("demo__old", DAY * 40), ("demo__recent", DAY)] {
@@ -120,7 +120,7 @@ fn serve_until(config: &Path, needle: &str) -> String {
 async fn records_older_than_the_windows_are_gone_once_the_gateway_started() {
     let dir = tempfile::tempdir().expect("temp dir");
     let data_dir = dir.path().join(".portcullis");
-    seed(&data_dir).await;
+    fill(&data_dir).await;
     // The defaults: 30 days of audit trail, 7 of effect log.
     let config = write_config(dir.path(), &format!("[gateway]\n\n{DEMO}"));
     let line = tokio::task::block_in_place(|| serve_until(&config, "retention: pruned"));
@@ -135,7 +135,7 @@ async fn records_older_than_the_windows_are_gone_once_the_gateway_started() {
 async fn configured_windows_apply_and_zero_keeps_everything() {
     let dir = tempfile::tempdir().expect("temp dir");
     let data_dir = dir.path().join(".portcullis");
-    seed(&data_dir).await;
+    fill(&data_dir).await;
 
     // Both kept forever.
     let config = write_config(
