@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap_complete::Shell;
 use serde_json::{Map, Value};
 
 /// Where `--config` points when it is not given.
@@ -21,12 +22,24 @@ pub const DEFAULT_CONFIG: &str = "./portcullis.toml";
     version,
     about = "Portcullis is a secure MCP gateway: it connects many upstream MCP servers, puts \
              every guard in between, and serves the result as one MCP endpoint.",
-    after_help = "Exit codes: 0 success, 1 the tool answered with an error or was refused, \
+    after_help = "Examples:\n  \
+                  portcullis check                        validate ./portcullis.toml, connect every upstream\n  \
+                  portcullis -c gw.toml serve             serve MCP on http://127.0.0.1:8765/mcp\n  \
+                  portcullis tools -j                     the catalogue as one JSON array\n  \
+                  portcullis call files__read '{\"path\":\"a.txt\"}'\n  \
+                  portcullis client connect claude        put Portcullis in front of Claude Desktop's servers\n  \
+                  portcullis completions bash > ~/.local/share/bash-completion/completions/portcullis\n\n\
+                  Exit codes: 0 success, 1 the tool answered with an error or was refused, \
                   2 usage or configuration error.",
     subcommand_required = true,
     arg_required_else_help = true
 )]
 pub struct Cli {
+    /// The gateway config file; paths inside it are relative to the file.
+    /// Accepted before or after the subcommand (every subcommand but
+    /// `import`, which reads no gateway config).
+    #[arg(short = 'c', long, global = true, value_name = "FILE", default_value = DEFAULT_CONFIG)]
+    pub config: PathBuf,
     /// How log lines on stderr are written: `text` for people, `json` (one
     /// object a line) for log collectors. Accepted before or after the
     /// subcommand.
@@ -51,61 +64,127 @@ pub enum LogFormat {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// The gateway: serve every source behind every guard as one MCP endpoint, over HTTP on 127.0.0.1 or over stdio.
+    #[command(
+        after_help = "Over HTTP the gateway answers /mcp (MCP, Streamable HTTP), /healthz (up or \
+                      degraded, upstreams and tools counted; no token needed) and /metrics \
+                      (Prometheus text; the token is required when one is configured). The \
+                      config is re-read when the file changes or on SIGHUP (kill -HUP <pid>); \
+                      SIGINT or SIGTERM drains and exits 0. Logs go to stderr at INFO; RUST_LOG \
+                      overrides the filter (RUST_LOG=debug, RUST_LOG=info,rmcp=debug).\n\n\
+                      Examples:\n  \
+                      portcullis serve                         HTTP on [gateway] listen (127.0.0.1:8765)\n  \
+                      portcullis serve -c gw.toml --listen 127.0.0.1:9000\n  \
+                      portcullis serve --stdio -c /abs/portcullis.toml   what a desktop client starts\n  \
+                      curl http://127.0.0.1:8765/healthz\n  \
+                      RUST_LOG=debug portcullis --log-format json serve"
+    )]
     Serve(ServeArgs),
     /// The catalogue as the model sees it, and what is held back.
+    #[command(after_help = "Examples:\n  \
+                            portcullis tools                 one line per tool, with what is held back and why\n  \
+                            portcullis tools -j | jq '.[] | select(.status != \"available\")'\n  \
+                            portcullis -c gw.toml tools")]
     Tools(ToolsArgs),
     /// One call through every guard.
+    #[command(after_help = "Examples:\n  \
+                            portcullis call files__read '{\"path\":\"notes.txt\"}'\n  \
+                            portcullis call -j demo__add '{\"a\":1,\"b\":2}'   the CallToolResult as JSON\n  \
+                            portcullis call demo__count                  no arguments: {}\n\n\
+                            Exit codes: 0 the tool answered, 1 the tool answered with an error or \
+                            a guard refused the call, 2 unknown tool (the closest names are \
+                            listed), bad JSON-ARGS or configuration error.")]
     Call(CallArgs),
     /// What changed since a server was trusted, as a diff.
-    #[command(
-        after_help = "Exit codes: 0 nothing drifted, 1 drift found (a tool is quarantined, \
+    #[command(after_help = "Examples:\n  \
+                            portcullis drift                 every trusted server\n  \
+                            portcullis drift files           one server, as a line diff\n  \
+                            portcullis drift -j files        one JSON object, for scripts\n\n\
+                            Exit codes: 0 nothing drifted, 1 drift found (a tool is quarantined, \
                             withheld as new, or removed; or a prompt, resource or resource \
                             template changed, was added or removed since it was pinned), \
                             2 configuration error, unknown SERVER, or a server in scope that \
-                            could not be reached (not checked)."
-    )]
+                            could not be reached (not checked).")]
     Drift(DriftArgs),
     /// Accept a server's current definitions as its new baseline.
-    #[command(
-        after_help = "Shows the drift first and asks y/N on the terminal; without a terminal \
+    #[command(after_help = "Examples:\n  \
+                            portcullis retrust files         show the drift, then ask y/N\n  \
+                            portcullis retrust -y files      no question (scripts, no terminal)\n\n\
+                            Shows the drift first and asks y/N on the terminal; without a terminal \
                             it refuses unless --yes is given. Exit codes: 0 re-trusted (or nothing \
                             to re-trust), 1 declined, or the server changed again since it was \
                             shown, 2 configuration error, unknown SERVER, no terminal without \
-                            --yes, or the server could not be reached."
-    )]
+                            --yes, or the server could not be reached.")]
     Retrust(RetrustArgs),
     /// Validate config, plugins and manifests, connect every upstream; print diagnostics.
-    #[command(
-        after_help = "Exit codes: 0 usable and every upstream answered, 1 an upstream could \
+    #[command(after_help = "Examples:\n  \
+                      portcullis check                 config, plugins, manifests, then every upstream\n  \
+                      portcullis check --offline       the files only (CI without upstreams)\n  \
+                      portcullis check -c gw.toml\n\n\
+                      Exit codes: 0 usable and every upstream answered, 1 an upstream could \
                       not be connected (each is named, with why), 2 configuration error \
-                      (every unknown key is listed)."
-    )]
+                      (every unknown key is listed).")]
     Check(CheckArgs),
     /// Turn an existing mcpServers config (Claude, Cursor, VS Code) into Portcullis TOML, on stdout by default.
+    #[command(
+        after_help = "Examples:\n  \
+                      portcullis import claude ~/.config/Claude/claude_desktop_config.json\n  \
+                      portcullis import cursor ~/.cursor/mcp.json --output portcullis.toml\n  \
+                      portcullis import vscode .vscode/mcp.json --output portcullis.toml --force\n\n\
+                      Secrets become ${VAR} references; the variables to export are listed on stderr.",
+        // `--config` is global, but import reads no gateway config: this
+        // arg (same id, so the global one is not added here) refuses it
+        // as before, hidden from help.
+        arg = clap::Arg::new("config")
+            .long("config")
+            .value_name("FILE")
+            .hide(true)
+            .value_parser(clap::builder::ValueParser::new(refuse_config))
+    )]
     Import(ImportArgs),
     /// Put Portcullis in front of a desktop client's MCP servers (or take it out), editing the client's own config.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  \
+                      portcullis client connect claude                 Claude Desktop's default file\n  \
+                      portcullis client connect cursor -c ~/portcullis.toml\n  \
+                      portcullis client connect vscode --client-config .vscode/mcp.json\n  \
+                      portcullis client disconnect claude              its own servers back"
+    )]
     Client(ClientCommand),
+    /// Print a shell completion script on stdout (bash, zsh, fish, powershell, elvish).
+    #[command(after_help = "Examples:\n  \
+                            portcullis completions bash > ~/.local/share/bash-completion/completions/portcullis\n  \
+                            portcullis completions zsh > ~/.zfunc/_portcullis    (with fpath+=~/.zfunc)\n  \
+                            portcullis completions fish > ~/.config/fish/completions/portcullis.fish\n  \
+                            portcullis completions powershell >> $PROFILE")]
+    Completions(CompletionsArgs),
+    /// Print the manual page (roff) on stdout.
+    #[command(after_help = "Example:\n  \
+                            portcullis man > ~/.local/share/man/man1/portcullis.1 && man portcullis")]
+    Man,
     /// A tiny MCP server on stdin/stdout (echo, add, count, write_note): the
     /// upstream of `examples/portcullis.toml`. A fixture, hidden from help.
     #[command(name = "demo-upstream", hide = true)]
     DemoUpstream,
 }
 
-/// `--config FILE`, shared by every subcommand that reads the gateway config.
+/// Arguments of `portcullis completions`.
 #[derive(Debug, Clone, Args)]
-pub struct ConfigArg {
-    /// The gateway config file; paths inside it are relative to the file.
-    #[arg(long, value_name = "FILE", default_value = DEFAULT_CONFIG)]
-    pub config: PathBuf,
+pub struct CompletionsArgs {
+    /// The shell the script is for.
+    #[arg(value_name = "SHELL", value_enum)]
+    pub shell: Shell,
+}
+
+/// Refuses `import --config`: import reads no gateway config (it writes one,
+/// to `--output` or stdout).
+fn refuse_config(_: &str) -> Result<PathBuf, String> {
+    Err("import reads no gateway config; write the TOML with --output FILE".to_owned())
 }
 
 /// Arguments of `portcullis serve`.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
-    /// The gateway config.
-    #[command(flatten)]
-    pub config: ConfigArg,
     /// Address of the HTTP surface, IP:PORT; overrides `[gateway] listen` (127.0.0.1:8765 by default).
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
@@ -117,22 +196,16 @@ pub struct ServeArgs {
 /// Arguments of `portcullis tools`.
 #[derive(Debug, Clone, Args)]
 pub struct ToolsArgs {
-    /// The gateway config.
-    #[command(flatten)]
-    pub config: ConfigArg,
     /// Print one JSON array, an object per tool: name, source, tier, status, reason.
-    #[arg(long)]
+    #[arg(short = 'j', long)]
     pub json: bool,
 }
 
 /// Arguments of `portcullis call`.
 #[derive(Debug, Clone, Args)]
 pub struct CallArgs {
-    /// The gateway config.
-    #[command(flatten)]
-    pub config: ConfigArg,
     /// Print the MCP CallToolResult as JSON.
-    #[arg(long)]
+    #[arg(short = 'j', long)]
     pub json: bool,
     /// The tool's qualified name, as `portcullis tools` lists it (e.g. files__read).
     #[arg(value_name = "TOOL")]
@@ -145,16 +218,13 @@ pub struct CallArgs {
 /// Arguments of `portcullis drift`.
 #[derive(Debug, Clone, Args)]
 pub struct DriftArgs {
-    /// The gateway config.
-    #[command(flatten)]
-    pub config: ConfigArg,
     /// Print one JSON object: `drift` (bool), `servers` (each with `server`,
     /// `quarantined` [{tool, name, changed, trusted, current}], `withheld`
     /// [{tool, name}], `removed` (names), `pinned` (bool), and `prompts`,
     /// `resources`, `templates`, each {changed [{id, changed, trusted,
     /// current}], added (ids), removed (ids)}) and `unreachable` [{server,
     /// reason}].
-    #[arg(long)]
+    #[arg(short = 'j', long)]
     pub json: bool,
     /// The server to diff (an upstream, an Agent Plugin's server, a native
     /// tool plugin or an app); every trusted server when omitted.
@@ -165,11 +235,8 @@ pub struct DriftArgs {
 /// Arguments of `portcullis retrust`.
 #[derive(Debug, Clone, Args)]
 pub struct RetrustArgs {
-    /// The gateway config.
-    #[command(flatten)]
-    pub config: ConfigArg,
     /// Replace the baseline without asking for confirmation.
-    #[arg(long)]
+    #[arg(short = 'y', long)]
     pub yes: bool,
     /// The server whose baseline is replaced (an upstream, an Agent
     /// Plugin's server, a native tool plugin or an app).
@@ -180,9 +247,6 @@ pub struct RetrustArgs {
 /// Arguments of `portcullis check`.
 #[derive(Debug, Clone, Args)]
 pub struct CheckArgs {
-    /// The gateway config.
-    #[command(flatten)]
-    pub config: ConfigArg,
     /// Check the config, plugins and manifests only: connect no upstream.
     /// Without it every upstream is connected (nothing is recorded), and
     /// one that fails makes `check` exit 1.
@@ -208,10 +272,6 @@ pub struct ClientArgs {
     /// The desktop client whose config is edited.
     #[arg(value_name = "CLIENT", value_enum)]
     pub client: Client,
-    /// The gateway config the client will start Portcullis with (created if
-    /// missing; the servers are added to it).
-    #[command(flatten)]
-    pub config: ConfigArg,
     /// The client's config file, when not where the client keeps it by
     /// default (Claude Desktop: claude_desktop_config.json in its app
     /// support directory; Cursor: ~/.cursor/mcp.json; VS Code:

@@ -22,6 +22,7 @@
 //! | `check`   | loads plugins, manifests, route tables | reports diagnostics | — | — |
 //! | `import`  | — (translates a desktop client's `mcpServers` config into TOML) | — | — | — |
 //! | `client`  | — (moves a desktop client's servers into the TOML and points the client at `serve --stdio`) | — | — | — |
+//! | `completions`, `man` | — (a shell completion script, the manual page: generated from the clap definition) | — | — | — |
 //!
 //! Exit codes: 0 success, 1 the tool answered with an error or was refused,
 //! 2 usage or configuration error (clap's own usage errors exit 2 as well).
@@ -107,7 +108,6 @@ mod trust;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use clap::Parser;
 
 use crate::cli::{Cli, Command, LogFormat};
 
@@ -148,7 +148,7 @@ impl From<Exit> for ExitCode {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match parse() {
         Ok(cli) => cli,
         Err(err) => {
             // clap prints help and version to stdout and asks for 0, usage errors
@@ -176,12 +176,32 @@ fn main() -> ExitCode {
     }
 }
 
+/// Parses the command line. `--config` is global, so clap also takes it
+/// before `import` (`portcullis --config X import …`); import reads no
+/// gateway config, so that is refused as a usage error, like
+/// `import --config X` (see `cli::Command::Import`).
+fn parse() -> Result<Cli, clap::Error> {
+    use clap::{CommandFactory as _, FromArgMatches as _};
+    let mut matches = Cli::command().try_get_matches()?;
+    let given = matches.value_source("config") == Some(clap::parser::ValueSource::CommandLine);
+    let cli = Cli::from_arg_matches_mut(&mut matches)?;
+    if given && matches!(cli.command, Command::Import(_)) {
+        return Err(Cli::command().error(
+            clap::error::ErrorKind::ArgumentConflict,
+            "import reads no gateway config (--config); write the TOML with --output FILE",
+        ));
+    }
+    Ok(cli)
+}
+
 /// Runs one parsed command line.
 fn run(cli: Cli) -> anyhow::Result<Exit> {
     let quiet_default = match &cli.command {
-        Command::Check(a) => return run_check(&a.config.config, a.offline, cli.log_format),
+        Command::Check(a) => return run_check(&cli.config, a.offline, cli.log_format),
         Command::Import(a) => return run_import(a),
-        Command::Client(c) => return run_client(c),
+        Command::Client(c) => return run_client(c, &cli.config),
+        Command::Completions(a) => return print_completions(a.shell),
+        Command::Man => return print_man(),
         Command::Serve(_) => SERVE_LOG_FILTER,
         _ => ONE_SHOT_LOG_FILTER,
     };
@@ -192,14 +212,7 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
         runtime.block_on(demo_upstream::run())?;
         return Ok(Exit::Success);
     }
-    let path = match &cli.command {
-        Command::Serve(a) => &a.config.config,
-        Command::Tools(a) => &a.config.config,
-        Command::Call(a) => &a.config.config,
-        Command::Drift(a) => &a.config.config,
-        Command::Retrust(a) => &a.config.config,
-        _ => return Ok(Exit::Usage),
-    };
+    let path = &cli.config;
     let config = match config::load(path) {
         Ok(config) => config,
         Err(err) => {
@@ -347,8 +360,29 @@ fn run_check(path: &std::path::Path, offline: bool, format: LogFormat) -> anyhow
     })
 }
 
+/// `portcullis completions SHELL`: the completion script, generated from
+/// the same clap definition that parses, so it cannot fall behind.
+fn print_completions(shell: clap_complete::Shell) -> anyhow::Result<Exit> {
+    use clap::CommandFactory as _;
+    // Into memory first: `generate` panics on a write error (a closed pipe).
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "portcullis", &mut script);
+    std::io::Write::write_all(&mut std::io::stdout().lock(), &script)
+        .context("cannot write the completion script")?;
+    Ok(Exit::Success)
+}
+
+/// `portcullis man`: the manual page in roff, from the clap definition.
+fn print_man() -> anyhow::Result<Exit> {
+    use clap::CommandFactory as _;
+    clap_mangen::Man::new(Cli::command())
+        .render(&mut std::io::stdout().lock())
+        .context("cannot write the manual page")?;
+    Ok(Exit::Success)
+}
+
 /// `portcullis client connect|disconnect`.
-fn run_client(command: &cli::ClientCommand) -> anyhow::Result<Exit> {
+fn run_client(command: &cli::ClientCommand, config: &std::path::Path) -> anyhow::Result<Exit> {
     let (args, connect) = match command {
         cli::ClientCommand::Connect(a) => (a, true),
         cli::ClientCommand::Disconnect(a) => (a, false),
@@ -358,7 +392,7 @@ fn run_client(command: &cli::ClientCommand) -> anyhow::Result<Exit> {
         None => client_cmd::default_location(args.client)?,
     };
     if connect {
-        client_cmd::connect(args.client, &file, &args.config.config)
+        client_cmd::connect(args.client, &file, config)
     } else {
         client_cmd::disconnect(args.client, &file)
     }

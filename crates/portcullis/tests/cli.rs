@@ -367,6 +367,113 @@ fn import_takes_no_config_flag() {
 }
 
 #[test]
+fn completions_print_a_script_for_each_shell() {
+    let out = portcullis(&["completions", "bash"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let script = stdout(&out);
+    assert!(script.contains("_portcullis()"), "{script}");
+    assert!(script.contains("complete -F _portcullis"), "{script}");
+    // The script knows the subcommands and the global flags.
+    for word in ["serve", "retrust", "--config", "--log-format"] {
+        assert!(script.contains(word), "no {word} in the bash script");
+    }
+    for shell in ["zsh", "fish", "powershell"] {
+        let out = portcullis(&["completions", shell]);
+        assert_eq!(out.status.code(), Some(0), "{shell}: {}", stderr(&out));
+        assert!(stdout(&out).contains("portcullis"), "{shell}");
+    }
+    assert_usage_error(&["completions", "tcsh"], &["invalid value 'tcsh'"]);
+}
+
+#[test]
+fn man_prints_a_roff_page() {
+    let out = portcullis(&["man"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let page = stdout(&out);
+    // clap_mangen writes two quoting macros (`.ie`/`.el`) before the title.
+    let first_macro = page
+        .lines()
+        .find(|l| !l.starts_with(".ie") && !l.starts_with(".el"));
+    assert!(
+        first_macro.is_some_and(|l| l.starts_with(".TH portcullis 1")),
+        "{page}"
+    );
+    for needle in [".SH NAME", ".SH SUBCOMMANDS", "serve", "\\-\\-config"] {
+        assert!(page.contains(needle), "no {needle:?} in {page}");
+    }
+}
+
+#[test]
+fn help_shows_examples_for_the_top_level_and_every_subcommand() {
+    let help = stdout(&portcullis(&["--help"]));
+    assert!(help.contains("Examples:\n  portcullis check"), "{help}");
+    for sub in [
+        "serve", "tools", "call", "drift", "retrust", "check", "import", "client",
+    ] {
+        let out = portcullis(&[sub, "--help"]);
+        assert_eq!(out.status.code(), Some(0), "{sub} --help");
+        let help = stdout(&out);
+        assert!(
+            help.contains(&format!("Examples:\n  portcullis {sub}")),
+            "{sub}: {help}"
+        );
+    }
+    let serve = stdout(&portcullis(&["serve", "--help"]));
+    for needle in ["/healthz", "/metrics", "SIGHUP", "RUST_LOG"] {
+        assert!(
+            serve.contains(needle),
+            "no {needle} in serve --help: {serve}"
+        );
+    }
+}
+
+#[test]
+fn short_c_is_config_and_config_works_before_the_subcommand() {
+    for sub in ["serve", "tools", "drift", "check"] {
+        assert_reaches_config(&[sub, "-c", "nope/s.toml"], "nope/s.toml");
+        assert_reaches_config(&["-c", "nope/p.toml", sub], "nope/p.toml");
+        assert_reaches_config(&["--config", "nope/l.toml", sub], "nope/l.toml");
+        assert_reaches_config(&["--config=nope/e.toml", sub], "nope/e.toml");
+    }
+    assert_reaches_config(
+        &["--config", "nope/r.toml", "retrust", "docs"],
+        "nope/r.toml",
+    );
+    assert_reaches_config(&["-c", "nope/c.toml", "call", "files__read"], "nope/c.toml");
+    // Given after the subcommand, the later value wins.
+    assert_reaches_config(
+        &[
+            "--config",
+            "nope/first.toml",
+            "tools",
+            "-c",
+            "nope/last.toml",
+        ],
+        "nope/last.toml",
+    );
+}
+
+#[test]
+fn short_j_is_json_and_short_y_is_yes() {
+    assert_reaches_config(&["tools", "-j", "-c", "nope/t.toml"], "nope/t.toml");
+    assert_reaches_config(&["call", "-j", "t", "-c", "nope/t.toml"], "nope/t.toml");
+    assert_reaches_config(&["drift", "-j", "docs", "-c", "nope/t.toml"], "nope/t.toml");
+    assert_reaches_config(
+        &["retrust", "-y", "docs", "-c", "nope/t.toml"],
+        "nope/t.toml",
+    );
+}
+
+#[test]
+fn import_refuses_config_before_the_subcommand_too() {
+    assert_usage_error(
+        &["--config", "x.toml", "import", "cursor", "f"],
+        &["import reads no gateway config", "--output"],
+    );
+    assert_usage_error(&["import", "-c", "x.toml", "cursor", "f"], &["-c"]);
+}
+
+#[test]
 fn unknown_subcommand_is_a_usage_error() {
     assert_usage_error(&["proxy"], &["unrecognized subcommand 'proxy'"]);
 }
