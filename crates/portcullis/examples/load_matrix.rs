@@ -1,0 +1,879 @@
+//! The load matrix: every client era × every upstream transport × 1, 8 and
+//! 32 concurrent clients, each cell measured directly and through
+//! `portcullis serve`, interleaved in one run. `docs/performance.md` says
+//! what it measures and holds the latest figures.
+//!
+//! ```text
+//! cargo build --release -p portcullis --bins --examples
+//! target/release/examples/load_matrix [CALLS_PER_CELL]
+//! ```
+//!
+//! Client eras (hand-written HTTP clients, so every byte on the wire is
+//! known; each reads every answer to the end of its body before the next
+//! call on its connection):
+//! * `2025-sse`: a 2025-11-25 client with a session: `initialize`,
+//!   `notifications/initialized`, then `tools/call` POSTs carrying
+//!   `Mcp-Session-Id`, answered as SSE streams (what most deployed clients
+//!   do, and the path that once stalled 40 ms on delayed ACKs).
+//! * `2025-json`: the same client, but talking directly to a stateless
+//!   server that answers `initialize` and every call with plain JSON and
+//!   no session. The gateway keeps a session for every initialize-era
+//!   client, so through it the same client gets a session and SSE.
+//! * `2026`: a stateless 2026-07-28 client: one POST per call, the protocol
+//!   in `_meta` and the standard headers, a JSON answer.
+//!
+//! Upstreams behind the gateway (all the same rmcp echo handler, served by
+//! this example itself):
+//! * `stdio`: a child process of the gateway speaking over stdin/stdout.
+//! * `http-session`: Streamable HTTP with sessions, 2025-era only (it
+//!   refuses `server/discover`, so the gateway falls back to `initialize`
+//!   and one session).
+//! * `http-stateless`: stateless Streamable HTTP with JSON answers, both
+//!   eras (the gateway reaches it as a 2026-07-28 server).
+//!
+//! "Direct" is the same echo handler served over Streamable HTTP in the
+//! client's own era: a session server for `2025-sse`, a stateless JSON
+//! server for `2025-json` and `2026`. It does not depend on the upstream
+//! column, so each ratio answers "what does this client lose by going
+//! through the gateway to this kind of upstream". For a stdio upstream no
+//! HTTP client can reach the server without something in between; the
+//! HTTP twin is the honest yardstick.
+//!
+//! Each cell runs its calls in two rounds, direct then gateway each round,
+//! so both sides see the same machine. Each call carries a distinct
+//! message and the echoed text is checked. Reported per cell: calls/s of
+//! each side and their ratio, the p50 and p99 the gateway adds, the
+//! gateway's own CPU per call (its process tree's user + system time from
+//! `/proc` minus its children's, i.e. without the stdio upstream), and the
+//! gateway's peak RSS during the cell (`VmHWM`, reset through
+//! `/proc/PID/clear_refs` before the cell). Each era × upstream block gets
+//! a fresh gateway (its idle RSS is read once it is connected, before any
+//! call). Linux only.
+//!
+//! Environment: `LOAD_MATRIX_CALLS` (calls per side per cell, default 2000,
+//! also the first argument), `LOAD_MATRIX_ERAS` (e.g. `2025-sse,2026`),
+//! `LOAD_MATRIX_UPSTREAMS` (e.g. `stdio`), `LOAD_MATRIX_LEVELS` (e.g.
+//! `1,32`), `PORTCULLIS_BIN` (the gateway binary; default
+//! `target/release/portcullis` beside the examples directory),
+//! `LOAD_MATRIX_STORE=sqlite` (the default store, SQLite in the gateway's
+//! data directory, instead of the memory store, which keeps every audit
+//! record in memory). The gateway runs with its default logging (stderr
+//! read and dropped here).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+#[path = "../../portcullis-server/examples/load_driver/mod.rs"]
+mod load_driver;
+use load_driver::{RmcpEcho, memory, ms};
+
+const ERAS: [Era; 3] = [Era::Sse2025, Era::Json2025, Era::Stateless2026];
+const UPSTREAMS: [Upstream; 3] = [
+    Upstream::Stdio,
+    Upstream::HttpSession,
+    Upstream::HttpStateless,
+];
+const LEVELS: [usize; 3] = [1, 8, 32];
+/// Each side's calls of a cell are split into this many rounds, direct and
+/// gateway alternating, so a change in the machine's load hits both.
+const ROUNDS: usize = 2;
+const LEGACY_VERSION: &str = "2025-11-25";
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let runtime = tokio::runtime::Runtime::new()?;
+    match args.get(1).map(String::as_str) {
+        Some("serve-http") => {
+            let sessions = args.get(2).map(String::as_str) == Some("session");
+            runtime.block_on(serve_http(sessions))
+        }
+        Some("serve-stdio") => runtime.block_on(serve_stdio()),
+        other => {
+            let calls = other
+                .and_then(|n| n.parse().ok())
+                .or_else(|| {
+                    std::env::var("LOAD_MATRIX_CALLS")
+                        .ok()
+                        .and_then(|n| n.parse().ok())
+                })
+                .unwrap_or(2000);
+            runtime.block_on(matrix(calls))
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The servers.
+
+/// The echo, 2025-era only: `server/discover` is refused with the versions
+/// it speaks, so a dual-era client (the gateway) falls back to `initialize`.
+#[derive(Clone)]
+struct LegacyEcho;
+
+impl rmcp::ServerHandler for LegacyEcho {
+    fn get_info(&self) -> rmcp::model::ServerConfig {
+        RmcpEcho.get_info()
+    }
+
+    fn supported_protocol_versions(
+        &self,
+    ) -> std::borrow::Cow<'static, [rmcp::model::ProtocolVersion]> {
+        std::borrow::Cow::Borrowed(rmcp::model::ProtocolVersion::known_up_to(
+            &rmcp::model::ProtocolVersion::V_2025_11_25,
+        ))
+    }
+
+    async fn list_tools(
+        &self,
+        request: Option<rmcp::model::PaginatedRequestParams>,
+        context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<rmcp::model::ListToolsResult, rmcp::ErrorData> {
+        RmcpEcho.list_tools(request, context).await
+    }
+
+    async fn call_tool(
+        &self,
+        request: rmcp::model::CallToolRequestParams,
+        context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<rmcp::model::CallToolResponse, rmcp::ErrorData> {
+        RmcpEcho.call_tool(request, context).await
+    }
+}
+
+/// Serves the echo over Streamable HTTP on a free loopback port, printing
+/// its URL: with sessions (2025-era only), or stateless with JSON answers.
+/// Accepted sockets get `TCP_NODELAY`, as the gateway's do, so neither side
+/// of a comparison waits on delayed ACKs.
+async fn serve_http(sessions: bool) -> Result<(), Box<dyn std::error::Error>> {
+    use axum::serve::ListenerExt;
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+    use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+    let config = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(sessions)
+        .with_json_response(!sessions);
+    let app = if sessions {
+        let service = StreamableHttpService::new(
+            || Ok(LegacyEcho),
+            Arc::new(LocalSessionManager::default()),
+            config,
+        );
+        axum::Router::new().route_service("/mcp", service)
+    } else {
+        let service = StreamableHttpService::new(
+            || Ok(RmcpEcho),
+            Arc::new(NeverSessionManager::default()),
+            config,
+        );
+        axum::Router::new().route_service("/mcp", service)
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    println!("http://{}/mcp", listener.local_addr()?);
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    axum::serve(listener, app).await?;
+    Ok(())
+}
+
+/// Serves the echo over stdin/stdout until stdin closes.
+async fn serve_stdio() -> Result<(), Box<dyn std::error::Error>> {
+    use rmcp::ServiceExt;
+    let running = RmcpEcho.serve(rmcp::transport::stdio()).await?;
+    running.waiting().await?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// The matrix.
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Era {
+    Sse2025,
+    Json2025,
+    Stateless2026,
+}
+
+impl Era {
+    fn name(self) -> &'static str {
+        match self {
+            Era::Sse2025 => "2025-sse",
+            Era::Json2025 => "2025-json",
+            Era::Stateless2026 => "2026",
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Upstream {
+    Stdio,
+    HttpSession,
+    HttpStateless,
+}
+
+impl Upstream {
+    fn name(self) -> &'static str {
+        match self {
+            Upstream::Stdio => "stdio",
+            Upstream::HttpSession => "http-session",
+            Upstream::HttpStateless => "http-stateless",
+        }
+    }
+}
+
+/// A process this run started, killed when dropped.
+struct Child {
+    child: tokio::process::Child,
+    pid: u32,
+}
+
+/// The first line a child prints on stdout (the echo servers' URL).
+async fn spawn_echo(exe: &Path, mode: &str) -> Result<(Child, String), Box<dyn std::error::Error>> {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = tokio::process::Command::new(exe)
+        .args(["serve-http", mode])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let pid = child.id().ok_or("no pid")?;
+    let url = tokio::io::BufReader::new(child.stdout.take().ok_or("no stdout")?)
+        .lines()
+        .next_line()
+        .await?
+        .ok_or("the echo server printed no URL")?;
+    Ok((Child { child, pid }, url))
+}
+
+/// One gateway in front of one upstream.
+struct Gateway {
+    process: Child,
+    url: String,
+    idle_mib: f64,
+    _dir: tempfile::TempDir,
+}
+
+async fn spawn_gateway(
+    bin: &Path,
+    exe: &Path,
+    upstream: Upstream,
+    session_url: &str,
+    stateless_url: &str,
+    store: &str,
+) -> Result<Gateway, Box<dyn std::error::Error>> {
+    use tokio::io::AsyncBufReadExt;
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("portcullis.toml");
+    let table = match upstream {
+        Upstream::Stdio => format!(
+            "type = \"stdio\"\ncommand = {}\nargs = [\"serve-stdio\"]\n",
+            Value::from(exe.to_string_lossy().into_owned())
+        ),
+        Upstream::HttpSession => format!("type = \"streamable-http\"\nurl = \"{session_url}\"\n"),
+        Upstream::HttpStateless => {
+            format!("type = \"streamable-http\"\nurl = \"{stateless_url}\"\n")
+        }
+    };
+    std::fs::write(
+        &config,
+        format!(
+            "[gateway]\nstore = \"{store}\"\ndata_dir = \"data\"\nprefix = \"never\"\n\n[upstreams.echo]\n{table}"
+        ),
+    )?;
+    let mut child = tokio::process::Command::new(bin)
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
+    let pid = child.id().ok_or("no gateway pid")?;
+    let mut stderr = tokio::io::BufReader::new(child.stderr.take().ok_or("no stderr")?).lines();
+    let url = loop {
+        let line = stderr
+            .next_line()
+            .await?
+            .ok_or("the gateway exited before listening")?;
+        if let Some(rest) = line.strip_prefix("portcullis: listening on ") {
+            break rest.split(';').next().unwrap_or_default().to_owned();
+        }
+    };
+    // Keep the pipe drained (one log line a call).
+    tokio::spawn(async move { while let Ok(Some(_)) = stderr.next_line().await {} });
+    // Settled: connected to its upstream, nothing served yet.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let idle_mib = memory(pid).0;
+    Ok(Gateway {
+        process: Child { child, pid },
+        url,
+        idle_mib,
+        _dir: dir,
+    })
+}
+
+/// One side's measurements of one cell.
+#[derive(Default)]
+struct Side {
+    latencies: Vec<Duration>,
+    elapsed: Duration,
+    cpu_seconds: f64,
+    sse_answers: usize,
+    json_answers: usize,
+}
+
+impl Side {
+    fn calls_per_second(&self) -> f64 {
+        self.latencies.len() as f64 / self.elapsed.as_secs_f64()
+    }
+
+    fn pct_ms(&mut self, p: f64) -> f64 {
+        self.latencies.sort();
+        let n = self.latencies.len();
+        ms(self.latencies[((n as f64 * p) as usize).min(n - 1)])
+    }
+
+    fn answers(&self) -> &'static str {
+        match (self.sse_answers > 0, self.json_answers > 0) {
+            (true, false) => "sse",
+            (false, true) => "json",
+            _ => "mixed",
+        }
+    }
+
+    fn add(&mut self, run: Run) {
+        self.latencies.extend(run.latencies);
+        self.elapsed += run.elapsed;
+        self.cpu_seconds += run.cpu_seconds;
+        self.sse_answers += run.sse_answers;
+        self.json_answers += run.json_answers;
+    }
+}
+
+/// One cell's row.
+struct Row {
+    era: Era,
+    upstream: Upstream,
+    concurrency: usize,
+    direct_cps: f64,
+    gateway_cps: f64,
+    added_p50_ms: f64,
+    added_p99_ms: f64,
+    direct_p50_ms: f64,
+    gateway_p50_ms: f64,
+    cpu_us: f64,
+    peak_mib: f64,
+    answers: String,
+}
+
+fn selected<T: Copy>(all: &[T], var: &str, name: impl Fn(T) -> String) -> Vec<T> {
+    match std::env::var(var) {
+        Ok(list) => {
+            let wanted: Vec<&str> = list.split(',').map(str::trim).collect();
+            all.iter()
+                .copied()
+                .filter(|item| wanted.contains(&name(*item).as_str()))
+                .collect()
+        }
+        Err(_) => all.to_vec(),
+    }
+}
+
+async fn matrix(calls: usize) -> Result<(), Box<dyn std::error::Error>> {
+    let eras = selected(&ERAS, "LOAD_MATRIX_ERAS", |e| e.name().to_owned());
+    let upstreams = selected(&UPSTREAMS, "LOAD_MATRIX_UPSTREAMS", |u| u.name().to_owned());
+    let levels = selected(&LEVELS, "LOAD_MATRIX_LEVELS", |c| c.to_string());
+    let exe = std::env::current_exe()?;
+    let bin = std::env::var_os("PORTCULLIS_BIN")
+        .map(PathBuf::from)
+        .or_else(|| {
+            exe.parent()
+                .and_then(|examples| examples.parent())
+                .map(|dir| dir.join("portcullis"))
+        })
+        .ok_or("cannot find the portcullis binary; set PORTCULLIS_BIN")?;
+
+    let store = match std::env::var("LOAD_MATRIX_STORE").as_deref() {
+        Ok("sqlite") => "sqlite",
+        _ => "memory",
+    };
+    let (session_echo, session_url) = spawn_echo(&exe, "session").await?;
+    let (stateless_echo, stateless_url) = spawn_echo(&exe, "stateless").await?;
+    let client = reqwest::Client::builder().tcp_nodelay(true).build()?;
+
+    println!(
+        "load matrix: {calls} calls per side per cell in {ROUNDS} rounds (direct, gateway, direct, gateway); store {store}; gateway {}",
+        bin.display()
+    );
+    println!("load average at start: {}\n", load_average());
+
+    let started = Instant::now();
+    let mut rows = Vec::new();
+    let mut idle = Vec::new();
+    for era in &eras {
+        let direct_url = match era {
+            Era::Sse2025 => &session_url,
+            Era::Json2025 | Era::Stateless2026 => &stateless_url,
+        };
+        for upstream in &upstreams {
+            // A fresh gateway for each era and upstream, so what one block
+            // leaves behind (sessions, the memory store's audit records)
+            // does not weigh on the next one's memory.
+            let gateway =
+                spawn_gateway(&bin, &exe, *upstream, &session_url, &stateless_url, store).await?;
+            idle.push((*era, *upstream, gateway.idle_mib));
+            // Warm-up of both sides: connections, sessions, allocator.
+            run(&client, direct_url, *era, 8, 200, None).await?;
+            run(&client, &gateway.url, *era, 8, 200, None).await?;
+            for &concurrency in &levels {
+                let mut direct = Side::default();
+                let mut through = Side::default();
+                reset_peak(gateway.process.pid);
+                let per_round = calls.div_ceil(ROUNDS);
+                for _ in 0..ROUNDS {
+                    direct.add(run(&client, direct_url, *era, concurrency, per_round, None).await?);
+                    through.add(
+                        run(
+                            &client,
+                            &gateway.url,
+                            *era,
+                            concurrency,
+                            per_round,
+                            Some(gateway.process.pid),
+                        )
+                        .await?,
+                    );
+                }
+                let peak_mib = memory(gateway.process.pid).1;
+                let direct_p50 = direct.pct_ms(0.50);
+                let gateway_p50 = through.pct_ms(0.50);
+                let row = Row {
+                    era: *era,
+                    upstream: *upstream,
+                    concurrency,
+                    direct_cps: direct.calls_per_second(),
+                    gateway_cps: through.calls_per_second(),
+                    added_p50_ms: gateway_p50 - direct_p50,
+                    added_p99_ms: through.pct_ms(0.99) - direct.pct_ms(0.99),
+                    direct_p50_ms: direct_p50,
+                    gateway_p50_ms: gateway_p50,
+                    cpu_us: through.cpu_seconds / through.latencies.len() as f64 * 1e6,
+                    peak_mib,
+                    answers: format!("{}/{}", direct.answers(), through.answers()),
+                };
+                eprintln!(
+                    "{} × {} × {}: {:.0} vs {:.0} calls/s ({:.2}x), load {}",
+                    era.name(),
+                    upstream.name(),
+                    concurrency,
+                    row.direct_cps,
+                    row.gateway_cps,
+                    row.gateway_cps / row.direct_cps,
+                    load_average()
+                );
+                rows.push(row);
+            }
+            stop(gateway.process).await;
+        }
+    }
+
+    println!(
+        "| era | upstream | c | direct calls/s | gateway calls/s | ratio | direct p50 | gateway p50 | added p50 | added p99 | gateway CPU/call | gateway peak RSS | answers (direct/gateway) |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for row in &rows {
+        println!(
+            "| {} | {} | {} | {:.0} | {:.0} | {:.2}x | {:.3} ms | {:.3} ms | {:+.3} ms | {:+.3} ms | {:.0} µs | {:.1} MiB | {} |",
+            row.era.name(),
+            row.upstream.name(),
+            row.concurrency,
+            row.direct_cps,
+            row.gateway_cps,
+            row.gateway_cps / row.direct_cps,
+            row.direct_p50_ms,
+            row.gateway_p50_ms,
+            row.added_p50_ms,
+            row.added_p99_ms,
+            row.cpu_us,
+            row.peak_mib,
+            row.answers,
+        );
+    }
+    println!();
+    targets(&rows, &idle);
+    println!(
+        "\nload average at end: {}; {:.0} s",
+        load_average(),
+        started.elapsed().as_secs_f64()
+    );
+
+    drop(session_echo);
+    drop(stateless_echo);
+    Ok(())
+}
+
+/// How far each cell is from the design's targets.
+fn targets(rows: &[Row], idle: &[(Era, Upstream, f64)]) {
+    let mark = |ok: bool| if ok { "met" } else { "MISSED" };
+    println!("Targets:");
+    for row in rows {
+        let ratio = row.gateway_cps / row.direct_cps;
+        let mut notes = Vec::new();
+        if row.concurrency >= 8 {
+            notes.push(format!("ratio {ratio:.2} ≥ 0.65: {}", mark(ratio >= 0.65)));
+        }
+        if row.concurrency == 1 {
+            notes.push(format!(
+                "added p50 {:.3} ≤ 0.2 ms: {}",
+                row.added_p50_ms,
+                mark(row.added_p50_ms <= 0.2)
+            ));
+        }
+        notes.push(format!(
+            "CPU {:.0} ≤ 150 µs: {}",
+            row.cpu_us,
+            mark(row.cpu_us <= 150.0)
+        ));
+        if row.concurrency == 32 {
+            notes.push(format!(
+                "peak {:.1} ≤ 60 MiB: {}",
+                row.peak_mib,
+                mark(row.peak_mib <= 60.0)
+            ));
+        }
+        println!(
+            "- {} × {} × {}: {}",
+            row.era.name(),
+            row.upstream.name(),
+            row.concurrency,
+            notes.join("; ")
+        );
+    }
+    for (era, upstream, mib) in idle {
+        println!(
+            "- idle RSS (started, connected, nothing served), gateway for {} × {}: {mib:.1} ≤ 30 MiB: {}",
+            era.name(),
+            upstream.name(),
+            mark(*mib <= 30.0)
+        );
+    }
+    // The stateless era against a stdio upstream, beside the session era.
+    let find = |era: Era, c: usize| {
+        rows.iter()
+            .find(|r| r.era == era && r.upstream == Upstream::Stdio && r.concurrency == c)
+    };
+    for c in LEVELS {
+        if let (Some(stateless), Some(session)) =
+            (find(Era::Stateless2026, c), find(Era::Sse2025, c))
+        {
+            let slower = session.gateway_cps / stateless.gateway_cps;
+            println!(
+                "- stdio at c={c}: 2026 {:.0} calls/s vs 2025-sse {:.0} calls/s through the gateway (2026 is {slower:.2}x slower; ≤ 2: {})",
+                stateless.gateway_cps,
+                session.gateway_cps,
+                mark(slower <= 2.0)
+            );
+        }
+    }
+}
+
+/// SIGTERM, as an operator stops it; killed if it does not exit.
+async fn stop(mut process: Child) {
+    let _ = tokio::process::Command::new("kill")
+        .args(["-TERM", &process.pid.to_string()])
+        .status()
+        .await;
+    if tokio::time::timeout(Duration::from_secs(20), process.child.wait())
+        .await
+        .is_err()
+    {
+        let _ = process.child.kill().await;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The clients.
+
+/// One round of one side: `concurrency` clients, each with its own session
+/// where its era has one (opened before the clock starts and closed after
+/// it stops), posting their share of `calls` one after another.
+struct Run {
+    latencies: Vec<Duration>,
+    elapsed: Duration,
+    cpu_seconds: f64,
+    sse_answers: usize,
+    json_answers: usize,
+}
+
+async fn run(
+    client: &reqwest::Client,
+    url: &str,
+    era: Era,
+    concurrency: usize,
+    calls: usize,
+    gateway_pid: Option<u32>,
+) -> Result<Run, Box<dyn std::error::Error>> {
+    let per_worker = calls.div_ceil(concurrency);
+    let sessions =
+        futures::future::try_join_all((0..concurrency).map(|_| open(client, url, era))).await?;
+    let cpu_before = gateway_pid.map_or(0.0, own_cpu_seconds);
+    let started = Instant::now();
+    let workers = sessions.iter().map(|session| {
+        let client = client.clone();
+        let url = url.to_owned();
+        let session = session.clone();
+        tokio::spawn(async move {
+            let mut latencies = Vec::with_capacity(per_worker);
+            let (mut sse, mut json) = (0, 0);
+            for i in 0..per_worker {
+                let id = 1 + i;
+                let message = format!("m{}", NEXT_MESSAGE.fetch_add(1, Ordering::Relaxed));
+                let started = Instant::now();
+                let kind = call(&client, &url, era, session.as_deref(), id, &message).await?;
+                latencies.push(started.elapsed());
+                match kind {
+                    Kind::Sse => sse += 1,
+                    Kind::Json => json += 1,
+                }
+            }
+            Ok::<_, String>((latencies, sse, json))
+        })
+    });
+    let results = futures::future::join_all(workers).await;
+    let elapsed = started.elapsed();
+    let cpu_seconds = gateway_pid.map_or(0.0, own_cpu_seconds) - cpu_before;
+    for session in sessions.iter().flatten() {
+        let _ = client
+            .delete(url)
+            .header("mcp-session-id", session)
+            .header("mcp-protocol-version", LEGACY_VERSION)
+            .send()
+            .await;
+    }
+    let mut run = Run {
+        latencies: Vec::with_capacity(calls),
+        elapsed,
+        cpu_seconds,
+        sse_answers: 0,
+        json_answers: 0,
+    };
+    for result in results {
+        let (latencies, sse, json) = result??;
+        run.latencies.extend(latencies);
+        run.sse_answers += sse;
+        run.json_answers += json;
+    }
+    Ok(run)
+}
+
+/// Numbers every call of the run, so no two carry the same message.
+static NEXT_MESSAGE: AtomicU64 = AtomicU64::new(0);
+
+/// How an answer came.
+enum Kind {
+    Sse,
+    Json,
+}
+
+/// Opens a client of `era`: the initialize handshake for the 2025 eras
+/// (returning the session the server made, if it made one), nothing for
+/// the stateless era.
+async fn open(client: &reqwest::Client, url: &str, era: Era) -> Result<Option<String>, String> {
+    if era == Era::Stateless2026 {
+        return Ok(None);
+    }
+    let body = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": LEGACY_VERSION, "capabilities": {},
+        "clientInfo": {"name": "load-matrix", "version": "1"}}});
+    let response = client
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(body.to_string())
+        .send()
+        .await
+        .map_err(|e| format!("initialize: {e}"))?;
+    let session = response
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let (message, _) = read_answer(response, 0).await?;
+    let version = message["result"]["protocolVersion"].as_str();
+    if version != Some(LEGACY_VERSION) {
+        return Err(format!("initialize answered {message}"));
+    }
+    let mut request = client
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", LEGACY_VERSION);
+    if let Some(session) = &session {
+        request = request.header("mcp-session-id", session);
+    }
+    let response = request
+        .body(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string())
+        .send()
+        .await
+        .map_err(|e| format!("initialized: {e}"))?;
+    let status = response.status();
+    let _ = response.bytes().await;
+    if status != reqwest::StatusCode::ACCEPTED {
+        return Err(format!("notifications/initialized answered {status}"));
+    }
+    Ok(session)
+}
+
+/// One `tools/call` of `era`, its answer read to the end and checked to
+/// echo `message`.
+async fn call(
+    client: &reqwest::Client,
+    url: &str,
+    era: Era,
+    session: Option<&str>,
+    id: usize,
+    message: &str,
+) -> Result<Kind, String> {
+    let mut params = json!({"name": "echo", "arguments": {"message": message}});
+    let mut request = client
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream");
+    match era {
+        Era::Stateless2026 => {
+            params["_meta"] = json!({
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientInfo": {"name": "load-matrix", "version": "1"},
+                "io.modelcontextprotocol/clientCapabilities": {}
+            });
+            request = request
+                .header("mcp-protocol-version", "2026-07-28")
+                .header("mcp-method", "tools/call")
+                .header("mcp-name", "echo");
+        }
+        Era::Sse2025 | Era::Json2025 => {
+            request = request.header("mcp-protocol-version", LEGACY_VERSION);
+            if let Some(session) = session {
+                request = request.header("mcp-session-id", session);
+            }
+        }
+    }
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
+    let response = request
+        .body(body.to_string())
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let (answer, kind) = read_answer(response, id).await?;
+    let echoed = answer["result"]["content"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|block| block["text"].as_str())
+        .any(|text| text.contains(message));
+    if !echoed || answer["result"]["isError"] == Value::Bool(true) {
+        return Err(format!("call {id} did not echo {message:?}: {answer}"));
+    }
+    Ok(kind)
+}
+
+/// Reads an answer to the end of its body and returns the JSON-RPC message
+/// answering `id`: the whole body for JSON, the event carrying it for SSE.
+async fn read_answer(response: reqwest::Response, id: usize) -> Result<(Value, Kind), String> {
+    let status = response.status();
+    let events = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    // To the end of the body: the next call on this connection cannot start
+    // before it.
+    let text = response.text().await.map_err(|e| e.to_string())?;
+    if !status.is_success() {
+        return Err(format!("HTTP {status}: {text}"));
+    }
+    if !events {
+        let message: Value = serde_json::from_str(&text).map_err(|e| format!("{e}: {text}"))?;
+        return Ok((message, Kind::Json));
+    }
+    let mut data = String::new();
+    for line in text.lines().chain(std::iter::once("")) {
+        if let Some(rest) = line.strip_prefix("data:") {
+            data.push_str(rest.strip_prefix(' ').unwrap_or(rest));
+            data.push('\n');
+        } else if line.is_empty() && !data.is_empty() {
+            if let Ok(message) = serde_json::from_str::<Value>(&data)
+                && message["id"] == json!(id)
+            {
+                return Ok((message, Kind::Sse));
+            }
+            data.clear();
+        }
+    }
+    Err(format!("no answer to {id} in the event stream: {text}"))
+}
+
+// ---------------------------------------------------------------------------
+// /proc.
+
+/// User + system CPU seconds of `pid`'s whole process tree minus those of
+/// its descendants: the gateway's own, without its stdio upstream.
+fn own_cpu_seconds(pid: u32) -> f64 {
+    let table = processes();
+    let mut tree = vec![pid];
+    let mut i = 0;
+    while i < tree.len() {
+        let parent = tree[i];
+        tree.extend(
+            table
+                .iter()
+                .filter(|(_, (ppid, _))| *ppid == parent)
+                .map(|(p, _)| *p),
+        );
+        i += 1;
+    }
+    let cpu = |p: &u32| table.get(p).map_or(0.0, |(_, cpu)| *cpu);
+    let whole: f64 = tree.iter().map(cpu).sum();
+    let children: f64 = tree[1..].iter().map(cpu).sum();
+    whole - children
+}
+
+/// Every process: pid → (parent pid, user + system CPU seconds).
+fn processes() -> HashMap<u32, (u32, f64)> {
+    let mut table = HashMap::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return table;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        // Fields after the parenthesised command name: state, ppid, …;
+        // utime and stime are the 14th and 15th overall, in clock ticks.
+        let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        let field = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok());
+        if let (Some(ppid), Some(user), Some(system)) = (field(1), field(11), field(12)) {
+            table.insert(pid, (ppid as u32, (user + system) / 100.0));
+        }
+    }
+    table
+}
+
+/// Resets `pid`'s peak RSS (`VmHWM`) to its current RSS.
+fn reset_peak(pid: u32) {
+    let _ = std::fs::write(format!("/proc/{pid}/clear_refs"), "5");
+}
+
+/// The 1-minute load average.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".into())
+}
