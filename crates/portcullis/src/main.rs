@@ -309,11 +309,9 @@ fn run_check(path: &std::path::Path, offline: bool, format: LogFormat) -> anyhow
         Err(err) => {
             // Every unknown key of the file, not only the first.
             // Read as `load` reads it: a FIFO or device is never waited on.
-            let text = portcullis_sources::files::read_regular_to_string(
-                path,
-                config::MAX_CONFIG_BYTES,
-            )
-            .unwrap_or_default();
+            let text =
+                portcullis_sources::files::read_regular_to_string(path, config::MAX_CONFIG_BYTES)
+                    .unwrap_or_default();
             let unknown = config::unknown_keys(path, &text);
             if unknown.is_empty() {
                 eprintln!("error: {err}");
