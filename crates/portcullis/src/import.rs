@@ -812,7 +812,7 @@ mod tests {
         assert!(looks_secret("AWS_SECRET_ACCESS_KEY", "x"));
         assert!(looks_secret("DATABASE_URL", "postgres://u:pw@h/db"));
         assert!(!looks_secret("DATABASE_URL", "postgres://h/db"));
-        assert!(!looks_secret("SSH_KEY_PATH", "/home/me/.ssh/id"));
+        assert!(!looks_secret("SSH_KEY_PATH", "~/.ssh/id_ed25519"));
     }
 }
 
