@@ -23,12 +23,12 @@
 //! it. `GATEWAY_LOAD_WORKERS=N` runs the gateway alone with N tokio worker
 //! threads (`TOKIO_WORKER_THREADS`), the driver and upstream unchanged.
 
-use std::path::PathBuf;
-
 // The driver `load_bench` uses too, so both benches load the same way.
 #[path = "../../portcullis-server/examples/load_driver/mod.rs"]
 mod load_driver;
 use load_driver::{CallShape, LEVELS, cpu_seconds, measure, memory, run};
+
+mod gateway_process;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
@@ -70,39 +70,16 @@ async fn drive(calls: usize) -> Result<(), Box<dyn std::error::Error>> {
             "[gateway]\nstore = \"{store}\"\nprefix = \"never\"\n\n[upstreams.echo]\ntype = \"streamable-http\"\nurl = \"{upstream_url}\"\n"
         ),
     )?;
-    let bin = std::env::var_os("PORTCULLIS_BIN")
-        .map(PathBuf::from)
-        .or_else(|| {
-            exe.parent()
-                .and_then(|examples| examples.parent())
-                .map(|dir| dir.join("portcullis"))
-        })
-        .ok_or("cannot find the portcullis binary; set PORTCULLIS_BIN")?;
+    let bin = gateway_process::binary()?;
     let mut command = tokio::process::Command::new(&bin);
     if let Ok(workers) = std::env::var("GATEWAY_LOAD_WORKERS") {
         command.env("TOKIO_WORKER_THREADS", workers);
     }
-    let mut gateway = command
-        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
-        .arg(&config)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
-    let gateway_pid = gateway.id().ok_or("no gateway pid")?;
-    let mut stderr = tokio::io::BufReader::new(gateway.stderr.take().ok_or("no stderr")?).lines();
-    let gateway_url = loop {
-        let line = stderr
-            .next_line()
-            .await?
-            .ok_or("the gateway exited before listening")?;
-        if let Some(rest) = line.strip_prefix("portcullis: listening on ") {
-            break rest.split(';').next().unwrap_or_default().to_owned();
-        }
-    };
-    // Keep the pipe drained (one log line a call).
-    tokio::spawn(async move { while let Ok(Some(_)) = stderr.next_line().await {} });
+    let gateway_process::Served {
+        child: mut gateway,
+        pid: gateway_pid,
+        url: gateway_url,
+    } = gateway_process::serve(command, &bin, &config).await?;
 
     let client = reqwest::Client::builder().tcp_nodelay(true).build()?;
     // Warm-up: connections, allocator, lazy statics, both paths.

@@ -61,7 +61,7 @@
 //! read and dropped here).
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -71,6 +71,8 @@ use serde_json::{Value, json};
 #[path = "../../portcullis-server/examples/load_driver/mod.rs"]
 mod load_driver;
 use load_driver::{RmcpEcho, memory, ms};
+
+mod gateway_process;
 
 const ERAS: [Era; 3] = [Era::Sse2025, Era::Json2025, Era::Stateless2026];
 const UPSTREAMS: [Upstream; 3] = [
@@ -265,7 +267,6 @@ async fn spawn_gateway(
     stateless_url: &str,
     store: &str,
 ) -> Result<Gateway, Box<dyn std::error::Error>> {
-    use tokio::io::AsyncBufReadExt;
     let dir = tempfile::tempdir()?;
     let config = dir.path().join("portcullis.toml");
     let table = match upstream {
@@ -284,27 +285,8 @@ async fn spawn_gateway(
             "[gateway]\nstore = \"{store}\"\ndata_dir = \"data\"\nprefix = \"never\"\n\n[upstreams.echo]\n{table}"
         ),
     )?;
-    let mut child = tokio::process::Command::new(bin)
-        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
-        .arg(&config)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
-    let pid = child.id().ok_or("no gateway pid")?;
-    let mut stderr = tokio::io::BufReader::new(child.stderr.take().ok_or("no stderr")?).lines();
-    let url = loop {
-        let line = stderr
-            .next_line()
-            .await?
-            .ok_or("the gateway exited before listening")?;
-        if let Some(rest) = line.strip_prefix("portcullis: listening on ") {
-            break rest.split(';').next().unwrap_or_default().to_owned();
-        }
-    };
-    // Keep the pipe drained (one log line a call).
-    tokio::spawn(async move { while let Ok(Some(_)) = stderr.next_line().await {} });
+    let gateway_process::Served { child, pid, url } =
+        gateway_process::serve(tokio::process::Command::new(bin), bin, &config).await?;
     // Settled: connected to its upstream, nothing served yet.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let idle_mib = memory(pid).0;
@@ -388,14 +370,7 @@ async fn matrix(calls: usize) -> Result<(), Box<dyn std::error::Error>> {
     let upstreams = selected(&UPSTREAMS, "LOAD_MATRIX_UPSTREAMS", |u| u.name().to_owned());
     let levels = selected(&LEVELS, "LOAD_MATRIX_LEVELS", |c| c.to_string());
     let exe = std::env::current_exe()?;
-    let bin = std::env::var_os("PORTCULLIS_BIN")
-        .map(PathBuf::from)
-        .or_else(|| {
-            exe.parent()
-                .and_then(|examples| examples.parent())
-                .map(|dir| dir.join("portcullis"))
-        })
-        .ok_or("cannot find the portcullis binary; set PORTCULLIS_BIN")?;
+    let bin = gateway_process::binary()?;
 
     let store = match std::env::var("LOAD_MATRIX_STORE").as_deref() {
         Ok("sqlite") => "sqlite",

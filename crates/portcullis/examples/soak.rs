@@ -40,13 +40,15 @@
 //! (`/proc`).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt;
+
+mod gateway_process;
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
@@ -513,15 +515,7 @@ async fn worker(
 }
 
 async fn soak(run: Duration, workers: usize) -> Result<bool, Error> {
-    let exe = std::env::current_exe()?;
-    let bin = std::env::var_os("PORTCULLIS_BIN")
-        .map(PathBuf::from)
-        .or_else(|| {
-            exe.parent()
-                .and_then(|examples| examples.parent())
-                .map(|dir| dir.join("portcullis"))
-        })
-        .ok_or("cannot find the portcullis binary; set PORTCULLIS_BIN")?;
+    let bin = gateway_process::binary()?;
     let bin = std::path::absolute(bin)?;
     let dir = tempfile::tempdir()?;
 
