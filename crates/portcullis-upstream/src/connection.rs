@@ -62,11 +62,9 @@ fn auto_lifecycle() -> ClientLifecycleMode {
 /// Everything needed to open one connection.
 pub(crate) struct ConnectPlan {
     pub(crate) config: McpServerConfig,
-    /// The HTTP client for remote servers (`None` if it could not be built).
+    /// The caller's own HTTP client (`ConnectOptions::http`), if any;
+    /// otherwise a remote server gets a guarded client of its own.
     pub(crate) http: Option<reqwest::Client>,
-    /// Whether `http` is the caller's own (`ConnectOptions::http`) rather
-    /// than the default, which each remote server gets a guarded copy of.
-    pub(crate) own_http: bool,
     /// The effective allow-list (`None` = any host).
     pub(crate) allowed: Option<Vec<String>>,
     /// The token `auth` resolved for the handshake.
@@ -294,16 +292,15 @@ async fn guarded(
     // every URL before it is requested); otherwise the server gets a client
     // whose resolver dials only the addresses its guard admits.
     let client = match &plan.http {
-        Some(client) if plan.own_http => Some(client.clone()),
-        _ => crate::toolset::guarded_client(GuardedResolver {
+        Some(client) => client.clone(),
+        None => crate::toolset::guarded_client(GuardedResolver {
             guard: guard.clone(),
             server: name.clone(),
         })
-        .ok(),
-    }
-    .ok_or_else(|| {
-        format!("MCP server \"{name}\" could not be connected: no HTTP client is available.")
-    })?;
+        .map_err(|e| {
+            format!("MCP server \"{name}\" could not be connected: its HTTP client could not be built: {e}.")
+        })?,
+    };
     let http = GuardedHttp::new(
         client,
         GuardedHttpParts {

@@ -227,10 +227,6 @@ fn default_builder() -> reqwest::ClientBuilder {
         .tcp_nodelay(true)
 }
 
-fn default_http() -> Result<reqwest::Client, reqwest::Error> {
-    default_builder().build()
-}
-
 /// The default client for one remote server: its names are resolved by
 /// `resolver`, which dials only the addresses the server's guard admits.
 pub(crate) fn guarded_client(
@@ -252,19 +248,11 @@ pub(crate) fn check_wiring(options: &ConnectOptions) -> Result<(), WiringError> 
     Ok(())
 }
 
-/// The HTTP client remote servers share.
+/// The caller's own HTTP client, which remote servers then share; without
+/// one each remote server gets its own guarded client when it connects
+/// (`connection::guarded`).
 pub(crate) fn http_client(options: &ConnectOptions) -> Option<reqwest::Client> {
-    match options.http.clone() {
-        Some(http) => Some(http),
-        None => match default_http() {
-            Ok(http) => Some(http),
-            Err(e) => {
-                // Only remote servers need it; stdio servers still connect.
-                tracing::warn!("could not build the HTTP client: {e}");
-                None
-            }
-        },
-    }
+    options.http.clone()
 }
 
 /// Opens one server: the stdio feature and plugin launch checks, the
@@ -332,7 +320,6 @@ pub(crate) async fn try_open(
                 .resolve(&name, options.session.as_deref()),
         },
         http,
-        own_http: options.http.is_some(),
         bearer,
         diagnostics: diagnostics.clone(),
         timeout: options
