@@ -1675,6 +1675,79 @@ mod configs {
 }
 
 /// Native plugin manifests that reach outside their directory or are huge.
+mod ssrf {
+    use super::*;
+
+    /// A front on loopback answering every request with a redirect to
+    /// `target`, counting nothing itself; its address.
+    fn redirecting_front(target: &'static str) -> std::net::SocketAddr {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let mut stream = stream;
+                let mut buf = [0u8; 4096];
+                let _ = stream.read(&mut buf);
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 307 Temporary Redirect\r\nLocation: {target}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                );
+            }
+        });
+        addr
+    }
+
+    /// `tools` with one remote upstream behind `front`: its stderr.
+    fn tools_through(front: std::net::SocketAddr, more: &str) -> String {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = write_config(
+            dir.path(),
+            &format!(
+                "[gateway]\nstore = \"memory\"\nreconnect_max_ms = 0\n\n[upstreams.web]\ntype = \"streamable-http\"\nurl = \"http://{front}/mcp\"\ntimeout_ms = 5000\n{more}"
+            ),
+        );
+        let out = portcullis(&["tools", "--json", "--config", &config.to_string_lossy()]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        text(&out.stderr)
+    }
+
+    #[test]
+    fn a_redirect_to_the_cloud_metadata_address() {
+        let stderr = tools_through(
+            redirecting_front("https://169.254.169.254/latest/meta-data"),
+            "",
+        );
+        assert!(stderr.contains("cloud-metadata"), "{stderr}");
+    }
+
+    #[test]
+    fn a_redirect_to_the_metadata_address_in_nat64_form() {
+        let stderr = tools_through(redirecting_front("https://[64:ff9b::a9fe:a9fe]/latest"), "");
+        assert!(stderr.contains("cloud-metadata"), "{stderr}");
+    }
+
+    #[test]
+    fn a_redirect_to_a_host_outside_the_upstreams_allowed_hosts() {
+        let stderr = tools_through(
+            redirecting_front("http://localhost:9/internal/admin"),
+            "allowed_hosts = [\"mcp.example.com\"]\n",
+        );
+        assert!(stderr.contains("is not in allowedHosts"), "{stderr}");
+    }
+
+    #[test]
+    fn allowed_hosts_holding_a_url_instead_of_a_host() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = write_config(
+            dir.path(),
+            "[upstreams.web]\ntype = \"streamable-http\"\nurl = \"http://127.0.0.1:9/mcp\"\nallowed_hosts = [\"*.example.com\"]\n",
+        );
+        let out = portcullis(&["check", "--offline", "--config", &config.to_string_lossy()]);
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+        assert!(text(&out.stderr).contains("not a host name or address"));
+    }
+}
+
 mod plugins {
     use super::*;
 
