@@ -80,30 +80,22 @@
 
 #![warn(missing_docs)]
 
-mod audit;
 mod call_cmd;
 mod check;
 mod cli;
 mod client_cmd;
-mod config;
-mod connecting;
 mod demo_upstream;
 mod diff;
 mod drift_cmd;
-mod gateway;
-mod health;
 mod import;
-mod metrics;
-mod proxy;
-mod redact;
-mod relay;
-mod reload;
-mod retention;
 mod retrust_cmd;
 mod serve;
-mod sources;
 mod tools_cmd;
-mod trust;
+
+// The gateway's rooms, named here so the subcommands reach them as `crate::…`.
+use portcullis_gateway::{
+    audit, config, connecting, gateway, health, metrics, redact, reload, retention, sources, trust,
+};
 
 use std::process::ExitCode;
 

@@ -418,7 +418,7 @@ pub fn resolve_command(command: &str, base: &Path) -> anyhow::Result<String> {
 
 /// The connector's options from `[gateway]`, `[disclosure]` and the
 /// per-upstream `timeout_ms` and `tools`.
-pub(crate) fn connect_options(config: &Config) -> ConnectOptions {
+pub fn connect_options(config: &Config) -> ConnectOptions {
     let mut options = ConnectOptions::default().with_projection(ProjectionOptions {
         disclosure: DisclosureOptions {
             budget: config.disclosure.budget,
