@@ -41,7 +41,7 @@ use serde_json::{Map, Value};
 
 pub use lookalike::fold_text;
 
-use crate::error_mapping::{is_contract_error, map_error};
+use crate::error_mapping::{codes, is_contract_error, map_error};
 use crate::result::{ToolResult, text_item};
 
 /// The frame's tag name.
@@ -89,6 +89,8 @@ pub struct Sealed {
     /// A failure message the caller does not see (it did not start with
     /// `ERR_`); the surface logs it.
     pub withheld: Option<String>,
+    /// For a failure, the `ERR_…` code the caller was given.
+    pub code: Option<String>,
 }
 
 /// The one way out: frames and caps a tool's result ([`frame_output`]),
@@ -112,11 +114,13 @@ pub fn seal(tool: &str, exit: Exit, max_length: usize) -> Sealed {
         Exit::Output(result) => Sealed {
             result: frame_output(tool, result, max_length),
             withheld: None,
+            code: None,
         },
         Exit::Failure(message) => frame_error(tool, &message, max_length),
         Exit::Own(result) => Sealed {
             result,
             withheld: None,
+            code: None,
         },
     }
 }
@@ -175,6 +179,7 @@ pub fn frame_error(tool: &str, message: &str, max_length: usize) -> Sealed {
         return Sealed {
             result: mapped.result,
             withheld: mapped.withheld,
+            code: Some(codes::ERR_TOOL_FAILED.to_owned()),
         };
     }
     let code_length = message
@@ -193,6 +198,7 @@ pub fn frame_error(tool: &str, message: &str, max_length: usize) -> Sealed {
     Sealed {
         result: ToolResult::error_text(text),
         withheld: None,
+        code: Some(code.to_owned()),
     }
 }
 

@@ -69,6 +69,7 @@ pub mod error_mapping;
 pub mod filter;
 pub mod fingerprint;
 pub mod framing;
+pub mod gate;
 pub mod log_line;
 pub mod naming;
 pub mod passthrough;

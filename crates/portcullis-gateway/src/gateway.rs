@@ -23,8 +23,8 @@ use portcullis_catalog::policy::{Decision, Policy, PolicyRequest};
 use portcullis_catalog::{ProjectionOptions, Tool, ToolAnnotations, ToolResult};
 use portcullis_server::{Exposure, Identity, Registration, ToolError, ToolServer};
 use portcullis_upstream::{
-    CallContext as UpstreamContext, CallError, ConnectOptions, McpServerConfig, Progress, Toolset,
-    connect,
+    CallAnswer, CallContext as UpstreamContext, CallError, ConnectOptions, McpServerConfig,
+    Progress, Toolset, connect,
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -453,24 +453,11 @@ pub fn connect_options(config: &Config) -> ConnectOptions {
     }
     // Agent Plugins' servers follow `[gateway] trust_annotations`.
     options.classification.trust_claims = config.gateway.trust_annotations;
-    if config.gateway.approval != Approval::Never {
-        options = options.with_policy(ApprovalPolicy(config.gateway.approval.clone()));
-    }
     use portcullis_upstream::Backoff;
     options.with_reconnect(match config.gateway.reconnect_max {
         Some(max) => Backoff::new(Backoff::DEFAULT.initial, max),
         None => Backoff::NEVER,
     })
-}
-
-/// The policy of `[gateway] approval`, for the calls that do not go through
-/// the connector (native plugins and apps).
-fn policy(config: &Config) -> Arc<dyn Policy> {
-    if config.gateway.approval == Approval::Never {
-        Arc::new(portcullis_catalog::policy::AllowAll)
-    } else {
-        Arc::new(ApprovalPolicy(config.gateway.approval.clone()))
-    }
 }
 
 /// `[gateway] approval`: the calls that need a person's approval first.
@@ -555,7 +542,7 @@ fn build_tool_server(
     ToolServer::builder()
         .register_all(registrations)
         .policy(ApprovalPolicy(config.gateway.approval.clone()))
-        .register_all(sources.registrations(policy(config)))
+        .register_all(sources.registrations())
         .register_all(joint_describe.then(|| sources.describe_registration(toolset.clone())))
         .exposure(exposure(config))
         .max_output_length(config.gateway.max_output_length)
@@ -585,10 +572,6 @@ async fn forward(
     ctx: portcullis_server::CallContext,
 ) -> Result<ToolResult, ToolError> {
     let mut upstream = UpstreamContext::default().with_cancel(ctx.cancellation().clone());
-    // The person at the client approved this very call at the edge.
-    if ctx.approved() {
-        upstream = upstream.approved();
-    }
     // The upstream's sampling, elicitation and roots requests during this
     // call go to the client that made it.
     if let Some(client) = crate::relay::DownstreamRelay::for_call(&ctx) {
@@ -610,15 +593,21 @@ async fn forward(
     // Boxed: the call's future is many kilobytes, and this one is moved
     // into the handler's box and the call's task; keeping it small saves
     // copying the whole call state each time (see `gateway_load`).
-    let outcome = Box::pin(toolset.call(&name, Some(args), &upstream)).await;
+    let outcome = Box::pin(toolset.call_answer(&name, Some(args), &upstream)).await;
     // Dropping the context drops the progress sender, which ends the relay
     // once every report has been passed on.
     drop(upstream);
     if let Some(relay) = relay {
         let _ = relay.await;
     }
-    crate::audit::note(&outcome, ctx.approved());
-    outcome.map_err(|e| call_error(&name, e))
+    match outcome {
+        Ok(CallAnswer::Output(result)) => Ok(result),
+        // The toolset's own guards (a tool quarantined since this server's
+        // tool map was built, arguments its full schema refuses): typed, so
+        // the trail records the decision, not the words.
+        Ok(CallAnswer::Refused { decision, answer }) => Err(ToolError::refused(decision, answer)),
+        Err(error) => Err(call_error(&name, error)),
+    }
 }
 
 /// A call that produced no result, as the edge should report it: the

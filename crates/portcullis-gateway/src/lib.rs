@@ -25,6 +25,61 @@
 //! | [`retention`] | old audit records and effects deleted on a schedule |
 //! | [`redact`] | secrets (expanded `${VAR}` values, headers, tokens, URL credentials) kept out of every log line and error |
 //! | [`connecting`] | the progress line while many upstreams connect |
+//!
+//! Every call passes one gate (`portcullis_catalog::gate`, run by the tool
+//! server) and leaves through one exit (`portcullis_catalog::framing::seal`);
+//! what happened to it comes back as a `CallReport`, a value the audit trail
+//! and the metrics record.
+//!
+//! ## A gateway in code
+//!
+//! A config value (here parsed from text; `config::load` reads a file), the
+//! gateway started on it, one call made through every guard:
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> anyhow::Result<()> {
+//! use portcullis_catalog::gate::CallDecision;
+//! use portcullis_gateway::{config, gateway::Gateway};
+//! use std::os::unix::fs::PermissionsExt as _;
+//!
+//! // A native tool plugin: one tool, one command.
+//! let dir = tempfile::tempdir()?;
+//! let plugin = dir.path().join("greeter");
+//! std::fs::create_dir(&plugin)?;
+//! std::fs::write(plugin.join("mcp-plugin.json"), r#"{
+//!   "name": "greeter", "version": "1.0.0",
+//!   "tools": [{ "id": "greet", "handler": "./greet.sh", "description": "Greets someone",
+//!               "annotations": { "readOnlyHint": true },
+//!               "inputSchema": { "type": "object", "properties": { "name": { "type": "string" } },
+//!                                "required": ["name"] } }]
+//! }"#)?;
+//! std::fs::write(plugin.join("greet.sh"), "#!/bin/sh\necho 'hello, Ada'\n")?;
+//! std::fs::set_permissions(plugin.join("greet.sh"), std::fs::Permissions::from_mode(0o755))?;
+//!
+//! let text = "[gateway]\nstore = \"memory\"\n\n[[tool_plugins]]\npath = \"greeter\"\n";
+//! let config = config::parse(&dir.path().join("portcullis.toml"), text, &|_| None)?;
+//! let gateway = Gateway::start_once(&config).await?;
+//!
+//! let (result, report) = gateway
+//!     .tools
+//!     .call_reported("greet", serde_json::json!({"name": "Ada"}), None)
+//!     .await?;
+//! assert_eq!(report.decision, CallDecision::Allowed);
+//! // The tool's words reach the model framed as untrusted output.
+//! let text = result.text_blocks().next().unwrap_or_default();
+//! assert!(text.contains("<untrusted-tool-output") && text.contains("hello, Ada"), "{text}");
+//!
+//! // Arguments the schema refuses never reach the plugin; the decision says so.
+//! let (_, report) = gateway
+//!     .tools
+//!     .call_reported("greet", serde_json::json!({}), None)
+//!     .await?;
+//! assert_eq!(report.decision, CallDecision::Invalid);
+//! gateway.close().await;
+//! # Ok(())
+//! # }
+//! ```
 
 #![warn(missing_docs)]
 

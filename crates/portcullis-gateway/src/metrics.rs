@@ -13,7 +13,7 @@
 //! | `portcullis_upstreams` | gauge | `state` (`up`, `down`) |
 //! | `portcullis_reloads_total` | counter | `result` (`applied`, `rejected`) |
 //!
-//! `outcome` is one of [`Outcome`]'s names. A call for a name the gateway
+//! `outcome` is one of [`CallOutcome`]'s names. A call for a name the gateway
 //! does not serve is counted under `tool="(unknown)"`, `upstream=""`, so a
 //! client cannot grow the label set at will. Recording a call takes one
 //! read lock and a few relaxed atomic additions.
@@ -24,6 +24,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
+use portcullis_catalog::gate::CallOutcome;
+
 /// Upper bounds of the latency histogram, in seconds: from a fast local
 /// call (half a millisecond) to a slow remote tool (half a minute).
 const BUCKETS: [f64; 14] = [
@@ -33,58 +35,14 @@ const BUCKETS: [f64; 14] = [
 /// The tool label of a call for a name the gateway does not serve.
 pub const UNKNOWN_TOOL: &str = "(unknown)";
 
-/// How a call through the gateway ended, as logs, metrics and the audit
-/// trail name it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Outcome {
-    /// The upstream answered with a result.
-    Ok,
-    /// The upstream answered, with `isError: true`.
-    ToolError,
-    /// The gateway refused the call before any upstream saw it (unknown or
-    /// withheld name, quarantine, policy, invalid arguments).
-    Refused,
-    /// The upstream could not answer: unavailable, transport failure,
-    /// timeout.
-    Failed,
-    /// The caller cancelled the call.
-    Cancelled,
-}
-
-impl Outcome {
-    /// Every outcome, in exposition order.
-    pub const ALL: [Outcome; 5] = [
-        Outcome::Ok,
-        Outcome::ToolError,
-        Outcome::Refused,
-        Outcome::Failed,
-        Outcome::Cancelled,
-    ];
-
-    /// The label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Ok => "ok",
-            Outcome::ToolError => "tool_error",
-            Outcome::Refused => "refused",
-            Outcome::Failed => "failed",
-            Outcome::Cancelled => "cancelled",
-        }
-    }
-
-    fn index(self) -> usize {
-        match self {
-            Outcome::Ok => 0,
-            Outcome::ToolError => 1,
-            Outcome::Refused => 2,
-            Outcome::Failed => 3,
-            Outcome::Cancelled => 4,
-        }
-    }
-
-    /// Whether it counts as an error.
-    pub fn is_error(self) -> bool {
-        self != Outcome::Ok
+/// The histogram's slot of an outcome (`CallOutcome::ALL`'s order).
+fn index(outcome: CallOutcome) -> usize {
+    match outcome {
+        CallOutcome::Ok => 0,
+        CallOutcome::ToolError => 1,
+        CallOutcome::Refused => 2,
+        CallOutcome::Failed => 3,
+        CallOutcome::Cancelled => 4,
     }
 }
 
@@ -128,9 +86,9 @@ pub struct Metrics {
 
 impl Metrics {
     /// Counts one call of `tool` (qualified name) served by `upstream`.
-    pub fn record(&self, upstream: &str, tool: &str, outcome: Outcome, elapsed: Duration) {
+    pub fn record(&self, upstream: &str, tool: &str, outcome: CallOutcome, elapsed: Duration) {
         let series = self.series(upstream, tool);
-        series.outcomes[outcome.index()].fetch_add(1, Ordering::Relaxed);
+        series.outcomes[index(outcome)].fetch_add(1, Ordering::Relaxed);
         let seconds = elapsed.as_secs_f64();
         // Buckets are stored non-cumulatively; the exposition sums them.
         if let Some(i) = BUCKETS.iter().position(|&bound| seconds <= bound) {
@@ -193,8 +151,8 @@ impl Metrics {
             "Tool calls through the gateway, by upstream, tool and outcome.",
         );
         for ((upstream, tool), series) in &rows {
-            for outcome in Outcome::ALL {
-                let n = series.outcomes[outcome.index()].load(Ordering::Relaxed);
+            for outcome in CallOutcome::ALL {
+                let n = series.outcomes[index(outcome)].load(Ordering::Relaxed);
                 if n > 0 {
                     let _ = writeln!(
                         out,
@@ -213,10 +171,10 @@ impl Metrics {
             "Tool calls that did not end with a successful result.",
         );
         for ((upstream, tool), series) in &rows {
-            let errors: u64 = Outcome::ALL
+            let errors: u64 = CallOutcome::ALL
                 .iter()
                 .filter(|o| o.is_error())
-                .map(|o| series.outcomes[o.index()].load(Ordering::Relaxed))
+                .map(|o| series.outcomes[index(*o)].load(Ordering::Relaxed))
                 .sum();
             let _ = writeln!(
                 out,
@@ -366,9 +324,9 @@ mod tests {
     #[test]
     fn calls_are_counted_by_outcome_with_a_cumulative_histogram() {
         let metrics = Metrics::default();
-        metrics.record("demo", "echo", Outcome::Ok, Duration::from_micros(300));
-        metrics.record("demo", "echo", Outcome::Ok, Duration::from_millis(20));
-        metrics.record("demo", "echo", Outcome::Failed, Duration::from_secs(60));
+        metrics.record("demo", "echo", CallOutcome::Ok, Duration::from_micros(300));
+        metrics.record("demo", "echo", CallOutcome::Ok, Duration::from_millis(20));
+        metrics.record("demo", "echo", CallOutcome::Failed, Duration::from_secs(60));
         let text = metrics.render(&Snapshot {
             available: 3,
             quarantined: 1,
@@ -407,7 +365,7 @@ mod tests {
     #[test]
     fn every_sample_line_names_a_declared_metric() {
         let metrics = Metrics::default();
-        metrics.record("a", "t", Outcome::Refused, Duration::from_millis(1));
+        metrics.record("a", "t", CallOutcome::Refused, Duration::from_millis(1));
         metrics.record_reload(false);
         let text = metrics.render(&Snapshot::default());
         let declared: Vec<&str> = text

@@ -41,6 +41,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
+use portcullis_catalog::gate::{CallDecision, CallReport};
 use portcullis_store::audit::ArgumentShape;
 use portcullis_upstream::McpServerConfig;
 use rmcp::model::{
@@ -62,10 +63,10 @@ use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
 use serde_json::Value;
 use tokio::sync::watch;
 
-use crate::audit::{Decision, Recorder, Verdict};
+use crate::audit::Recorder;
 use crate::config::{self, App, Config, StoreChoice};
 use crate::gateway::{Gateway, server_configs};
-use crate::metrics::{Outcome, Snapshot, UNKNOWN_TOOL};
+use crate::metrics::{Snapshot, UNKNOWN_TOOL};
 
 /// How often the config file is looked at for changes.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
@@ -544,42 +545,26 @@ impl LiveTools {
             shape
         });
         let name = request.name.to_string();
-        let (answer, verdict) =
-            crate::audit::with_verdict(generation.gateway.tools.call_tool(request, context)).await;
-        // A question put to the client (the 2026 approval round trip) does
-        // not end the call: the retry carrying the answer is recorded.
-        if matches!(answer, Ok(CallToolResponse::InputRequired(_))) {
-            return answer;
-        }
+        let (answer, report) = generation
+            .gateway
+            .tools
+            .call_tool_reported(request, context)
+            .await;
         let (upstream, tool) = match generation.sources.get(&name) {
             Some(source) => (&**source, name.as_str()),
             None => ("", UNKNOWN_TOOL),
         };
-        let verdict = match (&answer, verdict) {
+        let report = match (&answer, report) {
+            // A question put to the client (the 2026 approval round trip)
+            // does not end the call: the retry carrying the answer is
+            // recorded.
+            (Ok(CallToolResponse::InputRequired(_)), _) => return answer,
+            (_, Some(report)) => report,
             // Unknown, or withheld by the gate: never registered.
-            (Err(_), _) => Verdict {
-                decision: Decision::Denied,
-                outcome: Outcome::Refused,
-                code: None,
-            },
-            (Ok(_), Some(verdict)) => verdict,
-            (Ok(response), None) => edge_verdict(response),
+            (_, None) => CallReport::refused(CallDecision::Denied),
         };
-        recorder.record(time, upstream, tool, verdict, started.elapsed(), shape);
+        recorder.record(time, upstream, tool, report, started.elapsed(), shape);
         answer
-    }
-}
-
-/// The verdict on an answer no handler noted: the edge refused the call
-/// itself (validation, approval, the identity backstop).
-fn edge_verdict(response: &CallToolResponse) -> Verdict {
-    match response {
-        CallToolResponse::Complete(result) => crate::audit::classify_served(result),
-        _ => Verdict {
-            decision: Decision::Allowed,
-            outcome: Outcome::Ok,
-            code: None,
-        },
     }
 }
 

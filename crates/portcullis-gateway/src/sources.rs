@@ -54,13 +54,13 @@ use anyhow::Context as _;
 use portcullis_catalog::catalogue::{EntryKind, Route, StatusRow, WithheldTool};
 use portcullis_catalog::disclosure::{DESCRIBE_TOOL_NAME, describe_tool_definition};
 use portcullis_catalog::fingerprint::Fingerprints;
+use portcullis_catalog::gate::CallDecision;
 use portcullis_catalog::naming::Prefix;
 use portcullis_catalog::server::resolve_server_names;
 use portcullis_catalog::validation::normalize_arguments;
 use portcullis_catalog::{
-    ArgumentValidator, Catalogue, Decision, DeniedResult, Diagnostic, Endpoint, Policy,
-    PolicyRequest, ProjectionOptions, Rule, ServerIdentity, ServerListing, Tool, ToolAnnotations,
-    ToolResult,
+    ArgumentValidator, Catalogue, Diagnostic, Endpoint, ProjectionOptions, Rule, ServerIdentity,
+    ServerListing, Tool, ToolAnnotations, ToolResult,
 };
 use portcullis_server::{Access, CallContext, Registration, ToolError, ToolHandler};
 use portcullis_sources::{
@@ -350,10 +350,6 @@ fn canonical(dir: &Path) -> String {
 
 /// One source tool as the gateway calls it.
 struct SourceTool {
-    /// The projected name.
-    name: Arc<str>,
-    /// The definition the model sees (what the policy is shown).
-    definition: Tool,
     /// Compiled from the full input schema, whatever the tier disclosed.
     validator: Option<ArgumentValidator>,
     /// The source's own handler.
@@ -561,8 +557,6 @@ impl SourceCatalogue {
                             }
                         };
                     let tool = SourceTool {
-                        name: entry.name.as_str().into(),
-                        definition: entry.definition.clone(),
                         validator,
                         handler: handler.clone(),
                     };
@@ -612,22 +606,19 @@ impl SourceCatalogue {
         !self.is_empty() && (self.catalogue.has_describe_tool() || upstream.has_describe_tool())
     }
 
-    /// One registration per source tool, each running `policy` (and
-    /// approval), then validation against the full schema, then the
-    /// source's handler; a quarantine stub is refused without running.
-    pub fn registrations(&self, policy: Arc<dyn Policy>) -> Vec<Registration> {
+    /// One registration per source tool, each running validation against
+    /// the full schema, then the source's handler (the gate at the edge ran
+    /// first); a quarantine stub is refused without running.
+    pub fn registrations(&self) -> Vec<Registration> {
         self.entries
             .iter()
             .map(|entry| {
                 let registration = match &entry.call {
                     EntryCall::Tool(tool) => {
                         let tool = tool.clone();
-                        let policy = policy.clone();
                         Registration::new(
                             entry.definition.clone(),
-                            move |args: Value, ctx: CallContext| {
-                                run(tool.clone(), policy.clone(), args, ctx)
-                            },
+                            move |args: Value, ctx: CallContext| run(tool.clone(), args, ctx),
                         )
                     }
                     EntryCall::Refused(result) => {
@@ -635,8 +626,9 @@ impl SourceCatalogue {
                         Registration::new(
                             entry.definition.clone(),
                             move |_args: Value, _ctx: CallContext| {
-                                let result = result.clone();
-                                async move { Ok::<_, ToolError>(result) }
+                                let refusal =
+                                    ToolError::refused(CallDecision::Quarantined, result.clone());
+                                async move { Err::<ToolResult, _>(refusal) }
                             },
                         )
                     }
@@ -735,60 +727,24 @@ async fn stored_baseline(
     Ok(row.tool_fingerprints)
 }
 
-/// One call to a source tool, in the upstream call path's order: policy
-/// (an `ask` passes only when the person at the client approved this call
-/// at the edge, else it is refused, as for upstream tools), then
-/// validation against the full schema, then the handler. Framing and error
-/// mapping happen at the edge. The verdict is left for the surface
-/// observing the call ([`crate::audit::note_verdict`]), as an upstream
-/// tool's forwarding handler does, so the log line, the metrics (under the
-/// source's name) and the audit record tell what happened, not only what
-/// the edge folded it into.
+/// One call to a source tool, after the gate at the edge (exposure, the
+/// identity backstop, validation against the listed schema, the policy and
+/// its approval) let it through: validation against the full schema (the
+/// listed one may be deferred by the disclosure budget), then the handler.
+/// Framing and error mapping happen at the edge.
 async fn run(
     tool: Arc<SourceTool>,
-    policy: Arc<dyn Policy>,
-    args: Value,
-    ctx: CallContext,
-) -> Result<ToolResult, ToolError> {
-    let approved = ctx.approved();
-    let answer = run_gated(&tool, policy.as_ref(), args, ctx).await;
-    crate::audit::note_verdict(crate::audit::classify_source(&answer).approved_if(approved));
-    answer
-}
-
-async fn run_gated(
-    tool: &SourceTool,
-    policy: &dyn Policy,
     args: Value,
     ctx: CallContext,
 ) -> Result<ToolResult, ToolError> {
     let args = normalize_arguments(Some(args));
-    let request = PolicyRequest {
-        tool_name: &tool.name,
-        args: &args,
-        def: Some(&tool.definition),
-        needs_approval: false,
-    };
-    match policy.decide(&request) {
-        Decision::Allow => {}
-        Decision::Deny { reason } => {
-            return Ok(DeniedResult::new(&tool.name, "policy", &reason).to_tool_result());
-        }
-        // The edge asked the person and they said yes for this very call.
-        Decision::Ask { .. } if ctx.approved() => {}
-        ask @ Decision::Ask { .. } => {
-            return Err(ToolError::msg(format!(
-                "ERR_TOOL_FAILED: tool \"{}\" {}: {}",
-                tool.name,
-                crate::audit::NEEDS_APPROVAL,
-                ask.ask_title(&tool.name).unwrap_or_default()
-            )));
-        }
-    }
     if let Some(validator) = &tool.validator
         && let Err(problems) = validator.validate(&args)
     {
-        return Ok(problems.to_tool_result());
+        return Err(ToolError::refused(
+            CallDecision::Invalid,
+            problems.to_tool_result(),
+        ));
     }
     tool.handler.call(args, ctx).await
 }

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use portcullis_catalog::ToolResult;
 use portcullis_catalog::error_mapping::codes::ERR_INVALID_ARGUMENTS;
+use portcullis_catalog::gate::CallDecision;
 use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use rmcp::service::RequestContext;
 use rmcp::{Peer, RoleServer};
@@ -137,6 +138,8 @@ where
 pub struct ToolError {
     message: String,
     source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    // Boxed: a refusal is rare, and every handler's `Result` carries this.
+    refusal: Option<Box<(CallDecision, ToolResult)>>,
 }
 
 impl ToolError {
@@ -145,6 +148,35 @@ impl ToolError {
         ToolError {
             message: message.into(),
             source: None,
+            refusal: None,
+        }
+    }
+
+    /// A refusal by a guard behind the handler (a toolset's quarantine of a
+    /// tool that drifted since it was listed, say): `answer` is written by
+    /// that guard, holds no tool output and reaches the model as it is;
+    /// `decision` is what the audit trail records. Typed, so no one has to
+    /// read the verdict back out of the words.
+    pub fn refused(decision: CallDecision, answer: ToolResult) -> Self {
+        ToolError {
+            message: decision.as_str().to_owned(),
+            source: None,
+            refusal: Some(Box::new((decision, answer))),
+        }
+    }
+
+    /// The refusal, when [`ToolError::refused`] made this.
+    pub fn refusal(&self) -> Option<(CallDecision, &ToolResult)> {
+        self.refusal
+            .as_deref()
+            .map(|(decision, answer)| (*decision, answer))
+    }
+
+    /// Takes the refusal out, when [`ToolError::refused`] made this.
+    pub(crate) fn into_refusal(self) -> Result<(CallDecision, ToolResult), Box<ToolError>> {
+        match self.refusal {
+            Some(refusal) => Ok(*refusal),
+            None => Err(Box::new(self)),
         }
     }
 
@@ -166,6 +198,7 @@ impl<E: std::error::Error + Send + Sync + 'static> From<E> for ToolError {
         ToolError {
             message: error.to_string(),
             source: Some(Box::new(error)),
+            refusal: None,
         }
     }
 }
@@ -181,6 +214,7 @@ impl fmt::Debug for ToolError {
         f.debug_struct("ToolError")
             .field("message", &self.message)
             .field("source", &self.source)
+            .field("refusal", &self.refusal.as_deref().map(|(d, _)| d))
             .finish()
     }
 }

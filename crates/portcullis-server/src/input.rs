@@ -42,6 +42,7 @@ use std::collections::BTreeMap;
 
 use futures::future::BoxFuture;
 use portcullis_catalog::framing::Exit;
+use portcullis_catalog::gate::CallDecision;
 use rmcp::ErrorData;
 use rmcp::model::{
     ClientCapabilities, InputRequest, InputRequests, InputRequiredResult, InputResponses,
@@ -53,6 +54,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::approval::Approvals;
 use crate::handler::CallContext;
+use crate::tool_server::Answer;
 
 /// Rounds of `input_required` one call may take; a handler still asking
 /// after that has its further questions refused (it hears an error).
@@ -149,7 +151,7 @@ fn gone() -> ErrorData {
 /// How the run went: finished, or parked behind a question.
 pub(crate) enum Step {
     /// The handler's answer, sealed on its way out by the caller.
-    Done(Exit),
+    Done(Answer),
     /// Answer the client with this and wait for its retry.
     Ask(InputRequiredResult),
 }
@@ -157,19 +159,21 @@ pub(crate) enum Step {
 /// The handler's run, wherever it is.
 enum Body {
     /// Polled by the request that started it (no question asked yet).
-    Inline(BoxFuture<'static, Exit>),
+    Inline(BoxFuture<'static, Answer>),
     /// Moved to a task of its own when it first asked, so it outlives the
     /// request.
-    Spawned(oneshot::Receiver<Exit>),
+    Spawned(oneshot::Receiver<Answer>),
 }
 
 impl Body {
-    async fn result(&mut self) -> Exit {
+    async fn result(&mut self) -> Answer {
         match self {
             Body::Inline(run) => run.await,
-            Body::Spawned(done) => (&mut *done)
-                .await
-                .unwrap_or_else(|_| Exit::Failure("the tool's run ended without a result".into())),
+            Body::Spawned(done) => (&mut *done).await.unwrap_or_else(|_| Answer {
+                exit: Exit::Failure("the tool's run ended without a result".into()),
+                decision: CallDecision::Allowed,
+                cancelled: false,
+            }),
         }
     }
 
@@ -229,7 +233,7 @@ pub(crate) async fn start(
     tool: &str,
     args: &Value,
     ctx: CallContext,
-    run: impl FnOnce(CallContext) -> BoxFuture<'static, Exit>,
+    run: impl FnOnce(CallContext) -> BoxFuture<'static, Answer>,
 ) -> Result<Step, ErrorData> {
     let attached = ctx.cancellation().clone();
     let cancel = CancellationToken::new();
@@ -299,7 +303,7 @@ fn merge(into: &mut ClientCapabilities, more: ClientCapabilities) {
 
 /// How a finished run answers: its result, or `-32021` when it failed
 /// after needing capabilities the client did not declare.
-fn finish(parked: &mut Parked, result: Exit) -> Result<Step, ErrorData> {
+fn finish(parked: &mut Parked, result: Answer) -> Result<Step, ErrorData> {
     // Reports sent just before the run ended count too; a question asked
     // then has nobody left to hear its answer.
     while let Ok(message) = parked.asks.try_recv() {
@@ -310,7 +314,7 @@ fn finish(parked: &mut Parked, result: Exit) -> Result<Step, ErrorData> {
             }
         }
     }
-    if result.is_error() && *parked.undeclared != ClientCapabilities::default() {
+    if result.exit.is_error() && *parked.undeclared != ClientCapabilities::default() {
         return Err(ErrorData::missing_required_client_capability(
             std::mem::take(&mut *parked.undeclared),
         ));

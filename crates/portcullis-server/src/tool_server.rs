@@ -27,7 +27,8 @@ use std::time::Duration;
 use futures::FutureExt;
 use portcullis_catalog::disclosure::{DESCRIBE_TOOL_NAME, unknown_tool_message};
 use portcullis_catalog::framing::{DEFAULT_MAX_OUTPUT_LENGTH, Exit, seal};
-use portcullis_catalog::policy::{Decision, DeniedResult, Policy, PolicyRequest};
+use portcullis_catalog::gate::{CallDecision, CallOutcome, CallReport, Gate, GateCall, Ruling};
+use portcullis_catalog::policy::{DeniedResult, Policy};
 use portcullis_catalog::validation::normalize_arguments;
 use portcullis_catalog::{ArgumentValidator, CatalogError, Tool, ToolResult};
 use rmcp::model::{
@@ -376,15 +377,35 @@ struct Inner {
 /// (2026-07-28 clients only) a question for the person that the client
 /// retries with.
 enum Outcome {
-    Done(Exit),
+    Done(Answer),
     InputRequired(InputRequiredResult),
 }
 
 impl From<input::Step> for Outcome {
     fn from(step: input::Step) -> Self {
         match step {
-            input::Step::Done(result) => Outcome::Done(result),
+            input::Step::Done(answer) => Outcome::Done(answer),
             input::Step::Ask(ask) => Outcome::InputRequired(ask),
+        }
+    }
+}
+
+/// A call on its way out: the exit to seal, and what the gate decided.
+pub(crate) struct Answer {
+    /// What leaves through [`ToolServer::leave`].
+    pub(crate) exit: Exit,
+    /// What the gate (or a guard behind the handler) decided.
+    pub(crate) decision: CallDecision,
+    /// The caller cancelled the call before it was answered.
+    pub(crate) cancelled: bool,
+}
+
+impl Answer {
+    fn refused(decision: CallDecision, answer: ToolResult) -> Self {
+        Answer {
+            exit: Exit::Own(answer),
+            decision,
+            cancelled: false,
         }
     }
 }
@@ -467,6 +488,19 @@ impl ToolServer {
         args: Value,
         ctx: Option<CallContext>,
     ) -> Result<ToolResult, CallError> {
+        self.call_reported(name, args, ctx)
+            .await
+            .map(|(result, _)| result)
+    }
+
+    /// [`ToolServer::call`], with what the gate and the handler made of the
+    /// call.
+    pub async fn call_reported(
+        &self,
+        name: &str,
+        args: Value,
+        ctx: Option<CallContext>,
+    ) -> Result<(ToolResult, CallReport), CallError> {
         let entry = self
             .inner
             .entries
@@ -475,11 +509,12 @@ impl ToolServer {
         let ctx = ctx
             .unwrap_or_else(|| CallContext::detached(entry.name.clone()))
             .with_identity(self.inner.identity.clone());
-        let exit = match self.run(entry, Some(args), ctx, Retry::default()).await {
-            Ok(Outcome::Done(exit)) => exit,
+        let answer = match self.run(entry, Some(args), ctx, Retry::default()).await {
+            Ok(Outcome::Done(answer)) => answer,
             // An in-process caller cannot carry a round trip back to a
             // person, so a call needing one is refused.
-            Ok(Outcome::InputRequired(_)) | Err(_) => Exit::Own(
+            Ok(Outcome::InputRequired(_)) | Err(_) => Answer::refused(
+                CallDecision::Declined,
                 DeniedResult::new(
                     &entry.name,
                     "policy",
@@ -488,19 +523,73 @@ impl ToolServer {
                 .to_tool_result(),
             ),
         };
-        Ok(self.leave(&entry.name, exit))
+        Ok(self.leave(&entry.name, answer))
+    }
+
+    /// The MCP `tools/call`, with what the gate and the handler made of the
+    /// call: `None` for a name this server does not expose (a protocol
+    /// error) and for a question put to the client (its retry is the call
+    /// that gets reported).
+    pub async fn call_tool_reported(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> (Result<CallToolResponse, ErrorData>, Option<CallReport>) {
+        let Some(entry) = self.inner.entries.get(request.name.as_ref()) else {
+            let error = ErrorData::invalid_params(format!("unknown tool: {}", request.name), None);
+            return (Err(error), None);
+        };
+        let ctx =
+            CallContext::for_request(entry.name.clone(), context, self.inner.identity.clone());
+        let retry = Retry {
+            input_responses: request.input_responses,
+            request_state: request.request_state,
+        };
+        match self
+            .run(entry, request.arguments.map(Value::Object), ctx, retry)
+            .await
+        {
+            Ok(Outcome::Done(answer)) => {
+                let (result, report) = self.leave(&entry.name, answer);
+                (Ok(to_wire_result(&entry.name, result).into()), Some(report))
+            }
+            Ok(Outcome::InputRequired(ask)) => (Ok(ask.into()), None),
+            Err(error) => (Err(error), Some(CallReport::refused(CallDecision::Denied))),
+        }
     }
 
     /// The one way out of this server toward the model: a handler's result
     /// framed and capped, a handler's failure mapped (only an `ERR_…` code
     /// passes, its words framed; anything else is logged and becomes
     /// `ERR_TOOL_FAILED`), the server's own answers as they are.
-    fn leave(&self, tool: &str, exit: Exit) -> ToolResult {
+    fn leave(&self, tool: &str, answer: Answer) -> (ToolResult, CallReport) {
+        let Answer {
+            exit,
+            decision,
+            cancelled,
+        } = answer;
+        let failed = matches!(exit, Exit::Failure(_));
         let sealed = seal(tool, exit, self.inner.max_output_length);
         if let Some(original) = sealed.withheld {
             tracing::error!(tool, error = %original, "tool failed");
         }
-        sealed.result
+        let outcome = if !decision.ran() {
+            CallOutcome::Refused
+        } else if cancelled {
+            CallOutcome::Cancelled
+        } else if failed {
+            CallOutcome::Failed
+        } else if sealed.result.is_error {
+            CallOutcome::ToolError
+        } else {
+            CallOutcome::Ok
+        };
+        let report = CallReport {
+            decision,
+            outcome,
+            code: sealed.code,
+        };
+        (sealed.result, report)
     }
 
     /// When `entry` is `mcp__describe_tool` and `args` name a tool this
@@ -508,7 +597,7 @@ impl ToolServer {
     /// catalogue a describe handler reads knows every projected tool, the
     /// gate's withheld ones too; only this server knows what the gate let
     /// through, and a withheld tool's schema must not reach the model.
-    fn describe_withheld(&self, entry: &Entry, args: &Value) -> Option<Exit> {
+    fn describe_withheld(&self, entry: &Entry, args: &Value) -> Option<Answer> {
         if &*entry.name != DESCRIBE_TOOL_NAME {
             return None;
         }
@@ -517,9 +606,11 @@ impl ToolServer {
             return None;
         }
         // Exactly what the describe tool answers for a name it never saw.
-        Some(Exit::Output(ToolResult::error_text(unknown_tool_message(
-            tool,
-        ))))
+        Some(Answer {
+            exit: Exit::Output(ToolResult::error_text(unknown_tool_message(tool))),
+            decision: CallDecision::Allowed,
+            cancelled: false,
+        })
     }
 
     async fn run(
@@ -529,12 +620,17 @@ impl ToolServer {
         mut ctx: CallContext,
         retry: Retry,
     ) -> Result<Outcome, ErrorData> {
-        if let Err(code) = check_call(&entry.access, self.inner.identity.as_deref()) {
-            return Ok(Outcome::Done(Exit::Own(ToolResult::error_text(code))));
-        }
         let args = normalize_arguments(args);
-        if let Some(Err(problems)) = entry.validator.as_ref().map(|v| v.validate(&args)) {
-            return Ok(Outcome::Done(Exit::Own(problems.to_tool_result())));
+        let call = GateCall {
+            tool: &entry.name,
+            definition: &entry.def,
+            arguments: &args,
+            validator: entry.validator.as_ref(),
+            backstop: check_call(&entry.access, self.inner.identity.as_deref()),
+        };
+        let ruling = Gate::new(self.inner.policy.as_deref()).rule(&call);
+        if let Ruling::Refuse { decision, answer } = ruling {
+            return Ok(Outcome::Done(Answer::refused(decision, answer)));
         }
         if let Some(unknown) = self.describe_withheld(entry, &args) {
             return Ok(Outcome::Done(unknown));
@@ -555,33 +651,21 @@ impl ToolServer {
             .await?;
             return Ok(step.into());
         }
-        if let Some(policy) = &self.inner.policy {
-            let request = PolicyRequest {
-                tool_name: &entry.name,
-                args: &args,
-                def: Some(&entry.def),
-                needs_approval: false,
-            };
-            match policy.decide(&request) {
-                Decision::Allow => {}
-                Decision::Deny { reason } => {
-                    let denied = DeniedResult::new(&entry.name, "policy", &reason);
-                    return Ok(Outcome::Done(Exit::Own(denied.to_tool_result())));
+        if let Ruling::Ask { title } = ruling {
+            let verdict = self
+                .inner
+                .approvals
+                .decide(&entry.name, title.as_deref(), &args, &ctx, retry)
+                .await?;
+            match verdict {
+                Verdict::Approved => ctx = ctx.mark_approved(),
+                Verdict::Refused(denied) => {
+                    return Ok(Outcome::Done(Answer::refused(
+                        CallDecision::Declined,
+                        denied,
+                    )));
                 }
-                Decision::Ask { title } => {
-                    let verdict = self
-                        .inner
-                        .approvals
-                        .decide(&entry.name, title.as_deref(), &args, &ctx, retry)
-                        .await?;
-                    match verdict {
-                        Verdict::Approved => ctx = ctx.mark_approved(),
-                        Verdict::Refused(denied) => {
-                            return Ok(Outcome::Done(Exit::Own(denied)));
-                        }
-                        Verdict::InputRequired(ask) => return Ok(Outcome::InputRequired(ask)),
-                    }
-                }
+                Verdict::InputRequired(ask) => return Ok(Outcome::InputRequired(ask)),
             }
         }
         if input::parkable(&ctx) {
@@ -590,11 +674,15 @@ impl ToolServer {
             let server = self.clone();
             let name = entry.name.clone();
             let run_args = args.clone();
-            let run = move |ctx: CallContext| -> futures::future::BoxFuture<'static, Exit> {
+            let run = move |ctx: CallContext| -> futures::future::BoxFuture<'static, Answer> {
                 Box::pin(async move {
                     match server.inner.entries.get(&*name) {
                         Some(entry) => server.execute(entry, run_args, ctx).await,
-                        None => Exit::Failure("unknown tool".to_owned()),
+                        None => Answer {
+                            exit: Exit::Failure("unknown tool".to_owned()),
+                            decision: CallDecision::Allowed,
+                            cancelled: false,
+                        },
                     }
                 })
             };
@@ -606,7 +694,32 @@ impl ToolServer {
 
     /// Runs the handler: cancellation with a grace, panics contained. What
     /// it answers is sealed on the way out ([`Self::leave`]).
-    async fn execute(&self, entry: &Entry, args: Value, ctx: CallContext) -> Exit {
+    async fn execute(&self, entry: &Entry, args: Value, ctx: CallContext) -> Answer {
+        let decision = if ctx.approved() {
+            CallDecision::Approved
+        } else {
+            CallDecision::Allowed
+        };
+        let cancel = ctx.cancellation().clone();
+        let exit = self.handle(entry, args, ctx).await;
+        match exit {
+            Ok(exit) => Answer {
+                exit,
+                decision,
+                cancelled: cancel.is_cancelled(),
+            },
+            Err((decision, answer)) => Answer::refused(decision, answer),
+        }
+    }
+
+    /// The handler's answer as an exit, or a guard's typed refusal behind
+    /// it ([`ToolError::refused`]).
+    async fn handle(
+        &self,
+        entry: &Entry,
+        args: Value,
+        ctx: CallContext,
+    ) -> Result<Exit, (CallDecision, ToolResult)> {
         let cancel = ctx.cancellation().clone();
         let call = AssertUnwindSafe(entry.handler.call(args, ctx)).catch_unwind();
         let outcome = tokio::select! {
@@ -615,12 +728,15 @@ impl ToolServer {
             // drop it. Nobody is waiting for this answer any more.
             _ = async { cancel.cancelled().await; tokio::time::sleep(self.inner.cancel_grace).await } => {
                 tracing::debug!(tool = %entry.name, "handler ignored cancellation; dropped");
-                return Exit::Failure("cancelled by the client".to_owned());
+                return Ok(Exit::Failure("cancelled by the client".to_owned()));
             }
         };
-        match outcome {
+        Ok(match outcome {
             Ok(Ok(result)) => Exit::Output(result),
-            Ok(Err(error)) => Exit::Failure(error.message().to_owned()),
+            Ok(Err(error)) => match error.into_refusal() {
+                Ok(refusal) => return Err(refusal),
+                Err(error) => Exit::Failure(error.message().to_owned()),
+            },
             Err(panic) => {
                 let message = panic
                     .downcast_ref::<&str>()
@@ -630,7 +746,7 @@ impl ToolServer {
                 tracing::error!(tool = %entry.name, panic = %message, "tool handler panicked");
                 Exit::Failure("handler panicked".to_owned())
             }
-        }
+        })
     }
 }
 
@@ -850,28 +966,7 @@ impl ServerHandler for ToolServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let Some(entry) = self.inner.entries.get(request.name.as_ref()) else {
-            return Err(ErrorData::invalid_params(
-                format!("unknown tool: {}", request.name),
-                None,
-            ));
-        };
-        let ctx =
-            CallContext::for_request(entry.name.clone(), context, self.inner.identity.clone());
-        let retry = Retry {
-            input_responses: request.input_responses,
-            request_state: request.request_state,
-        };
-        match self
-            .run(entry, request.arguments.map(Value::Object), ctx, retry)
-            .await?
-        {
-            Outcome::Done(exit) => {
-                let result = self.leave(&entry.name, exit);
-                Ok(to_wire_result(&entry.name, result).into())
-            }
-            Outcome::InputRequired(ask) => Ok(ask.into()),
-        }
+        self.call_tool_reported(request, context).await.0
     }
 }
 
@@ -1095,7 +1190,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_policy_decides_after_validation_and_before_the_handler() {
-        use portcullis_catalog::policy::Decision;
+        use portcullis_catalog::policy::{Decision, PolicyRequest};
         let ran = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let seen = ran.clone();
         let counting = move |_: Value, _: CallContext| {

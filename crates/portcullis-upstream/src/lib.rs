@@ -157,5 +157,5 @@ pub use progress::Progress;
 pub use reconfigure::Reconfigured;
 pub use relay::ClientRelay;
 pub use report::DiagnosticCallback;
-pub use toolset::{CallContext, Toolset, connect};
+pub use toolset::{CallAnswer, CallContext, Toolset, connect};
 pub use wake::rebuild_from_store;

@@ -9,6 +9,7 @@ use std::time::Duration;
 use futures::future::join_all;
 use portcullis_catalog::catalogue::Route;
 use portcullis_catalog::fingerprint::Fingerprints;
+use portcullis_catalog::gate::CallDecision;
 use portcullis_catalog::policy::{Decision, DeniedResult, Policy, PolicyRequest};
 use portcullis_catalog::validation::normalize_arguments;
 use portcullis_catalog::{Catalogue, Diagnostic, ProjectionOptions, Rule, Tool, ToolResult};
@@ -101,6 +102,22 @@ impl std::fmt::Debug for CallContext {
             .field("idempotency_key", &self.idempotency_key.is_some())
             .finish()
     }
+}
+
+/// What [`Toolset::call_answer`] answers: the server's result, or the
+/// toolset's own refusal (never sent to the server) with its decision.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CallAnswer {
+    /// The server answered (or, for `mcp__describe_tool`, the catalogue).
+    Output(ToolResult),
+    /// A guard of the toolset refused the call before any request was sent.
+    Refused {
+        /// Why: `Denied` (the policy), `Quarantined` (the tool drifted) or
+        /// `Invalid` (the arguments).
+        decision: CallDecision,
+        /// What the model is told, written by the toolset.
+        answer: ToolResult,
+    },
 }
 
 /// The connected servers, their projected tools and the call path.
@@ -636,6 +653,21 @@ impl Toolset {
         args: Option<Value>,
         context: &CallContext,
     ) -> Result<ToolResult, CallError> {
+        Ok(match self.call_answer(name, args, context).await? {
+            CallAnswer::Output(result) => result,
+            CallAnswer::Refused { answer, .. } => answer,
+        })
+    }
+
+    /// [`Toolset::call`], with the toolset's own refusals told apart from
+    /// the server's results as a type: a caller that records calls (the
+    /// gateway's audit trail) reads the decision, never the words.
+    pub async fn call_answer(
+        &self,
+        name: &str,
+        args: Option<Value>,
+        context: &CallContext,
+    ) -> Result<CallAnswer, CallError> {
         let inner = &self.inner;
         if inner.auth.is_some() && context.session.is_none() {
             return Err(CallError::SessionRequired {
@@ -657,7 +689,7 @@ impl Toolset {
             });
         };
         if matches!(state.catalogue.route(name), Route::DescribeTool) {
-            return Ok(describe(&state.catalogue, args));
+            return Ok(CallAnswer::Output(describe(&state.catalogue, args)));
         }
         let server = entry.server.clone();
         let unavailable = || CallError::Unavailable {
@@ -698,7 +730,10 @@ impl Toolset {
         match inner.policy.decide(&request) {
             Decision::Allow => {}
             Decision::Deny { reason } => {
-                return Ok(DeniedResult::new(name, "policy", &reason).to_tool_result());
+                return Ok(CallAnswer::Refused {
+                    decision: CallDecision::Denied,
+                    answer: DeniedResult::new(name, "policy", &reason).to_tool_result(),
+                });
             }
             ask @ Decision::Ask { .. } if !context.approved => {
                 return Err(CallError::ApprovalRequired {
@@ -710,7 +745,12 @@ impl Toolset {
         }
         let entry = match state.catalogue.route(name) {
             Route::Remote(entry) => entry,
-            Route::Refused(denied) => return Ok(denied.to_tool_result()),
+            Route::Refused(denied) => {
+                return Ok(CallAnswer::Refused {
+                    decision: CallDecision::Quarantined,
+                    answer: denied.to_tool_result(),
+                });
+            }
             Route::DescribeTool | Route::Unknown(_) => {
                 return Err(CallError::UnknownTool {
                     tool: name.to_owned(),
@@ -720,7 +760,10 @@ impl Toolset {
         if let Some(validator) = state.validators.get(name)
             && let Err(problems) = validator.validate(&args)
         {
-            return Ok(problems.to_tool_result());
+            return Ok(CallAnswer::Refused {
+                decision: CallDecision::Invalid,
+                answer: problems.to_tool_result(),
+            });
         }
         let token = match (&inner.auth, &context.session) {
             (Some(auth), Some(session)) => Some(
@@ -755,6 +798,7 @@ impl Toolset {
         };
         crate::effects::replay_or_call(inner.store.as_ref(), session, key, name, &effect_args, send)
             .await
+            .map(CallAnswer::Output)
     }
 
     /// The session this toolset was built for.

@@ -12,10 +12,11 @@ use portcullis_store::audit::ArgumentShape;
 use serde_json::{Map, Value};
 
 use crate::Exit;
-use crate::audit::{Decision, Verdict};
+use portcullis_catalog::gate::{CallDecision, CallReport};
+
 use crate::config::Config;
 use crate::gateway::Gateway;
-use crate::metrics::{Outcome, UNKNOWN_TOOL};
+use crate::metrics::UNKNOWN_TOOL;
 
 /// Connects, makes the call, prints the result, records it, closes.
 pub async fn call(
@@ -30,14 +31,10 @@ pub async fn call(
     let started = Instant::now();
     // Taken before the arguments move on: the trail never holds a value.
     let shape = ArgumentShape::of(&Value::Object(args.clone()));
-    let (exit, verdict) = crate::audit::with_verdict(call_on(&gateway, tool, args, json)).await;
-    let (audited_tool, verdict) = match (&exit, verdict) {
-        (Ok(called), Some(noted)) => (called.tool, noted),
-        (Ok(called), None) => (called.tool, called.verdict.clone()),
-        // Printing failed: the call itself was made and noted.
-        (Err(_), Some(noted)) => (tool, noted),
-        (Err(_), None) => (tool, refused(Decision::Denied)),
-    };
+    let called = call_on(&gateway, tool, args).await;
+    let (audited_tool, report) = (called.tool, called.report.clone());
+    // Printing may fail (a closed pipe); the call itself was made.
+    let exit = called.print(json);
     let duration = started.elapsed();
     let source = gateway
         .rows()
@@ -45,12 +42,12 @@ pub async fn call(
         .find(|row| row.name == audited_tool)
         .map(|row| row.source)
         .unwrap_or_default();
-    crate::audit::log_call(&source, audited_tool, &verdict, duration);
+    crate::audit::log_call(&source, audited_tool, &report, duration);
     let record = crate::audit::audit_record(
         time,
         crate::audit::identity(config),
         audited_tool,
-        verdict,
+        report,
         duration,
         shape,
     );
@@ -60,32 +57,62 @@ pub async fn call(
         tracing::warn!(%error, "the audit record of this call could not be written");
     }
     gateway.close().await;
-    exit.map(|called| called.exit)
+    exit
 }
 
 /// What [`call_on`] did: the exit code, the name the trail records (the
-/// qualified name, or one label for every unknown name), and the verdict
-/// when no handler noted one (the call was refused before a handler ran).
+/// qualified name, or one label for every unknown name), what the gate and
+/// the tool made of the call, and what to print.
 struct Called<'a> {
     exit: Exit,
     tool: &'a str,
-    verdict: Verdict,
+    asked: &'a str,
+    report: CallReport,
+    shown: Shown,
 }
 
-fn refused(decision: Decision) -> Verdict {
-    Verdict {
-        decision,
-        outcome: Outcome::Refused,
-        code: None,
+/// What `call` prints.
+enum Shown {
+    /// The result (a refusal the gateway wrote included); with `--json` the
+    /// refusal's words also go to stderr.
+    Result(ToolResult, Option<String>),
+    /// A name nobody serves, with the closest names.
+    Unknown(Vec<String>),
+}
+
+impl Called<'_> {
+    fn print(&self, json: bool) -> anyhow::Result<Exit> {
+        match &self.shown {
+            Shown::Result(result, refusal) => {
+                print_result(result, json)?;
+                if let (true, Some(message)) = (json, refusal) {
+                    eprintln!("{message}");
+                }
+            }
+            Shown::Unknown(close) if close.is_empty() => {
+                eprintln!(
+                    "error: unknown tool \"{}\"; `portcullis tools` lists them",
+                    self.report_name()
+                );
+            }
+            Shown::Unknown(close) => eprintln!(
+                "error: unknown tool \"{}\"; did you mean: {}?",
+                self.report_name(),
+                close.join(", ")
+            ),
+        }
+        Ok(self.exit)
+    }
+
+    fn report_name(&self) -> &str {
+        match &self.shown {
+            Shown::Unknown(_) => self.asked,
+            Shown::Result(..) => self.tool,
+        }
     }
 }
 
-async fn call_on<'a>(
-    gateway: &Gateway,
-    tool: &'a str,
-    args: &Map<String, Value>,
-    json: bool,
-) -> anyhow::Result<Called<'a>> {
+async fn call_on<'a>(gateway: &Gateway, tool: &'a str, args: &Map<String, Value>) -> Called<'a> {
     let rows = gateway.rows();
     // Withheld (never registered) or quarantined (never called): refused
     // here with the reason, as the surface would refuse it.
@@ -95,54 +122,45 @@ async fn call_on<'a>(
     {
         let reason = row.reason.as_deref().unwrap_or("held back by the gateway");
         let message = format!("refused: tool \"{tool}\" is {}: {reason}", row.status);
-        print_result(&ToolResult::error_text(message.clone()), json)?;
-        if json {
-            eprintln!("{message}");
-        }
         let decision = if row.status == "quarantined" {
-            Decision::Quarantined
+            CallDecision::Quarantined
         } else {
-            Decision::Denied
+            CallDecision::Denied
         };
-        return Ok(Called {
+        return Called {
             exit: Exit::ToolError,
             tool,
-            verdict: refused(decision),
-        });
+            asked: tool,
+            report: CallReport::refused(decision),
+            shown: Shown::Result(ToolResult::error_text(message.clone()), Some(message)),
+        };
     }
     match gateway
         .tools
-        .call(tool, Value::Object(args.clone()), None)
+        .call_reported(tool, Value::Object(args.clone()), None)
         .await
     {
-        Ok(result) => {
-            print_result(&result, json)?;
-            Ok(Called {
-                exit: if result.is_error {
-                    Exit::ToolError
-                } else {
-                    Exit::Success
-                },
-                tool,
-                verdict: crate::audit::classify_result(&result),
-            })
-        }
+        Ok((result, report)) => Called {
+            exit: if result.is_error {
+                Exit::ToolError
+            } else {
+                Exit::Success
+            },
+            tool,
+            asked: tool,
+            report,
+            shown: Shown::Result(result, None),
+        },
         Err(_) => {
             let names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
             let close = close_names(tool, &names);
-            if close.is_empty() {
-                eprintln!("error: unknown tool \"{tool}\"; `portcullis tools` lists them");
-            } else {
-                eprintln!(
-                    "error: unknown tool \"{tool}\"; did you mean: {}?",
-                    close.join(", ")
-                );
-            }
-            Ok(Called {
+            Called {
                 exit: Exit::Usage,
                 tool: UNKNOWN_TOOL,
-                verdict: refused(Decision::Denied),
-            })
+                asked: tool,
+                report: CallReport::refused(CallDecision::Denied),
+                shown: Shown::Unknown(close.into_iter().map(str::to_owned).collect()),
+            }
         }
     }
 }
@@ -175,7 +193,7 @@ pub fn close_names<'a>(wanted: &str, names: &[&'a str]) -> Vec<&'a str> {
         .iter()
         .filter_map(|&name| {
             let lower = name.to_lowercase();
-            let distance = edit_distance(&wanted_lower, &lower);
+            let distance = strsim::levenshtein(&wanted_lower, &lower);
             let related = bare(name) == bare(wanted)
                 || lower.contains(&wanted_lower)
                 || wanted_lower.contains(&lower)
@@ -186,21 +204,6 @@ pub fn close_names<'a>(wanted: &str, names: &[&'a str]) -> Vec<&'a str> {
     scored.sort();
     scored.dedup();
     scored.into_iter().take(5).map(|(_, n)| n).collect()
-}
-
-/// Levenshtein distance, by characters.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut previous: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut current = vec![i + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let substitute = previous[j] + usize::from(ca != *cb);
-            current.push(substitute.min(previous[j + 1] + 1).min(current[j] + 1));
-        }
-        previous = current;
-    }
-    previous[b.len()]
 }
 
 #[cfg(test)]
