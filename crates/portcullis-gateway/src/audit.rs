@@ -8,8 +8,9 @@
 //! (`ToolServer::call_tool_reported`), whose decision comes from the gate
 //! (`portcullis_catalog::gate`), the approval round trip, or a guard behind
 //! the handler that refused with a typed `ToolError::refused` (a toolset's
-//! quarantine of a tool that drifted mid-session). The served surface
-//! ([`crate::reload::LiveTools`]) hands that report to the [`Recorder`];
+//! quarantine of a tool that drifted mid-session). The served tool server
+//! hands that report to the [`Recorder`] (through `crate::reload`'s call
+//! observer);
 //! `portcullis call` writes its one record directly ([`audit_record`]).
 //!
 //! The audit record is the store's [`AuditRecord`], written through the

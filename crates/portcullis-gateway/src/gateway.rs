@@ -233,9 +233,8 @@ impl Gateway {
     /// catalogue's rows (quarantine, filters, drift) with the exposure gate's
     /// withheld tools marked `withheld`.
     pub fn rows(&self) -> Vec<Row> {
-        let gated: HashMap<&str, &str> = self
-            .tools
-            .withheld()
+        let withheld = self.tools.withheld();
+        let gated: HashMap<&str, &str> = withheld
             .iter()
             .map(|w| (w.id.as_str(), w.reason.as_str()))
             .collect();

@@ -3,9 +3,10 @@
 //! call observed on its way through.
 //!
 //! [`Live`] holds the current [`Generation`] (a config and the gateway
-//! built from it). [`LiveTools`] is the `ServerHandler` the surfaces serve:
-//! each request takes the generation current when it arrives and keeps it to
-//! the end, so a reload never changes the ground under an in-flight call,
+//! built from it). [`Live::served`] is the one `ServerHandler` the surfaces
+//! serve, a live `ToolServer` whose tool set each swap replaces: each
+//! request takes the tool set current when it arrives and keeps it (and its
+//! generation) to the end, so a reload never changes the ground under an in-flight call,
 //! and an old generation's connections are closed only once its last call
 //! has answered.
 //!
@@ -27,40 +28,27 @@
 //! generation is swapped in), so the upstreams' notices keep reaching them,
 //! a newly connected upstream's included.
 //!
-//! Clients hear about a new tool set: 2026-07-28 clients through
+//! Every surface serves one handler, [`Live::served`]: a live
+//! `ToolServer` whose tool set is replaced in place on a swap, and which
+//! hands every call's `CallReport` to the [`Recorder`] (an [`Observer`]).
+//! Clients hear about a new tool set from it: 2026-07-28 clients through
 //! `subscriptions/listen` (`notifications/tools/list_changed`), and
 //! initialize-era clients with a live session (stdio) through the same
 //! notification on their session. Stateless HTTP clients of the 2025 era
 //! have no channel to be told on and see the change on their next
 //! `tools/list`.
 
-use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
+use std::any::Any;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
-use std::time::{Duration, Instant, SystemTime};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
 
-use portcullis_catalog::gate::{CallDecision, CallReport};
+use portcullis_server::{CallObserver, ObservedCall, ToolServer};
 use portcullis_store::audit::ArgumentShape;
 use portcullis_upstream::McpServerConfig;
-use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CancelTaskParams, CancelledNotificationParam,
-    CompleteRequestParams, CompleteResult, CustomNotification, CustomRequest, CustomResult,
-    DiscoverResult, GetPromptRequestParams, GetPromptResponse, GetSkillRequestParams,
-    GetSkillResult, GetTaskParams, GetTaskResult, InitializeRequestParams, InitializeResult,
-    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListSkillsResult,
-    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion,
-    ReadResourceDirectoryRequestParams, ReadResourceDirectoryResult, ReadResourceRequestParams,
-    ReadResourceResponse, ServerConfig, SubscribeRequestParams, SubscriptionFilter,
-    UnsubscribeRequestParams, UpdateTaskParams,
-};
-// Logging is deprecated by SEP-2577, still served for older clients.
-#[allow(deprecated)]
-use rmcp::model::SetLevelRequestParams;
-use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
-use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
-use serde_json::Value;
+use rmcp::model::JsonObject;
 use tokio::sync::watch;
 
 use crate::audit::Recorder;
@@ -70,10 +58,6 @@ use crate::metrics::{Snapshot, UNKNOWN_TOOL};
 
 /// How often the config file is looked at for changes.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
-
-/// Initialize-era sessions kept for notifications, at most; the oldest are
-/// forgotten first (a closed one is forgotten as soon as it is seen).
-const MAX_PEERS: usize = 1024;
 
 /// What, in a config, needs the sources reconnected when it changes.
 #[derive(Debug, PartialEq)]
@@ -185,8 +169,6 @@ pub struct Generation {
     pub config: Config,
     /// The connected gateway.
     pub gateway: Gateway,
-    /// Each served name's source (upstream, plugin or app), for labels.
-    sources: HashMap<String, Arc<str>>,
     /// Set when a newer generation replaced this one: its connections are
     /// closed when the last request holding it lets go.
     retired: AtomicBool,
@@ -195,15 +177,9 @@ pub struct Generation {
 impl Generation {
     /// Wraps a started gateway.
     pub fn new(config: Config, gateway: Gateway) -> Self {
-        let sources = gateway
-            .rows()
-            .into_iter()
-            .map(|row| (row.name, Arc::from(row.source.as_str())))
-            .collect();
         Generation {
             config,
             gateway,
-            sources,
             retired: AtomicBool::new(false),
         }
     }
@@ -256,14 +232,13 @@ impl Drop for Generation {
 /// task.
 pub struct Live {
     current: RwLock<Arc<Generation>>,
-    recorder: Recorder,
-    /// Bumped whenever the served tool list changed; `subscriptions/listen`
-    /// streams wait on it.
-    changed: watch::Sender<u64>,
+    /// The one MCP handler every surface serves: the current generation's
+    /// tool server, replaced in place on a swap (a request keeps the
+    /// generation it started on alive until it is answered).
+    served: ToolServer,
+    recorder: Arc<Recorder>,
     /// Bumped whenever a new generation is swapped in.
     swaps: watch::Sender<u64>,
-    /// Initialize-era sessions to tell about a new tool set.
-    peers: Mutex<Vec<Peer<RoleServer>>>,
     /// One reload at a time (a SIGHUP during a file-change reload waits).
     reloading: tokio::sync::Mutex<()>,
 }
@@ -271,14 +246,26 @@ pub struct Live {
 impl Live {
     /// The state of a gateway serving `generation`.
     pub fn new(generation: Generation, recorder: Recorder) -> Arc<Live> {
+        let recorder = Arc::new(recorder);
+        let generation = Arc::new(generation);
+        let observer = Arc::new(Observer {
+            recorder: recorder.clone(),
+        });
+        let served = generation.gateway.tools.live(Some(observer));
+        served.replace(&generation.gateway.tools, Some(generation.clone()));
         Arc::new(Live {
-            current: RwLock::new(Arc::new(generation)),
+            current: RwLock::new(generation),
+            served,
             recorder,
-            changed: watch::Sender::new(0),
             swaps: watch::Sender::new(0),
-            peers: Mutex::new(Vec::new()),
             reloading: tokio::sync::Mutex::new(()),
         })
+    }
+
+    /// The MCP handler to serve: one tool server whose tool set follows
+    /// every swap.
+    pub fn served(&self) -> ToolServer {
+        self.served.clone()
     }
 
     /// The generation serving new requests.
@@ -353,10 +340,6 @@ impl Live {
             }
         };
         let generation = Generation::new(config, gateway);
-        let before: Vec<&str> = old.gateway.tools.tool_names();
-        let after: Vec<&str> = generation.gateway.tools.tool_names();
-        let tools_changed = before != after
-            || old.gateway.tools.listed_tools() != generation.gateway.tools.listed_tools();
         let snapshot = generation.snapshot();
         if reconnect {
             old.retired.store(true, Ordering::Release);
@@ -366,7 +349,7 @@ impl Live {
         // silent.
         generation.gateway.proxy.take_over(&old.gateway.proxy).await;
         drop(old);
-        self.swap(generation, tools_changed);
+        self.swap(generation);
         self.recorder.metrics().record_reload(true);
         // Logged once the new generation serves: the line is an event an
         // operator (or a test) can act on.
@@ -381,15 +364,16 @@ impl Live {
     }
 
     /// Makes `generation` the one serving new requests.
-    fn swap(&self, generation: Generation, tools_changed: bool) {
+    fn swap(&self, generation: Generation) {
         // A gateway built on another store (the config's `store` changed)
         // takes the audit trail with it.
         self.recorder.follow_store(&generation.gateway.store);
-        *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(generation);
+        let generation = Arc::new(generation);
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) = generation.clone();
+        // Clients hear of it when the listed tools changed.
+        self.served
+            .replace(&generation.gateway.tools, Some(generation.clone()));
         self.swaps.send_modify(|n| *n = n.wrapping_add(1));
-        if tools_changed {
-            self.announce();
-        }
     }
 
     /// The upstreams' catalogue changed under the current generation (a
@@ -411,31 +395,7 @@ impl Live {
         generation.gateway.proxy.take_over(&old.gateway.proxy).await;
         drop(old);
         tracing::info!(tools_changed, "upstream catalogue changed; tools rebuilt");
-        self.swap(generation, tools_changed);
-    }
-
-    /// Tells every client that can hear it that the tool list changed.
-    fn announce(&self) {
-        self.changed.send_modify(|n| *n = n.wrapping_add(1));
-        let peers: Vec<Peer<RoleServer>> = {
-            let mut peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
-            peers.retain(|p| !p.is_transport_closed());
-            peers.clone()
-        };
-        for peer in peers {
-            tokio::spawn(async move {
-                let _ = peer.notify_tool_list_changed().await;
-            });
-        }
-    }
-
-    fn remember(&self, peer: Peer<RoleServer>) {
-        let mut peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
-        peers.retain(|p| !p.is_transport_closed());
-        if peers.len() >= MAX_PEERS {
-            peers.remove(0);
-        }
-        peers.push(peer);
+        self.swap(generation);
     }
 
     /// Closes the current generation's connections (stdio children end).
@@ -510,372 +470,37 @@ pub async fn follow_catalogue(live: Arc<Live>) {
     }
 }
 
-/// The `ServerHandler` the surfaces serve: every request goes to the
-/// current generation's tool server; calls are observed (log line,
-/// metrics, audit trail); `tools/list_changed` reaches clients after a
-/// reload.
-#[derive(Clone)]
-pub struct LiveTools {
-    live: Arc<Live>,
+/// What the served tool server tells about every call: the recorder's log
+/// line, metrics and audit record, labelled with the tool's source.
+struct Observer {
+    recorder: Arc<Recorder>,
 }
 
-impl LiveTools {
-    /// The handler over `live`.
-    pub fn new(live: Arc<Live>) -> Self {
-        LiveTools { live }
+impl CallObserver for Observer {
+    fn started(&self, _tool: Option<&str>, arguments: Option<&JsonObject>) -> Box<dyn Any + Send> {
+        // The shape is taken before the arguments move on, so the trail
+        // never holds a value.
+        let shape = self
+            .recorder
+            .keeps_trail()
+            .then(|| ArgumentShape::of_arguments(arguments));
+        Box::new(shape)
     }
 
-    async fn observed_call(
-        &self,
-        mut request: CallToolRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, ErrorData> {
-        let time = SystemTime::now();
-        let started = Instant::now();
-        let generation = self.live.current();
-        let recorder = self.live.recorder();
-        // The shape is taken here, before the arguments move on, so the
-        // trail never holds a value.
-        let shape = recorder.keeps_trail().then(|| {
-            let args = Value::Object(request.arguments.take().unwrap_or_default());
-            let shape = ArgumentShape::of(&args);
-            if let Value::Object(map) = args {
-                request.arguments = Some(map);
-            }
-            shape
-        });
-        let name = request.name.to_string();
-        let (answer, report) = generation
-            .gateway
-            .tools
-            .call_tool_reported(request, context)
-            .await;
-        let (upstream, tool) = match generation.sources.get(&name) {
-            Some(source) => (&**source, name.as_str()),
-            None => ("", UNKNOWN_TOOL),
-        };
-        let report = match (&answer, report) {
-            // A question put to the client (the 2026 approval round trip)
-            // does not end the call: the retry carrying the answer is
-            // recorded.
-            (Ok(CallToolResponse::InputRequired(_)), _) => return answer,
-            (_, Some(report)) => report,
-            // Unknown, or withheld by the gate: never registered.
-            (_, None) => CallReport::refused(CallDecision::Denied),
-        };
-        recorder.record(time, upstream, tool, report, started.elapsed(), shape);
-        answer
-    }
-}
-
-#[allow(deprecated)]
-impl ServerHandler for LiveTools {
-    fn get_info(&self) -> ServerConfig {
-        let mut info = self.live.current().gateway.tools.get_info();
-        // The tool set can change on reload, and clients are told.
-        if let Some(tools) = info.capabilities.tools.as_mut() {
-            tools.list_changed = Some(true);
-        }
-        info
-    }
-
-    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
-        self.live
-            .current()
-            .gateway
-            .tools
-            .supported_protocol_versions()
-    }
-
-    async fn initialize(
-        &self,
-        request: InitializeRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<InitializeResult, ErrorData> {
-        context.peer.set_peer_info(request.clone());
-        self.negotiate_initialize(&request)
-    }
-
-    async fn discover(
-        &self,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<DiscoverResult, ErrorData> {
-        Ok(DiscoverResult::from_server_info(
-            self.supported_protocol_versions().into_owned(),
-            self.get_info(),
-        ))
-    }
-
-    async fn call_tool(
-        &self,
-        request: CallToolRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, ErrorData> {
-        self.observed_call(request, context).await
-    }
-
-    async fn list_tools(
-        &self,
-        request: Option<PaginatedRequestParams>,
-        context: RequestContext<RoleServer>,
-    ) -> Result<ListToolsResult, ErrorData> {
-        let generation = self.live.current();
-        generation.gateway.tools.list_tools(request, context).await
-    }
-
-    fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {
-        self.live.current().gateway.tools.get_tool(name)
-    }
-
-    fn accepted_subscription_filter(
-        &self,
-        requested: &SubscriptionFilter,
-    ) -> Option<SubscriptionFilter> {
-        self.live
-            .current()
-            .gateway
-            .tools
-            .accepted_subscription_filter(requested)
-    }
-
-    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
-        let mut changed = self.live.changed.subscribe();
-        changed.mark_unchanged();
-        loop {
-            tokio::select! {
-                () = context.cancelled() => return Ok(()),
-                seen = changed.changed() => {
-                    if seen.is_err() || context.sink().notify_tool_list_changed().await.is_err() {
-                        return Ok(());
-                    }
-                }
-            }
-        }
-    }
-
-    async fn complete(
-        &self,
-        request: CompleteRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<CompleteResult, ErrorData> {
-        let generation = self.live.current();
-        generation.gateway.tools.complete(request, context).await
-    }
-
-    async fn set_level(
-        &self,
-        request: SetLevelRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<(), ErrorData> {
-        let generation = self.live.current();
-        generation.gateway.tools.set_level(request, context).await
-    }
-
-    async fn get_prompt(
-        &self,
-        request: GetPromptRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<GetPromptResponse, ErrorData> {
-        let generation = self.live.current();
-        generation.gateway.tools.get_prompt(request, context).await
-    }
-
-    async fn list_prompts(
-        &self,
-        request: Option<PaginatedRequestParams>,
-        context: RequestContext<RoleServer>,
-    ) -> Result<ListPromptsResult, ErrorData> {
-        let generation = self.live.current();
-        generation
-            .gateway
-            .tools
-            .list_prompts(request, context)
-            .await
-    }
-
-    async fn list_resources(
-        &self,
-        request: Option<PaginatedRequestParams>,
-        context: RequestContext<RoleServer>,
-    ) -> Result<ListResourcesResult, ErrorData> {
-        let generation = self.live.current();
-        generation
-            .gateway
-            .tools
-            .list_resources(request, context)
-            .await
-    }
-
-    async fn list_resource_templates(
-        &self,
-        request: Option<PaginatedRequestParams>,
-        context: RequestContext<RoleServer>,
-    ) -> Result<ListResourceTemplatesResult, ErrorData> {
-        let generation = self.live.current();
-        generation
-            .gateway
-            .tools
-            .list_resource_templates(request, context)
-            .await
-    }
-
-    async fn read_resource(
-        &self,
-        request: ReadResourceRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<ReadResourceResponse, ErrorData> {
-        let generation = self.live.current();
-        generation
-            .gateway
-            .tools
-            .read_resource(request, context)
-            .await
-    }
-
-    async fn subscribe(
-        &self,
-        request: SubscribeRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<(), ErrorData> {
-        let generation = self.live.current();
-        generation.gateway.tools.subscribe(request, context).await
-    }
-
-    async fn unsubscribe(
-        &self,
-        request: UnsubscribeRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<(), ErrorData> {
-        let generation = self.live.current();
-        generation.gateway.tools.unsubscribe(request, context).await
-    }
-
-    async fn on_custom_request(
-        &self,
-        request: CustomRequest,
-        context: RequestContext<RoleServer>,
-    ) -> Result<CustomResult, ErrorData> {
-        let generation = self.live.current();
-        generation
-            .gateway
-            .tools
-            .on_custom_request(request, context)
-            .await
-    }
-
-    async fn on_cancelled(
-        &self,
-        notification: CancelledNotificationParam,
-        context: NotificationContext<RoleServer>,
-    ) {
-        let generation = self.live.current();
-        generation
-            .gateway
-            .tools
-            .on_cancelled(notification, context)
-            .await;
-    }
-
-    async fn on_progress(
-        &self,
-        notification: ProgressNotificationParam,
-        context: NotificationContext<RoleServer>,
-    ) {
-        let generation = self.live.current();
-        generation
-            .gateway
-            .tools
-            .on_progress(notification, context)
-            .await;
-    }
-
-    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
-        // A session that stays open (stdio, legacy HTTP sessions) can be told
-        // about a new tool set; a stateless request's peer closes with it
-        // and is forgotten.
-        self.live.remember(context.peer.clone());
-        let generation = self.live.current();
-        generation.gateway.tools.on_initialized(context).await;
-    }
-
-    async fn on_roots_list_changed(&self, context: NotificationContext<RoleServer>) {
-        let generation = self.live.current();
-        generation
-            .gateway
-            .tools
-            .on_roots_list_changed(context)
-            .await;
-    }
-
-    async fn on_custom_notification(
-        &self,
-        notification: CustomNotification,
-        context: NotificationContext<RoleServer>,
-    ) {
-        let generation = self.live.current();
-        generation
-            .gateway
-            .tools
-            .on_custom_notification(notification, context)
-            .await;
-    }
-
-    async fn get_task(
-        &self,
-        request: GetTaskParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<GetTaskResult, ErrorData> {
-        let generation = self.live.current();
-        generation.gateway.tools.get_task(request, context).await
-    }
-
-    async fn update_task(
-        &self,
-        request: UpdateTaskParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<(), ErrorData> {
-        let generation = self.live.current();
-        generation.gateway.tools.update_task(request, context).await
-    }
-
-    async fn cancel_task(
-        &self,
-        request: CancelTaskParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<(), ErrorData> {
-        let generation = self.live.current();
-        generation.gateway.tools.cancel_task(request, context).await
-    }
-
-    async fn list_skills(
-        &self,
-        request: Option<PaginatedRequestParams>,
-        context: RequestContext<RoleServer>,
-    ) -> Result<ListSkillsResult, ErrorData> {
-        let generation = self.live.current();
-        generation.gateway.tools.list_skills(request, context).await
-    }
-
-    async fn get_skill(
-        &self,
-        request: GetSkillRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<GetSkillResult, ErrorData> {
-        let generation = self.live.current();
-        generation.gateway.tools.get_skill(request, context).await
-    }
-
-    async fn read_resource_directory(
-        &self,
-        request: ReadResourceDirectoryRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<ReadResourceDirectoryResult, ErrorData> {
-        let generation = self.live.current();
-        generation
-            .gateway
-            .tools
-            .read_resource_directory(request, context)
-            .await
+    fn finished(&self, call: ObservedCall<'_>, note: Box<dyn Any + Send>) {
+        let shape = note
+            .downcast::<Option<ArgumentShape>>()
+            .ok()
+            .and_then(|shape| *shape);
+        let tool = call.tool.unwrap_or(UNKNOWN_TOOL);
+        self.recorder.record(
+            call.time,
+            call.source,
+            tool,
+            call.report,
+            call.duration,
+            shape,
+        );
     }
 }
 

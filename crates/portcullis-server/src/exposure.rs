@@ -91,6 +91,8 @@ pub struct Exposure {
 pub struct Withheld {
     /// The tool id.
     pub id: String,
+    /// Where it came from ([`crate::Registration::source`]).
+    pub source: String,
     /// Why, in the words the debug log uses.
     pub reason: String,
 }

@@ -97,4 +97,6 @@ pub use mcp_server::{ServeOptions, create_mcp_server};
 pub use passthrough::{PassthroughCapabilities, PassthroughProvider};
 pub use shutdown::ShutdownSignal;
 pub use stdio::{serve_io, serve_stdio};
-pub use tool_server::{CallError, Registration, ToolServer, ToolServerBuilder, schema_of};
+pub use tool_server::{
+    CallError, CallObserver, ObservedCall, Registration, ToolServer, ToolServerBuilder, schema_of,
+};

@@ -19,10 +19,11 @@
 //! `mcp__describe_tool` answers as for an unknown tool when asked about a
 //! tool this server withholds, whichever handler serves it.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::{Duration, Instant, SystemTime};
 
 use futures::FutureExt;
 use portcullis_catalog::disclosure::{DESCRIBE_TOOL_NAME, unknown_tool_message};
@@ -31,16 +32,18 @@ use portcullis_catalog::gate::{CallDecision, CallOutcome, CallReport, Gate, Gate
 use portcullis_catalog::policy::{DeniedResult, Policy};
 use portcullis_catalog::validation::normalize_arguments;
 use portcullis_catalog::{ArgumentValidator, CatalogError, Tool, ToolResult};
+use rmcp::model::JsonObject;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     InputRequiredResult, ListToolsResult, MetaObject, PaginatedRequestParams, ServerCapabilities,
     ServerConfig,
 };
 use rmcp::service::RequestContext;
-use rmcp::{ErrorData, RoleServer, ServerHandler};
+use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use tokio::sync::watch;
 
 use crate::approval::{Approvals, DEFAULT_APPROVAL_TIMEOUT, Retry, Verdict};
 use crate::error::ServerError;
@@ -263,6 +266,7 @@ impl ToolServerBuilder {
                 tracing::debug!(tool = %registration.tool.name, %reason, "withholding tool");
                 withheld.push(Withheld {
                     id: registration.tool.name,
+                    source: registration.source,
                     reason,
                 });
                 continue;
@@ -283,6 +287,7 @@ impl ToolServerBuilder {
                 registration.tool.name.clone(),
                 Entry {
                     name,
+                    source: registration.source.as_str().into(),
                     def: registration.tool,
                     wire,
                     validator,
@@ -305,20 +310,18 @@ impl ToolServerBuilder {
         // Deterministic listing order (2026-07-28 asks for it; prompt caches
         // depend on it).
         listed.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(ToolServer {
-            inner: Arc::new(Inner {
-                entries,
-                listed,
-                withheld,
-                identity: self.exposure.identity.map(Arc::new),
-                max_output_length: self.max_output_length,
-                server_info: self.server_info,
-                policy: self.policy,
-                cancel_grace: self.cancel_grace,
-                approvals: Approvals::new(self.approval_timeout),
-                passthrough: self.passthrough,
-            }),
-        })
+        Ok(ToolServer::fixed(Arc::new(Inner {
+            entries,
+            listed,
+            withheld,
+            identity: self.exposure.identity.map(Arc::new),
+            max_output_length: self.max_output_length,
+            server_info: self.server_info,
+            policy: self.policy,
+            cancel_grace: self.cancel_grace,
+            approvals: Approvals::new(self.approval_timeout),
+            passthrough: self.passthrough,
+        })))
     }
 }
 
@@ -352,6 +355,8 @@ fn to_wire_tool(tool: &Tool) -> Result<rmcp::model::Tool, ServerError> {
 
 struct Entry {
     name: Arc<str>,
+    /// Where it came from ([`Registration::source`]).
+    source: Arc<str>,
     def: Tool,
     wire: rmcp::model::Tool,
     /// `None` for a foreign schema that could not be compiled.
@@ -438,14 +443,73 @@ impl Answer {
 /// ```
 #[derive(Clone)]
 pub struct ToolServer {
+    shared: Arc<Shared>,
+}
+
+/// What every clone of one [`ToolServer`] shares.
+struct Shared {
+    /// The tools served now; a call keeps the snapshot it started with.
+    current: RwLock<Snapshot>,
+    /// Whether the tool set can be replaced ([`ToolServer::live`]): then
+    /// `listChanged` is advertised and announced.
+    live: bool,
+    /// Sees every `tools/call` ([`ToolServer::live`]).
+    observer: Option<Arc<dyn CallObserver>>,
+    /// Bumped whenever the listed tools changed; `subscriptions/listen`
+    /// streams wait on it.
+    changed: watch::Sender<u64>,
+    /// Sessions that stay open (stdio, initialize-era HTTP sessions), to
+    /// tell about a new tool set.
+    peers: Mutex<Vec<Peer<RoleServer>>>,
+}
+
+/// One tool set and what must live while a request uses it.
+#[derive(Clone)]
+struct Snapshot {
     inner: Arc<Inner>,
+    /// Held by every request using `inner` (a gateway generation whose
+    /// connections close when the last of them lets go).
+    keep_alive: Option<Arc<dyn Any + Send + Sync>>,
+}
+
+/// At most this many open sessions are remembered for list-change notices;
+/// the oldest is forgotten first.
+const MAX_PEERS: usize = 1024;
+
+/// Sees every `tools/call` a live [`ToolServer`] answers: once before the
+/// call runs (the arguments are still there to look at; what it returns
+/// comes back at the end) and once with what happened.
+pub trait CallObserver: Send + Sync {
+    /// The call to `tool` (`None`: a name this server does not expose)
+    /// starts with `arguments`.
+    fn started(&self, tool: Option<&str>, arguments: Option<&JsonObject>) -> Box<dyn Any + Send>;
+
+    /// The call ended: `report` is what the gate and the handler made of
+    /// it, `note` what [`CallObserver::started`] returned.
+    fn finished(&self, call: ObservedCall<'_>, note: Box<dyn Any + Send>);
+}
+
+/// One answered `tools/call`, as a [`CallObserver`] sees it.
+#[derive(Debug)]
+pub struct ObservedCall<'a> {
+    /// The tool's name; `None` for a name this server does not expose.
+    pub tool: Option<&'a str>,
+    /// Where the tool came from ([`Registration::source`]); empty when
+    /// unknown.
+    pub source: &'a str,
+    /// What the gate and the handler made of it.
+    pub report: CallReport,
+    /// When the call arrived.
+    pub time: SystemTime,
+    /// How long it took to answer.
+    pub duration: Duration,
 }
 
 impl std::fmt::Debug for ToolServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ToolServer")
             .field("tools", &self.tool_names())
-            .field("withheld", &self.inner.withheld)
+            .field("withheld", &self.withheld())
             .finish_non_exhaustive()
     }
 }
@@ -465,19 +529,101 @@ impl ToolServer {
         ToolServerBuilder::default()
     }
 
+    fn fixed(inner: Arc<Inner>) -> Self {
+        ToolServer {
+            shared: Arc::new(Shared {
+                current: RwLock::new(Snapshot {
+                    inner,
+                    keep_alive: None,
+                }),
+                live: false,
+                observer: None,
+                changed: watch::Sender::new(0),
+                peers: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+
+    /// A new server serving this one's tools now, whose tool set a reload
+    /// can replace ([`ToolServer::replace`]) without touching this one: it
+    /// advertises `listChanged` and tells its clients when the listed tools
+    /// change. `observer`, if given, sees every `tools/call`.
+    pub fn live(&self, observer: Option<Arc<dyn CallObserver>>) -> ToolServer {
+        ToolServer {
+            shared: Arc::new(Shared {
+                current: RwLock::new(self.snapshot()),
+                live: true,
+                observer,
+                changed: watch::Sender::new(0),
+                peers: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+
+    /// Serves `next`'s tools from now on; a request already running keeps
+    /// the tools it started with, and `keep_alive` is held as long as any
+    /// request uses the new ones. Clients are told when the listed tools
+    /// changed (only a [`ToolServer::live`] server tells). Returns whether
+    /// they changed.
+    pub fn replace(
+        &self,
+        next: &ToolServer,
+        keep_alive: Option<Arc<dyn Any + Send + Sync>>,
+    ) -> bool {
+        let inner = next.snapshot().inner;
+        let changed = {
+            let mut current = self
+                .shared
+                .current
+                .write()
+                .unwrap_or_else(PoisonError::into_inner);
+            let changed = current.inner.listed != inner.listed;
+            *current = Snapshot { inner, keep_alive };
+            changed
+        };
+        if changed && self.shared.live {
+            self.announce();
+        }
+        changed
+    }
+
+    /// Tells every client that can hear it that the tool list changed.
+    fn announce(&self) {
+        self.shared.changed.send_modify(|n| *n = n.wrapping_add(1));
+        let peers: Vec<Peer<RoleServer>> = {
+            let mut peers = lock(&self.shared.peers);
+            peers.retain(|p| !p.is_transport_closed());
+            peers.clone()
+        };
+        for peer in peers {
+            tokio::spawn(async move {
+                let _ = peer.notify_tool_list_changed().await;
+            });
+        }
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        self.shared
+            .current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     /// The exposed tool ids, sorted.
-    pub fn tool_names(&self) -> Vec<&str> {
-        self.inner.listed.iter().map(|t| t.name.as_ref()).collect()
+    pub fn tool_names(&self) -> Vec<String> {
+        let inner = self.snapshot().inner;
+        inner.listed.iter().map(|t| t.name.to_string()).collect()
     }
 
     /// The exposed tools as MCP sees them, sorted by name.
-    pub fn listed_tools(&self) -> &[rmcp::model::Tool] {
-        &self.inner.listed
+    pub fn listed_tools(&self) -> Vec<rmcp::model::Tool> {
+        self.snapshot().inner.listed.clone()
     }
 
     /// The tools the gate held back, and why.
-    pub fn withheld(&self) -> &[Withheld] {
-        &self.inner.withheld
+    pub fn withheld(&self) -> Vec<Withheld> {
+        self.snapshot().inner.withheld.clone()
     }
 
     /// Calls a tool in-process with every edge rule applied. `ctx` defaults
@@ -501,15 +647,16 @@ impl ToolServer {
         args: Value,
         ctx: Option<CallContext>,
     ) -> Result<(ToolResult, CallReport), CallError> {
-        let entry = self
-            .inner
+        let Snapshot { inner, keep_alive } = self.snapshot();
+        let _in_use = keep_alive;
+        let entry = inner
             .entries
             .get(name)
             .ok_or_else(|| CallError::UnknownTool(name.to_owned()))?;
         let ctx = ctx
             .unwrap_or_else(|| CallContext::detached(entry.name.clone()))
-            .with_identity(self.inner.identity.clone());
-        let answer = match self.run(entry, Some(args), ctx, Retry::default()).await {
+            .with_identity(inner.identity.clone());
+        let answer = match inner.run(entry, Some(args), ctx, Retry::default()).await {
             Ok(Outcome::Done(answer)) => answer,
             // An in-process caller cannot carry a round trip back to a
             // person, so a call needing one is refused.
@@ -523,7 +670,7 @@ impl ToolServer {
                 .to_tool_result(),
             ),
         };
-        Ok(self.leave(&entry.name, answer))
+        Ok(inner.leave(&entry.name, answer))
     }
 
     /// The MCP `tools/call`, with what the gate and the handler made of the
@@ -535,29 +682,32 @@ impl ToolServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> (Result<CallToolResponse, ErrorData>, Option<CallReport>) {
-        let Some(entry) = self.inner.entries.get(request.name.as_ref()) else {
+        let Snapshot { inner, keep_alive } = self.snapshot();
+        let _in_use = keep_alive;
+        let Some(entry) = inner.entries.get(request.name.as_ref()) else {
             let error = ErrorData::invalid_params(format!("unknown tool: {}", request.name), None);
             return (Err(error), None);
         };
-        let ctx =
-            CallContext::for_request(entry.name.clone(), context, self.inner.identity.clone());
+        let ctx = CallContext::for_request(entry.name.clone(), context, inner.identity.clone());
         let retry = Retry {
             input_responses: request.input_responses,
             request_state: request.request_state,
         };
-        match self
+        match inner
             .run(entry, request.arguments.map(Value::Object), ctx, retry)
             .await
         {
             Ok(Outcome::Done(answer)) => {
-                let (result, report) = self.leave(&entry.name, answer);
+                let (result, report) = inner.leave(&entry.name, answer);
                 (Ok(to_wire_result(&entry.name, result).into()), Some(report))
             }
             Ok(Outcome::InputRequired(ask)) => (Ok(ask.into()), None),
             Err(error) => (Err(error), Some(CallReport::refused(CallDecision::Denied))),
         }
     }
+}
 
+impl Inner {
     /// The one way out of this server toward the model: a handler's result
     /// framed and capped, a handler's failure mapped (only an `ERR_…` code
     /// passes, its words framed; anything else is logged and becomes
@@ -569,7 +719,7 @@ impl ToolServer {
             cancelled,
         } = answer;
         let failed = matches!(exit, Exit::Failure(_));
-        let sealed = seal(tool, exit, self.inner.max_output_length);
+        let sealed = seal(tool, exit, self.max_output_length);
         if let Some(original) = sealed.withheld {
             tracing::error!(tool, error = %original, "tool failed");
         }
@@ -602,7 +752,7 @@ impl ToolServer {
             return None;
         }
         let tool = args.get("tool").and_then(Value::as_str).unwrap_or_default();
-        if self.inner.entries.contains_key(tool) {
+        if self.entries.contains_key(tool) {
             return None;
         }
         // Exactly what the describe tool answers for a name it never saw.
@@ -614,7 +764,7 @@ impl ToolServer {
     }
 
     async fn run(
-        &self,
+        self: &Arc<Self>,
         entry: &Entry,
         args: Option<Value>,
         mut ctx: CallContext,
@@ -626,9 +776,9 @@ impl ToolServer {
             definition: &entry.def,
             arguments: &args,
             validator: entry.validator.as_ref(),
-            backstop: check_call(&entry.access, self.inner.identity.as_deref()),
+            backstop: check_call(&entry.access, self.identity.as_deref()),
         };
-        let ruling = Gate::new(self.inner.policy.as_deref()).rule(&call);
+        let ruling = Gate::new(self.policy.as_deref()).rule(&call);
         if let Ruling::Refuse { decision, answer } = ruling {
             return Ok(Outcome::Done(Answer::refused(decision, answer)));
         }
@@ -638,13 +788,13 @@ impl ToolServer {
         // A retry that resumes a call parked behind its client's input (the
         // policy already let it run); an unknown state is refused here.
         if let Some(state) = retry.request_state.as_deref()
-            && let Some(parked) = self.inner.approvals.claim(state, &entry.name, &args)?
+            && let Some(parked) = self.approvals.claim(state, &entry.name, &args)?
         {
             let step = input::resume(
                 parked,
                 retry.input_responses,
                 &ctx,
-                &self.inner.approvals,
+                &self.approvals,
                 &entry.name,
                 &args,
             )
@@ -653,7 +803,6 @@ impl ToolServer {
         }
         if let Ruling::Ask { title } = ruling {
             let verdict = self
-                .inner
                 .approvals
                 .decide(&entry.name, title.as_deref(), &args, &ctx, retry)
                 .await?;
@@ -671,13 +820,13 @@ impl ToolServer {
         if input::parkable(&ctx) {
             // A 2026-07-28 client: the handler may ask it for input, which
             // parks the run behind an `input_required` answer.
-            let server = self.clone();
+            let inner = self.clone();
             let name = entry.name.clone();
             let run_args = args.clone();
             let run = move |ctx: CallContext| -> futures::future::BoxFuture<'static, Answer> {
                 Box::pin(async move {
-                    match server.inner.entries.get(&*name) {
-                        Some(entry) => server.execute(entry, run_args, ctx).await,
+                    match inner.entries.get(&*name) {
+                        Some(entry) => inner.execute(entry, run_args, ctx).await,
                         None => Answer {
                             exit: Exit::Failure("unknown tool".to_owned()),
                             decision: CallDecision::Allowed,
@@ -686,7 +835,7 @@ impl ToolServer {
                     }
                 })
             };
-            let step = input::start(&self.inner.approvals, &entry.name, &args, ctx, run).await?;
+            let step = input::start(&self.approvals, &entry.name, &args, ctx, run).await?;
             return Ok(step.into());
         }
         Ok(Outcome::Done(self.execute(entry, args, ctx).await))
@@ -726,7 +875,7 @@ impl ToolServer {
             outcome = call => outcome,
             // The handler saw the token; give it a moment to wind down, then
             // drop it. Nobody is waiting for this answer any more.
-            _ = async { cancel.cancelled().await; tokio::time::sleep(self.inner.cancel_grace).await } => {
+            _ = async { cancel.cancelled().await; tokio::time::sleep(self.cancel_grace).await } => {
                 tracing::debug!(tool = %entry.name, "handler ignored cancellation; dropped");
                 return Ok(Exit::Failure("cancelled by the client".to_owned()));
             }
@@ -774,17 +923,25 @@ fn to_wire_result(tool: &str, result: ToolResult) -> CallToolResult {
 
 impl ServerHandler for ToolServer {
     fn get_info(&self) -> ServerConfig {
+        let snapshot = self.snapshot();
+        let inner = &snapshot.inner;
         // No tools, no `tools` capability: an empty server advertises `{}`,
         // and the 2026 suite checks that a declared capability actually works.
-        let mut capabilities = if self.inner.listed.is_empty() {
+        let mut capabilities = if inner.listed.is_empty() {
             ServerCapabilities::default()
         } else {
             ServerCapabilities::builder().enable_tools().build()
         };
-        if let Some(provider) = &self.inner.passthrough {
+        if let Some(provider) = &inner.passthrough {
             provider.capabilities().advertise(&mut capabilities);
         }
-        ServerConfig::new(capabilities).with_server_info(self.inner.server_info.clone())
+        // A live server's tool set can change, and its clients are told.
+        if self.shared.live
+            && let Some(tools) = capabilities.tools.as_mut()
+        {
+            tools.list_changed = Some(true);
+        }
+        ServerConfig::new(capabilities).with_server_info(inner.server_info.clone())
     }
 
     async fn list_tools(
@@ -792,48 +949,85 @@ impl ServerHandler for ToolServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        if self.inner.listed.is_empty() {
+        let snapshot = self.snapshot();
+        let inner = &snapshot.inner;
+        if inner.listed.is_empty() {
             return Err(ErrorData::method_not_found::<
                 rmcp::model::ListToolsRequestMethod,
             >());
         }
-        Ok(ListToolsResult::with_all_items(self.inner.listed.clone()))
+        Ok(ListToolsResult::with_all_items(inner.listed.clone()))
     }
 
     fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {
-        self.inner.entries.get(name).map(|e| e.wire.clone())
+        let snapshot = self.snapshot();
+        let inner = &snapshot.inner;
+        inner.entries.get(name).map(|e| e.wire.clone())
     }
 
-    /// `subscriptions/listen` (2026-07-28) is accepted so clients can hold
-    /// one open, but a built tool set never changes, so it advertises no
-    /// `listChanged` and rmcp acknowledges an empty filter; the stream then
-    /// stays quiet until the client closes it. A passthrough provider adds
-    /// the prompt and resource notifications it serves.
+    /// `subscriptions/listen` (2026-07-28): a live server's stream carries
+    /// `notifications/tools/list_changed` when its tool set is replaced (a
+    /// built one never changes, so its stream stays quiet until the client
+    /// closes it). A passthrough provider adds the prompt and resource
+    /// notifications it serves, on the same stream.
     fn accepted_subscription_filter(
         &self,
         requested: &rmcp::model::SubscriptionFilter,
     ) -> Option<rmcp::model::SubscriptionFilter> {
+        let snapshot = self.snapshot();
+        let inner = &snapshot.inner;
         let mut accepted = rmcp::model::SubscriptionFilter::builder()
             .tools_list_changed()
             .build();
-        if let Some(provider) = &self.inner.passthrough {
+        if let Some(provider) = &inner.passthrough {
             provider.capabilities().accept(requested, &mut accepted);
         }
         Some(accepted)
     }
 
     async fn listen(&self, context: rmcp::service::SubscriptionContext) -> Result<(), ErrorData> {
-        match &self.inner.passthrough {
-            Some(provider) => provider.listen(context).await,
+        let snapshot = self.snapshot();
+        let inner = &snapshot.inner;
+        let sink = context.sink().clone();
+        let mut changed = self.shared.changed.subscribe();
+        changed.mark_unchanged();
+        let tools = async move {
+            while changed.changed().await.is_ok() {
+                if sink.notify_tool_list_changed().await.is_err() {
+                    return;
+                }
+            }
+        };
+        match &inner.passthrough {
+            Some(provider) => tokio::select! {
+                listened = provider.listen(context) => listened,
+                () = tools => Ok(()),
+            },
             None => {
-                context.cancelled().await;
+                tokio::select! {
+                    () = context.cancelled() => {}
+                    () = tools => {}
+                }
                 Ok(())
             }
         }
     }
 
     async fn on_initialized(&self, context: rmcp::service::NotificationContext<RoleServer>) {
-        if let Some(provider) = &self.inner.passthrough {
+        // A session that stays open (stdio, initialize-era HTTP sessions)
+        // can be told about a new tool set; a stateless request's peer
+        // closes with it and is forgotten.
+        if self.shared.live {
+            let mut peers = lock(&self.shared.peers);
+            peers.retain(|p| !p.is_transport_closed());
+            if peers.len() >= MAX_PEERS {
+                peers.remove(0);
+            }
+            peers.push(context.peer.clone());
+        }
+        let snapshot = self.snapshot();
+        let inner = &snapshot.inner;
+        if let Some(provider) = &inner.passthrough {
             provider.session_started(context.peer);
         }
     }
@@ -846,7 +1040,9 @@ impl ServerHandler for ToolServer {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListResourcesResult, ErrorData> {
-        match &self.inner.passthrough {
+        let snapshot = self.snapshot();
+        let inner = &snapshot.inner;
+        match &inner.passthrough {
             Some(p) => p.list_resources(request, context).await,
             None => Err(ErrorData::method_not_found::<
                 rmcp::model::ListResourcesRequestMethod,
@@ -859,7 +1055,9 @@ impl ServerHandler for ToolServer {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListResourceTemplatesResult, ErrorData> {
-        match &self.inner.passthrough {
+        let snapshot = self.snapshot();
+        let inner = &snapshot.inner;
+        match &inner.passthrough {
             Some(p) => p.list_resource_templates(request, context).await,
             None => Err(ErrorData::method_not_found::<
                 rmcp::model::ListResourceTemplatesRequestMethod,
@@ -872,7 +1070,9 @@ impl ServerHandler for ToolServer {
         request: rmcp::model::ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ReadResourceResponse, ErrorData> {
-        match &self.inner.passthrough {
+        let snapshot = self.snapshot();
+        let inner = &snapshot.inner;
+        match &inner.passthrough {
             Some(p) => p.read_resource(request, context).await,
             None => Err(ErrorData::method_not_found::<
                 rmcp::model::ReadResourceRequestMethod,
@@ -886,7 +1086,9 @@ impl ServerHandler for ToolServer {
         request: rmcp::model::SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        match &self.inner.passthrough {
+        let snapshot = self.snapshot();
+        let inner = &snapshot.inner;
+        match &inner.passthrough {
             Some(p) if p.capabilities().subscribe => p.subscribe(request, context).await,
             _ => Err(ErrorData::method_not_found::<
                 rmcp::model::SubscribeRequestMethod,
@@ -900,7 +1102,9 @@ impl ServerHandler for ToolServer {
         request: rmcp::model::UnsubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        match &self.inner.passthrough {
+        let snapshot = self.snapshot();
+        let inner = &snapshot.inner;
+        match &inner.passthrough {
             Some(p) if p.capabilities().subscribe => p.unsubscribe(request, context).await,
             _ => Err(ErrorData::method_not_found::<
                 rmcp::model::UnsubscribeRequestMethod,
@@ -913,7 +1117,9 @@ impl ServerHandler for ToolServer {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListPromptsResult, ErrorData> {
-        match &self.inner.passthrough {
+        let snapshot = self.snapshot();
+        let inner = &snapshot.inner;
+        match &inner.passthrough {
             Some(p) => p.list_prompts(request, context).await,
             None => Err(ErrorData::method_not_found::<
                 rmcp::model::ListPromptsRequestMethod,
@@ -926,7 +1132,9 @@ impl ServerHandler for ToolServer {
         request: rmcp::model::GetPromptRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::GetPromptResponse, ErrorData> {
-        match &self.inner.passthrough {
+        let snapshot = self.snapshot();
+        let inner = &snapshot.inner;
+        match &inner.passthrough {
             Some(p) => p.get_prompt(request, context).await,
             None => Err(ErrorData::method_not_found::<
                 rmcp::model::GetPromptRequestMethod,
@@ -939,7 +1147,9 @@ impl ServerHandler for ToolServer {
         request: rmcp::model::CompleteRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CompleteResult, ErrorData> {
-        match &self.inner.passthrough {
+        let snapshot = self.snapshot();
+        let inner = &snapshot.inner;
+        match &inner.passthrough {
             Some(p) if p.capabilities().completions => p.complete(request, context).await,
             _ => Err(ErrorData::method_not_found::<
                 rmcp::model::CompleteRequestMethod,
@@ -953,7 +1163,9 @@ impl ServerHandler for ToolServer {
         request: rmcp::model::SetLevelRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        match &self.inner.passthrough {
+        let snapshot = self.snapshot();
+        let inner = &snapshot.inner;
+        match &inner.passthrough {
             Some(p) if p.capabilities().logging => p.set_level(request, context).await,
             _ => Err(ErrorData::method_not_found::<
                 rmcp::model::SetLevelRequestMethod,
@@ -966,8 +1178,57 @@ impl ServerHandler for ToolServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        self.call_tool_reported(request, context).await.0
+        let Some(observer) = self.shared.observer.clone() else {
+            return self.call_tool_reported(request, context).await.0;
+        };
+        let time = SystemTime::now();
+        let started = Instant::now();
+        let snapshot = self.snapshot();
+        // A withheld tool is named too: the trail says what was refused.
+        let (tool, source): (Option<Arc<str>>, Arc<str>) =
+            match snapshot.inner.entries.get(request.name.as_ref()) {
+                Some(entry) => (Some(entry.name.clone()), entry.source.clone()),
+                None => match snapshot
+                    .inner
+                    .withheld
+                    .iter()
+                    .find(|w| w.id == *request.name)
+                {
+                    Some(withheld) => (
+                        Some(withheld.id.as_str().into()),
+                        withheld.source.as_str().into(),
+                    ),
+                    None => (None, "".into()),
+                },
+            };
+        let note = observer.started(tool.as_deref(), request.arguments.as_ref());
+        drop(snapshot);
+        let (answer, report) = self.call_tool_reported(request, context).await;
+        let report = match (&answer, report) {
+            // A question put to the client (the 2026 approval round trip)
+            // does not end the call: the retry carrying the answer is
+            // observed.
+            (Ok(CallToolResponse::InputRequired(_)), _) => return answer,
+            (_, Some(report)) => report,
+            // A name this server does not expose: refused.
+            (_, None) => CallReport::refused(CallDecision::Denied),
+        };
+        let call = ObservedCall {
+            tool: tool.as_deref(),
+            source: &source,
+            report,
+            time,
+            duration: started.elapsed(),
+        };
+        observer.finished(call, note);
+        answer
     }
+}
+
+/// A mutex's contents, whether or not a holder panicked (a list of peers
+/// stays usable).
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 #[cfg(test)]

@@ -647,11 +647,11 @@ async fn auth_routes_are_gated_by_permissions() {
             .unwrap();
         let withheld = tools
             .withheld()
-            .iter()
+            .into_iter()
             .find(|w| w.id == "reports_get")
             .unwrap();
         assert_eq!(withheld.reason, reason);
-        assert!(!tools.tool_names().contains(&"reports_get"));
+        assert!(!tools.tool_names().iter().any(|n| n == "reports_get"));
     }
 
     // The handler's own backstop, should a registration reach a server

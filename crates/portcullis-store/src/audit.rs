@@ -137,6 +137,17 @@ impl ArgumentShape {
         ArgumentShape(argument_shape(args))
     }
 
+    /// The shape of a call's arguments object (`None`: none were sent, the
+    /// shape of `{}`).
+    pub fn of_arguments(args: Option<&Map<String, Value>>) -> Self {
+        let shape = args
+            .into_iter()
+            .flatten()
+            .map(|(key, value)| (key.clone(), argument_shape(value)))
+            .collect::<Map<_, _>>();
+        ArgumentShape(Value::Object(shape))
+    }
+
     /// The shape as JSON.
     pub fn as_value(&self) -> &Value {
         &self.0

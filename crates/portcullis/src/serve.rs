@@ -26,7 +26,7 @@ use crate::audit::Recorder;
 use crate::config::Config;
 use crate::gateway::Gateway;
 use crate::metrics::Metrics;
-use crate::reload::{Generation, Live, LiveTools};
+use crate::reload::{Generation, Live};
 
 /// How long in-flight calls may take to finish once a signal arrived,
 /// before their streams are cut.
@@ -122,7 +122,7 @@ pub async fn serve(
     let pinger = tokio::spawn(crate::health::watch_upstreams(live.clone()));
     // Audit trail and effect log retention: pruned now, then hourly.
     let pruner = tokio::spawn(crate::retention::watch(live.clone()));
-    let handler = LiveTools::new(live.clone());
+    let handler = live.served();
 
     if stdio {
         eprintln!("portcullis: serving MCP on stdio; {summary}");

@@ -728,6 +728,67 @@ async fn http_clients_of_both_eras_hear_that_the_tool_list_changed() {
     drop(served);
 }
 
+/// One handler serves every method: a 2026-07-28 client's
+/// `subscriptions/listen` stream carries an upstream's prompt list change
+/// too, not only the gateway's own tool list changes. (The gateway used to
+/// acknowledge a prompt subscription and then deliver only tool changes on
+/// it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_2026_subscriber_hears_an_upstreams_prompt_list_change() {
+    use rmcp::service::{ClientLifecycleMode, ClientServiceExt as _};
+
+    let Some(fixture) = common::conformance_fixture() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_config(
+        dir.path(),
+        &format!(
+            "[gateway]\nstore = \"memory\"\nprefix = \"always\"\n\n[upstreams.fixture]\ntype = \"stdio\"\ncommand = {}\nargs = [\"--stdio\"]\n",
+            common::toml_string(&fixture.display().to_string())
+        ),
+    );
+    let served = tokio::task::block_in_place(|| serve(&config));
+    let modern = ()
+        .serve_with_lifecycle(
+            rmcp::transport::StreamableHttpClientTransport::from_uri(served.url.clone()),
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .expect("a 2026 client connects");
+    let mut subscription = modern
+        .peer()
+        .listen(
+            rmcp::model::SubscriptionFilter::builder()
+                .tools_list_changed()
+                .prompts_list_changed()
+                .build(),
+        )
+        .await
+        .expect("subscriptions/listen is accepted");
+    modern
+        .call_tool(rmcp::model::CallToolRequestParams::new(
+            "fixture__test_trigger_prompt_change",
+        ))
+        .await
+        .expect("the trigger tool answers");
+    let heard = tokio::time::timeout(PATIENCE, subscription.next())
+        .await
+        .expect("the subscriber was told in time")
+        .expect("the subscription stayed open");
+    assert!(
+        matches!(
+            heard,
+            Some(rmcp::model::ServerNotification::PromptListChangedNotification(_))
+        ),
+        "{heard:?}"
+    );
+    let _ = modern.cancel().await;
+    drop(served);
+}
+
 /// Runs `portcullis` with `args` and extra environment; the output.
 fn portcullis_env(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_portcullis"))
