@@ -491,6 +491,16 @@ impl ToolServer {
         Ok(self.leave(&entry.name, exit))
     }
 
+    /// The identity a request acts as: the authenticated caller's (see
+    /// [`crate::oauth::Caller::identity`]) when the surface checked an
+    /// access token, else the configured one.
+    fn identity_for(&self, context: &RequestContext<RoleServer>) -> Option<Arc<Identity>> {
+        match crate::oauth::caller_of(context) {
+            Some(caller) => Some(Arc::new(caller.identity())),
+            None => self.inner.identity.clone(),
+        }
+    }
+
     /// The one way out of this server toward the model: a handler's result
     /// framed and capped, a handler's failure mapped (only an `ERR_…` code
     /// passes, its words framed; anything else is logged and becomes
@@ -529,7 +539,8 @@ impl ToolServer {
         mut ctx: CallContext,
         retry: Retry,
     ) -> Result<Outcome, ErrorData> {
-        if let Err(code) = check_call(&entry.access, self.inner.identity.as_deref()) {
+        // The caller's own identity when the surface authenticated one.
+        if let Err(code) = check_call(&entry.access, ctx.identity()) {
             return Ok(Outcome::Done(Exit::Own(ToolResult::error_text(code))));
         }
         let args = normalize_arguments(args);
@@ -674,14 +685,32 @@ impl ServerHandler for ToolServer {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         if self.inner.listed.is_empty() {
             return Err(ErrorData::method_not_found::<
                 rmcp::model::ListToolsRequestMethod,
             >());
         }
-        Ok(ListToolsResult::with_all_items(self.inner.listed.clone()))
+        // An authenticated caller sees only the routes its own identity
+        // may call; everyone else the tools the gate let through.
+        let Some(caller) = crate::oauth::caller_of(&context) else {
+            return Ok(ListToolsResult::with_all_items(self.inner.listed.clone()));
+        };
+        let identity = caller.identity();
+        let listed = self
+            .inner
+            .listed
+            .iter()
+            .filter(|tool| {
+                self.inner
+                    .entries
+                    .get(tool.name.as_ref())
+                    .is_none_or(|entry| check_call(&entry.access, Some(&identity)).is_ok())
+            })
+            .cloned()
+            .collect();
+        Ok(ListToolsResult::with_all_items(listed))
     }
 
     fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {
@@ -856,8 +885,8 @@ impl ServerHandler for ToolServer {
                 None,
             ));
         };
-        let ctx =
-            CallContext::for_request(entry.name.clone(), context, self.inner.identity.clone());
+        let identity = self.identity_for(&context);
+        let ctx = CallContext::for_request(entry.name.clone(), context, identity);
         let retry = Retry {
             input_responses: request.input_responses,
             request_state: request.request_state,
