@@ -148,6 +148,11 @@ pub async fn serve(
         allowed_origins: config.gateway.allowed_origins.clone(),
         extra_routes: crate::health::routes(live.clone(), token.as_deref()),
         token,
+        oauth: config
+            .gateway
+            .oauth
+            .as_ref()
+            .map(crate::config::OAuth::options),
         max_connections: config.gateway.max_connections,
         header_read_timeout: config.gateway.header_read_timeout,
         idle_timeout: config.gateway.idle_timeout,
