@@ -1279,6 +1279,16 @@ fn behind_an_identity_provider_the_caller_is_audited_and_its_token_never_reaches
     assert_eq!(metadata["authorization_servers"], json!([issuer.url]));
 
     let token = issuer.token("alice@example", "mcp:tools");
+    // `/metrics` names every upstream and tool: an access token is needed.
+    let (status, _) = get(&authority, "/metrics", &authority, "");
+    assert_eq!(status, 401, "no token, no metrics");
+    let (status, response) = get(
+        &authority,
+        "/metrics",
+        &authority,
+        &format!("Authorization: Bearer {token}\r\n"),
+    );
+    assert_eq!(status, 200, "{response}");
     let (status, response) = http(
         &authority,
         &mcp_request(
