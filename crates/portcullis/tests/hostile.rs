@@ -1,7 +1,7 @@
 //! Hostile input against the real `portcullis` binary: each test is one
 //! attack, named for it, grouped by the surface it hits (HTTP JSON-RPC,
-//! HTTP headers, connections, stdio, upstreams, configs, plugins, import,
-//! `call`). Each asserts a clear error for the attacker and that everyone
+//! HTTP headers, access tokens, connections, stdio, upstreams, configs,
+//! plugins, import, `call`). Each asserts a clear error for the attacker and that everyone
 //! else is still served afterwards; where the shared gateway's SQLite store
 //! is in play, that its trust baselines are unchanged.
 //!
