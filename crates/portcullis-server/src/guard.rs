@@ -20,7 +20,9 @@
 //!    resource metadata (and `error="invalid_token"` when a token was
 //!    sent), or **403** `insufficient_scope`; the caller it names goes on
 //!    in the request's extensions as a [`Caller`], and the
-//!    `Authorization` header does not go on at all.
+//!    `Authorization` header does not go on at all. A legacy session
+//!    (`Mcp-Session-Id`) is then usable only by the caller who opened it
+//!    → else **404**, as for a session that ended.
 //! 5. A declared `Content-Length` over the body limit → **413**. A chunked
 //!    body is cut off at the same limit by rmcp while it is read.
 //!
@@ -57,11 +59,14 @@ use http::{HeaderValue, StatusCode, header};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::oauth::{Caller, ResourceServer, TokenError};
+use crate::oauth::{Caller, ResourceServer, SessionOwners, TokenError};
 use crate::throttle::{LogThrottle, escape};
 
 /// The MCP endpoint's path.
 pub const MCP_PATH: &str = "/mcp";
+
+/// The header naming a legacy session.
+const SESSION_ID: &str = "mcp-session-id";
 
 /// Everything the guards check, fixed once the port is known.
 #[derive(Clone)]
@@ -70,6 +75,7 @@ pub struct Guard {
     origins: Arc<[String]>,
     token_digest: Option<[u8; 32]>,
     oauth: Option<Arc<ResourceServer>>,
+    sessions: Arc<SessionOwners>,
     max_body_bytes: usize,
     warnings: Arc<LogThrottle>,
 }
@@ -131,6 +137,7 @@ impl Guard {
             origins: origins.into(),
             token_digest: token.map(digest),
             oauth: None,
+            sessions: Arc::default(),
             max_body_bytes,
             warnings: Arc::new(LogThrottle::new()),
         }
@@ -271,6 +278,9 @@ pub enum Refusal {
     /// The issuer's keys cannot be fetched, so no token can be checked
     /// (503; OAuth mode).
     KeysUnavailable,
+    /// A session another caller opened, or one not known (404, as for a
+    /// session that ended, so the client opens its own; OAuth mode).
+    ForeignSession,
     /// The declared body is over the limit (413).
     TooLarge,
     /// A header that must appear once appears more than once (400); names
@@ -285,7 +295,7 @@ impl Refusal {
             Refusal::ForeignHost | Refusal::ForeignOrigin | Refusal::InsufficientScope => {
                 StatusCode::FORBIDDEN
             }
-            Refusal::UnknownPath => StatusCode::NOT_FOUND,
+            Refusal::UnknownPath | Refusal::ForeignSession => StatusCode::NOT_FOUND,
             Refusal::Unauthorized | Refusal::InvalidToken => StatusCode::UNAUTHORIZED,
             Refusal::KeysUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             Refusal::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
@@ -302,6 +312,7 @@ impl Refusal {
             Refusal::UnknownPath => "Not Found: the MCP endpoint is /mcp",
             Refusal::Unauthorized => "Unauthorized: a valid bearer token is required",
             Refusal::InvalidToken => "Unauthorized: the bearer token was refused",
+            Refusal::ForeignSession => "Not Found: no such session for this caller",
             Refusal::InsufficientScope => "Forbidden: the token lacks a required scope",
             Refusal::KeysUnavailable => {
                 "Service Unavailable: the token cannot be checked now; try again later"
@@ -379,6 +390,10 @@ impl Guard {
             Refusal::Ambiguous(what) => (what, format!("{what} sent more than once")),
             // Logged with the reason by `refuse_token`.
             Refusal::InvalidToken | Refusal::InsufficientScope | Refusal::KeysUnavailable => return,
+            Refusal::ForeignSession => (
+                "Mcp-Session-Id",
+                "a session this caller did not open, or one no longer known".to_owned(),
+            ),
             Refusal::UnknownPath | Refusal::TooLarge => {
                 tracing::debug!(?refusal, path = %request.uri().path(), "request refused");
                 return;
@@ -431,9 +446,20 @@ impl Guard {
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|h| h.to_str().ok());
+        let mut opener = None;
         match &self.oauth {
             Some(server) => match server.authenticate(authorization).await {
                 Ok(caller) => {
+                    // A legacy session is its opener's alone.
+                    match request.headers().get(SESSION_ID) {
+                        Some(id) => {
+                            let id = String::from_utf8_lossy(id.as_bytes());
+                            if !self.sessions.owned_by(&id, &caller) {
+                                return self.refuse(Refusal::ForeignSession, &request);
+                            }
+                        }
+                        None => opener = Some(caller.clone()),
+                    }
                     request.extensions_mut().insert::<Caller>(caller);
                 }
                 Err(error) => return self.refuse_token(&error, &request),
@@ -450,7 +476,14 @@ impl Guard {
         if let Err(refusal) = self.size(&request) {
             return self.refuse(refusal, &request);
         }
-        admitted(request, next).await
+        let response = admitted(request, next).await;
+        if let Some(caller) = opener
+            && let Some(id) = response.headers().get(SESSION_ID)
+        {
+            self.sessions
+                .bind(String::from_utf8_lossy(id.as_bytes()).into_owned(), &caller);
+        }
+        response
     }
 
     /// Answers a refused access token: the status and challenge RFC 6750

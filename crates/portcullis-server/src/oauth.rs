@@ -636,6 +636,55 @@ impl ResourceServer {
     }
 }
 
+/// Which caller opened each legacy session, so that a session is only
+/// ever used by the caller who opened it: another caller who learned its
+/// id could otherwise read the server's requests on it (sampling,
+/// elicitation, an approval question) or answer them in the owner's name.
+/// Bounded: the oldest binding goes first, and a session without one is
+/// refused (its owner opens a new one), so forgetting fails closed.
+#[derive(Debug, Default)]
+pub(crate) struct SessionOwners {
+    inner: std::sync::Mutex<SessionMap>,
+}
+
+#[derive(Debug, Default)]
+struct SessionMap {
+    owners: HashMap<String, (String, String)>,
+    order: std::collections::VecDeque<String>,
+}
+
+/// Bindings kept: far more than the sessions a surface keeps alive.
+const MAX_SESSION_OWNERS: usize = 4096;
+
+impl SessionOwners {
+    fn lock(&self) -> std::sync::MutexGuard<'_, SessionMap> {
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether `caller` may use session `id`.
+    pub(crate) fn owned_by(&self, id: &str, caller: &Caller) -> bool {
+        self.lock()
+            .owners
+            .get(id)
+            .is_some_and(|(issuer, subject)| *issuer == caller.issuer && *subject == caller.subject)
+    }
+
+    /// Records that `caller` opened session `id`.
+    pub(crate) fn bind(&self, id: String, caller: &Caller) {
+        let mut map = self.lock();
+        if map.owners.len() >= MAX_SESSION_OWNERS
+            && let Some(oldest) = map.order.pop_front()
+        {
+            map.owners.remove(&oldest);
+        }
+        map.order.push_back(id.clone());
+        map.owners
+            .insert(id, (caller.issuer.clone(), caller.subject.clone()));
+    }
+}
+
 fn find(keys: &KeyCache, kid: Option<&str>) -> Option<Arc<Key>> {
     match kid {
         Some(kid) => keys.by_kid.get(kid).cloned(),

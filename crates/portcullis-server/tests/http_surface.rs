@@ -1962,6 +1962,60 @@ mod oauth {
         server.close().await;
     }
 
+    /// A reqwest client sending `token` on every request.
+    fn http_as(token: &str) -> reqwest::Client {
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert("authorization", format!("Bearer {token}").parse().unwrap());
+        reqwest::Client::builder()
+            .default_headers(headers)
+            .build()
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn oauth_a_session_is_usable_only_by_the_caller_who_opened_it() {
+        let issuer = Issuer::start().await;
+        let http = HttpOptions {
+            oauth: Some(issuer.options()),
+            legacy_sessions: true,
+            ..Default::default()
+        };
+        let server = serve(guarded_tools(), http).await;
+        let alice = http_as(&issuer.token("alice", "mcp:tools"));
+        let mallory = http_as(&issuer.token("mallory", "mcp:tools"));
+        let session = open_session(&alice, &server).await;
+        let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}});
+
+        // Another caller, with a good token of its own, on alice's session.
+        let (status, _, body) = session_post(&mallory, &server, Some(&session), &list).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+        let stream = mallory
+            .get(server.url())
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", &session)
+            .header("mcp-protocol-version", "2025-11-25")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            stream.status(),
+            StatusCode::NOT_FOUND,
+            "no reading her stream"
+        );
+        // A made-up session is refused the same way.
+        let (status, _, _) = session_post(&alice, &server, Some("not-a-session"), &list).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+
+        // Alice, on hers, is served; so is mallory on a session of his own.
+        let (status, _, body) = session_post(&alice, &server, Some(&session), &list).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert!(body.contains("whoami"), "{body}");
+        let own = open_session(&mallory, &server).await;
+        let (status, _, body) = session_post(&mallory, &server, Some(&own), &list).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        server.close().await;
+    }
+
     #[tokio::test]
     async fn oauth_beside_a_static_token_is_refused_at_start() {
         let issuer = Issuer::start().await;
