@@ -478,24 +478,24 @@ impl ResourceServer {
     /// The key a token names: from the keys in hand, else (at most once per
     /// `jwks_min_refetch`) from a fresh fetch.
     async fn key_for(&self, kid: Option<&str>) -> Result<Arc<Key>, TokenError> {
-        let stale = {
+        {
             let keys = self.keys.read().await;
-            let stale = keys
+            let fresh = keys
                 .fetched
-                .is_none_or(|at| at.elapsed() >= self.options.jwks_max_age);
-            if !stale && let Some(key) = find(&keys, kid) {
+                .is_some_and(|at| at.elapsed() < self.options.jwks_max_age);
+            if fresh && let Some(key) = find(&keys, kid) {
                 return Ok(key);
             }
-            stale
-        };
+        }
         let fetched = self.refresh().await;
         let keys = self.keys.read().await;
         match (find(&keys, kid), fetched) {
             (Some(key), _) => Ok(key),
-            // Nothing known and nothing fetched: say why, it is not the
-            // caller's fault.
-            (None, Err(reason)) if keys.fetched.is_none() || stale => {
-                Err(TokenError::KeysUnavailable(reason))
+            // No keys at all: not the caller's fault, say why.
+            (None, fetched) if keys.fetched.is_none() => {
+                Err(TokenError::KeysUnavailable(fetched.err().unwrap_or_else(
+                    || "the last fetch failed; it is tried again shortly".to_owned(),
+                )))
             }
             (None, _) => Err(TokenError::UnknownKey),
         }

@@ -1962,6 +1962,26 @@ mod oauth {
         server.close().await;
     }
 
+    #[tokio::test]
+    async fn oauth_unreachable_keys_are_a_503_not_a_refused_token() {
+        let issuer = Issuer::start().await;
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = closed.local_addr().unwrap().port();
+        drop(closed);
+        let mut options = issuer.options();
+        options.jwks_uri = Some(format!("http://127.0.0.1:{port}/jwks"));
+        let server = gateway(&issuer, options).await;
+        let token = issuer.token("alice", "mcp:tools");
+        // The first request tries the fetch, the second is within the
+        // refetch interval: both say the same.
+        for attempt in 0..2 {
+            let (status, challenge) = status_and_challenge(&server, Some(&token)).await;
+            assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "attempt {attempt}");
+            assert_eq!(challenge, "", "attempt {attempt}");
+        }
+        server.close().await;
+    }
+
     /// A reqwest client sending `token` on every request.
     fn http_as(token: &str) -> reqwest::Client {
         let mut headers = reqwest::header::HeaderMap::new();
