@@ -1255,6 +1255,20 @@ fn behind_an_identity_provider_the_caller_is_audited_and_its_token_never_reaches
             upstream.url
         ),
     );
+    let checked = portcullis(&[
+        "check",
+        "--offline",
+        "--config",
+        config.to_str().expect("utf-8 path"),
+    ]);
+    assert!(
+        text(&checked.stdout).contains(&format!(
+            "callers: access tokens of {} for https://gateway.example/mcp (scopes required: [mcp:tools])",
+            issuer.url
+        )),
+        "{}",
+        text(&checked.stdout)
+    );
     let mut served = serve(&config);
     let authority = served.authority();
     let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "lookup", "arguments": {}}});
