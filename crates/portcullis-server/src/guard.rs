@@ -374,6 +374,10 @@ impl Guard {
                     header(header::ORIGIN)
                 ),
             ),
+            Refusal::Unauthorized if self.oauth.is_some() => (
+                "token",
+                "no access token; the client must get one from the configured issuer".to_owned(),
+            ),
             Refusal::Unauthorized => {
                 let presented = if request.headers().contains_key(header::AUTHORIZATION) {
                     "the bearer token does not match"
