@@ -1982,6 +1982,58 @@ mod oauth {
         server.close().await;
     }
 
+    /// An issuer at `http://127.0.0.1:PORT/realm` publishing only OpenID
+    /// discovery, naming `named_issuer` (`None`: itself) in it, and the
+    /// key set of the first test key.
+    async fn oidc_issuer(named_issuer: Option<&str>) -> (String, tokio::task::JoinHandle<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let origin = format!("http://{}", listener.local_addr().unwrap());
+        let issuer = format!("{origin}/realm");
+        let document = json!({
+            "issuer": named_issuer.unwrap_or(&issuer),
+            "jwks_uri": format!("{origin}/realm/certs"),
+        });
+        let keys = json!({"keys": [jwk(&rsa(ISSUER_RSA), Algorithm::RS256, "key-1")]});
+        let app = axum::Router::new()
+            .route(
+                "/realm/.well-known/openid-configuration",
+                axum::routing::get(move || async move { axum::Json(document) }),
+            )
+            .route(
+                "/realm/certs",
+                axum::routing::get(move || async move { axum::Json(keys) }),
+            );
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        (issuer, task)
+    }
+
+    #[tokio::test]
+    async fn oauth_keys_are_found_through_openid_discovery_when_it_names_the_issuer() {
+        let issuer = Issuer::start().await;
+        for (named, expected) in [
+            (None, StatusCode::OK),
+            // Metadata claiming another issuer is not this issuer's.
+            (
+                Some("https://evil.example"),
+                StatusCode::SERVICE_UNAVAILABLE,
+            ),
+        ] {
+            let (url, task) = oidc_issuer(named).await;
+            let mut options = issuer.options();
+            options.issuer = url.clone();
+            let server = gateway(&issuer, options).await;
+            let mut claims = issuer.claims("alice", "mcp:tools");
+            claims["iss"] = json!(url);
+            let token = issuer.sign(&claims, Algorithm::RS256, "key-1", &rsa(ISSUER_RSA));
+            let (status, _) = status_and_challenge(&server, Some(&token)).await;
+            assert_eq!(status, expected, "{named:?}");
+            server.close().await;
+            task.abort();
+        }
+    }
+
     /// A reqwest client sending `token` on every request.
     fn http_as(token: &str) -> reqwest::Client {
         let mut headers = reqwest::header::HeaderMap::new();
