@@ -120,10 +120,15 @@ impl Recorder {
     }
 
     /// Records one call: `shape` is the arguments' shape when
-    /// [`Recorder::keeps_trail`] (computed before the arguments moved on).
+    /// [`Recorder::keeps_trail`] (computed before the arguments moved on);
+    /// `caller` the subject of the request's access token, when the surface
+    /// authenticated one (it is the identity recorded, in place of the
+    /// configured one).
+    #[allow(clippy::too_many_arguments)]
     pub fn record(
         &self,
         time: SystemTime,
+        caller: Option<&str>,
         upstream: &str,
         tool: &str,
         report: CallReport,
@@ -136,7 +141,8 @@ impl Recorder {
         let (Some(trail), Some(shape)) = (&self.trail, shape) else {
             return;
         };
-        let record = audit_record(time, self.identity.clone(), tool, report, duration, shape);
+        let identity = caller.map(str::to_owned).or_else(|| self.identity.clone());
+        let record = audit_record(time, identity, tool, report, duration, shape);
         if trail.inbox.try_send(TrailMessage::Record(record)).is_err() {
             let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
             // One line per thousand, not one per call, when the store lags.

@@ -110,6 +110,9 @@ pub struct Gateway {
     pub allowed_origins: Vec<String>,
     /// Bearer token required on `/mcp`, if any.
     pub token: Option<Secret>,
+    /// Take OAuth access tokens of an identity provider on `/mcp` instead
+    /// of `token` (`[gateway.oauth]`); exclusive with `token`.
+    pub oauth: Option<OAuth>,
     /// HTTP connections served at once (`max_connections`); `None` (`0`):
     /// no cap.
     pub max_connections: Option<usize>,
@@ -184,6 +187,30 @@ pub struct Identity {
     pub user: Value,
     /// What it may do.
     pub perms: Vec<String>,
+}
+
+/// `[gateway.oauth]`: the gateway as a protected resource of one identity
+/// provider.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OAuth {
+    /// The authorization server's issuer identifier.
+    pub issuer: String,
+    /// The gateway's public URL of `/mcp`, the audience tokens must name.
+    pub audience: String,
+    /// Where the issuer's keys are, if not from its metadata.
+    pub jwks_uri: Option<String>,
+    /// Scopes every token must hold.
+    pub required_scopes: Vec<String>,
+}
+
+impl OAuth {
+    /// The HTTP surface's options for this table.
+    pub fn options(&self) -> portcullis_server::oauth::OAuthOptions {
+        let mut options = portcullis_server::oauth::OAuthOptions::new(&self.issuer, &self.audience);
+        options.jwks_uri = self.jwks_uri.clone();
+        options.required_scopes = self.required_scopes.clone();
+        options
+    }
 }
 
 /// Where the store lives.
@@ -372,6 +399,7 @@ struct RawGateway {
     audit_retention_days: Option<u64>,
     effects_retention_days: Option<u64>,
     identity: Option<RawIdentity>,
+    oauth: Option<RawOAuth>,
     max_output_length: Option<usize>,
     prefix: Option<String>,
     data_dir: Option<PathBuf>,
@@ -391,6 +419,16 @@ struct RawIdentity {
     user: Value,
     #[serde(default)]
     perms: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOAuth {
+    issuer: String,
+    audience: String,
+    jwks_uri: Option<String>,
+    #[serde(default)]
+    required_scopes: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -568,6 +606,7 @@ const KNOWN_KEYS: &[(&str, &[&str])] = &[
             "audit_retention_days",
             "effects_retention_days",
             "identity",
+            "oauth",
             "max_output_length",
             "prefix",
             "data_dir",
@@ -575,6 +614,10 @@ const KNOWN_KEYS: &[(&str, &[&str])] = &[
         ],
     ),
     ("gateway.identity", &["user", "perms"]),
+    (
+        "gateway.oauth",
+        &["issuer", "audience", "jwks_uri", "required_scopes"],
+    ),
     ("disclosure", &["budget", "always_load"]),
     (
         "upstreams.*",
@@ -865,6 +908,28 @@ impl Validator<'_> {
                 Some(token)
             }
         };
+        let oauth = match raw.oauth {
+            None => None,
+            Some(_) if token.is_some() => {
+                return Err(self.error(
+                    "gateway.oauth",
+                    "cannot be used together with gateway.token: a request carries one bearer token; remove one of them",
+                ));
+            }
+            Some(raw) => {
+                let oauth = OAuth {
+                    issuer: raw.issuer,
+                    audience: raw.audience,
+                    jwks_uri: raw.jwks_uri,
+                    required_scopes: raw.required_scopes,
+                };
+                oauth
+                    .options()
+                    .validate()
+                    .map_err(|e| self.error("gateway.oauth", e.to_string()))?;
+                Some(oauth)
+            }
+        };
         let approval = match raw.approval {
             None => Approval::Never,
             Some(RawApproval::Word(word)) if word == "writes" => Approval::Writes,
@@ -937,6 +1002,7 @@ impl Validator<'_> {
             allowed_hosts: raw.allowed_hosts,
             allowed_origins: raw.allowed_origins,
             token,
+            oauth,
             max_connections: count(raw.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS)),
             header_read_timeout: millis(
                 raw.header_read_timeout_ms
@@ -1196,6 +1262,7 @@ mod tests {
             ("", keys_of::<RawConfig>()),
             ("gateway", keys_of::<RawGateway>()),
             ("gateway.identity", keys_of::<RawIdentity>()),
+            ("gateway.oauth", keys_of::<RawOAuth>()),
             ("disclosure", keys_of::<RawDisclosure>()),
             ("upstreams.*", keys_of::<RawUpstream>()),
             ("upstreams.*.tools", keys_of::<RawToolFilter>()),
@@ -1246,6 +1313,7 @@ mod tests {
             ("(top level)", keys_of::<RawConfig>()),
             ("[gateway]", keys_of::<RawGateway>()),
             ("[gateway] identity", keys_of::<RawIdentity>()),
+            ("[gateway.oauth]", keys_of::<RawOAuth>()),
             ("[disclosure]", keys_of::<RawDisclosure>()),
             ("[upstreams.NAME]", keys_of::<RawUpstream>()),
             ("tools", keys_of::<RawToolFilter>()),
@@ -1488,6 +1556,22 @@ key_file = ".portcullis/gateway.pub"
     }
 
     #[test]
+    fn the_oauth_table_parses_into_the_surface_options() {
+        let config = parse_text(
+            "[gateway.oauth]\nissuer = \"https://idp.example/realms/a\"\naudience = \"https://mcp.example/mcp\"\nrequired_scopes = [\"mcp:tools\"]\n",
+        )
+        .unwrap();
+        let oauth = config.gateway.oauth.expect("the table is read");
+        let options = oauth.options();
+        assert_eq!(options.issuer, "https://idp.example/realms/a");
+        assert_eq!(options.audience, "https://mcp.example/mcp");
+        assert_eq!(options.jwks_uri, None);
+        assert_eq!(options.required_scopes, ["mcp:tools"]);
+        let e = error("[gateway.oauth]\nissuer = \"https://idp.example\"\n");
+        assert!(e.message.contains("audience"), "{e}");
+    }
+
+    #[test]
     fn errors_name_file_line_and_field() {
         let e = error("[gateway]\nallow_write = true\nalow_tools = []\n");
         assert_eq!(e.position, Some((3, 1)), "{e}");
@@ -1538,6 +1622,21 @@ key_file = ".portcullis/gateway.pub"
                 "at least 1",
             ),
             ("[gateway]\nprefix = \"maybe\"\n", "gateway.prefix", "auto"),
+            (
+                "[gateway]\ntoken = \"t\"\n[gateway.oauth]\nissuer = \"https://idp.example\"\naudience = \"https://mcp.example/mcp\"\n",
+                "gateway.oauth",
+                "together with gateway.token",
+            ),
+            (
+                "[gateway.oauth]\nissuer = \"http://idp.example\"\naudience = \"https://mcp.example/mcp\"\n",
+                "gateway.oauth",
+                "oauth issuer: must be https",
+            ),
+            (
+                "[gateway.oauth]\nissuer = \"https://idp.example\"\naudience = \"https://mcp.example/mcp\"\nrequired_scopes = [\"a b\"]\n",
+                "gateway.oauth",
+                "required_scopes",
+            ),
             (
                 "[gateway]\nstore = \"mysql://x\"\n",
                 "gateway.store",
@@ -1681,6 +1780,11 @@ mod fuzz {
                 "identity",
                 "user",
                 "perms",
+                "oauth",
+                "issuer",
+                "audience",
+                "jwks_uri",
+                "required_scopes",
                 "max_output_length",
                 "prefix",
                 "data_dir",
@@ -1719,6 +1823,7 @@ mod fuzz {
             "[[tool_plugins]]",
             "[apps.app]",
             "[gateway.identity]",
+            "[gateway.oauth]",
             "[nowhere]",
             "",
         ])

@@ -492,6 +492,9 @@ pub fn exposure(config: &Config) -> Exposure {
             .identity
             .as_ref()
             .map(|i| Identity::new(i.user.clone(), i.perms.iter().cloned())),
+        // Behind an identity provider each HTTP caller brings its own
+        // identity, checked per listing and call.
+        authenticated_callers: config.gateway.oauth.is_some(),
     }
 }
 

@@ -2,8 +2,9 @@
 //!
 //! Both pass the surface's Host and Origin guards (a page in a browser
 //! cannot read them through DNS rebinding). The token, when one is
-//! configured, is required on `/metrics` (it names every upstream and tool)
-//! but not on `/healthz`, which tells a probe only whether the gateway is up
+//! configured (or, behind an identity provider, a valid access token), is
+//! required on `/metrics` (it names every upstream and tool) but not on
+//! `/healthz`, which tells a probe only whether the gateway is up
 //! and how many upstreams are connected:
 //!
 //! ```json
@@ -35,6 +36,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get};
 use portcullis_server::guard::Guard;
+use portcullis_server::oauth::ResourceServer;
 use portcullis_upstream::Toolset;
 use serde_json::json;
 
@@ -46,8 +48,13 @@ pub const HEALTHZ_PATH: &str = "/healthz";
 pub const METRICS_PATH: &str = "/metrics";
 
 /// The routes to hand to the HTTP surface (`HttpOptions::extra_routes`).
-/// `token` is the surface's bearer token, required on `/metrics` when set.
-pub fn routes(live: Arc<Live>, token: Option<&str>) -> Vec<(String, MethodRouter)> {
+/// `token` is the surface's bearer token, required on `/metrics` when set;
+/// with `oauth`, an access token that checker accepts is required instead.
+pub fn routes(
+    live: Arc<Live>,
+    token: Option<&str>,
+    oauth: Option<Arc<ResourceServer>>,
+) -> Vec<(String, MethodRouter)> {
     // A guard used only for its constant-time token comparison.
     let token_check = Arc::new(Guard::new(0, &[], &[], token, 0));
     let health = {
@@ -60,11 +67,16 @@ pub fn routes(live: Arc<Live>, token: Option<&str>) -> Vec<(String, MethodRouter
     let metrics = get(move |headers: HeaderMap| {
         let live = live.clone();
         let token_check = token_check.clone();
+        let oauth = oauth.clone();
         async move {
             let authorization = headers
                 .get(header::AUTHORIZATION)
                 .and_then(|h| h.to_str().ok());
-            if !token_check.authorized(authorization) {
+            let allowed = match &oauth {
+                Some(oauth) => oauth.authenticate(authorization).await.is_ok(),
+                None => token_check.authorized(authorization),
+            };
+            if !allowed {
                 let mut refused = StatusCode::UNAUTHORIZED.into_response();
                 refused
                     .headers_mut()

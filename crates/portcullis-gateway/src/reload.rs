@@ -18,7 +18,7 @@
 //! | the gate (`allow_write`, `allow_tools`, `identity`, `max_output_length`, `approval_timeout_ms`) | the tool server is rebuilt on the same connections: every upstream keeps its connection and its child process |
 //! | only upstreams (added, removed, changed, or their `tools` filters), with no plugins, tool plugins or apps configured | the connector reconfigures in place ([`Gateway::reconfigured`]): an unchanged upstream keeps its connection and child process, a new or changed one is connected and trusted through the same store, a removed one is closed |
 //! | the other sources (plugins, apps, `prefix`, `approval`, disclosure, store, an upstream's `timeout_ms`) | a new gateway is connected beside the old one and swapped in when ready; the old one closes once its in-flight calls finish; every upstream reconnects |
-//! | the HTTP surface (`listen`, `allowed_hosts`, `allowed_origins`, `token`, `max_connections`, `header_read_timeout_ms`, `idle_timeout_ms`, `max_sessions`, `session_idle_timeout_ms`) | logged as needing a restart; the rest of the reload applies |
+//! | the HTTP surface (`listen`, `allowed_hosts`, `allowed_origins`, `token`, `oauth`, `max_connections`, `header_read_timeout_ms`, `idle_timeout_ms`, `max_sessions`, `session_idle_timeout_ms`) | logged as needing a restart; the rest of the reload applies |
 //! | an invalid file | logged with the file, line and field; the old config keeps serving |
 //! | an upstream's listing (reconciled by the connector, not a config change) | the tool server is rebuilt on the same connections ([`follow_catalogue`]) |
 //! | `audit_retention_days`, `effects_retention_days` | applied by the next retention round, which a change starts at once (`crate::retention`) |
@@ -312,9 +312,10 @@ impl Live {
         };
         if surface_key(&old.config) != surface_key(&config)
             || old.config.gateway.token != config.gateway.token
+            || old.config.gateway.oauth != config.gateway.oauth
         {
             tracing::warn!(
-                "listen, allowed_hosts, allowed_origins, token and the connection and session limits apply at startup only; restart the gateway to change them"
+                "listen, allowed_hosts, allowed_origins, token, oauth and the connection and session limits apply at startup only; restart the gateway to change them"
             );
         }
         let changed = old_key != new_key;
@@ -495,6 +496,7 @@ impl CallObserver for Observer {
         let tool = call.tool.unwrap_or(UNKNOWN_TOOL);
         self.recorder.record(
             call.time,
+            call.caller,
             call.source,
             tool,
             call.report,

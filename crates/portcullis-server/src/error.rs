@@ -45,6 +45,13 @@ pub enum ServerError {
         /// What the OS said.
         source: std::io::Error,
     },
+    /// Both a static bearer token and OAuth were configured: a request
+    /// would have to carry two credentials in one header.
+    #[error("a static bearer token and OAuth cannot both guard the HTTP surface; choose one")]
+    TokenAndOAuth,
+    /// The OAuth resource-server options cannot work.
+    #[error(transparent)]
+    OAuth(#[from] crate::oauth::OAuthConfigError),
     /// Serving over stdio failed to start.
     #[error("cannot serve over stdio: {0}")]
     Stdio(String),
@@ -66,7 +73,10 @@ impl ServerError {
             ServerError::InvalidToken => Some(codes::ERR_INVALID_MCP_TOKEN),
             ServerError::DuplicateToolId { .. } => Some(codes::ERR_PLUGIN_TOOL_DUPLICATE_ID),
             ServerError::InvalidSchema(_) => Some(codes::ERR_PLUGIN_MANIFEST_INVALID),
-            ServerError::Bind { .. } | ServerError::Stdio(_) => None,
+            ServerError::Bind { .. }
+            | ServerError::Stdio(_)
+            | ServerError::TokenAndOAuth
+            | ServerError::OAuth(_) => None,
         }
     }
 }

@@ -6,7 +6,7 @@
 //! |---|---|
 //! | read-only (`readOnlyHint: true`) | always, unless `allow_tools` is set and does not list it |
 //! | anything else (a write) | `allow_write`, or listed in `allow_tools` |
-//! | needs authentication ([`Access::auth`]) | as above, and an [`Identity`] is configured whose `perms` hold every entry of [`Access::permissions`] |
+//! | needs authentication ([`Access::auth`]) | as above, and an [`Identity`] is configured whose `perms` hold every entry of [`Access::permissions`]; with [`Exposure::authenticated_callers`], registered, and listed and callable for each caller whose own identity (from its access token) holds them |
 //!
 //! With `allow_tools` set, only the listed tools are exposed. A withheld tool
 //! is never registered: not listed, not callable. The call-time checks
@@ -84,6 +84,12 @@ pub struct Exposure {
     /// The identity for authenticated routes.
     #[serde(default)]
     pub identity: Option<Identity>,
+    /// Every HTTP caller is authenticated and brings its own identity (the
+    /// OAuth resource-server mode: its token's subject, its scopes as
+    /// `perms`): a route needing authentication is registered whatever
+    /// `identity` says, and each call and listing checks the caller's.
+    #[serde(default)]
+    pub authenticated_callers: bool,
 }
 
 /// A tool the gate held back, and why.
@@ -140,7 +146,7 @@ impl Exposure {
         {
             return Some("not in allow_tools".into());
         }
-        if access.auth {
+        if access.auth && !self.authenticated_callers {
             if self.identity.is_none() {
                 return Some("auth route needs an identity".into());
             }

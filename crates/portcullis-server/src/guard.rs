@@ -14,7 +14,15 @@
 //! 3. The path must be `/mcp` → else **404**.
 //! 4. With a token configured, `Authorization: Bearer <token>`, compared in
 //!    constant time → else **401** with `WWW-Authenticate: Bearer` (so MCP
-//!    clients classify it as "authorization required").
+//!    clients classify it as "authorization required"). In the OAuth
+//!    resource-server mode instead ([`crate::oauth`]), an access token of
+//!    the configured issuer → else **401** with a challenge naming the
+//!    resource metadata (and `error="invalid_token"` when a token was
+//!    sent), or **403** `insufficient_scope`; the caller it names goes on
+//!    in the request's extensions as a [`Caller`], and the
+//!    `Authorization` header does not go on at all. A legacy session
+//!    (`Mcp-Session-Id`) is then usable only by the caller who opened it
+//!    → else **404**, as for a session that ended.
 //! 5. A declared `Content-Length` over the body limit → **413**. A chunked
 //!    body is cut off at the same limit by rmcp while it is read.
 //!
@@ -51,10 +59,14 @@ use http::{HeaderValue, StatusCode, header};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+use crate::oauth::{Caller, ResourceServer, SessionOwners, TokenError};
 use crate::throttle::{LogThrottle, escape};
 
 /// The MCP endpoint's path.
 pub const MCP_PATH: &str = "/mcp";
+
+/// The header naming a legacy session.
+const SESSION_ID: &str = "mcp-session-id";
 
 /// Everything the guards check, fixed once the port is known.
 #[derive(Clone)]
@@ -62,6 +74,8 @@ pub struct Guard {
     hosts: Arc<[String]>,
     origins: Arc<[String]>,
     token_digest: Option<[u8; 32]>,
+    oauth: Option<Arc<ResourceServer>>,
+    sessions: Arc<SessionOwners>,
     max_body_bytes: usize,
     warnings: Arc<LogThrottle>,
 }
@@ -73,6 +87,7 @@ impl std::fmt::Debug for Guard {
             .field("hosts", &self.hosts)
             .field("origins", &self.origins)
             .field("token", &self.token_digest.map(|_| "<set>"))
+            .field("oauth", &self.oauth)
             .field("max_body_bytes", &self.max_body_bytes)
             .finish()
     }
@@ -121,9 +136,18 @@ impl Guard {
             hosts: hosts.into(),
             origins: origins.into(),
             token_digest: token.map(digest),
+            oauth: None,
+            sessions: Arc::default(),
             max_body_bytes,
             warnings: Arc::new(LogThrottle::new()),
         }
+    }
+
+    /// The same guard taking access tokens checked by `server` in place of
+    /// a static token (the OAuth resource-server mode).
+    pub fn with_oauth(mut self, server: Arc<ResourceServer>) -> Self {
+        self.oauth = Some(server);
+        self
     }
 
     /// True when `host` (a `Host` header value) names this server.
@@ -153,8 +177,29 @@ impl Guard {
         bool::from(digest(presented).ct_eq(expected))
     }
 
-    /// Checks one request; `Err` says why it is refused.
+    /// Checks one request; `Err` says why it is refused. (In the OAuth
+    /// mode the token is checked by [`guard_layer`], which can wait for the
+    /// issuer's keys; this checks everything else.)
     pub fn check(&self, request: &Request) -> Result<(), Refusal> {
+        if self.front(request)? == Front::Preflight {
+            // Answered by the guard layer; what follows it is checked then.
+            return Ok(());
+        }
+        if self.oauth.is_none() {
+            let authorization = request
+                .headers()
+                .get(header::AUTHORIZATION)
+                .and_then(|h| h.to_str().ok());
+            if !self.authorized(authorization) {
+                return Err(Refusal::Unauthorized);
+            }
+        }
+        self.size(request)
+    }
+
+    /// Steps 1-3 and the duplicate `Authorization`: what is checked before
+    /// the token.
+    fn front(&self, request: &Request) -> Result<Front, Refusal> {
         let once = |name: header::HeaderName, what: &'static str| {
             if request.headers().get_all(name).iter().nth(1).is_some() {
                 Err(Refusal::Ambiguous(what))
@@ -183,17 +228,15 @@ impl Guard {
             return Err(Refusal::UnknownPath);
         }
         once(header::AUTHORIZATION, "Authorization")?;
-        if is_preflight(request) {
-            // Answered by the guard layer; what follows it is checked then.
-            return Ok(());
-        }
-        let authorization = request
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|h| h.to_str().ok());
-        if !self.authorized(authorization) {
-            return Err(Refusal::Unauthorized);
-        }
+        Ok(if is_preflight(request) {
+            Front::Preflight
+        } else {
+            Front::Request
+        })
+    }
+
+    /// Step 5: the declared body size.
+    fn size(&self, request: &Request) -> Result<(), Refusal> {
         let declared = request
             .headers()
             .get(header::CONTENT_LENGTH)
@@ -204,6 +247,15 @@ impl Guard {
         }
         Ok(())
     }
+}
+
+/// What passed the checks before the token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Front {
+    /// A CORS preflight, answered without a token.
+    Preflight,
+    /// Anything else: the token and the size are checked next.
+    Request,
 }
 
 /// Why a request was refused by the guards.
@@ -217,6 +269,18 @@ pub enum Refusal {
     UnknownPath,
     /// The bearer token is missing or wrong (401).
     Unauthorized,
+    /// An access token was sent and refused (401, `invalid_token`; OAuth
+    /// mode).
+    InvalidToken,
+    /// The access token lacks a required scope (403, `insufficient_scope`;
+    /// OAuth mode).
+    InsufficientScope,
+    /// The issuer's keys cannot be fetched, so no token can be checked
+    /// (503; OAuth mode).
+    KeysUnavailable,
+    /// A session another caller opened, or one not known (404, as for a
+    /// session that ended, so the client opens its own; OAuth mode).
+    ForeignSession,
     /// The declared body is over the limit (413).
     TooLarge,
     /// A header that must appear once appears more than once (400); names
@@ -228,9 +292,12 @@ impl Refusal {
     /// The HTTP status answered.
     pub fn status(self) -> StatusCode {
         match self {
-            Refusal::ForeignHost | Refusal::ForeignOrigin => StatusCode::FORBIDDEN,
-            Refusal::UnknownPath => StatusCode::NOT_FOUND,
-            Refusal::Unauthorized => StatusCode::UNAUTHORIZED,
+            Refusal::ForeignHost | Refusal::ForeignOrigin | Refusal::InsufficientScope => {
+                StatusCode::FORBIDDEN
+            }
+            Refusal::UnknownPath | Refusal::ForeignSession => StatusCode::NOT_FOUND,
+            Refusal::Unauthorized | Refusal::InvalidToken => StatusCode::UNAUTHORIZED,
+            Refusal::KeysUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             Refusal::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Refusal::Ambiguous(_) => StatusCode::BAD_REQUEST,
         }
@@ -244,6 +311,12 @@ impl Refusal {
             Refusal::ForeignOrigin => "Forbidden: requests from this Origin are not allowed",
             Refusal::UnknownPath => "Not Found: the MCP endpoint is /mcp",
             Refusal::Unauthorized => "Unauthorized: a valid bearer token is required",
+            Refusal::InvalidToken => "Unauthorized: the bearer token was refused",
+            Refusal::ForeignSession => "Not Found: no such session for this caller",
+            Refusal::InsufficientScope => "Forbidden: the token lacks a required scope",
+            Refusal::KeysUnavailable => {
+                "Service Unavailable: the token cannot be checked now; try again later"
+            }
             Refusal::TooLarge => "Payload Too Large: the request body is over the limit",
             Refusal::Ambiguous(_) => {
                 "Bad Request: Host, Origin and Authorization may each appear only once"
@@ -266,7 +339,7 @@ impl Refusal {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
-        if self == Refusal::Unauthorized {
+        if matches!(self, Refusal::Unauthorized | Refusal::InvalidToken) {
             response
                 .headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
@@ -301,6 +374,10 @@ impl Guard {
                     header(header::ORIGIN)
                 ),
             ),
+            Refusal::Unauthorized if self.oauth.is_some() => (
+                "token",
+                "no access token; the client must get one from the configured issuer".to_owned(),
+            ),
             Refusal::Unauthorized => {
                 let presented = if request.headers().contains_key(header::AUTHORIZATION) {
                     "the bearer token does not match"
@@ -315,11 +392,22 @@ impl Guard {
                 )
             }
             Refusal::Ambiguous(what) => (what, format!("{what} sent more than once")),
+            // Logged with the reason by `refuse_token`.
+            Refusal::InvalidToken | Refusal::InsufficientScope | Refusal::KeysUnavailable => return,
+            Refusal::ForeignSession => (
+                "Mcp-Session-Id",
+                "a session this caller did not open, or one no longer known".to_owned(),
+            ),
             Refusal::UnknownPath | Refusal::TooLarge => {
                 tracing::debug!(?refusal, path = %request.uri().path(), "request refused");
                 return;
             }
         };
+        self.warn(refusal, name, &what);
+    }
+
+    /// One WARN line, through the throttle.
+    fn warn(&self, refusal: Refusal, name: &str, what: &str) {
         match self.warnings.admit() {
             None => {}
             Some(0) => tracing::warn!(
@@ -341,9 +429,113 @@ impl Guard {
 /// answered, a CORS preflight answered, anything else passed on; answers
 /// to an admitted `Origin` carry the CORS headers.
 pub async fn guard_layer(State(guard): State<Guard>, request: Request, next: Next) -> Response {
-    match guard.check(&request) {
-        Ok(()) => admitted(request, next).await,
-        Err(refusal) => guard.refuse(refusal, &request),
+    guard.pass(request, next, &[]).await
+}
+
+impl Guard {
+    /// Runs every check on `request` and passes it on, or answers the
+    /// refusal. A path of `open_paths` is admitted once Host and Origin
+    /// passed (the path check comes right after them), without a token:
+    /// such a route decides about the token itself.
+    pub async fn pass(&self, mut request: Request, next: Next, open_paths: &[String]) -> Response {
+        match self.front(&request) {
+            Ok(Front::Preflight) => return admitted(request, next).await,
+            Ok(Front::Request) => {}
+            Err(Refusal::UnknownPath) if open_paths.iter().any(|p| p == request.uri().path()) => {
+                return admitted(request, next).await;
+            }
+            Err(refusal) => return self.refuse(refusal, &request),
+        }
+        let authorization = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|h| h.to_str().ok());
+        let mut opener = None;
+        match &self.oauth {
+            Some(server) => match server.authenticate(authorization).await {
+                Ok(caller) => {
+                    // A legacy session is its opener's alone.
+                    match request.headers().get(SESSION_ID) {
+                        Some(id) => {
+                            let id = String::from_utf8_lossy(id.as_bytes());
+                            if !self.sessions.owned_by(&id, &caller) {
+                                return self.refuse(Refusal::ForeignSession, &request);
+                            }
+                        }
+                        None => opener = Some(caller.clone()),
+                    }
+                    request.extensions_mut().insert::<Caller>(caller);
+                }
+                Err(error) => return self.refuse_token(&error, &request),
+            },
+            None if !self.authorized(authorization) => {
+                return self.refuse(Refusal::Unauthorized, &request);
+            }
+            None => {}
+        }
+        // The caller's credential is for this gate only: nothing past it
+        // (a tool, a handler reading the request's parts, an upstream) may
+        // see it, let alone send it on.
+        request.headers_mut().remove(header::AUTHORIZATION);
+        if let Err(refusal) = self.size(&request) {
+            return self.refuse(refusal, &request);
+        }
+        let response = admitted(request, next).await;
+        if let Some(caller) = opener
+            && let Some(id) = response.headers().get(SESSION_ID)
+        {
+            self.sessions
+                .bind(String::from_utf8_lossy(id.as_bytes()).into_owned(), &caller);
+        }
+        response
+    }
+
+    /// Answers a refused access token: the status and challenge RFC 6750
+    /// and RFC 9728 ask for, a WARN line saying which check failed (never
+    /// the token).
+    fn refuse_token(&self, error: &TokenError, request: &Request) -> Response {
+        let refusal = match error {
+            TokenError::Missing => Refusal::Unauthorized,
+            TokenError::InsufficientScope(_) => Refusal::InsufficientScope,
+            TokenError::KeysUnavailable(_) => Refusal::KeysUnavailable,
+            _ => Refusal::InvalidToken,
+        };
+        if refusal != Refusal::Unauthorized {
+            self.warn(
+                refusal,
+                "token",
+                &format!("the access token was refused: {error}"),
+            );
+        }
+        let mut response = self.refuse(refusal, request);
+        if let Some(challenge) = self.challenge(refusal) {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, challenge);
+        }
+        response
+    }
+
+    /// The `WWW-Authenticate` challenge of the OAuth mode for `refusal`.
+    fn challenge(&self, refusal: Refusal) -> Option<HeaderValue> {
+        let options = self.oauth.as_ref()?.options();
+        let metadata = format!("resource_metadata=\"{}\"", options.metadata_url());
+        // Scope tokens hold no quote or backslash (checked with the
+        // options), so they need no escaping here.
+        let scope = if options.required_scopes.is_empty() {
+            String::new()
+        } else {
+            format!(", scope=\"{}\"", options.required_scopes.join(" "))
+        };
+        let value = match refusal {
+            Refusal::Unauthorized => format!("Bearer {metadata}{scope}"),
+            Refusal::InvalidToken => format!("Bearer {metadata}, error=\"invalid_token\""),
+            Refusal::InsufficientScope => {
+                format!("Bearer {metadata}, error=\"insufficient_scope\"{scope}")
+            }
+            _ => return None,
+        };
+        HeaderValue::from_str(&value).ok()
     }
 }
 
@@ -438,7 +630,7 @@ fn with_cors(mut response: Response, origin: Option<HeaderValue>) -> Response {
     response
 }
 
-fn bearer_token(authorization: &str) -> Option<&str> {
+pub(crate) fn bearer_token(authorization: &str) -> Option<&str> {
     let (scheme, token) = authorization.trim().split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }

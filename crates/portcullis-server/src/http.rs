@@ -30,7 +30,8 @@ use tokio_util::sync::CancellationToken;
 use crate::connections::Limits;
 use crate::direct_call::DirectCall;
 use crate::error::ServerError;
-use crate::guard::{Guard, MCP_PATH, Refusal, admitted, guard_layer};
+use crate::guard::{Guard, MCP_PATH, guard_layer};
+use crate::oauth::{METADATA_PATH, OAuthOptions, ResourceServer};
 use crate::sessions::BoundedSessions;
 
 /// Default cap on a request body (4 MiB, rmcp's own default).
@@ -68,6 +69,10 @@ pub struct HttpOptions {
     pub allowed_origins: Vec<String>,
     /// Bearer token required on `/mcp`, if any.
     pub token: Option<String>,
+    /// Take OAuth access tokens of an issuer on `/mcp` instead (the
+    /// resource-server mode, [`crate::oauth`]); exclusive with `token`.
+    /// Serves the protected-resource metadata beside `/mcp`.
+    pub oauth: Option<OAuthOptions>,
     /// Requests with a larger body are refused with 413.
     pub max_body_bytes: usize,
     /// Keep sessions for initialize-era clients (needed for server-to-client
@@ -114,6 +119,7 @@ impl Default for HttpOptions {
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
             token: None,
+            oauth: None,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             legacy_sessions: false,
             json_response: true,
@@ -136,6 +142,7 @@ impl std::fmt::Debug for HttpOptions {
             .field("allowed_hosts", &self.allowed_hosts)
             .field("allowed_origins", &self.allowed_origins)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("oauth", &self.oauth)
             .field("max_body_bytes", &self.max_body_bytes)
             .field("legacy_sessions", &self.legacy_sessions)
             .field("json_response", &self.json_response)
@@ -156,10 +163,17 @@ impl std::fmt::Debug for HttpOptions {
 
 impl HttpOptions {
     /// Checks what can be wrong before binding: an empty token is
-    /// `ERR_INVALID_MCP_TOKEN`.
+    /// `ERR_INVALID_MCP_TOKEN`; a token beside OAuth, or OAuth options
+    /// that cannot work, are [`ServerError::OAuth`].
     pub fn validate(&self) -> Result<(), ServerError> {
         if self.token.as_deref().is_some_and(|t| t.trim().is_empty()) {
             return Err(ServerError::InvalidToken);
+        }
+        if let Some(oauth) = &self.oauth {
+            if self.token.is_some() {
+                return Err(ServerError::TokenAndOAuth);
+            }
+            oauth.validate()?;
         }
         Ok(())
     }
@@ -243,13 +257,27 @@ async fn extra_guard_layer(
     request: Request,
     next: Next,
 ) -> Response {
-    match state.guard.check(&request) {
-        Ok(()) => admitted(request, next).await,
-        Err(Refusal::UnknownPath) if state.paths.iter().any(|p| p == request.uri().path()) => {
-            admitted(request, next).await
-        }
-        Err(refusal) => state.guard.refuse(refusal, &request),
-    }
+    state.guard.pass(request, next, &state.paths).await
+}
+
+/// The protected-resource metadata routes (RFC 9728): the document at the
+/// well-known path and at its `/mcp`-suffixed form, for GET.
+fn metadata_routes(options: &OAuthOptions) -> Vec<(String, MethodRouter)> {
+    let document = Arc::new(options.metadata());
+    [
+        METADATA_PATH.to_owned(),
+        format!("{METADATA_PATH}{MCP_PATH}"),
+    ]
+    .into_iter()
+    .map(|path| {
+        let document = document.clone();
+        let route = axum::routing::get(move || {
+            let document = document.clone();
+            async move { axum::Json((*document).clone()) }
+        });
+        (path, route)
+    })
+    .collect()
 }
 
 async fn drain(mut task: JoinHandle<()>, streams: CancellationToken, grace: Duration) {
@@ -309,13 +337,18 @@ where
             "listening beyond loopback: any host that can reach this port can call every exposed tool unless a token is set"
         );
     }
-    let guard = Guard::new(
+    let mut guard = Guard::new(
         addr.port(),
         &options.allowed_hosts,
         &options.allowed_origins,
         options.token.as_deref(),
         options.max_body_bytes,
     );
+    let mut extra_routes = options.extra_routes.clone();
+    if let Some(oauth) = &options.oauth {
+        guard = guard.with_oauth(Arc::new(ResourceServer::new(oauth.clone())?));
+        extra_routes.extend(metadata_routes(oauth));
+    }
 
     let streams = CancellationToken::new();
     // Our guard owns Host and Origin (exact host:port matching, which rmcp's
@@ -353,12 +386,12 @@ where
         }
     };
     let mcp = mcp.layer(axum::middleware::from_fn(session_delete_status));
-    let app = if options.extra_routes.is_empty() {
+    let app = if extra_routes.is_empty() {
         mcp.layer(axum::middleware::from_fn_with_state(guard, guard_layer))
     } else {
         let mut app = mcp;
-        let mut paths = Vec::with_capacity(options.extra_routes.len());
-        for (path, route) in options.extra_routes.clone() {
+        let mut paths = Vec::with_capacity(extra_routes.len());
+        for (path, route) in extra_routes {
             app = app.route(&path, route);
             paths.push(path);
         }

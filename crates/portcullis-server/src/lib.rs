@@ -11,6 +11,7 @@
 //! |---|---|
 //! | `connections` (private) | the accept loop: `TCP_NODELAY`, the connection cap, header-read and idle timeouts |
 //! | [`guard`] | Host → Origin → path → bearer token → body size, before any MCP parsing |
+//! | [`oauth`] | the opt-in resource-server mode: access tokens of one issuer checked against its keys, the protected-resource metadata, the [`oauth::Caller`] a token names |
 //! | [`http`] / [`stdio`] | the surfaces: rmcp's Streamable HTTP service (stateless by default; both protocol eras) and stdin/stdout |
 //! | `sessions` (private) | legacy sessions: rmcp's in-memory manager with a cap, the idlest closed first |
 //! | `direct_call` (private) | a plain stateless 2026-07-28 `tools/call` answered in the HTTP handler's task, skipping rmcp's per-request service; everything else goes to rmcp |
@@ -80,6 +81,7 @@ pub mod handler;
 pub mod http;
 pub mod input;
 pub mod mcp_server;
+pub mod oauth;
 pub mod passthrough;
 mod sessions;
 pub mod shutdown;

@@ -82,6 +82,7 @@ impl ServeOptions {
             allow_write: self.allow_write,
             allow_tools: self.allow_tools.clone(),
             identity: self.identity.clone(),
+            authenticated_callers: false,
         }
     }
 }

@@ -497,6 +497,9 @@ pub struct ObservedCall<'a> {
     /// Where the tool came from ([`Registration::source`]); empty when
     /// unknown.
     pub source: &'a str,
+    /// Who called, when the surface authenticated the request with an
+    /// access token: the token's subject (see [`crate::oauth::Caller`]).
+    pub caller: Option<&'a str>,
     /// What the gate and the handler made of it.
     pub report: CallReport,
     /// When the call arrived.
@@ -688,7 +691,8 @@ impl ToolServer {
             let error = ErrorData::invalid_params(format!("unknown tool: {}", request.name), None);
             return (Err(error), None);
         };
-        let ctx = CallContext::for_request(entry.name.clone(), context, inner.identity.clone());
+        let identity = inner.identity_for(&context);
+        let ctx = CallContext::for_request(entry.name.clone(), context, identity);
         let retry = Retry {
             input_responses: request.input_responses,
             request_state: request.request_state,
@@ -708,6 +712,16 @@ impl ToolServer {
 }
 
 impl Inner {
+    /// The identity a request acts as: the authenticated caller's (see
+    /// [`crate::oauth::Caller::identity`]) when the surface checked an
+    /// access token, else the configured one.
+    fn identity_for(&self, context: &RequestContext<RoleServer>) -> Option<Arc<Identity>> {
+        match crate::oauth::caller_of(context) {
+            Some(caller) => Some(Arc::new(caller.identity())),
+            None => self.identity.clone(),
+        }
+    }
+
     /// The one way out of this server toward the model: a handler's result
     /// framed and capped, a handler's failure mapped (only an `ERR_…` code
     /// passes, its words framed; anything else is logged and becomes
@@ -776,7 +790,8 @@ impl Inner {
             definition: &entry.def,
             arguments: &args,
             validator: entry.validator.as_ref(),
-            backstop: check_call(&entry.access, self.identity.as_deref()),
+            // The caller's own identity when the surface authenticated one.
+            backstop: check_call(&entry.access, ctx.identity()),
         };
         let ruling = Gate::new(self.policy.as_deref()).rule(&call);
         if let Ruling::Refuse { decision, answer } = ruling {
@@ -947,7 +962,7 @@ impl ServerHandler for ToolServer {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let snapshot = self.snapshot();
         let inner = &snapshot.inner;
@@ -956,7 +971,24 @@ impl ServerHandler for ToolServer {
                 rmcp::model::ListToolsRequestMethod,
             >());
         }
-        Ok(ListToolsResult::with_all_items(inner.listed.clone()))
+        // An authenticated caller sees only the routes its own identity
+        // may call; everyone else the tools the gate let through.
+        let Some(caller) = crate::oauth::caller_of(&context) else {
+            return Ok(ListToolsResult::with_all_items(inner.listed.clone()));
+        };
+        let identity = caller.identity();
+        let listed = inner
+            .listed
+            .iter()
+            .filter(|tool| {
+                inner
+                    .entries
+                    .get(tool.name.as_ref())
+                    .is_none_or(|entry| check_call(&entry.access, Some(&identity)).is_ok())
+            })
+            .cloned()
+            .collect();
+        Ok(ListToolsResult::with_all_items(listed))
     }
 
     fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {
@@ -1203,6 +1235,7 @@ impl ServerHandler for ToolServer {
             };
         let note = observer.started(tool.as_deref(), request.arguments.as_ref());
         drop(snapshot);
+        let caller = crate::oauth::caller_of(&context).map(|caller| caller.subject.clone());
         let (answer, report) = self.call_tool_reported(request, context).await;
         let report = match (&answer, report) {
             // A question put to the client (the 2026 approval round trip)
@@ -1216,6 +1249,7 @@ impl ServerHandler for ToolServer {
         let call = ObservedCall {
             tool: tool.as_deref(),
             source: &source,
+            caller: caller.as_deref(),
             report,
             time,
             duration: started.elapsed(),

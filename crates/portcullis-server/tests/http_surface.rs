@@ -1525,3 +1525,583 @@ async fn a_session_delete_answers_no_content() {
     assert_ne!(session_list(&http, &server, &session).await, StatusCode::OK);
     server.close().await;
 }
+
+/// The OAuth resource-server mode against a real issuer on loopback: an
+/// axum server publishing its metadata and its key set, tokens signed with
+/// the key pairs under `tests/fixtures/oauth`.
+mod oauth {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+    use base64::Engine as _;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use jsonwebtoken::jwk::Jwk;
+    use jsonwebtoken::{Algorithm, EncodingKey, Header};
+    use portcullis_server::oauth::OAuthOptions;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+
+    use super::*;
+
+    const AUDIENCE: &str = "https://mcp.example/mcp";
+    const ISSUER_RSA: &[u8] = include_bytes!("fixtures/oauth/issuer-rsa.pem");
+    const ISSUER_EC: &[u8] = include_bytes!("fixtures/oauth/issuer-ec-rotated.pem");
+    const ATTACKER_RSA: &[u8] = include_bytes!("fixtures/oauth/attacker-rsa.pem");
+
+    fn rsa(pem: &[u8]) -> EncodingKey {
+        EncodingKey::from_rsa_pem(pem).unwrap()
+    }
+
+    fn ec(pem: &[u8]) -> EncodingKey {
+        EncodingKey::from_ec_pem(pem).unwrap()
+    }
+
+    /// The public JWK of `key`, named `kid`.
+    fn jwk(key: &EncodingKey, alg: Algorithm, kid: &str) -> Value {
+        let mut jwk = Jwk::from_encoding_key(key, alg).unwrap();
+        jwk.common.key_id = Some(kid.into());
+        serde_json::to_value(jwk).unwrap()
+    }
+
+    /// An authorization server on loopback: RFC 8414 metadata and a key
+    /// set that a test can change, counting fetches of the key set.
+    pub(super) struct Issuer {
+        pub url: String,
+        keys: Arc<Mutex<Vec<Value>>>,
+        pub jwks_fetches: Arc<AtomicUsize>,
+        task: tokio::task::JoinHandle<()>,
+    }
+
+    impl Issuer {
+        pub async fn start() -> Issuer {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let url = format!("http://{}", listener.local_addr().unwrap());
+            let keys = Arc::new(Mutex::new(vec![jwk(
+                &rsa(ISSUER_RSA),
+                Algorithm::RS256,
+                "key-1",
+            )]));
+            let jwks_fetches = Arc::new(AtomicUsize::new(0));
+            let metadata = json!({"issuer": url, "jwks_uri": format!("{url}/jwks")});
+            let app = axum::Router::new()
+                .route(
+                    "/.well-known/oauth-authorization-server",
+                    axum::routing::get(move || {
+                        let metadata = metadata.clone();
+                        async move { axum::Json(metadata) }
+                    }),
+                )
+                .route(
+                    "/jwks",
+                    axum::routing::get({
+                        let keys = keys.clone();
+                        let fetches = jwks_fetches.clone();
+                        move || {
+                            fetches.fetch_add(1, Ordering::SeqCst);
+                            let keys = keys.lock().unwrap().clone();
+                            async move { axum::Json(json!({"keys": keys})) }
+                        }
+                    }),
+                );
+            let task = tokio::spawn(async move {
+                axum::serve(listener, app).await.unwrap();
+            });
+            Issuer {
+                url,
+                keys,
+                jwks_fetches,
+                task,
+            }
+        }
+
+        /// Publishes the rotated key beside the first one.
+        pub fn rotate(&self) {
+            self.keys
+                .lock()
+                .unwrap()
+                .push(jwk(&ec(ISSUER_EC), Algorithm::ES256, "key-2"));
+        }
+
+        pub fn options(&self) -> OAuthOptions {
+            let mut options = OAuthOptions::new(self.url.clone(), AUDIENCE);
+            options.required_scopes = vec!["mcp:tools".into()];
+            options
+        }
+
+        /// A token of this issuer for `sub`, with `scope`, valid for a
+        /// minute, signed with the first key.
+        pub fn token(&self, sub: &str, scope: &str) -> String {
+            self.sign(
+                &self.claims(sub, scope),
+                Algorithm::RS256,
+                "key-1",
+                &rsa(ISSUER_RSA),
+            )
+        }
+
+        pub fn claims(&self, sub: &str, scope: &str) -> Value {
+            json!({
+                "iss": self.url,
+                "sub": sub,
+                "aud": AUDIENCE,
+                "exp": now() + 60,
+                "iat": now(),
+                "scope": scope,
+                "client_id": "test-client",
+            })
+        }
+
+        pub fn sign(&self, claims: &Value, alg: Algorithm, kid: &str, key: &EncodingKey) -> String {
+            let mut header = Header::new(alg);
+            header.kid = Some(kid.into());
+            jsonwebtoken::encode(&header, claims, key).unwrap()
+        }
+    }
+
+    impl Drop for Issuer {
+        fn drop(&mut self) {
+            self.task.abort();
+        }
+    }
+
+    fn now() -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    }
+
+    /// The tools behind the gate: `whoami` answers the identity the call
+    /// runs as and whether the request still carried an `Authorization`
+    /// header; `devices_get` needs the `devices:r` permission.
+    fn guarded_tools() -> ToolServerBuilder {
+        ToolServer::builder()
+            .tool(ro("whoami"), |_: Value, ctx: CallContext| async move {
+                let who = ctx
+                    .identity()
+                    .map(|i| json!({"user": i.user, "perms": i.perms}))
+                    .unwrap_or_default();
+                let header = ctx
+                    .request()
+                    .and_then(|r| r.extensions.get::<http::request::Parts>())
+                    .map(|p| p.headers.contains_key("authorization"));
+                Ok(ToolResult::text(
+                    json!({"who": who, "authorization_seen": header}).to_string(),
+                ))
+            })
+            .register(
+                Registration::new(ro("devices_get"), echo)
+                    .with_access(Access::authenticated(["devices:r"])),
+            )
+            .exposure(Exposure {
+                authenticated_callers: true,
+                ..Default::default()
+            })
+    }
+
+    async fn gateway(issuer: &Issuer, options: OAuthOptions) -> HttpServer {
+        let http = HttpOptions {
+            oauth: Some(options),
+            ..Default::default()
+        };
+        let _ = issuer;
+        serve(guarded_tools(), http).await
+    }
+
+    async fn status_and_challenge(
+        server: &HttpServer,
+        token: Option<&str>,
+    ) -> (StatusCode, String) {
+        let bearer = token.map(|t| format!("Bearer {t}"));
+        let headers: Vec<(&str, &str)> = bearer
+            .as_deref()
+            .map(|b| vec![("authorization", b)])
+            .unwrap_or_default();
+        let response = post(server, "/mcp", &headers, &list_body()).await;
+        let challenge = response
+            .headers()
+            .get("www-authenticate")
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default();
+        (response.status(), challenge)
+    }
+
+    async fn client_with(server: &HttpServer, token: &str) -> RunningService<RoleClient, ()> {
+        let config = StreamableHttpClientTransportConfig::with_uri(server.url()).auth_header(token);
+        ().serve(StreamableHttpClientTransport::from_config(config))
+            .await
+            .unwrap()
+    }
+
+    const METADATA_URL: &str =
+        "resource_metadata=\"https://mcp.example/.well-known/oauth-protected-resource/mcp\"";
+
+    #[tokio::test]
+    async fn oauth_the_metadata_document_is_served_without_a_token() {
+        let issuer = Issuer::start().await;
+        let server = gateway(&issuer, issuer.options()).await;
+        for path in [
+            "/.well-known/oauth-protected-resource",
+            "/.well-known/oauth-protected-resource/mcp",
+        ] {
+            let url = format!("http://{}{path}", server.local_addr());
+            let response = reqwest::get(&url).await.unwrap();
+            assert_eq!(response.status(), StatusCode::OK, "{path}");
+            let document: Value = response.json().await.unwrap();
+            assert_eq!(
+                document,
+                json!({
+                    "resource": AUDIENCE,
+                    "authorization_servers": [issuer.url],
+                    "bearer_methods_supported": ["header"],
+                    "scopes_supported": ["mcp:tools"],
+                }),
+                "{path}"
+            );
+        }
+        // The Host guard still applies to it.
+        let foreign = reqwest::Client::new()
+            .get(format!(
+                "http://{}/.well-known/oauth-protected-resource",
+                server.local_addr()
+            ))
+            .header("host", "evil.example")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(foreign.status(), StatusCode::FORBIDDEN);
+        server.close().await;
+    }
+
+    #[tokio::test]
+    async fn oauth_a_valid_token_passes_and_its_caller_is_the_identity() {
+        let issuer = Issuer::start().await;
+        let server = gateway(&issuer, issuer.options()).await;
+        let (status, _) =
+            status_and_challenge(&server, Some(&issuer.token("alice", "mcp:tools"))).await;
+        assert_eq!(status, StatusCode::OK);
+
+        // The caller's subject and scopes are the identity a tool sees; the
+        // token itself went no further than the guard.
+        let client = client_with(&server, &issuer.token("alice", "mcp:tools")).await;
+        let names: Vec<String> = client
+            .list_all_tools()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|t| t.name.to_string())
+            .collect();
+        assert_eq!(names, ["whoami"], "devices_get needs devices:r");
+        let text = first_text(&call(&client, "whoami", json!({})).await);
+        assert!(text.contains(r#""userId":"alice""#), "{text}");
+        assert!(text.contains(r#""perms":["mcp:tools"]"#), "{text}");
+        assert!(text.contains(r#""clientId":"test-client""#), "{text}");
+        assert!(text.contains(r#""authorization_seen":false"#), "{text}");
+        let refused = call(&client, "devices_get", json!({})).await;
+        assert_eq!(first_text(&refused), "ERR_MCP_PERM_DENIED", "{refused:?}");
+        client.cancel().await.unwrap();
+
+        // A caller holding devices:r sees and calls it.
+        let client = client_with(&server, &issuer.token("bob", "mcp:tools devices:r")).await;
+        let names: Vec<String> = client
+            .list_all_tools()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|t| t.name.to_string())
+            .collect();
+        assert_eq!(names, ["devices_get", "whoami"]);
+        let done = call(&client, "devices_get", json!({"text": "on"})).await;
+        assert!(first_text(&done).contains("on"), "{done:?}");
+        client.cancel().await.unwrap();
+        server.close().await;
+    }
+
+    #[tokio::test]
+    async fn oauth_every_bad_token_is_refused_with_its_challenge() {
+        let issuer = Issuer::start().await;
+        let server = gateway(&issuer, issuer.options()).await;
+
+        let (status, challenge) = status_and_challenge(&server, None).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        assert_eq!(
+            challenge,
+            format!("Bearer {METADATA_URL}, scope=\"mcp:tools\"")
+        );
+
+        let key = rsa(ISSUER_RSA);
+        let with = |change: &dyn Fn(&mut Value)| {
+            let mut claims = issuer.claims("mallory", "mcp:tools");
+            change(&mut claims);
+            issuer.sign(&claims, Algorithm::RS256, "key-1", &key)
+        };
+        let public_pem = {
+            // The classic confusion: an HMAC keyed with the issuer's public
+            // key, which anyone can read from the JWKS.
+            let jwk: Jwk = serde_json::from_value(jwk(&key, Algorithm::RS256, "key-1")).unwrap();
+            serde_json::to_vec(&jwk).unwrap()
+        };
+        let unsigned = {
+            let header = URL_SAFE_NO_PAD.encode(br#"{"alg":"none","typ":"JWT","kid":"key-1"}"#);
+            let claims = URL_SAFE_NO_PAD.encode(issuer.claims("mallory", "mcp:tools").to_string());
+            format!("{header}.{claims}.")
+        };
+        let invalid = [
+            (
+                "another audience",
+                with(&|c| c["aud"] = json!("https://other.example/mcp")),
+            ),
+            ("expired", with(&|c| c["exp"] = json!(now() - 120))),
+            ("not yet valid", with(&|c| c["nbf"] = json!(now() + 120))),
+            (
+                "another issuer",
+                with(&|c| c["iss"] = json!("https://evil.example")),
+            ),
+            (
+                "no subject",
+                with(&|c| {
+                    c.as_object_mut().unwrap().remove("sub");
+                }),
+            ),
+            ("alg none", unsigned),
+            (
+                "HS256 with the public key",
+                issuer.sign(
+                    &issuer.claims("mallory", "mcp:tools"),
+                    Algorithm::HS256,
+                    "key-1",
+                    &EncodingKey::from_secret(&public_pem).unwrap(),
+                ),
+            ),
+            (
+                "an unknown kid",
+                issuer.sign(
+                    &issuer.claims("mallory", "mcp:tools"),
+                    Algorithm::RS256,
+                    "key-9",
+                    &rsa(ATTACKER_RSA),
+                ),
+            ),
+            (
+                "another key under a known kid",
+                issuer.sign(
+                    &issuer.claims("mallory", "mcp:tools"),
+                    Algorithm::RS256,
+                    "key-1",
+                    &rsa(ATTACKER_RSA),
+                ),
+            ),
+            ("not a JWT", "s3cret-token".to_owned()),
+        ];
+        for (what, token) in &invalid {
+            let (status, challenge) = status_and_challenge(&server, Some(token)).await;
+            assert_eq!(status, StatusCode::UNAUTHORIZED, "{what}");
+            assert_eq!(
+                challenge,
+                format!("Bearer {METADATA_URL}, error=\"invalid_token\""),
+                "{what}"
+            );
+        }
+
+        let (status, challenge) =
+            status_and_challenge(&server, Some(&issuer.token("carol", "profile"))).await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
+        assert_eq!(
+            challenge,
+            format!("Bearer {METADATA_URL}, error=\"insufficient_scope\", scope=\"mcp:tools\"")
+        );
+        // The one good token still passes after all that.
+        let (status, _) =
+            status_and_challenge(&server, Some(&issuer.token("alice", "mcp:tools"))).await;
+        assert_eq!(status, StatusCode::OK);
+        server.close().await;
+    }
+
+    #[tokio::test]
+    async fn oauth_a_rotated_key_is_taken_without_restart_and_bogus_kids_cannot_flood_the_issuer() {
+        let issuer = Issuer::start().await;
+        let mut options = issuer.options();
+        options.jwks_min_refetch = Duration::from_millis(300);
+        let server = gateway(&issuer, options).await;
+        let (status, _) =
+            status_and_challenge(&server, Some(&issuer.token("alice", "mcp:tools"))).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(issuer.jwks_fetches.load(Ordering::SeqCst), 1);
+
+        // A flood of made-up kids: at most one fetch per interval.
+        let started = std::time::Instant::now();
+        for n in 0..50 {
+            let token = issuer.sign(
+                &issuer.claims("mallory", "mcp:tools"),
+                Algorithm::RS256,
+                &format!("bogus-{n}"),
+                &rsa(ATTACKER_RSA),
+            );
+            let (status, _) = status_and_challenge(&server, Some(&token)).await;
+            assert_eq!(status, StatusCode::UNAUTHORIZED);
+        }
+        let intervals = started.elapsed().as_millis() / 300 + 1;
+        let fetches = issuer.jwks_fetches.load(Ordering::SeqCst) - 1;
+        assert!(
+            fetches as u128 <= intervals,
+            "{fetches} fetches in {intervals} intervals"
+        );
+
+        // The issuer rotates: a token under the new kid passes once the
+        // interval allows a fetch, with no restart.
+        issuer.rotate();
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        let rotated = issuer.sign(
+            &issuer.claims("alice", "mcp:tools"),
+            Algorithm::ES256,
+            "key-2",
+            &ec(ISSUER_EC),
+        );
+        let (status, challenge) = status_and_challenge(&server, Some(&rotated)).await;
+        assert_eq!(status, StatusCode::OK, "{challenge}");
+        server.close().await;
+    }
+
+    #[tokio::test]
+    async fn oauth_unreachable_keys_are_a_503_not_a_refused_token() {
+        let issuer = Issuer::start().await;
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = closed.local_addr().unwrap().port();
+        drop(closed);
+        let mut options = issuer.options();
+        options.jwks_uri = Some(format!("http://127.0.0.1:{port}/jwks"));
+        let server = gateway(&issuer, options).await;
+        let token = issuer.token("alice", "mcp:tools");
+        // The first request tries the fetch, the second is within the
+        // refetch interval: both say the same.
+        for attempt in 0..2 {
+            let (status, challenge) = status_and_challenge(&server, Some(&token)).await;
+            assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "attempt {attempt}");
+            assert_eq!(challenge, "", "attempt {attempt}");
+        }
+        server.close().await;
+    }
+
+    /// An issuer at `http://127.0.0.1:PORT/realm` publishing only OpenID
+    /// discovery, naming `named_issuer` (`None`: itself) in it, and the
+    /// key set of the first test key.
+    async fn oidc_issuer(named_issuer: Option<&str>) -> (String, tokio::task::JoinHandle<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let origin = format!("http://{}", listener.local_addr().unwrap());
+        let issuer = format!("{origin}/realm");
+        let document = json!({
+            "issuer": named_issuer.unwrap_or(&issuer),
+            "jwks_uri": format!("{origin}/realm/certs"),
+        });
+        let keys = json!({"keys": [jwk(&rsa(ISSUER_RSA), Algorithm::RS256, "key-1")]});
+        let app = axum::Router::new()
+            .route(
+                "/realm/.well-known/openid-configuration",
+                axum::routing::get(move || async move { axum::Json(document) }),
+            )
+            .route(
+                "/realm/certs",
+                axum::routing::get(move || async move { axum::Json(keys) }),
+            );
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        (issuer, task)
+    }
+
+    #[tokio::test]
+    async fn oauth_keys_are_found_through_openid_discovery_when_it_names_the_issuer() {
+        let issuer = Issuer::start().await;
+        for (named, expected) in [
+            (None, StatusCode::OK),
+            // Metadata claiming another issuer is not this issuer's.
+            (
+                Some("https://evil.example"),
+                StatusCode::SERVICE_UNAVAILABLE,
+            ),
+        ] {
+            let (url, task) = oidc_issuer(named).await;
+            let mut options = issuer.options();
+            options.issuer = url.clone();
+            let server = gateway(&issuer, options).await;
+            let mut claims = issuer.claims("alice", "mcp:tools");
+            claims["iss"] = json!(url);
+            let token = issuer.sign(&claims, Algorithm::RS256, "key-1", &rsa(ISSUER_RSA));
+            let (status, _) = status_and_challenge(&server, Some(&token)).await;
+            assert_eq!(status, expected, "{named:?}");
+            server.close().await;
+            task.abort();
+        }
+    }
+
+    /// A reqwest client sending `token` on every request.
+    fn http_as(token: &str) -> reqwest::Client {
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert("authorization", format!("Bearer {token}").parse().unwrap());
+        reqwest::Client::builder()
+            .default_headers(headers)
+            .build()
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn oauth_a_session_is_usable_only_by_the_caller_who_opened_it() {
+        let issuer = Issuer::start().await;
+        let http = HttpOptions {
+            oauth: Some(issuer.options()),
+            legacy_sessions: true,
+            ..Default::default()
+        };
+        let server = serve(guarded_tools(), http).await;
+        let alice = http_as(&issuer.token("alice", "mcp:tools"));
+        let mallory = http_as(&issuer.token("mallory", "mcp:tools"));
+        let session = open_session(&alice, &server).await;
+        let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}});
+
+        // Another caller, with a good token of its own, on alice's session.
+        let (status, _, body) = session_post(&mallory, &server, Some(&session), &list).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+        let stream = mallory
+            .get(server.url())
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", &session)
+            .header("mcp-protocol-version", "2025-11-25")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            stream.status(),
+            StatusCode::NOT_FOUND,
+            "no reading her stream"
+        );
+        // A made-up session is refused the same way.
+        let (status, _, _) = session_post(&alice, &server, Some("not-a-session"), &list).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+
+        // Alice, on hers, is served; so is mallory on a session of his own.
+        let (status, _, body) = session_post(&alice, &server, Some(&session), &list).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert!(body.contains("whoami"), "{body}");
+        let own = open_session(&mallory, &server).await;
+        let (status, _, body) = session_post(&mallory, &server, Some(&own), &list).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        server.close().await;
+    }
+
+    #[tokio::test]
+    async fn oauth_beside_a_static_token_is_refused_at_start() {
+        let issuer = Issuer::start().await;
+        let options = HttpOptions {
+            token: Some("s3cret-token".into()),
+            oauth: Some(issuer.options()),
+            ..Default::default()
+        };
+        let error = serve_http(guarded_tools().build().unwrap(), options)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(error, portcullis_server::ServerError::TokenAndOAuth),
+            "{error}"
+        );
+    }
+}

@@ -120,6 +120,15 @@ pub fn summarize(config: &Config) -> (String, Vec<Finding>) {
             identity.perms.join(", ")
         );
     }
+    if let Some(oauth) = &g.oauth {
+        let _ = writeln!(
+            out,
+            "  callers: access tokens of {} for {} (scopes required: [{}])",
+            redacted(config, &oauth.issuer),
+            redacted(config, &oauth.audience),
+            oauth.required_scopes.join(", ")
+        );
+    }
     for upstream in config.upstreams.values() {
         let how = match &upstream.transport {
             UpstreamTransport::Stdio {

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use portcullis_server::oauth::ResourceServer;
 use portcullis_server::{HttpOptions, ShutdownSignal, serve_http_on, serve_stdio};
 use tokio_util::sync::CancellationToken;
 
@@ -142,12 +143,30 @@ pub async fn serve(
         return Ok(Exit::Success);
     }
     let token = config.gateway.token.as_ref().map(|t| t.expose().to_owned());
+    let oauth = config
+        .gateway
+        .oauth
+        .as_ref()
+        .map(crate::config::OAuth::options);
+    // `/metrics` checks access tokens too, with a checker of its own.
+    let metrics_oauth = match oauth.clone().map(ResourceServer::new).transpose() {
+        Ok(checker) => checker.map(Arc::new),
+        Err(error) => {
+            watcher.abort();
+            follower.abort();
+            pinger.abort();
+            pruner.abort();
+            close(&live).await;
+            return Err(error).context("[gateway.oauth]");
+        }
+    };
     let options = HttpOptions {
         listen,
         allowed_hosts: config.gateway.allowed_hosts.clone(),
         allowed_origins: config.gateway.allowed_origins.clone(),
-        extra_routes: crate::health::routes(live.clone(), token.as_deref()),
+        extra_routes: crate::health::routes(live.clone(), token.as_deref(), metrics_oauth),
         token,
+        oauth,
         max_connections: config.gateway.max_connections,
         header_read_timeout: config.gateway.header_read_timeout,
         idle_timeout: config.gateway.idle_timeout,

@@ -1,7 +1,7 @@
 //! Hostile input against the real `portcullis` binary: each test is one
 //! attack, named for it, grouped by the surface it hits (HTTP JSON-RPC,
-//! HTTP headers, connections, stdio, upstreams, configs, plugins, import,
-//! `call`). Each asserts a clear error for the attacker and that everyone
+//! HTTP headers, access tokens, connections, stdio, upstreams, configs,
+//! plugins, import, `call`). Each asserts a clear error for the attacker and that everyone
 //! else is still served afterwards; where the shared gateway's SQLite store
 //! is in play, that its trust baselines are unchanged.
 //!
@@ -1004,6 +1004,113 @@ mod headers {
         assert_eq!(status, 400, "{response}");
         assert!(response.contains("Origin"), "{response}");
         shared.still_serving();
+    }
+}
+
+/// Access tokens against a gateway behind an identity provider
+/// (`[gateway.oauth]`): forged, misdirected or borrowed tokens. Each attack
+/// starts a gateway of its own (and a test issuer on loopback), then checks
+/// a good token is still served.
+mod access_tokens {
+    use super::*;
+    use base64::Engine as _;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use common::{ATTACKER_RSA, ISSUER_RSA, TestIssuer};
+
+    struct Gateway {
+        issuer: TestIssuer,
+        served: Served,
+        _dir: tempfile::TempDir,
+    }
+
+    impl Gateway {
+        fn start() -> Gateway {
+            let issuer = TestIssuer::start();
+            let dir = tempfile::tempdir().expect("tempdir");
+            let config = write_config(
+                dir.path(),
+                &format!(
+                    "[gateway]\nstore = \"memory\"\n\n{}\n{DEMO}",
+                    issuer.config_table()
+                ),
+            );
+            let served = serve(&config);
+            Gateway {
+                issuer,
+                served,
+                _dir: dir,
+            }
+        }
+
+        fn list_with(&self, token: &str) -> (u16, String) {
+            post(
+                &self.served.authority(),
+                "tools/list",
+                list_body().as_bytes(),
+                &format!("Authorization: Bearer {token}\r\n"),
+            )
+        }
+
+        /// `token` is refused as an invalid token, and a good one still
+        /// passes afterwards.
+        fn refuses(&self, what: &str, token: &str) {
+            let (status, response) = self.list_with(token);
+            assert_eq!(status, 401, "{what}: {response}");
+            assert!(
+                response.contains("error=\"invalid_token\""),
+                "{what}: {response}"
+            );
+            assert!(!response.contains("\"tools\""), "{what}: {response}");
+            let (status, response) = self.list_with(&self.issuer.token("alice", "mcp:tools"));
+            assert_eq!(status, 200, "{response}");
+            assert!(response.contains("echo"), "{response}");
+        }
+    }
+
+    #[test]
+    fn an_unsigned_token_and_an_hmac_keyed_with_the_published_key() {
+        let gateway = Gateway::start();
+        let claims = gateway.issuer.claims("mallory", "mcp:tools");
+        let header = URL_SAFE_NO_PAD.encode(br#"{"alg":"none","typ":"JWT","kid":"key-1"}"#);
+        let payload = URL_SAFE_NO_PAD.encode(claims.to_string());
+        gateway.refuses("alg none", &format!("{header}.{payload}."));
+        // HS256 "verified" with the RSA public key: anyone can read it.
+        let public = jsonwebtoken::EncodingKey::from_rsa_pem(ISSUER_RSA).expect("key");
+        let jwk =
+            jsonwebtoken::jwk::Jwk::from_encoding_key(&public, jsonwebtoken::Algorithm::RS256)
+                .expect("jwk");
+        let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
+        header.kid = Some("key-1".into());
+        let secret = serde_json::to_vec(&jwk).expect("json");
+        let forged = jsonwebtoken::encode(
+            &header,
+            &claims,
+            &jsonwebtoken::EncodingKey::from_secret(&secret).expect("secret"),
+        )
+        .expect("signs");
+        gateway.refuses("HS256 with the public key", &forged);
+    }
+
+    #[test]
+    fn a_token_the_issuer_minted_for_another_service() {
+        let gateway = Gateway::start();
+        let mut claims = gateway.issuer.claims("alice", "mcp:tools");
+        claims["aud"] = json!("https://other-service.example/api");
+        gateway.refuses(
+            "another audience",
+            &common::sign(&claims, "key-1", ISSUER_RSA),
+        );
+    }
+
+    #[test]
+    fn a_token_under_the_issuers_kid_signed_with_another_key() {
+        let gateway = Gateway::start();
+        let claims = gateway.issuer.claims("alice", "mcp:tools");
+        gateway.refuses("wrong key", &common::sign(&claims, "key-1", ATTACKER_RSA));
+        gateway.refuses(
+            "unknown kid",
+            &common::sign(&claims, "key-666", ATTACKER_RSA),
+        );
     }
 }
 

@@ -1228,3 +1228,174 @@ fn a_page_from_another_origin_cannot_call_the_gateway_from_a_browser() {
     let call = outcome["call"]["body"].as_str().unwrap_or_default();
     assert!(call.contains("saved note 1"), "{outcome}");
 }
+
+/// An upstream over Streamable HTTP on loopback that writes down the
+/// `Authorization` header of every request it receives (`None`: none
+/// sent), serving one read-only tool `lookup`.
+struct RecordingUpstream {
+    url: String,
+    authorizations: std::sync::Arc<std::sync::Mutex<Vec<Option<String>>>>,
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl RecordingUpstream {
+    fn start() -> Self {
+        use portcullis_catalog::{Tool, ToolAnnotations, ToolResult};
+        use portcullis_server::{CallContext, ToolError, ToolServer};
+        use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+        use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+        use std::sync::{Arc, Mutex};
+
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .expect("binds");
+        let url = format!("http://{}/mcp", listener.local_addr().expect("address"));
+        let tools = ToolServer::builder()
+            .tool(
+                Tool::new("lookup").with_annotations(ToolAnnotations::read_only(true)),
+                |_: Value, _: CallContext| async move {
+                    Ok::<_, ToolError>(ToolResult::text("found it"))
+                },
+            )
+            .build()
+            .expect("tools");
+        let authorizations = Arc::new(Mutex::new(Vec::new()));
+        let service = StreamableHttpService::new(
+            move || Ok(tools.clone()),
+            Arc::new(LocalSessionManager::default()),
+            StreamableHttpServerConfig::default(),
+        );
+        let seen = authorizations.clone();
+        let app =
+            axum::Router::new()
+                .route_service("/mcp", service)
+                .layer(axum::middleware::from_fn(
+                    move |request: axum::extract::Request, next: axum::middleware::Next| {
+                        let value = request
+                            .headers()
+                            .get("authorization")
+                            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+                        seen.lock().expect("lock").push(value);
+                        next.run(request)
+                    },
+                ));
+        runtime.spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        RecordingUpstream {
+            url,
+            authorizations,
+            _runtime: runtime,
+        }
+    }
+
+    fn seen(&self) -> Vec<Option<String>> {
+        self.authorizations.lock().expect("lock").clone()
+    }
+}
+
+/// Behind an identity provider: a request without a token is sent to the
+/// metadata; a caller with a good token is served, audited under its own
+/// subject, and its token never reaches the upstream, which sees only the
+/// gateway's own credential.
+#[test]
+fn behind_an_identity_provider_the_caller_is_audited_and_its_token_never_reaches_the_upstream() {
+    let issuer = common::TestIssuer::start();
+    let upstream = RecordingUpstream::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_config(
+        dir.path(),
+        &format!(
+            "[gateway]\n\n{}\n[upstreams.records]\ntype = \"streamable-http\"\nurl = \"{}\"\nheaders = {{ Authorization = \"Bearer gateway-own-credential\" }}\n",
+            issuer.config_table(),
+            upstream.url
+        ),
+    );
+    let checked = portcullis(&[
+        "check",
+        "--offline",
+        "--config",
+        config.to_str().expect("utf-8 path"),
+    ]);
+    assert!(
+        text(&checked.stdout).contains(&format!(
+            "callers: access tokens of {} for https://gateway.example/mcp (scopes required: [mcp:tools])",
+            issuer.url
+        )),
+        "{}",
+        text(&checked.stdout)
+    );
+    let mut served = serve(&config);
+    let authority = served.authority();
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "lookup", "arguments": {}}});
+
+    let (status, response) = http(&authority, &mcp_request(&authority, &call, ""));
+    assert_eq!(status, 401, "{response}");
+    assert!(
+        response.contains(
+            "resource_metadata=\"https://gateway.example/.well-known/oauth-protected-resource/mcp\""
+        ),
+        "{response}"
+    );
+    let (status, metadata) = get(
+        &authority,
+        "/.well-known/oauth-protected-resource",
+        &authority,
+        "",
+    );
+    assert_eq!(status, 200, "{metadata}");
+    let metadata: Value = serde_json::from_str(body(&metadata)).expect("JSON");
+    assert_eq!(metadata["resource"], "https://gateway.example/mcp");
+    assert_eq!(metadata["authorization_servers"], json!([issuer.url]));
+
+    let token = issuer.token("alice@example", "mcp:tools");
+    // `/metrics` names every upstream and tool: an access token is needed.
+    let (status, _) = get(&authority, "/metrics", &authority, "");
+    assert_eq!(status, 401, "no token, no metrics");
+    let (status, response) = get(
+        &authority,
+        "/metrics",
+        &authority,
+        &format!("Authorization: Bearer {token}\r\n"),
+    );
+    assert_eq!(status, 200, "{response}");
+    let (status, response) = http(
+        &authority,
+        &mcp_request(
+            &authority,
+            &call,
+            &format!("Authorization: Bearer {token}\r\n"),
+        ),
+    );
+    assert_eq!(status, 200, "{response}");
+    assert!(response.contains("found it"), "{response}");
+
+    served.signal("TERM");
+    assert_eq!(served.exit_code(), Some(0));
+    let seen = upstream.seen();
+    assert!(!seen.is_empty(), "the upstream was reached");
+    for authorization in &seen {
+        assert_eq!(
+            authorization.as_deref(),
+            Some("Bearer gateway-own-credential"),
+            "{seen:?}"
+        );
+    }
+    assert!(
+        !seen.iter().flatten().any(|a| a.contains(&token)),
+        "{seen:?}"
+    );
+    let records = tokio::runtime::Runtime::new()
+        .expect("runtime")
+        .block_on(audit_trail(&dir.path().join(".portcullis")));
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0].tool, "lookup");
+    assert_eq!(records[0].identity.as_deref(), Some("alice@example"));
+    // The token is nowhere on disk.
+    assert_nowhere_in(&dir.path().join(".portcullis"), &token);
+}

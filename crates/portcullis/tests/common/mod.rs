@@ -689,3 +689,95 @@ pub fn tool_names(authority: &str) -> Vec<String> {
     names.sort();
     names
 }
+
+/// The test issuer's signing key (RS256, kid `key-1`), shared with
+/// portcullis-server's tests.
+pub const ISSUER_RSA: &[u8] =
+    include_bytes!("../../../portcullis-server/tests/fixtures/oauth/issuer-rsa.pem");
+
+/// A key the test issuer never published.
+pub const ATTACKER_RSA: &[u8] =
+    include_bytes!("../../../portcullis-server/tests/fixtures/oauth/attacker-rsa.pem");
+
+/// The public resource URL the OAuth tests give the gateway.
+pub const OAUTH_AUDIENCE: &str = "https://gateway.example/mcp";
+
+/// An OAuth authorization server on loopback, on a runtime of its own:
+/// RFC 8414 metadata and a key set with the one key of [`ISSUER_RSA`].
+pub struct TestIssuer {
+    /// Its issuer identifier (`http://127.0.0.1:PORT`).
+    pub url: String,
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl TestIssuer {
+    /// Starts it.
+    pub fn start() -> TestIssuer {
+        use jsonwebtoken::jwk::Jwk;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .expect("binds");
+        let url = format!("http://{}", listener.local_addr().expect("address"));
+        let key = jsonwebtoken::EncodingKey::from_rsa_pem(ISSUER_RSA).expect("test key");
+        let mut jwk =
+            Jwk::from_encoding_key(&key, jsonwebtoken::Algorithm::RS256).expect("public key");
+        jwk.common.key_id = Some("key-1".into());
+        let keys = serde_json::json!({"keys": [jwk]});
+        let metadata = serde_json::json!({"issuer": url, "jwks_uri": format!("{url}/jwks")});
+        let app = axum::Router::new()
+            .route(
+                "/.well-known/oauth-authorization-server",
+                axum::routing::get(move || async move { axum::Json(metadata) }),
+            )
+            .route(
+                "/jwks",
+                axum::routing::get(move || async move { axum::Json(keys) }),
+            );
+        runtime.spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        TestIssuer {
+            url,
+            _runtime: runtime,
+        }
+    }
+
+    /// The `[gateway.oauth]` table for this issuer, requiring `mcp:tools`.
+    pub fn config_table(&self) -> String {
+        format!(
+            "[gateway.oauth]\nissuer = \"{}\"\naudience = \"{OAUTH_AUDIENCE}\"\nrequired_scopes = [\"mcp:tools\"]\n",
+            self.url
+        )
+    }
+
+    /// Claims of a token of this issuer for `sub` with `scope`, valid for
+    /// a minute.
+    pub fn claims(&self, sub: &str, scope: &str) -> Value {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_secs();
+        serde_json::json!({
+            "iss": self.url, "sub": sub, "aud": OAUTH_AUDIENCE,
+            "exp": now + 60, "iat": now, "scope": scope,
+        })
+    }
+
+    /// A good token for `sub` with `scope`.
+    pub fn token(&self, sub: &str, scope: &str) -> String {
+        sign(&self.claims(sub, scope), "key-1", ISSUER_RSA)
+    }
+}
+
+/// `claims` signed RS256 under `kid` with the PEM key `pem`.
+pub fn sign(claims: &Value, kid: &str, pem: &[u8]) -> String {
+    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256);
+    header.kid = Some(kid.into());
+    let key = jsonwebtoken::EncodingKey::from_rsa_pem(pem).expect("test key");
+    jsonwebtoken::encode(&header, claims, &key).expect("signs")
+}
