@@ -68,6 +68,22 @@ pub enum CallDecision {
 }
 
 impl CallDecision {
+    /// Every decision, in declaration order.
+    pub const ALL: [CallDecision; 6] = [
+        CallDecision::Allowed,
+        CallDecision::Approved,
+        CallDecision::Denied,
+        CallDecision::Declined,
+        CallDecision::Quarantined,
+        CallDecision::Invalid,
+    ];
+
+    /// The decision [`CallDecision::as_str`] names (as the audit trail
+    /// stores it).
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|d| d.as_str() == text)
+    }
+
     /// The name in logs, metrics and the audit trail.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -83,6 +99,12 @@ impl CallDecision {
     /// Whether the call was let through to its handler.
     pub fn ran(self) -> bool {
         matches!(self, CallDecision::Allowed | CallDecision::Approved)
+    }
+}
+
+impl std::fmt::Display for CallDecision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -336,6 +358,14 @@ mod tests {
             }
         ));
         assert_eq!(Gate::new(None).rule(&call), Ruling::Run);
+    }
+
+    #[test]
+    fn every_decision_reads_back_from_its_name() {
+        for decision in CallDecision::ALL {
+            assert_eq!(CallDecision::parse(decision.as_str()), Some(decision));
+        }
+        assert_eq!(CallDecision::parse("ALLOWED"), None);
     }
 
     #[test]

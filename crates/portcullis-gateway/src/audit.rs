@@ -29,25 +29,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use portcullis_catalog::error_mapping::codes;
-use portcullis_catalog::gate::{CallDecision, CallOutcome, CallReport};
+use portcullis_catalog::gate::{CallOutcome, CallReport};
 use portcullis_store::Store;
-use portcullis_store::audit::{ArgumentShape, AuditDecision, AuditOutcome, AuditRecord};
+use portcullis_store::audit::{ArgumentShape, AuditOutcome, AuditRecord};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::metrics::Metrics;
-
-/// The store's name for a decision.
-pub fn to_store(decision: CallDecision) -> AuditDecision {
-    match decision {
-        CallDecision::Allowed => AuditDecision::Allowed,
-        CallDecision::Approved => AuditDecision::Approved,
-        CallDecision::Denied => AuditDecision::Denied,
-        CallDecision::Declined => AuditDecision::Declined,
-        CallDecision::Quarantined => AuditDecision::Quarantined,
-        CallDecision::Invalid => AuditDecision::Invalid,
-    }
-}
 
 /// Where observed calls go: metrics always, the log line always, the audit
 /// trail when a store writer is attached.
@@ -195,7 +183,7 @@ pub fn audit_record(
         time,
         identity,
         tool: tool.to_owned(),
-        decision: to_store(report.decision),
+        decision: report.decision,
         duration_ms: u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
         outcome: match report.outcome {
             CallOutcome::Ok => AuditOutcome::Ok,
@@ -259,21 +247,7 @@ fn spawn_writer(store: watch::Receiver<Arc<dyn Store>>) -> mpsc::Sender<TrailMes
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_decision_has_its_own_name_in_the_store() {
-        let all = [
-            CallDecision::Allowed,
-            CallDecision::Approved,
-            CallDecision::Denied,
-            CallDecision::Declined,
-            CallDecision::Quarantined,
-            CallDecision::Invalid,
-        ];
-        let names: std::collections::BTreeSet<_> =
-            all.iter().map(|d| format!("{:?}", to_store(*d))).collect();
-        assert_eq!(names.len(), all.len());
-    }
+    use portcullis_catalog::gate::CallDecision;
 
     #[test]
     fn an_audit_record_holds_the_shape_only() {

@@ -13,7 +13,6 @@
 //! Retention is the operator's: [`AuditLog::prune_before`] drops what is
 //! older than a cut-off.
 
-use std::fmt;
 use std::time::SystemTime;
 
 use async_trait::async_trait;
@@ -21,60 +20,9 @@ use serde_json::{Map, Value};
 
 use crate::error::StoreError;
 
-/// What the gate decided about a call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum AuditDecision {
-    /// The policy allowed it.
-    Allowed,
-    /// The policy asked and a person approved it.
-    Approved,
-    /// The policy denied it; the upstream was not called.
-    Denied,
-    /// The policy asked and the person declined (or could not be asked, or
-    /// did not answer in time); the upstream was not called.
-    Declined,
-    /// The tool is quarantined (its definition drifted); the upstream was
-    /// not called.
-    Quarantined,
-    /// The arguments failed validation; the upstream was not called.
-    Invalid,
-}
-
-impl AuditDecision {
-    /// Every decision, in declaration order.
-    pub const ALL: [AuditDecision; 6] = [
-        AuditDecision::Allowed,
-        AuditDecision::Approved,
-        AuditDecision::Denied,
-        AuditDecision::Declined,
-        AuditDecision::Quarantined,
-        AuditDecision::Invalid,
-    ];
-
-    /// The stored (and printed) name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AuditDecision::Allowed => "allowed",
-            AuditDecision::Approved => "approved",
-            AuditDecision::Denied => "denied",
-            AuditDecision::Declined => "declined",
-            AuditDecision::Quarantined => "quarantined",
-            AuditDecision::Invalid => "invalid",
-        }
-    }
-
-    /// The decision `as_str` names.
-    pub fn parse(text: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|d| d.as_str() == text)
-    }
-}
-
-impl fmt::Display for AuditDecision {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+/// What the gate decided about a call: the gate's own type
+/// ([`portcullis_catalog::gate::CallDecision`]), stored by its name.
+pub use portcullis_catalog::gate::CallDecision as AuditDecision;
 
 /// How a call ended.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
