@@ -88,6 +88,8 @@ struct Shared {
     configured: HeaderMap,
     /// The token `auth` resolved at connect time, if any.
     bearer: Option<String>,
+    /// The `auth` resolver, told of 401/403 challenges.
+    auth: Option<crate::credentials::Auth>,
     health: Arc<ServerHealth>,
     diagnostics: DiagnosticSink,
     /// Origins already reported as `cross-origin-headers-withheld`.
@@ -110,6 +112,7 @@ pub(crate) struct GuardedHttpParts {
     pub(crate) guard: HostGuard,
     pub(crate) headers: std::collections::BTreeMap<String, String>,
     pub(crate) bearer: Option<String>,
+    pub(crate) auth: Option<crate::credentials::Auth>,
     pub(crate) health: Arc<ServerHealth>,
     pub(crate) diagnostics: DiagnosticSink,
 }
@@ -134,6 +137,7 @@ impl GuardedHttp {
                 guard: parts.guard,
                 configured,
                 bearer: parts.bearer,
+                auth: parts.auth,
                 health: parts.health,
                 diagnostics: parts.diagnostics,
                 reported: Mutex::new(HashSet::new()),
@@ -149,7 +153,11 @@ impl GuardedHttp {
     /// Configured headers < connect-time auth < per-call auth.
     fn credentials(&self, call_token: Option<&str>) -> Result<HeaderMap, HttpFailure> {
         let mut headers = self.shared.configured.clone();
-        if let Some(token) = call_token.or(self.shared.bearer.as_deref()) {
+        // An empty token is no token (see `crate::credentials`).
+        if let Some(token) = call_token
+            .or(self.shared.bearer.as_deref())
+            .filter(|t| !t.is_empty())
+        {
             let mut value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
                 HttpFailure::InvalidHeader {
                     server: self.shared.server.clone(),
@@ -229,6 +237,13 @@ impl GuardedHttp {
                     url = next;
                 }
                 (StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN, _) => {
+                    if let Some(auth) = &shared.auth {
+                        let challenge = response
+                            .headers()
+                            .get(http::header::WWW_AUTHENTICATE)
+                            .and_then(|v| v.to_str().ok());
+                        auth.challenged(&shared.server, status.as_u16(), challenge);
+                    }
                     shared.health.reject(status.as_u16());
                     return Err(HttpFailure::Rejected(rejection_message(
                         &shared.server,
@@ -694,6 +709,7 @@ mod tests {
                 guard,
                 headers: Default::default(),
                 bearer: None,
+                auth: None,
                 health: Arc::new(ServerHealth::new("remote")),
                 diagnostics: DiagnosticSink::new(None),
             },

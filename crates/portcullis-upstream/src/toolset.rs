@@ -321,6 +321,7 @@ pub(crate) async fn try_open(
         },
         http,
         bearer,
+        auth: options.auth.clone(),
         diagnostics: diagnostics.clone(),
         timeout: options
             .server_timeouts

@@ -1402,3 +1402,269 @@ async fn a_cursor_style_config_connects_end_to_end() {
     }
     toolset.close().await;
 }
+
+// OAuth against a real authorization server and a protected server, both on
+// loopback (`common::auth_server`, `common::protected_fixture`).
+
+mod oauth {
+    use super::*;
+    use portcullis_upstream::oauth::{AuthStatus, OAuthClient, OAuthError, OAuthSettings};
+    use std::sync::Mutex;
+
+    async fn client(server: &Server) -> OAuthClient {
+        let settings = OAuthSettings {
+            client_name: "portcullis tests".into(),
+            redirect_uri: "http://127.0.0.1:9/callback".into(),
+            ..OAuthSettings::default()
+        };
+        OAuthClient::new("docs", &server.mcp_url(), None, settings)
+            .await
+            .expect("an OAuth client")
+    }
+
+    async fn open(server: &Server, oauth: &OAuthClient) -> Toolset {
+        connect(
+            vec![McpServerConfig::streamable_http("docs", server.mcp_url())],
+            ConnectOptions::default()
+                .with_auth(oauth.clone())
+                .with_session("s1"),
+        )
+        .await
+        .expect("connect")
+    }
+
+    fn echo(toolset: &Toolset) -> String {
+        toolset
+            .tools()
+            .into_iter()
+            .map(|t| t.name)
+            .find(|n| n.ends_with("echo"))
+            .expect("the fixture's echo tool")
+    }
+
+    async fn call(toolset: &Toolset) -> Result<portcullis_catalog::ToolResult, CallError> {
+        toolset
+            .call(
+                &echo(toolset),
+                Some(json!({"message": "hi"})),
+                &CallContext::for_session("s1"),
+            )
+            .await
+    }
+
+    /// The first connection is refused with a challenge; logs in from it.
+    async fn logged_in(server: &Server, oauth: &OAuthClient) {
+        let refused = open(server, oauth).await;
+        assert!(
+            refused.tools().is_empty(),
+            "the server let us in unauthenticated"
+        );
+        let (status, challenge) = oauth.take_challenge().expect("a 401 challenge");
+        assert_eq!(status, 401);
+        assert!(challenge.resource_metadata.is_some());
+        refused.close().await;
+        oauth
+            .login(Some(&challenge), &oauth.follow_redirects())
+            .await
+            .expect("login");
+    }
+
+    #[tokio::test]
+    async fn oauth_login_calls_with_the_token_and_refreshes_after_expiry() {
+        let (_as, auth) = auth_server(Iss::Correct).await;
+        let protection = Arc::new(Protection {
+            scope: "mcp:read".into(),
+            ..Protection::default()
+        });
+        let server = protected_fixture(auth.clone(), protection.clone()).await;
+        let oauth = client(&server).await;
+        logged_in(&server, &oauth).await;
+        // Code + PKCE S256, the resource parameter, the challenge's scope.
+        let authorize = auth.authorizations.lock().unwrap()[0].clone();
+        assert_eq!(authorize["code_challenge_method"], "S256");
+        assert_eq!(authorize["resource"], server.mcp_url());
+        assert_eq!(authorize["scope"], "mcp:read");
+        let redeemed = auth.token_requests.lock().unwrap()[0].clone();
+        assert_eq!(redeemed["grant_type"], "authorization_code");
+        assert_eq!(redeemed["resource"], server.mcp_url());
+
+        let toolset = open(&server, &oauth).await;
+        assert_eq!(text(&call(&toolset).await.expect("the call")), "hi");
+        let first = oauth.grant().await.expect("a grant").access_token;
+        assert!(protection.tokens_seen.lock().unwrap().contains(&first));
+
+        // The access token expires: the next call refreshes it first.
+        auth.expire_access_tokens();
+        let mut grant = oauth.grant().await.expect("a grant");
+        grant.expires_at = Some(0);
+        grant.refresh_at = Some(0);
+        oauth.restore(grant).await;
+        assert_eq!(
+            text(&call(&toolset).await.expect("the call after refresh")),
+            "hi"
+        );
+        let refreshed = oauth.grant().await.expect("a grant").access_token;
+        assert_ne!(refreshed, first);
+        assert_eq!(
+            protection.tokens_seen.lock().unwrap().last(),
+            Some(&refreshed)
+        );
+        let requests = auth.token_requests.lock().unwrap().clone();
+        let refresh = requests.last().expect("a refresh request");
+        assert_eq!(refresh["grant_type"], "refresh_token");
+        assert_eq!(refresh["resource"], server.mcp_url());
+        toolset.close().await;
+    }
+
+    #[tokio::test]
+    async fn oauth_steps_up_on_insufficient_scope_within_a_limit() {
+        let (_as, auth) = auth_server(Iss::Correct).await;
+        let protection = Arc::new(Protection {
+            scope: "mcp:read".into(),
+            call_scope: Mutex::new(Some("mcp:write".into())),
+            ..Protection::default()
+        });
+        let server = protected_fixture(auth.clone(), protection.clone()).await;
+        let oauth = client(&server).await;
+        logged_in(&server, &oauth).await;
+        let toolset = open(&server, &oauth).await;
+        assert!(matches!(
+            call(&toolset).await,
+            Err(CallError::Forbidden { .. })
+        ));
+        toolset.close().await;
+        let (status, challenge) = oauth.take_challenge().expect("a 403 challenge");
+        assert_eq!(status, 403);
+        assert!(challenge.insufficient_scope());
+        oauth
+            .step_up(&challenge, &oauth.follow_redirects())
+            .await
+            .expect("step-up");
+        // The union of what was asked before and what is challenged now.
+        let last = auth.authorizations.lock().unwrap().last().cloned().unwrap();
+        assert_eq!(last["scope"], "mcp:read mcp:write");
+        let toolset = open(&server, &oauth).await;
+        assert_eq!(
+            text(&call(&toolset).await.expect("the call after step-up")),
+            "hi"
+        );
+        toolset.close().await;
+
+        // A server that asks for a new scope on every call is followed
+        // MAX_STEP_UPS times, then refused.
+        *protection.call_scope.lock().unwrap() = Some("mcp:admin".into());
+        let escalating = Arc::new(Protection {
+            scope: "mcp:read".into(),
+            call_scope: Mutex::new(Some("mcp:admin".into())),
+            escalate: true,
+            ..Protection::default()
+        });
+        let server = protected_fixture(auth.clone(), escalating).await;
+        let oauth = client(&server).await;
+        logged_in(&server, &oauth).await;
+        let before = auth.authorizations.lock().unwrap().len();
+        let mut outcome = Ok(());
+        for _ in 0..10 {
+            let toolset = open(&server, &oauth).await;
+            assert!(call(&toolset).await.is_err());
+            toolset.close().await;
+            let (_, challenge) = oauth.take_challenge().expect("a 403 challenge");
+            outcome = oauth.step_up(&challenge, &oauth.follow_redirects()).await;
+            if outcome.is_err() {
+                break;
+            }
+        }
+        assert!(
+            matches!(outcome, Err(OAuthError::StepUpLimit { attempts, .. }) if attempts == portcullis_upstream::oauth::MAX_STEP_UPS),
+            "{outcome:?}"
+        );
+        let made = auth.authorizations.lock().unwrap().len() - before;
+        assert_eq!(made as u32, portcullis_upstream::oauth::MAX_STEP_UPS);
+        // A challenge for a scope already asked for is not followed at all.
+        let repeated = portcullis_upstream::oauth::Challenge {
+            error: Some("insufficient_scope".into()),
+            scopes: vec!["mcp:read".into()],
+            resource_metadata: None,
+        };
+        oauth
+            .login(Some(&repeated), &oauth.follow_redirects())
+            .await
+            .expect("login");
+        let before = auth.authorizations.lock().unwrap().len();
+        assert!(matches!(
+            oauth.step_up(&repeated, &oauth.follow_redirects()).await,
+            Err(OAuthError::StepUpLimit { attempts: 0, .. })
+        ));
+        assert_eq!(auth.authorizations.lock().unwrap().len(), before);
+    }
+
+    #[tokio::test]
+    async fn oauth_a_revoked_grant_needs_a_login_and_is_not_reported_down() {
+        let (_as, auth) = auth_server(Iss::Correct).await;
+        let protection = Arc::new(Protection {
+            scope: "mcp:read".into(),
+            ..Protection::default()
+        });
+        let server = protected_fixture(auth.clone(), protection).await;
+        let oauth = client(&server).await;
+        logged_in(&server, &oauth).await;
+        auth.revoke();
+        let mut grant = oauth.grant().await.expect("a grant");
+        grant.refresh_at = Some(0);
+        oauth.restore(grant).await;
+        // Connecting says the server needs a login, not that it is down.
+        let toolset = open(&server, &oauth).await;
+        let said: Vec<String> = toolset
+            .diagnostics()
+            .iter()
+            .map(|d| d.to_string())
+            .collect();
+        assert!(
+            said.iter()
+                .any(|d| d.contains("\"docs\" needs a login") && d.contains("revoked")),
+            "{said:?}"
+        );
+        toolset.close().await;
+        match oauth.access_token().await {
+            Err(OAuthError::LoginRequired { server, reason }) => {
+                assert_eq!(server, "docs");
+                assert!(reason.contains("revoked"), "{reason}");
+            }
+            other => panic!("expected LoginRequired, got {other:?}"),
+        }
+        assert_eq!(oauth.status().await, AuthStatus::NeedsLogin);
+        // A new login restores it.
+        oauth
+            .login(None, &oauth.follow_redirects())
+            .await
+            .expect("login again");
+        let toolset = open(&server, &oauth).await;
+        assert_eq!(text(&call(&toolset).await.expect("the call")), "hi");
+        toolset.close().await;
+    }
+
+    #[tokio::test]
+    async fn oauth_an_authorization_response_from_another_issuer_is_refused() {
+        let (_as, auth) = auth_server(Iss::Wrong).await;
+        let protection = Arc::new(Protection {
+            scope: "mcp:read".into(),
+            ..Protection::default()
+        });
+        let server = protected_fixture(auth.clone(), protection).await;
+        let oauth = client(&server).await;
+        let refused = open(&server, &oauth).await;
+        refused.close().await;
+        let (_, challenge) = oauth.take_challenge().expect("a challenge");
+        let outcome = oauth
+            .login(Some(&challenge), &oauth.follow_redirects())
+            .await;
+        assert!(
+            matches!(outcome, Err(OAuthError::IssuerMismatch { ref found, .. }) if found.as_deref() == Some("https://evil.example.com")),
+            "{outcome:?}"
+        );
+        // The code never reached the token endpoint.
+        assert_eq!(auth.authorizations.lock().unwrap().len(), 1);
+        assert!(auth.token_requests.lock().unwrap().is_empty());
+        assert_eq!(oauth.status().await, AuthStatus::LoggedOut);
+    }
+}
