@@ -26,7 +26,9 @@ use futures::{Stream, StreamExt};
 use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, LOCATION};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use portcullis_catalog::{Diagnostic, Rule};
-use rmcp::model::{ClientJsonRpcMessage, ClientRequest, GetExtensions, ServerJsonRpcMessage};
+use rmcp::model::{
+    ClientJsonRpcMessage, ClientRequest, GetExtensions, ServerJsonRpcMessage, ServerResult,
+};
 use rmcp::transport::streamable_http_client::{
     SseError, StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
     StreamableHttpResponseLimits,
@@ -481,6 +483,13 @@ fn is_discover(message: &ClientJsonRpcMessage) -> Option<rmcp::model::RequestId>
     }
 }
 
+/// The answer to a `server/discover` probe that rmcp's Auto lifecycle reads
+/// as "a legacy server": fall back to `initialize`.
+fn legacy_signal(id: rmcp::model::RequestId, why: &str) -> ServerJsonRpcMessage {
+    let error = rmcp::model::ErrorData::invalid_request(why.to_owned(), None);
+    ServerJsonRpcMessage::error(error, Some(id))
+}
+
 impl StreamableHttpClient for GuardedHttp {
     type Error = HttpFailure;
 
@@ -549,12 +558,8 @@ impl StreamableHttpClient for GuardedHttp {
             if let Some(id) =
                 is_discover(&message).filter(|_| status.is_client_error() && !had_session)
             {
-                let error = rmcp::model::ErrorData::invalid_request(
-                    format!("server/discover rejected with HTTP {status}"),
-                    None,
-                );
                 return Ok(StreamableHttpPostResponse::Json(
-                    ServerJsonRpcMessage::error(error, Some(id)),
+                    legacy_signal(id, &format!("server/discover rejected with HTTP {status}")),
                     None,
                 ));
             }
@@ -574,6 +579,22 @@ impl StreamableHttpClient for GuardedHttp {
                 .await
                 .map_err(client_error)?;
             return match serde_json::from_slice::<ServerJsonRpcMessage>(&body) {
+                // A server that answers methods it does not know with an
+                // empty result (some 2025-era servers do) has not answered
+                // `server/discover`: that is the legacy signal too.
+                Ok(ServerJsonRpcMessage::Response(response))
+                    if !had_session
+                        && is_discover(&message).is_some()
+                        && !matches!(response.result, ServerResult::DiscoverResult(_)) =>
+                {
+                    Ok(StreamableHttpPostResponse::Json(
+                        legacy_signal(
+                            response.id,
+                            "server/discover answered without a discover result",
+                        ),
+                        None,
+                    ))
+                }
                 Ok(parsed) => Ok(StreamableHttpPostResponse::Json(parsed, session)),
                 Err(_) if awaits_nothing || body.is_empty() => {
                     Ok(StreamableHttpPostResponse::Accepted)
@@ -770,6 +791,64 @@ mod tests {
             Some(StatusCode::OK)
         );
         assert_eq!(hits.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn an_empty_result_to_discover_reads_as_a_legacy_server() {
+        use crate::hosts::{GuardedResolver, Reach};
+        let generic = axum::Router::new().route(
+            "/mcp",
+            axum::routing::post(|| async {
+                (
+                    [(CONTENT_TYPE, JSON)],
+                    r#"{"jsonrpc":"2.0","id":0,"result":{}}"#,
+                )
+            }),
+        );
+        let addr = serve("127.0.0.1", generic).await;
+        let url = format!("http://{addr}/mcp");
+        let parsed = Url::parse(&url).unwrap();
+        let guard = HostGuard::new(None, Reach::of(&parsed).await);
+        let client = crate::toolset::guarded_client(GuardedResolver {
+            guard: guard.clone(),
+            server: "old".into(),
+        })
+        .unwrap();
+        let http = GuardedHttp::new(
+            client,
+            GuardedHttpParts {
+                server: "old".into(),
+                guard,
+                headers: Default::default(),
+                bearer: None,
+                auth: None,
+                health: Arc::new(ServerHealth::new("old")),
+                diagnostics: DiagnosticSink::new(None),
+            },
+        )
+        .unwrap();
+        let discover = ClientJsonRpcMessage::request(
+            ClientRequest::DiscoverRequest(rmcp::model::DiscoverRequest::new(
+                rmcp::model::DiscoverRequestParams {},
+            )),
+            rmcp::model::RequestId::Number(0),
+        );
+        let answer = http
+            .post_message(
+                Arc::from(url.as_str()),
+                discover,
+                None,
+                None,
+                HashMap::new(),
+            )
+            .await
+            .unwrap();
+        match answer {
+            StreamableHttpPostResponse::Json(ServerJsonRpcMessage::Error(error), None) => {
+                assert!(error.error.message.contains("without a discover result"))
+            }
+            other => panic!("not the legacy signal: {other:?}"),
+        }
     }
 
     #[test]
