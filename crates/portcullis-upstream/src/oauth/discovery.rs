@@ -16,9 +16,10 @@
 //!   the two root documents. The document's `issuer` must equal the issuer
 //!   it was fetched for, character for character;
 //! - a server that publishes no protected-resource metadata at all is of the
-//!   2025-03-26 generation: its origin is its authorization server, and when
-//!   that publishes no metadata either, the default endpoints `/authorize`,
-//!   `/token` and `/register` are used.
+//!   2025-03-26 generation: its origin is its authorization server (whose
+//!   metadata there may name an issuer on that same origin, and no other),
+//!   and when that publishes no metadata either, the default endpoints
+//!   `/authorize`, `/token` and `/register` are used.
 //!
 //! Every fetch passes the server's SSRF guard ([`super::OAuthHttp`]).
 
@@ -313,29 +314,43 @@ async fn legacy(http: &OAuthHttp, server: &Url) -> Result<Discovered, OAuthError
     }
     let mut resource = server.clone();
     resource.set_fragment(None);
-    let server_metadata = match metadata {
-        Some(found) => checked(http, &origin, found)?,
+    let (issuer, server_metadata) = match metadata {
+        // Nothing named the issuer here: the server's origin was a guess.
+        // A document there naming an issuer on the same origin (a path
+        // under it) is that origin's own word and is taken as the issuer.
+        Some(found) if found.issuer != origin && same_origin(&found.issuer, server) => {
+            let issuer = found.issuer.clone();
+            (issuer.clone(), checked(http, &issuer, found)?)
+        }
+        Some(found) => (origin.clone(), checked(http, &origin, found)?),
         // No metadata at all: the defaults of that generation. PKCE is
         // still sent; there is no document to say S256 is understood.
-        None => ServerMetadata {
-            issuer: origin.clone(),
-            authorization_endpoint: format!("{origin}/authorize"),
-            token_endpoint: format!("{origin}/token"),
-            registration_endpoint: Some(format!("{origin}/register")),
-            scopes_supported: None,
-            grant_types_supported: None,
-            code_challenge_methods_supported: Some(vec!["S256".into()]),
-            token_endpoint_auth_methods_supported: None,
-            authorization_response_iss_parameter_supported: None,
-            client_id_metadata_document_supported: None,
-        },
+        None => (
+            origin.clone(),
+            ServerMetadata {
+                issuer: origin.clone(),
+                authorization_endpoint: format!("{origin}/authorize"),
+                token_endpoint: format!("{origin}/token"),
+                registration_endpoint: Some(format!("{origin}/register")),
+                scopes_supported: None,
+                grant_types_supported: None,
+                code_challenge_methods_supported: Some(vec!["S256".into()]),
+                token_endpoint_auth_methods_supported: None,
+                authorization_response_iss_parameter_supported: None,
+                client_id_metadata_document_supported: None,
+            },
+        ),
     };
     Ok(Discovered {
         resource: resource.to_string(),
-        issuer: origin,
+        issuer,
         resource_metadata: None,
         server: server_metadata,
     })
+}
+
+fn same_origin(raw: &str, server: &Url) -> bool {
+    Url::parse(raw).is_ok_and(|u| u.origin() == server.origin())
 }
 
 /// The checks on an authorization server's metadata: its issuer is the one
