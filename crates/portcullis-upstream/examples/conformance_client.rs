@@ -176,14 +176,26 @@ async fn calls(
                 Some((name, args))
             })
             .collect(),
-        None => toolset
-            .tools()
-            .into_iter()
-            .map(|t| {
-                let args = arguments(t.input_schema.as_ref());
-                (t.name, args)
-            })
-            .collect(),
+        None => {
+            let tools = toolset.tools();
+            // The schema-preservation scenario: hand the rich schema back,
+            // as this client holds it, to the echo tool.
+            let echo = tools.iter().find(|t| t.name == "json_schema_echo");
+            let focal = tools.iter().find(|t| t.name == "json_schema_2020_12_tool");
+            match (echo, focal) {
+                (Some(echo), Some(focal)) => vec![(
+                    echo.name.clone(),
+                    json!({"schema": focal.input_schema.clone().unwrap_or(json!({}))}),
+                )],
+                _ => tools
+                    .into_iter()
+                    .map(|t| {
+                        let args = arguments(t.input_schema.as_ref());
+                        (t.name, args)
+                    })
+                    .collect(),
+            }
+        }
     };
     for (name, args) in planned {
         eprintln!("calling {name} with {args}");
