@@ -1422,12 +1422,12 @@ mod oauth {
             .expect("an OAuth client")
     }
 
+    /// Connects with the login as the server's own credential (as the
+    /// gateway does: no session).
     async fn open(server: &Server, oauth: &OAuthClient) -> Toolset {
         connect(
             vec![McpServerConfig::streamable_http("docs", server.mcp_url())],
-            ConnectOptions::default()
-                .with_auth(oauth.clone())
-                .with_session("s1"),
+            ConnectOptions::default().with_server_auth("docs", oauth.clone()),
         )
         .await
         .expect("connect")
@@ -1447,7 +1447,7 @@ mod oauth {
             .call(
                 &echo(toolset),
                 Some(json!({"message": "hi"})),
-                &CallContext::for_session("s1"),
+                &CallContext::default(),
             )
             .await
     }
