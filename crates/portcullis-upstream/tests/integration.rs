@@ -1668,3 +1668,69 @@ mod oauth {
         assert_eq!(oauth.status().await, AuthStatus::LoggedOut);
     }
 }
+
+mod oauth_browser {
+    use super::*;
+    use portcullis_upstream::oauth::{LoopbackRedirect, OAuthClient, OAuthSettings};
+
+    #[tokio::test]
+    async fn oauth_login_through_a_browser_and_the_loopback_redirect_listener() {
+        let (_as, auth) = auth_server(Iss::Correct).await;
+        let protection = Arc::new(Protection {
+            scope: "mcp:read".into(),
+            ..Protection::default()
+        });
+        let server = protected_fixture(auth.clone(), protection).await;
+        // The "browser": follows the authorization server's redirects,
+        // ending at the listener, as a person's browser would.
+        let shown = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let seen = shown.clone();
+        let strays = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let stray_statuses = strays.clone();
+        let listener_base = Arc::new(std::sync::OnceLock::<String>::new());
+        let base = listener_base.clone();
+        let browser: portcullis_upstream::oauth::redirect::Show = Arc::new(move |url| {
+            seen.lock().unwrap().push(url.to_string());
+            let url = url.clone();
+            let stray_url = format!("{}/elsewhere", base.get().cloned().unwrap_or_default());
+            let strays = stray_statuses.clone();
+            tokio::spawn(async move {
+                // A stray request first: answered 404, not taken for the
+                // redirect.
+                let stray = reqwest::get(stray_url).await.map(|r| r.status());
+                strays.lock().unwrap().push(stray.ok());
+                let page = reqwest::get(url).await.expect("the browser got an answer");
+                assert!(page.status().is_success(), "{}", page.status());
+                let text = page.text().await.unwrap_or_default();
+                assert!(text.contains("Logged in"), "{text}");
+            });
+        });
+        let redirect = LoopbackRedirect::bind(0, "/callback", browser)
+            .await
+            .expect("bind loopback")
+            .with_timeout(Duration::from_secs(20));
+        let settings = OAuthSettings {
+            client_name: "portcullis tests".into(),
+            redirect_uri: redirect.redirect_uri().to_owned(),
+            ..OAuthSettings::default()
+        };
+        let oauth = OAuthClient::new("docs", &server.mcp_url(), None, settings)
+            .await
+            .unwrap();
+        let _ = listener_base.set(redirect.redirect_uri().replace("/callback", ""));
+        oauth
+            .login(None, &redirect)
+            .await
+            .expect("login through the listener");
+        assert_eq!(
+            strays.lock().unwrap().as_slice(),
+            [Some(reqwest::StatusCode::NOT_FOUND)]
+        );
+        assert_eq!(shown.lock().unwrap().len(), 1);
+        assert!(oauth.grant().await.is_some());
+        assert_eq!(
+            auth.authorizations.lock().unwrap()[0]["redirect_uri"],
+            redirect.redirect_uri()
+        );
+    }
+}

@@ -14,6 +14,7 @@
 //! | pre-registered client, client ID metadata document, dynamic registration | [`registration`] |
 //! | code + PKCE S256 + `resource`, `state` and `iss` checked | [`authorization`] (private) |
 //! | code redeemed, grant refreshed | [`tokens`] |
+//! | the person's browser comes back to a loopback listener | [`redirect`] |
 //!
 //! What is checked: every discovery, registration and token request passes
 //! the server's SSRF guard ([`crate::hosts`]: the same allow-list and reach
@@ -43,6 +44,7 @@
 
 pub(crate) mod authorization;
 pub mod discovery;
+pub mod redirect;
 pub mod registration;
 pub mod tokens;
 
@@ -57,6 +59,7 @@ use url::Url;
 use crate::config::is_loopback_host;
 use crate::hosts::{GuardedResolver, HostGuard, Reach};
 pub use discovery::{Challenge, Discovered};
+pub use redirect::LoopbackRedirect;
 pub use registration::{RegisteredClient, TokenAuth};
 pub use tokens::Grant;
 
