@@ -1478,6 +1478,15 @@ mod oauth {
         });
         let server = protected_fixture(auth.clone(), protection.clone()).await;
         let oauth = client(&server).await;
+        let kept = Arc::new(Mutex::new(Vec::<Option<String>>::new()));
+        let keeper = kept.clone();
+        oauth.on_grant(Arc::new(move |server, grant| {
+            assert_eq!(server, "docs");
+            keeper
+                .lock()
+                .unwrap()
+                .push(grant.map(|g| g.access_token.clone()));
+        }));
         logged_in(&server, &oauth).await;
         // Code + PKCE S256, the resource parameter, the challenge's scope.
         let authorize = auth.authorizations.lock().unwrap()[0].clone();
@@ -1513,6 +1522,8 @@ mod oauth {
         let refresh = requests.last().expect("a refresh request");
         assert_eq!(refresh["grant_type"], "refresh_token");
         assert_eq!(refresh["resource"], server.mcp_url());
+        // Whoever keeps grants heard of the login and of the refresh.
+        assert_eq!(*kept.lock().unwrap(), [Some(first), Some(refreshed)]);
         toolset.close().await;
     }
 
@@ -1608,6 +1619,13 @@ mod oauth {
         let server = protected_fixture(auth.clone(), protection).await;
         let oauth = client(&server).await;
         logged_in(&server, &oauth).await;
+        let forgotten = Arc::new(AtomicUsize::new(0));
+        let counter = forgotten.clone();
+        oauth.on_grant(Arc::new(move |_, grant| {
+            if grant.is_none() {
+                counter.fetch_add(1, Ordering::SeqCst);
+            }
+        }));
         auth.revoke();
         let mut grant = oauth.grant().await.expect("a grant");
         grant.refresh_at = Some(0);
@@ -1633,6 +1651,11 @@ mod oauth {
             other => panic!("expected LoginRequired, got {other:?}"),
         }
         assert_eq!(oauth.status().await, AuthStatus::NeedsLogin);
+        assert_eq!(
+            forgotten.load(Ordering::SeqCst),
+            1,
+            "the refused grant was not dropped"
+        );
         // A new login restores it.
         oauth
             .login(None, &oauth.follow_redirects())

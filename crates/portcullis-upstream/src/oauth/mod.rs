@@ -453,7 +453,16 @@ struct Shared {
     state: tokio::sync::Mutex<State>,
     /// The last `401`/`403` challenge the server sent.
     challenge: Mutex<Option<(u16, Challenge)>>,
+    /// Told of every change of grant.
+    on_grant: Mutex<Option<GrantListener>>,
 }
+
+/// Told of every change of a server's grant — a login, a refresh, a grant
+/// refused (`None`), a logout (`None`) — with the server's name, so that
+/// whoever keeps grants (encrypted: they hold the tokens) stays current.
+/// Called while the client holds its state: keep it short (hand the grant
+/// to a task or channel).
+pub type GrantListener = Arc<dyn Fn(&str, Option<&Grant>) + Send + Sync>;
 
 impl std::fmt::Debug for OAuthClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -486,12 +495,35 @@ impl OAuthClient {
             settings,
             state: tokio::sync::Mutex::default(),
             challenge: Mutex::new(None),
+            on_grant: Mutex::new(None),
         })))
     }
 
     /// The server's name.
     pub fn server(&self) -> &str {
         &self.0.server
+    }
+
+    /// Sets who is told of every change of grant (see [`GrantListener`]);
+    /// not told of a [`OAuthClient::restore`], which comes from them.
+    pub fn on_grant(&self, listener: GrantListener) {
+        *self
+            .0
+            .on_grant
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(listener);
+    }
+
+    fn changed(&self, grant: Option<&Grant>) {
+        let listener = self
+            .0
+            .on_grant
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if let Some(listener) = listener {
+            listener(&self.0.server, grant);
+        }
     }
 
     /// A [`FollowRedirects`] agent on this server's guarded HTTP.
@@ -608,6 +640,7 @@ impl OAuthClient {
         .await?;
         tracing::info!(server = %self.0.server, issuer = %grant.issuer, "logged in to upstream");
         state.requested = scopes;
+        self.changed(Some(&grant));
         state.grant = Some(grant);
         state.lost = false;
         Ok(())
@@ -672,12 +705,14 @@ impl OAuthClient {
         match tokens::refresh(&self.0.http, grant).await? {
             Some(fresh) => {
                 let token = fresh.access_token.clone();
+                self.changed(Some(&fresh));
                 state.grant = Some(fresh);
                 Ok(token)
             }
             None => {
                 state.grant = None;
                 state.lost = true;
+                self.changed(None);
                 tracing::warn!(server = %self.0.server, "upstream grant refused; a new login is needed");
                 Err(self.login_required(state))
             }
@@ -730,6 +765,7 @@ impl OAuthClient {
     /// Forgets the grant and registrations.
     pub async fn logout(&self) {
         *self.0.state.lock().await = State::default();
+        self.changed(None);
     }
 }
 
