@@ -1757,3 +1757,87 @@ mod oauth_browser {
         );
     }
 }
+
+mod oauth_machine {
+    use super::*;
+    use portcullis_upstream::oauth::{OAuthClient, OAuthSettings};
+
+    #[tokio::test]
+    async fn oauth_client_credentials_when_the_server_offers_nothing_else() {
+        let (_as, auth) = auth_server(Iss::Correct).await;
+        auth.machine_only.store(true, Ordering::SeqCst);
+        let protection = Arc::new(Protection {
+            scope: "mcp:read".into(),
+            ..Protection::default()
+        });
+        let server = protected_fixture(auth.clone(), protection).await;
+        let settings = OAuthSettings {
+            client_name: "portcullis tests".into(),
+            redirect_uri: "http://127.0.0.1:9/callback".into(),
+            client_id: Some("machine".into()),
+            client_secret: Some("secret".into()),
+            ..OAuthSettings::default()
+        };
+        let oauth = OAuthClient::new("docs", &server.mcp_url(), None, settings)
+            .await
+            .unwrap();
+        // No person: the "browser" must never be used.
+        struct NoBrowser;
+        impl portcullis_upstream::oauth::UserAgent for NoBrowser {
+            fn authorize<'a>(
+                &'a self,
+                _url: &'a url::Url,
+                _redirect_uri: &'a str,
+            ) -> std::pin::Pin<
+                Box<dyn std::future::Future<Output = Result<url::Url, String>> + Send + 'a>,
+            > {
+                panic!("a browser was asked for a machine login")
+            }
+        }
+        oauth
+            .login(None, &NoBrowser)
+            .await
+            .expect("client credentials");
+        assert!(auth.authorizations.lock().unwrap().is_empty());
+        let request = auth.token_requests.lock().unwrap()[0].clone();
+        assert_eq!(request["grant_type"], "client_credentials");
+        assert_eq!(request["resource"], server.mcp_url());
+        let toolset = connect(
+            vec![McpServerConfig::streamable_http("docs", server.mcp_url())],
+            ConnectOptions::default().with_server_auth("docs", oauth.clone()),
+        )
+        .await
+        .unwrap();
+        let echo = toolset
+            .tools()
+            .into_iter()
+            .map(|t| t.name)
+            .find(|n| n.ends_with("echo"))
+            .expect("echo");
+        let result = toolset
+            .call(
+                &echo,
+                Some(json!({"message": "hi"})),
+                &CallContext::default(),
+            )
+            .await
+            .expect("the call");
+        assert_eq!(text(&result), "hi");
+        // Expired: renewed with the same credentials, no person.
+        auth.expire_access_tokens();
+        let mut grant = oauth.grant().await.unwrap();
+        grant.refresh_at = Some(0);
+        oauth.restore(grant).await;
+        let result = toolset
+            .call(
+                &echo,
+                Some(json!({"message": "again"})),
+                &CallContext::default(),
+            )
+            .await
+            .expect("the call after renewal");
+        assert_eq!(text(&result), "again");
+        assert_eq!(auth.token_requests.lock().unwrap().len(), 2);
+        toolset.close().await;
+    }
+}

@@ -406,6 +406,14 @@ impl UserAgent for FollowRedirects {
     }
 }
 
+/// Whether an authorization server offers `client_credentials` and not the
+/// authorization code grant.
+fn machine_only(metadata: &discovery::ServerMetadata) -> bool {
+    metadata.grant_types_supported.as_ref().is_some_and(|g| {
+        g.iter().any(|t| t == "client_credentials") && !g.iter().any(|t| t == "authorization_code")
+    })
+}
+
 /// Where a server's login stands (never a token).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -621,6 +629,28 @@ impl OAuthClient {
         } else {
             union
         };
+        if machine_only(&discovered.server) && client.client_secret.is_some() {
+            // The authorization server offers this client no person's
+            // flow: its own credentials are the grant.
+            let scopes: Vec<String> = scopes
+                .into_iter()
+                .filter(|s| s != "offline_access")
+                .collect();
+            let grant = tokens::client_credentials(
+                &self.0.http,
+                &client,
+                &discovered.server.token_endpoint,
+                &discovered.resource,
+                &scopes,
+            )
+            .await?;
+            tracing::info!(server = %self.0.server, issuer = %grant.issuer, "upstream granted client credentials");
+            state.requested = scopes;
+            self.changed(Some(&grant));
+            state.grant = Some(grant);
+            state.lost = false;
+            return Ok(());
+        }
         let pending = authorization::request(&discovered, &client, redirect_uri, &scopes)?;
         let back = agent
             .authorize(&pending.url, redirect_uri)

@@ -47,6 +47,10 @@ pub struct Grant {
     pub refresh_at: Option<u64>,
     /// The scopes requested (or granted, when the server said).
     pub scopes: Vec<String>,
+    /// Obtained with the client's own credentials (the `client_credentials`
+    /// grant): renewed the same way when it expires, no person involved.
+    #[serde(default)]
+    pub client_credentials: bool,
 }
 
 impl std::fmt::Debug for Grant {
@@ -198,6 +202,43 @@ pub(crate) async fn redeem(
             expires_at: None,
             refresh_at: None,
             scopes: scopes.to_vec(),
+            client_credentials: false,
+        },
+        scopes,
+    ))
+}
+
+/// The `client_credentials` grant: the client's own credentials, no person
+/// (for an authorization server that offers nothing else to this client).
+pub(crate) async fn client_credentials(
+    http: &OAuthHttp,
+    registered: &RegisteredClient,
+    token_endpoint: &str,
+    resource: &str,
+    scopes: &[String],
+) -> Result<Grant, OAuthError> {
+    http.endpoint(token_endpoint)?;
+    let oauth = client(registered, token_endpoint)?;
+    let response = oauth
+        .exchange_client_credentials()
+        .add_scopes(scopes.iter().cloned().map(oauth2::Scope::new))
+        .add_extra_param("resource", resource.to_owned())
+        .request_async(http)
+        .await
+        .map_err(|e| token_failure(e).1)?;
+    Ok(grant_from(
+        &response,
+        Grant {
+            issuer: registered.issuer.clone(),
+            resource: resource.to_owned(),
+            token_endpoint: token_endpoint.to_owned(),
+            client: registered.clone(),
+            access_token: String::new(),
+            refresh_token: None,
+            expires_at: None,
+            refresh_at: None,
+            scopes: scopes.to_vec(),
+            client_credentials: true,
         },
         scopes,
     ))
@@ -207,6 +248,22 @@ pub(crate) async fn redeem(
 /// (`invalid_grant`: revoked or expired), so a new login is needed.
 pub(crate) async fn refresh(http: &OAuthHttp, grant: &Grant) -> Result<Option<Grant>, OAuthError> {
     let Some(refresh_token) = &grant.refresh_token else {
+        if grant.client_credentials {
+            return match client_credentials(
+                http,
+                &grant.client,
+                &grant.token_endpoint,
+                &grant.resource,
+                &grant.scopes,
+            )
+            .await
+            {
+                Ok(fresh) => Ok(Some(fresh)),
+                // Refused credentials are the operator's to fix.
+                Err(OAuthError::Token { .. }) => Ok(None),
+                Err(e) => Err(e),
+            };
+        }
         return Ok(None);
     };
     http.endpoint(&grant.token_endpoint)?;
@@ -247,6 +304,7 @@ mod tests {
             expires_at: Some(now() + 30),
             refresh_at: None,
             scopes: vec![],
+            client_credentials: false,
         };
         let shown = format!("{grant:?}");
         assert!(!shown.contains("s3cret"), "{shown}");

@@ -448,6 +448,9 @@ pub struct AuthState {
     refresh: Mutex<HashMap<String, Vec<String>>>,
     /// Scopes this server never grants.
     pub withheld: Mutex<Vec<String>>,
+    /// Offers only the client_credentials grant, to `machine:secret`
+    /// (HTTP Basic).
+    pub machine_only: std::sync::atomic::AtomicBool,
     counter: AtomicUsize,
 }
 
@@ -494,15 +497,20 @@ pub async fn auth_server(iss: Iss) -> (Server, Arc<AuthState>) {
 
 async fn as_metadata(State(state): State<Arc<AuthState>>) -> Response {
     let issuer = state.issuer.lock().unwrap().clone();
+    let grants = if state.machine_only.load(Ordering::SeqCst) {
+        serde_json::json!(["client_credentials"])
+    } else {
+        serde_json::json!(["authorization_code", "refresh_token"])
+    };
     axum::Json(serde_json::json!({
         "issuer": issuer,
         "authorization_endpoint": format!("{issuer}/authorize"),
         "token_endpoint": format!("{issuer}/token"),
         "registration_endpoint": format!("{issuer}/register"),
         "response_types_supported": ["code"],
-        "grant_types_supported": ["authorization_code", "refresh_token"],
+        "grant_types_supported": grants,
         "code_challenge_methods_supported": ["S256"],
-        "token_endpoint_auth_methods_supported": ["none"],
+        "token_endpoint_auth_methods_supported": ["none", "client_secret_basic"],
         "authorization_response_iss_parameter_supported": true,
     }))
     .into_response()
@@ -569,6 +577,7 @@ fn token_error(error: &str) -> Response {
 
 async fn as_token(
     State(state): State<Arc<AuthState>>,
+    headers: HeaderMap,
     axum::Form(form): axum::Form<HashMap<String, String>>,
 ) -> Response {
     use base64::Engine;
@@ -598,6 +607,21 @@ async fn as_token(
                 Some(scopes) => scopes.clone(),
                 None => return token_error("invalid_grant"),
             }
+        }
+        Some("client_credentials") if state.machine_only.load(Ordering::SeqCst) => {
+            let expected = format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode("machine:secret")
+            );
+            let presented = headers
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok());
+            if presented != Some(expected.as_str()) {
+                return token_error("invalid_client");
+            }
+            form.get("scope")
+                .map(|s| s.split(' ').map(str::to_owned).collect())
+                .unwrap_or_default()
         }
         _ => return token_error("unsupported_grant_type"),
     };
