@@ -1758,6 +1758,82 @@ mod oauth_browser {
     }
 }
 
+mod oauth_waiting {
+    use super::*;
+    use portcullis_upstream::oauth::{AuthStatus, OAuthClient, OAuthSettings, UserAgent};
+
+    /// A person who takes their time: the browser comes back only when
+    /// `release` is notified.
+    struct SlowPerson {
+        release: Arc<tokio::sync::Notify>,
+    }
+
+    impl UserAgent for SlowPerson {
+        fn authorize<'a>(
+            &'a self,
+            url: &'a url::Url,
+            redirect_uri: &'a str,
+        ) -> std::pin::Pin<
+            Box<dyn std::future::Future<Output = Result<url::Url, String>> + Send + 'a>,
+        > {
+            Box::pin(async move {
+                self.release.notified().await;
+                let http = reqwest::Client::builder()
+                    .redirect(reqwest::redirect::Policy::none())
+                    .build()
+                    .map_err(|e| e.to_string())?;
+                let answer = http
+                    .get(url.clone())
+                    .send()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let location = answer
+                    .headers()
+                    .get("location")
+                    .and_then(|v| v.to_str().ok())
+                    .ok_or("no redirect")?;
+                assert!(location.starts_with(redirect_uri));
+                url::Url::parse(location).map_err(|e| e.to_string())
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn oauth_a_login_in_progress_holds_nothing_else_up() {
+        let (_as, auth) = auth_server(Iss::Correct).await;
+        let protection = Arc::new(Protection {
+            scope: "mcp:read".into(),
+            ..Protection::default()
+        });
+        let server = protected_fixture(auth, protection).await;
+        let settings = OAuthSettings {
+            client_name: "portcullis tests".into(),
+            redirect_uri: "http://127.0.0.1:9/callback".into(),
+            ..OAuthSettings::default()
+        };
+        let oauth = OAuthClient::new("docs", &server.mcp_url(), None, settings)
+            .await
+            .unwrap();
+        let release = Arc::new(tokio::sync::Notify::new());
+        let person = SlowPerson {
+            release: release.clone(),
+        };
+        let logging_in = {
+            let oauth = oauth.clone();
+            tokio::spawn(async move { oauth.login(None, &person).await })
+        };
+        // While the person is in their browser, the client answers.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let status = tokio::time::timeout(Duration::from_secs(2), oauth.status())
+            .await
+            .expect("status() was held up by the login in progress");
+        assert_eq!(status, AuthStatus::LoggedOut);
+        release.notify_one();
+        logging_in.await.unwrap().expect("login");
+        assert!(matches!(oauth.status().await, AuthStatus::LoggedIn { .. }));
+    }
+}
+
 mod oauth_machine {
     use super::*;
     use portcullis_upstream::oauth::{OAuthClient, OAuthSettings};

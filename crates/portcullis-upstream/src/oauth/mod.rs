@@ -463,6 +463,10 @@ struct Shared {
     challenge: Mutex<Option<(u16, Challenge)>>,
     /// Told of every change of grant.
     on_grant: Mutex<Option<GrantListener>>,
+    /// Held for a whole login or step-up, so two never interleave; `state`
+    /// is locked only briefly meanwhile, so requests are not held up while
+    /// a person is in their browser.
+    login: tokio::sync::Mutex<()>,
 }
 
 /// Told of every change of a server's grant — a login, a refresh, a grant
@@ -504,6 +508,7 @@ impl OAuthClient {
             state: tokio::sync::Mutex::default(),
             challenge: Mutex::new(None),
             on_grant: Mutex::new(None),
+            login: tokio::sync::Mutex::new(()),
         })))
     }
 
@@ -559,10 +564,9 @@ impl OAuthClient {
         challenge: Option<&Challenge>,
         agent: &dyn UserAgent,
     ) -> Result<(), OAuthError> {
-        let mut state = self.0.state.lock().await;
-        state.step_ups = 0;
-        self.authorize(&mut state, challenge, Vec::new(), agent)
-            .await
+        let _login = self.0.login.lock().await;
+        self.0.state.lock().await.step_ups = 0;
+        self.authorize(challenge, Vec::new(), agent).await
     }
 
     /// Re-authorizes after a `403 insufficient_scope` challenge, asking for
@@ -575,30 +579,32 @@ impl OAuthClient {
         challenge: &Challenge,
         agent: &dyn UserAgent,
     ) -> Result<(), OAuthError> {
-        let mut state = self.0.state.lock().await;
-        let mut scopes = state.requested.clone();
-        let mut added = false;
-        for scope in &challenge.scopes {
-            if !scopes.contains(scope) {
-                scopes.push(scope.clone());
-                added = true;
+        let _login = self.0.login.lock().await;
+        let scopes = {
+            let mut state = self.0.state.lock().await;
+            let mut scopes = state.requested.clone();
+            let mut added = false;
+            for scope in &challenge.scopes {
+                if !scopes.contains(scope) {
+                    scopes.push(scope.clone());
+                    added = true;
+                }
             }
-        }
-        if !added || state.step_ups >= MAX_STEP_UPS {
-            return Err(OAuthError::StepUpLimit {
-                server: self.0.server.clone(),
-                scopes: challenge.scopes.join(" "),
-                attempts: state.step_ups,
-            });
-        }
-        state.step_ups += 1;
-        self.authorize(&mut state, Some(challenge), scopes, agent)
-            .await
+            if !added || state.step_ups >= MAX_STEP_UPS {
+                return Err(OAuthError::StepUpLimit {
+                    server: self.0.server.clone(),
+                    scopes: challenge.scopes.join(" "),
+                    attempts: state.step_ups,
+                });
+            }
+            state.step_ups += 1;
+            scopes
+        };
+        self.authorize(Some(challenge), scopes, agent).await
     }
 
     async fn authorize(
         &self,
-        state: &mut State,
         challenge: Option<&Challenge>,
         union: Vec<String>,
         agent: &dyn UserAgent,
@@ -607,8 +613,16 @@ impl OAuthClient {
         // authorization server since the last login.
         let discovered = discovery::discover(&self.0.http, &self.0.url, challenge).await?;
         let redirect_uri = self.0.settings.redirect_uri.as_str();
-        let client = match state.clients.get(&discovered.issuer) {
-            Some(client) => client.clone(),
+        let known = self
+            .0
+            .state
+            .lock()
+            .await
+            .clients
+            .get(&discovered.issuer)
+            .cloned();
+        let client = match known {
+            Some(client) => client,
             None => {
                 let client = registration::client_for(
                     &self.0.http,
@@ -618,7 +632,10 @@ impl OAuthClient {
                     redirect_uri,
                 )
                 .await?;
-                state
+                self.0
+                    .state
+                    .lock()
+                    .await
                     .clients
                     .insert(discovered.issuer.clone(), client.clone());
                 client
@@ -645,10 +662,7 @@ impl OAuthClient {
             )
             .await?;
             tracing::info!(server = %self.0.server, issuer = %grant.issuer, "upstream granted client credentials");
-            state.requested = scopes;
-            self.changed(Some(&grant));
-            state.grant = Some(grant);
-            state.lost = false;
+            self.granted(scopes, grant).await;
             return Ok(());
         }
         let pending = authorization::request(&discovered, &client, redirect_uri, &scopes)?;
@@ -669,11 +683,17 @@ impl OAuthClient {
         )
         .await?;
         tracing::info!(server = %self.0.server, issuer = %grant.issuer, "logged in to upstream");
+        self.granted(scopes, grant).await;
+        Ok(())
+    }
+
+    /// Keeps a new grant (and tells the listener).
+    async fn granted(&self, scopes: Vec<String>, grant: Grant) {
+        let mut state = self.0.state.lock().await;
         state.requested = scopes;
         self.changed(Some(&grant));
         state.grant = Some(grant);
         state.lost = false;
-        Ok(())
     }
 
     /// The scopes of a first authorization: configured ones, else the
