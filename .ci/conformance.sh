@@ -41,6 +41,15 @@
 #         `input_required` rounds. Must-pass list:
 #         .ci/conformance-gateway-2026-legacy-passing.txt.
 #      Same verdict as run 3. Each takes about ten seconds.
+#   5. Our MCP client (portcullis-upstream's conformance_client example:
+#      connect, OAuth login from the server's challenge, step-up, calls)
+#      driven by @modelcontextprotocol/conformance@0.2.0-alpha.12
+#      `client --requirements 2026-07-28`: every scenario of
+#      .ci/conformance-client-2026-passing.txt must pass (about 5 s).
+#   6. The same client under @modelcontextprotocol/conformance@0.1.16
+#      `client --suite all` (2025-11-25 and the 2025-03-26 OAuth fallbacks):
+#      .ci/conformance-client-passing.txt must pass (about 7 s).
+#      Same verdict as run 3.
 # Exits non-zero if any scored scenario fails. Peers come from .ci/peers.sh.
 # Usage: bash .ci/conformance.sh   (from anywhere; results in target/conformance/)
 set -euo pipefail
@@ -56,10 +65,12 @@ OUT="$ROOT/target/conformance"
 mkdir -p "$OUT"
 
 echo "== building the fixture server and the gateway"
-cargo build -p portcullis-server --bin portcullis-conformance-fixture -p portcullis --bin portcullis
+cargo build -p portcullis-server --bin portcullis-conformance-fixture -p portcullis --bin portcullis \
+  -p portcullis-upstream --example conformance_client
 # Honour CARGO_TARGET_DIR, as cargo does.
 FIXTURE="${CARGO_TARGET_DIR:-$ROOT/target}/debug/portcullis-conformance-fixture"
 GATEWAY="${CARGO_TARGET_DIR:-$ROOT/target}/debug/portcullis"
+CLIENT="${CARGO_TARGET_DIR:-$ROOT/target}/debug/examples/conformance_client"
 GATEWAY_PID=""
 
 PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
@@ -148,15 +159,17 @@ sed -n '/=== SUMMARY ===/,$p' "$OUT/gateway-0.1.16.log"
 # its first match, and under pipefail the writer's SIGPIPE would turn a
 # match into a miss (a spurious REGRESSION or note).
 count() { printf '%s\n' "$1" | grep -c . || true; }
-# The verdict on a through-the-gateway run: $1 the runner's log, $2 its
-# results directory, $3 the list of scenarios that must pass.
+# The verdict on a run held to a list: $1 the runner's log, $2 its results
+# directory, $3 the list of scenarios that must pass, $4 what was tested
+# (default: through the gateway), $5 the prefix of a scenario's results
+# directory (default: server-).
 verdict() {
-  local log="$1" results="$2" list="$3"
+  local log="$1" results="$2" list="$3" what="${4:-through the gateway}" prefix="${5-server-}"
   local passed failed total required why scenario
-  passed="$(sed -n 's/^✓ \([a-z0-9-]*\): .*/\1/p' "$log" | sort)"
-  failed="$(sed -n 's/^✗ \([a-z0-9-]*\): .*/\1/p' "$log" | sort)"
+  passed="$(sed -n 's/^✓ \([a-z0-9/_.-]*\): .*/\1/p' "$log" | sort)"
+  failed="$(sed -n 's/^✗ \([a-z0-9/_.-]*\): .*/\1/p' "$log" | sort)"
   total=$(( $(count "$passed") + $(count "$failed") ))
-  echo "   through the gateway: $(count "$passed") of $total scenarios pass"
+  echo "   $what: $(count "$passed") of $total scenarios pass"
   if [ "$total" -eq 0 ]; then
     echo "   no scenario summary: the runner failed (FAILED); see $log"
     status=1
@@ -164,28 +177,28 @@ verdict() {
   required="$(grep -v '^#' "$list" | sed 's/[[:space:]]*#.*//' | grep . | sort)"
   for scenario in $required; do
     if ! grep -qx "$scenario" <<< "$passed"; then
-      echo "   REGRESSION: $scenario must pass through the gateway (listed in $list)"
+      echo "   REGRESSION: $scenario must pass ($what; listed in $list)"
       status=1
     fi
   done
   for scenario in $failed; do
     grep -qx "$scenario" <<< "$required" && continue
     # The first failed check's message says why.
-    why="$(python3 - "$results" "$scenario" <<'PY'
+    why="$(python3 - "$results" "$scenario" "$prefix" <<'PY'
 import json, pathlib, sys
-root, name = pathlib.Path(sys.argv[1]), sys.argv[2]
-for path in sorted(root.glob(f"server-{name}-20*/checks.json")):
+root, name, prefix = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+for path in sorted(root.glob(f"{prefix}{name}-20*/checks.json")):
     for check in json.loads(path.read_text()):
         if check.get("status") == "FAILURE":
             print((check.get("errorMessage") or check.get("description") or "")[:300])
             sys.exit(0)
 PY
 )"
-    echo "   known gap: $scenario fails through the gateway: ${why:-see the log}"
+    echo "   known gap: $scenario fails ($what): ${why:-see the log}"
   done
   for scenario in $passed; do
     grep -qx "$scenario" <<< "$required" \
-      || echo "   note: $scenario now passes through the gateway; add it to $list"
+      || echo "   note: $scenario now passes ($what); add it to $list"
   done
 }
 verdict "$OUT/gateway-0.1.16.log" "$OUT/gateway-0.1.16" "$ROOT/.ci/conformance-gateway-passing.txt"
@@ -225,6 +238,22 @@ NODE_OPTIONS="$LOOP" "$N22" "$CONF_NEXT" server --url "$GURL" --requirements 202
 sed -n '/=== SUMMARY ===/,/^Total/p' "$OUT/gateway-2026-07-28-legacy.log" | tail -n 1
 verdict "$OUT/gateway-2026-07-28-legacy.log" "$OUT/gateway-2026-07-28-legacy" \
   "$ROOT/.ci/conformance-gateway-2026-legacy-passing.txt"
+
+echo "== our MCP client: conformance 0.2.0-alpha.12 client --requirements 2026-07-28"
+rm -rf "$OUT/client-2026-07-28"
+NODE_OPTIONS="$LOOP" "$N22" "$CONF_NEXT" client --command "$CLIENT" --requirements 2026-07-28 \
+  -o "$OUT/client-2026-07-28" > "$OUT/client-2026-07-28.log" 2>&1 || true
+sed -n '/=== SUITE SUMMARY ===/,/^Total/p' "$OUT/client-2026-07-28.log" | tail -n 1
+verdict "$OUT/client-2026-07-28.log" "$OUT/client-2026-07-28" \
+  "$ROOT/.ci/conformance-client-2026-passing.txt" "our client" ""
+
+echo "== our MCP client: conformance 0.1.16 client --suite all"
+rm -rf "$OUT/client-0.1.16"
+NODE_OPTIONS="$LOOP" "$N22" "$CONF" client --command "$CLIENT" --suite all \
+  -o "$OUT/client-0.1.16" > "$OUT/client-0.1.16.log" 2>&1 || true
+sed -n '/=== SUITE SUMMARY ===/,/^Total/p' "$OUT/client-0.1.16.log" | tail -n 1
+verdict "$OUT/client-0.1.16.log" "$OUT/client-0.1.16" \
+  "$ROOT/.ci/conformance-client-passing.txt" "our client" ""
 
 if [ "$status" -ne 0 ]; then
   echo "== conformance FAILED; full logs in $OUT"

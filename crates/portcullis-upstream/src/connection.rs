@@ -69,6 +69,8 @@ pub(crate) struct ConnectPlan {
     pub(crate) allowed: Option<Vec<String>>,
     /// The token `auth` resolved for the handshake.
     pub(crate) bearer: Option<String>,
+    /// The `auth` resolver itself, told of the server's challenges.
+    pub(crate) auth: Option<crate::credentials::Auth>,
     pub(crate) diagnostics: DiagnosticSink,
     pub(crate) timeout: Duration,
     /// A listing already known (a wake's catalogue cache): the connection
@@ -308,6 +310,7 @@ async fn guarded(
             guard,
             headers: remote.headers.clone(),
             bearer: plan.bearer.clone(),
+            auth: plan.auth.clone(),
             health: health.clone(),
             diagnostics: plan.diagnostics.clone(),
         },

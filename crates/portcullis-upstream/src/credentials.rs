@@ -4,7 +4,9 @@
 //! The resolver runs before the handshake (so the bearer covers `initialize`
 //! and `tools/list`, which is what an OAuth-protected server demands) and
 //! again on every call. Tokens live only in memory: they are never logged,
-//! stored or put in an error message.
+//! stored or put in an error message. An empty token means "none": the
+//! request goes out without an `Authorization` header (an OAuth client
+//! before its first login, so the server's `401` says where to log in).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -29,6 +31,13 @@ pub type TokenFuture = Pin<Box<dyn Future<Output = Result<String, String>> + Sen
 pub trait AuthResolver: Send + Sync {
     /// The token for this server in this session.
     fn token(&self, server: String, session: String) -> TokenFuture;
+
+    /// Told when `server` answered `401` or `403`, with its
+    /// `WWW-Authenticate` value if it sent one (an OAuth client starts
+    /// discovery or a step-up from it). Ignored by default.
+    fn challenged(&self, server: &str, status: u16, www_authenticate: Option<&str>) {
+        let _ = (server, status, www_authenticate);
+    }
 }
 
 impl<F, Fut> AuthResolver for F

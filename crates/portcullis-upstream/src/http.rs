@@ -26,7 +26,9 @@ use futures::{Stream, StreamExt};
 use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, LOCATION};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use portcullis_catalog::{Diagnostic, Rule};
-use rmcp::model::{ClientJsonRpcMessage, ClientRequest, GetExtensions, ServerJsonRpcMessage};
+use rmcp::model::{
+    ClientJsonRpcMessage, ClientRequest, GetExtensions, ServerJsonRpcMessage, ServerResult,
+};
 use rmcp::transport::streamable_http_client::{
     SseError, StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
     StreamableHttpResponseLimits,
@@ -88,6 +90,8 @@ struct Shared {
     configured: HeaderMap,
     /// The token `auth` resolved at connect time, if any.
     bearer: Option<String>,
+    /// The `auth` resolver, told of 401/403 challenges.
+    auth: Option<crate::credentials::Auth>,
     health: Arc<ServerHealth>,
     diagnostics: DiagnosticSink,
     /// Origins already reported as `cross-origin-headers-withheld`.
@@ -110,6 +114,7 @@ pub(crate) struct GuardedHttpParts {
     pub(crate) guard: HostGuard,
     pub(crate) headers: std::collections::BTreeMap<String, String>,
     pub(crate) bearer: Option<String>,
+    pub(crate) auth: Option<crate::credentials::Auth>,
     pub(crate) health: Arc<ServerHealth>,
     pub(crate) diagnostics: DiagnosticSink,
 }
@@ -134,6 +139,7 @@ impl GuardedHttp {
                 guard: parts.guard,
                 configured,
                 bearer: parts.bearer,
+                auth: parts.auth,
                 health: parts.health,
                 diagnostics: parts.diagnostics,
                 reported: Mutex::new(HashSet::new()),
@@ -149,7 +155,11 @@ impl GuardedHttp {
     /// Configured headers < connect-time auth < per-call auth.
     fn credentials(&self, call_token: Option<&str>) -> Result<HeaderMap, HttpFailure> {
         let mut headers = self.shared.configured.clone();
-        if let Some(token) = call_token.or(self.shared.bearer.as_deref()) {
+        // An empty token is no token (see `crate::credentials`).
+        if let Some(token) = call_token
+            .or(self.shared.bearer.as_deref())
+            .filter(|t| !t.is_empty())
+        {
             let mut value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
                 HttpFailure::InvalidHeader {
                     server: self.shared.server.clone(),
@@ -229,6 +239,13 @@ impl GuardedHttp {
                     url = next;
                 }
                 (StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN, _) => {
+                    if let Some(auth) = &shared.auth {
+                        let challenge = response
+                            .headers()
+                            .get(http::header::WWW_AUTHENTICATE)
+                            .and_then(|v| v.to_str().ok());
+                        auth.challenged(&shared.server, status.as_u16(), challenge);
+                    }
                     shared.health.reject(status.as_u16());
                     return Err(HttpFailure::Rejected(rejection_message(
                         &shared.server,
@@ -466,6 +483,13 @@ fn is_discover(message: &ClientJsonRpcMessage) -> Option<rmcp::model::RequestId>
     }
 }
 
+/// The answer to a `server/discover` probe that rmcp's Auto lifecycle reads
+/// as "a legacy server": fall back to `initialize`.
+fn legacy_signal(id: rmcp::model::RequestId, why: &str) -> ServerJsonRpcMessage {
+    let error = rmcp::model::ErrorData::invalid_request(why.to_owned(), None);
+    ServerJsonRpcMessage::error(error, Some(id))
+}
+
 impl StreamableHttpClient for GuardedHttp {
     type Error = HttpFailure;
 
@@ -534,12 +558,8 @@ impl StreamableHttpClient for GuardedHttp {
             if let Some(id) =
                 is_discover(&message).filter(|_| status.is_client_error() && !had_session)
             {
-                let error = rmcp::model::ErrorData::invalid_request(
-                    format!("server/discover rejected with HTTP {status}"),
-                    None,
-                );
                 return Ok(StreamableHttpPostResponse::Json(
-                    ServerJsonRpcMessage::error(error, Some(id)),
+                    legacy_signal(id, &format!("server/discover rejected with HTTP {status}")),
                     None,
                 ));
             }
@@ -559,6 +579,22 @@ impl StreamableHttpClient for GuardedHttp {
                 .await
                 .map_err(client_error)?;
             return match serde_json::from_slice::<ServerJsonRpcMessage>(&body) {
+                // A server that answers methods it does not know with an
+                // empty result (some 2025-era servers do) has not answered
+                // `server/discover`: that is the legacy signal too.
+                Ok(ServerJsonRpcMessage::Response(response))
+                    if !had_session
+                        && is_discover(&message).is_some()
+                        && !matches!(response.result, ServerResult::DiscoverResult(_)) =>
+                {
+                    Ok(StreamableHttpPostResponse::Json(
+                        legacy_signal(
+                            response.id,
+                            "server/discover answered without a discover result",
+                        ),
+                        None,
+                    ))
+                }
                 Ok(parsed) => Ok(StreamableHttpPostResponse::Json(parsed, session)),
                 Err(_) if awaits_nothing || body.is_empty() => {
                     Ok(StreamableHttpPostResponse::Accepted)
@@ -694,6 +730,7 @@ mod tests {
                 guard,
                 headers: Default::default(),
                 bearer: None,
+                auth: None,
                 health: Arc::new(ServerHealth::new("remote")),
                 diagnostics: DiagnosticSink::new(None),
             },
@@ -754,6 +791,64 @@ mod tests {
             Some(StatusCode::OK)
         );
         assert_eq!(hits.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn an_empty_result_to_discover_reads_as_a_legacy_server() {
+        use crate::hosts::{GuardedResolver, Reach};
+        let generic = axum::Router::new().route(
+            "/mcp",
+            axum::routing::post(|| async {
+                (
+                    [(CONTENT_TYPE, JSON)],
+                    r#"{"jsonrpc":"2.0","id":0,"result":{}}"#,
+                )
+            }),
+        );
+        let addr = serve("127.0.0.1", generic).await;
+        let url = format!("http://{addr}/mcp");
+        let parsed = Url::parse(&url).unwrap();
+        let guard = HostGuard::new(None, Reach::of(&parsed).await);
+        let client = crate::toolset::guarded_client(GuardedResolver {
+            guard: guard.clone(),
+            server: "old".into(),
+        })
+        .unwrap();
+        let http = GuardedHttp::new(
+            client,
+            GuardedHttpParts {
+                server: "old".into(),
+                guard,
+                headers: Default::default(),
+                bearer: None,
+                auth: None,
+                health: Arc::new(ServerHealth::new("old")),
+                diagnostics: DiagnosticSink::new(None),
+            },
+        )
+        .unwrap();
+        let discover = ClientJsonRpcMessage::request(
+            ClientRequest::DiscoverRequest(rmcp::model::DiscoverRequest::new(
+                rmcp::model::DiscoverRequestParams {},
+            )),
+            rmcp::model::RequestId::Number(0),
+        );
+        let answer = http
+            .post_message(
+                Arc::from(url.as_str()),
+                discover,
+                None,
+                None,
+                HashMap::new(),
+            )
+            .await
+            .unwrap();
+        match answer {
+            StreamableHttpPostResponse::Json(ServerJsonRpcMessage::Error(error), None) => {
+                assert!(error.error.message.contains("without a discover result"))
+            }
+            other => panic!("not the legacy signal: {other:?}"),
+        }
     }
 
     #[test]

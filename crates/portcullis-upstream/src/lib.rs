@@ -64,6 +64,7 @@
 //! | [`plugins`] | Agent Plugins directories (`plugin.json` + `mcp.json`) into server configs; launch-time containment |
 //! | [`hosts`] | the SSRF guard |
 //! | [`credentials`] | per-session bearer tokens |
+//! | [`oauth`] | OAuth 2.1 for servers that need it: discovery, registration, code + PKCE, refresh, step-up |
 //! | [`options`] | [`ConnectOptions`] |
 //! | [`toolset`] | [`connect`], [`Toolset`], [`CallContext`] |
 //! | [`wake`] | [`rebuild_from_store`]; the background reconcile behind [`Toolset::reconciled`] |
@@ -124,6 +125,7 @@ mod health;
 pub mod hosts;
 mod http;
 pub mod notifications;
+pub mod oauth;
 pub mod options;
 mod output;
 pub mod passthrough;

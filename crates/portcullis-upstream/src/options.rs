@@ -30,6 +30,10 @@ pub struct ConnectOptions {
     pub server_allowed_hosts: HashMap<String, Vec<String>>,
     /// Per-session credentials; needs `session`.
     pub auth: Option<Auth>,
+    /// Per-server credentials by configured name: the toolset's own (an
+    /// OAuth login to that server, say), not a session's, so no session is
+    /// needed. Each replaces `auth` for its server.
+    pub server_auth: HashMap<String, Auth>,
     /// The session this toolset belongs to.
     pub session: Option<String>,
     /// A visibility filter for every server (qualified or bare names).
@@ -141,6 +145,7 @@ impl Default for ConnectOptions {
             allowed_hosts: AllowedHosts::Any,
             server_allowed_hosts: HashMap::new(),
             auth: None,
+            server_auth: HashMap::new(),
             session: None,
             tools: ToolFilter::All,
             server_tools: HashMap::new(),
@@ -170,6 +175,17 @@ impl ConnectOptions {
     /// Sets the credential resolver.
     pub fn with_auth(mut self, auth: impl AuthResolver + 'static) -> Self {
         self.auth = Some(Arc::new(auth));
+        self
+    }
+
+    /// Sets the credential resolver of one server (by configured name),
+    /// the toolset's own: no session needed.
+    pub fn with_server_auth(
+        mut self,
+        server: impl Into<String>,
+        auth: impl AuthResolver + 'static,
+    ) -> Self {
+        self.server_auth.insert(server.into(), Arc::new(auth));
         self
     }
 
@@ -368,6 +384,7 @@ impl std::fmt::Debug for ConnectOptions {
             .field("allowed_hosts", &self.allowed_hosts)
             .field("server_allowed_hosts", &self.server_allowed_hosts)
             .field("auth", &self.auth.as_ref().map(|_| ".."))
+            .field("server_auth", &self.server_auth.keys().collect::<Vec<_>>())
             .field("session", &self.session)
             .field("tools", &self.tools)
             .field("timeout", &self.timeout)

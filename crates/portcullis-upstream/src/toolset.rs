@@ -150,6 +150,8 @@ pub(crate) struct Inner {
     pub(crate) diagnostics: DiagnosticSink,
     policy: Arc<dyn Policy>,
     auth: Option<Auth>,
+    /// Per-server resolvers (`ConnectOptions::server_auth`).
+    server_auth: HashMap<String, Auth>,
     session: Option<String>,
     pub(crate) closed: AtomicBool,
     /// `true` once every cached listing was checked against its server.
@@ -318,7 +320,15 @@ pub(crate) async fn try_open(
     if let McpServerConfig::Stdio(stdio) = config {
         crate::plugins::prepare_launch(stdio)?;
     }
-    let bearer = match (&options.auth, &options.session) {
+    // The server's own resolver first (no session needed), else the
+    // per-session one.
+    let server_auth = options.server_auth.get(&name).cloned();
+    let auth = server_auth.clone().or_else(|| options.auth.clone());
+    let session = match &server_auth {
+        Some(_) => Some(options.session.clone().unwrap_or_default()),
+        None => options.session.clone(),
+    };
+    let bearer = match (&auth, &session) {
         (Some(auth), Some(session)) => match auth.token(name.clone(), session.clone()).await {
             Ok(token) => Some(token),
             Err(reason) => {
@@ -338,6 +348,7 @@ pub(crate) async fn try_open(
         },
         http,
         bearer,
+        auth,
         diagnostics: diagnostics.clone(),
         timeout: options
             .server_timeouts
@@ -425,6 +436,7 @@ pub(crate) fn assemble(
             diagnostics,
             policy: options.policy.clone(),
             auth: options.auth.clone(),
+            server_auth: options.server_auth.clone(),
             session: options.session.clone(),
             closed: AtomicBool::new(false),
             reconciled,
@@ -765,7 +777,16 @@ impl Toolset {
                 answer: problems.to_tool_result(),
             });
         }
-        let token = match (&inner.auth, &context.session) {
+        let server_auth = inner.server_auth.get(connection.server());
+        let token = match (server_auth.or(inner.auth.as_ref()), &context.session) {
+            (Some(auth), _) if server_auth.is_some() => Some(
+                auth.token(connection.server().to_owned(), String::new())
+                    .await
+                    .map_err(|reason| CallError::Credentials {
+                        server: server.clone(),
+                        reason,
+                    })?,
+            ),
             (Some(auth), Some(session)) => Some(
                 auth.token(connection.server().to_owned(), session.clone())
                     .await

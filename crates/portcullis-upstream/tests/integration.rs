@@ -1402,3 +1402,518 @@ async fn a_cursor_style_config_connects_end_to_end() {
     }
     toolset.close().await;
 }
+
+// OAuth against a real authorization server and a protected server, both on
+// loopback (`common::auth_server`, `common::protected_fixture`).
+
+mod oauth {
+    use super::*;
+    use portcullis_upstream::oauth::{AuthStatus, OAuthClient, OAuthError, OAuthSettings};
+    use std::sync::Mutex;
+
+    async fn client(server: &Server) -> OAuthClient {
+        let settings = OAuthSettings {
+            client_name: "portcullis tests".into(),
+            redirect_uri: "http://127.0.0.1:9/callback".into(),
+            ..OAuthSettings::default()
+        };
+        OAuthClient::new("docs", &server.mcp_url(), None, settings)
+            .await
+            .expect("an OAuth client")
+    }
+
+    /// Connects with the login as the server's own credential (as the
+    /// gateway does: no session).
+    async fn open(server: &Server, oauth: &OAuthClient) -> Toolset {
+        connect(
+            vec![McpServerConfig::streamable_http("docs", server.mcp_url())],
+            ConnectOptions::default().with_server_auth("docs", oauth.clone()),
+        )
+        .await
+        .expect("connect")
+    }
+
+    fn echo(toolset: &Toolset) -> String {
+        toolset
+            .tools()
+            .into_iter()
+            .map(|t| t.name)
+            .find(|n| n.ends_with("echo"))
+            .expect("the fixture's echo tool")
+    }
+
+    async fn call(toolset: &Toolset) -> Result<portcullis_catalog::ToolResult, CallError> {
+        toolset
+            .call(
+                &echo(toolset),
+                Some(json!({"message": "hi"})),
+                &CallContext::default(),
+            )
+            .await
+    }
+
+    /// The first connection is refused with a challenge; logs in from it.
+    async fn logged_in(server: &Server, oauth: &OAuthClient) {
+        let refused = open(server, oauth).await;
+        assert!(
+            refused.tools().is_empty(),
+            "the server let us in unauthenticated"
+        );
+        let (status, challenge) = oauth.take_challenge().expect("a 401 challenge");
+        assert_eq!(status, 401);
+        assert!(challenge.resource_metadata.is_some());
+        refused.close().await;
+        oauth
+            .login(Some(&challenge), &oauth.follow_redirects())
+            .await
+            .expect("login");
+    }
+
+    #[tokio::test]
+    async fn oauth_login_calls_with_the_token_and_refreshes_after_expiry() {
+        let (_as, auth) = auth_server(Iss::Correct).await;
+        let protection = Arc::new(Protection {
+            scope: "mcp:read".into(),
+            ..Protection::default()
+        });
+        let server = protected_fixture(auth.clone(), protection.clone()).await;
+        let oauth = client(&server).await;
+        let kept = Arc::new(Mutex::new(Vec::<Option<String>>::new()));
+        let keeper = kept.clone();
+        oauth.on_grant(Arc::new(move |server, grant| {
+            assert_eq!(server, "docs");
+            keeper
+                .lock()
+                .unwrap()
+                .push(grant.map(|g| g.access_token.clone()));
+        }));
+        logged_in(&server, &oauth).await;
+        // Code + PKCE S256, the resource parameter, the challenge's scope.
+        let authorize = auth.authorizations.lock().unwrap()[0].clone();
+        assert_eq!(authorize["code_challenge_method"], "S256");
+        assert_eq!(authorize["resource"], server.mcp_url());
+        assert_eq!(authorize["scope"], "mcp:read");
+        let redeemed = auth.token_requests.lock().unwrap()[0].clone();
+        assert_eq!(redeemed["grant_type"], "authorization_code");
+        assert_eq!(redeemed["resource"], server.mcp_url());
+
+        let toolset = open(&server, &oauth).await;
+        assert_eq!(text(&call(&toolset).await.expect("the call")), "hi");
+        let first = oauth.grant().await.expect("a grant").access_token;
+        assert!(protection.tokens_seen.lock().unwrap().contains(&first));
+
+        // The access token expires: the next call refreshes it first.
+        auth.expire_access_tokens();
+        let mut grant = oauth.grant().await.expect("a grant");
+        grant.expires_at = Some(0);
+        grant.refresh_at = Some(0);
+        oauth.restore(grant).await;
+        assert_eq!(
+            text(&call(&toolset).await.expect("the call after refresh")),
+            "hi"
+        );
+        let refreshed = oauth.grant().await.expect("a grant").access_token;
+        assert_ne!(refreshed, first);
+        assert_eq!(
+            protection.tokens_seen.lock().unwrap().last(),
+            Some(&refreshed)
+        );
+        let requests = auth.token_requests.lock().unwrap().clone();
+        let refresh = requests.last().expect("a refresh request");
+        assert_eq!(refresh["grant_type"], "refresh_token");
+        assert_eq!(refresh["resource"], server.mcp_url());
+        // Whoever keeps grants heard of the login and of the refresh.
+        assert_eq!(*kept.lock().unwrap(), [Some(first), Some(refreshed)]);
+        toolset.close().await;
+    }
+
+    #[tokio::test]
+    async fn oauth_steps_up_on_insufficient_scope_within_a_limit() {
+        let (_as, auth) = auth_server(Iss::Correct).await;
+        let protection = Arc::new(Protection {
+            scope: "mcp:read".into(),
+            call_scope: Mutex::new(Some("mcp:write".into())),
+            ..Protection::default()
+        });
+        let server = protected_fixture(auth.clone(), protection.clone()).await;
+        let oauth = client(&server).await;
+        logged_in(&server, &oauth).await;
+        let toolset = open(&server, &oauth).await;
+        assert!(matches!(
+            call(&toolset).await,
+            Err(CallError::Forbidden { .. })
+        ));
+        toolset.close().await;
+        let (status, challenge) = oauth.take_challenge().expect("a 403 challenge");
+        assert_eq!(status, 403);
+        assert!(challenge.insufficient_scope());
+        oauth
+            .step_up(&challenge, &oauth.follow_redirects())
+            .await
+            .expect("step-up");
+        // The union of what was asked before and what is challenged now.
+        let last = auth.authorizations.lock().unwrap().last().cloned().unwrap();
+        assert_eq!(last["scope"], "mcp:read mcp:write");
+        let toolset = open(&server, &oauth).await;
+        assert_eq!(
+            text(&call(&toolset).await.expect("the call after step-up")),
+            "hi"
+        );
+        toolset.close().await;
+
+        // A server that asks for a new scope on every call is followed
+        // MAX_STEP_UPS times, then refused.
+        *protection.call_scope.lock().unwrap() = Some("mcp:admin".into());
+        let escalating = Arc::new(Protection {
+            scope: "mcp:read".into(),
+            call_scope: Mutex::new(Some("mcp:admin".into())),
+            escalate: true,
+            ..Protection::default()
+        });
+        let server = protected_fixture(auth.clone(), escalating).await;
+        let oauth = client(&server).await;
+        logged_in(&server, &oauth).await;
+        let before = auth.authorizations.lock().unwrap().len();
+        let mut outcome = Ok(());
+        for _ in 0..10 {
+            let toolset = open(&server, &oauth).await;
+            assert!(call(&toolset).await.is_err());
+            toolset.close().await;
+            let (_, challenge) = oauth.take_challenge().expect("a 403 challenge");
+            outcome = oauth.step_up(&challenge, &oauth.follow_redirects()).await;
+            if outcome.is_err() {
+                break;
+            }
+        }
+        assert!(
+            matches!(outcome, Err(OAuthError::StepUpLimit { attempts, .. }) if attempts == portcullis_upstream::oauth::MAX_STEP_UPS),
+            "{outcome:?}"
+        );
+        let made = auth.authorizations.lock().unwrap().len() - before;
+        assert_eq!(made as u32, portcullis_upstream::oauth::MAX_STEP_UPS);
+        // A challenge for a scope already asked for is not followed at all.
+        let repeated = portcullis_upstream::oauth::Challenge {
+            error: Some("insufficient_scope".into()),
+            scopes: vec!["mcp:read".into()],
+            resource_metadata: None,
+        };
+        oauth
+            .login(Some(&repeated), &oauth.follow_redirects())
+            .await
+            .expect("login");
+        let before = auth.authorizations.lock().unwrap().len();
+        assert!(matches!(
+            oauth.step_up(&repeated, &oauth.follow_redirects()).await,
+            Err(OAuthError::StepUpLimit { attempts: 0, .. })
+        ));
+        assert_eq!(auth.authorizations.lock().unwrap().len(), before);
+    }
+
+    #[tokio::test]
+    async fn oauth_a_revoked_grant_needs_a_login_and_is_not_reported_down() {
+        let (_as, auth) = auth_server(Iss::Correct).await;
+        let protection = Arc::new(Protection {
+            scope: "mcp:read".into(),
+            ..Protection::default()
+        });
+        let server = protected_fixture(auth.clone(), protection).await;
+        let oauth = client(&server).await;
+        logged_in(&server, &oauth).await;
+        let forgotten = Arc::new(AtomicUsize::new(0));
+        let counter = forgotten.clone();
+        oauth.on_grant(Arc::new(move |_, grant| {
+            if grant.is_none() {
+                counter.fetch_add(1, Ordering::SeqCst);
+            }
+        }));
+        auth.revoke();
+        let mut grant = oauth.grant().await.expect("a grant");
+        grant.refresh_at = Some(0);
+        oauth.restore(grant).await;
+        // Connecting says the server needs a login, not that it is down.
+        let toolset = open(&server, &oauth).await;
+        let said: Vec<String> = toolset
+            .diagnostics()
+            .iter()
+            .map(|d| d.to_string())
+            .collect();
+        assert!(
+            said.iter()
+                .any(|d| d.contains("\"docs\" needs a login") && d.contains("revoked")),
+            "{said:?}"
+        );
+        toolset.close().await;
+        match oauth.access_token().await {
+            Err(OAuthError::LoginRequired { server, reason }) => {
+                assert_eq!(server, "docs");
+                assert!(reason.contains("revoked"), "{reason}");
+            }
+            other => panic!("expected LoginRequired, got {other:?}"),
+        }
+        assert_eq!(oauth.status().await, AuthStatus::NeedsLogin);
+        assert_eq!(
+            forgotten.load(Ordering::SeqCst),
+            1,
+            "the refused grant was not dropped"
+        );
+        // A new login restores it.
+        oauth
+            .login(None, &oauth.follow_redirects())
+            .await
+            .expect("login again");
+        let toolset = open(&server, &oauth).await;
+        assert_eq!(text(&call(&toolset).await.expect("the call")), "hi");
+        toolset.close().await;
+    }
+
+    #[tokio::test]
+    async fn oauth_an_authorization_response_from_another_issuer_is_refused() {
+        let (_as, auth) = auth_server(Iss::Wrong).await;
+        let protection = Arc::new(Protection {
+            scope: "mcp:read".into(),
+            ..Protection::default()
+        });
+        let server = protected_fixture(auth.clone(), protection).await;
+        let oauth = client(&server).await;
+        let refused = open(&server, &oauth).await;
+        refused.close().await;
+        let (_, challenge) = oauth.take_challenge().expect("a challenge");
+        let outcome = oauth
+            .login(Some(&challenge), &oauth.follow_redirects())
+            .await;
+        assert!(
+            matches!(outcome, Err(OAuthError::IssuerMismatch { ref found, .. }) if found.as_deref() == Some("https://evil.example.com")),
+            "{outcome:?}"
+        );
+        // The code never reached the token endpoint.
+        assert_eq!(auth.authorizations.lock().unwrap().len(), 1);
+        assert!(auth.token_requests.lock().unwrap().is_empty());
+        assert_eq!(oauth.status().await, AuthStatus::LoggedOut);
+    }
+}
+
+mod oauth_browser {
+    use super::*;
+    use portcullis_upstream::oauth::{LoopbackRedirect, OAuthClient, OAuthSettings};
+
+    #[tokio::test]
+    async fn oauth_login_through_a_browser_and_the_loopback_redirect_listener() {
+        let (_as, auth) = auth_server(Iss::Correct).await;
+        let protection = Arc::new(Protection {
+            scope: "mcp:read".into(),
+            ..Protection::default()
+        });
+        let server = protected_fixture(auth.clone(), protection).await;
+        // The "browser": follows the authorization server's redirects,
+        // ending at the listener, as a person's browser would.
+        let shown = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let seen = shown.clone();
+        let strays = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let stray_statuses = strays.clone();
+        let listener_base = Arc::new(std::sync::OnceLock::<String>::new());
+        let base = listener_base.clone();
+        let browser: portcullis_upstream::oauth::redirect::Show = Arc::new(move |url| {
+            seen.lock().unwrap().push(url.to_string());
+            let url = url.clone();
+            let stray_url = format!("{}/elsewhere", base.get().cloned().unwrap_or_default());
+            let strays = stray_statuses.clone();
+            tokio::spawn(async move {
+                // A stray request first: answered 404, not taken for the
+                // redirect.
+                let stray = reqwest::get(stray_url).await.map(|r| r.status());
+                strays.lock().unwrap().push(stray.ok());
+                let page = reqwest::get(url).await.expect("the browser got an answer");
+                assert!(page.status().is_success(), "{}", page.status());
+                let text = page.text().await.unwrap_or_default();
+                assert!(text.contains("Logged in"), "{text}");
+            });
+        });
+        let redirect = LoopbackRedirect::bind(0, "/callback", browser)
+            .await
+            .expect("bind loopback")
+            .with_timeout(Duration::from_secs(20));
+        let settings = OAuthSettings {
+            client_name: "portcullis tests".into(),
+            redirect_uri: redirect.redirect_uri().to_owned(),
+            ..OAuthSettings::default()
+        };
+        let oauth = OAuthClient::new("docs", &server.mcp_url(), None, settings)
+            .await
+            .unwrap();
+        let _ = listener_base.set(redirect.redirect_uri().replace("/callback", ""));
+        oauth
+            .login(None, &redirect)
+            .await
+            .expect("login through the listener");
+        assert_eq!(
+            strays.lock().unwrap().as_slice(),
+            [Some(reqwest::StatusCode::NOT_FOUND)]
+        );
+        assert_eq!(shown.lock().unwrap().len(), 1);
+        assert!(oauth.grant().await.is_some());
+        assert_eq!(
+            auth.authorizations.lock().unwrap()[0]["redirect_uri"],
+            redirect.redirect_uri()
+        );
+    }
+}
+
+mod oauth_waiting {
+    use super::*;
+    use portcullis_upstream::oauth::{AuthStatus, OAuthClient, OAuthSettings, UserAgent};
+
+    /// A person who takes their time: the browser comes back only when
+    /// `release` is notified.
+    struct SlowPerson {
+        release: Arc<tokio::sync::Notify>,
+    }
+
+    impl UserAgent for SlowPerson {
+        fn authorize<'a>(
+            &'a self,
+            url: &'a url::Url,
+            redirect_uri: &'a str,
+        ) -> std::pin::Pin<
+            Box<dyn std::future::Future<Output = Result<url::Url, String>> + Send + 'a>,
+        > {
+            Box::pin(async move {
+                self.release.notified().await;
+                let http = reqwest::Client::builder()
+                    .redirect(reqwest::redirect::Policy::none())
+                    .build()
+                    .map_err(|e| e.to_string())?;
+                let answer = http
+                    .get(url.clone())
+                    .send()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let location = answer
+                    .headers()
+                    .get("location")
+                    .and_then(|v| v.to_str().ok())
+                    .ok_or("no redirect")?;
+                assert!(location.starts_with(redirect_uri));
+                url::Url::parse(location).map_err(|e| e.to_string())
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn oauth_a_login_in_progress_holds_nothing_else_up() {
+        let (_as, auth) = auth_server(Iss::Correct).await;
+        let protection = Arc::new(Protection {
+            scope: "mcp:read".into(),
+            ..Protection::default()
+        });
+        let server = protected_fixture(auth, protection).await;
+        let settings = OAuthSettings {
+            client_name: "portcullis tests".into(),
+            redirect_uri: "http://127.0.0.1:9/callback".into(),
+            ..OAuthSettings::default()
+        };
+        let oauth = OAuthClient::new("docs", &server.mcp_url(), None, settings)
+            .await
+            .unwrap();
+        let release = Arc::new(tokio::sync::Notify::new());
+        let person = SlowPerson {
+            release: release.clone(),
+        };
+        let logging_in = {
+            let oauth = oauth.clone();
+            tokio::spawn(async move { oauth.login(None, &person).await })
+        };
+        // While the person is in their browser, the client answers.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let status = tokio::time::timeout(Duration::from_secs(2), oauth.status())
+            .await
+            .expect("status() was held up by the login in progress");
+        assert_eq!(status, AuthStatus::LoggedOut);
+        release.notify_one();
+        logging_in.await.unwrap().expect("login");
+        assert!(matches!(oauth.status().await, AuthStatus::LoggedIn { .. }));
+    }
+}
+
+mod oauth_machine {
+    use super::*;
+    use portcullis_upstream::oauth::{OAuthClient, OAuthSettings};
+
+    #[tokio::test]
+    async fn oauth_client_credentials_when_the_server_offers_nothing_else() {
+        let (_as, auth) = auth_server(Iss::Correct).await;
+        auth.machine_only.store(true, Ordering::SeqCst);
+        let protection = Arc::new(Protection {
+            scope: "mcp:read".into(),
+            ..Protection::default()
+        });
+        let server = protected_fixture(auth.clone(), protection).await;
+        let settings = OAuthSettings {
+            client_name: "portcullis tests".into(),
+            redirect_uri: "http://127.0.0.1:9/callback".into(),
+            client_id: Some("machine".into()),
+            client_secret: Some("secret".into()),
+            ..OAuthSettings::default()
+        };
+        let oauth = OAuthClient::new("docs", &server.mcp_url(), None, settings)
+            .await
+            .unwrap();
+        // No person: the "browser" must never be used.
+        struct NoBrowser;
+        impl portcullis_upstream::oauth::UserAgent for NoBrowser {
+            fn authorize<'a>(
+                &'a self,
+                _url: &'a url::Url,
+                _redirect_uri: &'a str,
+            ) -> std::pin::Pin<
+                Box<dyn std::future::Future<Output = Result<url::Url, String>> + Send + 'a>,
+            > {
+                panic!("a browser was asked for a machine login")
+            }
+        }
+        oauth
+            .login(None, &NoBrowser)
+            .await
+            .expect("client credentials");
+        assert!(auth.authorizations.lock().unwrap().is_empty());
+        let request = auth.token_requests.lock().unwrap()[0].clone();
+        assert_eq!(request["grant_type"], "client_credentials");
+        assert_eq!(request["resource"], server.mcp_url());
+        let toolset = connect(
+            vec![McpServerConfig::streamable_http("docs", server.mcp_url())],
+            ConnectOptions::default().with_server_auth("docs", oauth.clone()),
+        )
+        .await
+        .unwrap();
+        let echo = toolset
+            .tools()
+            .into_iter()
+            .map(|t| t.name)
+            .find(|n| n.ends_with("echo"))
+            .expect("echo");
+        let result = toolset
+            .call(
+                &echo,
+                Some(json!({"message": "hi"})),
+                &CallContext::default(),
+            )
+            .await
+            .expect("the call");
+        assert_eq!(text(&result), "hi");
+        // Expired: renewed with the same credentials, no person.
+        auth.expire_access_tokens();
+        let mut grant = oauth.grant().await.unwrap();
+        grant.refresh_at = Some(0);
+        oauth.restore(grant).await;
+        let result = toolset
+            .call(
+                &echo,
+                Some(json!({"message": "again"})),
+                &CallContext::default(),
+            )
+            .await
+            .expect("the call after renewal");
+        assert_eq!(text(&result), "again");
+        assert_eq!(auth.token_requests.lock().unwrap().len(), 2);
+        toolset.close().await;
+    }
+}

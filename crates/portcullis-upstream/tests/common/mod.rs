@@ -418,3 +418,363 @@ pub async fn eventually(limit: Duration, mut condition: impl FnMut() -> bool) ->
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// How the loopback authorization server answers the `iss` of its
+/// authorization responses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Iss {
+    /// Its own issuer.
+    Correct,
+    /// Another issuer's.
+    Wrong,
+}
+
+/// An OAuth 2.1 authorization server on loopback (metadata, registration,
+/// an authorization endpoint that approves at once, a token endpoint that
+/// checks PKCE S256 and issues refreshable tokens), and what it saw.
+#[derive(Default)]
+pub struct AuthState {
+    pub issuer: Mutex<String>,
+    pub iss: Mutex<Option<Iss>>,
+    /// Authorization requests' query parameters.
+    pub authorizations: Mutex<Vec<HashMap<String, String>>>,
+    /// Token requests' form parameters.
+    pub token_requests: Mutex<Vec<HashMap<String, String>>>,
+    /// Outstanding codes: code -> (challenge, scope).
+    codes: Mutex<HashMap<String, (String, String)>>,
+    /// Valid access tokens -> scopes.
+    pub tokens: Mutex<HashMap<String, Vec<String>>>,
+    /// Valid refresh tokens -> scopes.
+    refresh: Mutex<HashMap<String, Vec<String>>>,
+    /// Scopes this server never grants.
+    pub withheld: Mutex<Vec<String>>,
+    /// Offers only the client_credentials grant, to `machine:secret`
+    /// (HTTP Basic).
+    pub machine_only: std::sync::atomic::AtomicBool,
+    counter: AtomicUsize,
+}
+
+impl AuthState {
+    /// Expires every access token (the protected server refuses them).
+    pub fn expire_access_tokens(&self) {
+        self.tokens.lock().unwrap().clear();
+    }
+
+    /// Revokes every grant: refresh tokens included.
+    pub fn revoke(&self) {
+        self.tokens.lock().unwrap().clear();
+        self.refresh.lock().unwrap().clear();
+    }
+
+    fn next(&self, prefix: &str) -> String {
+        format!(
+            "{prefix}-{}",
+            self.counter.fetch_add(1, Ordering::SeqCst) + 1
+        )
+    }
+}
+
+/// Starts the authorization server; its issuer is its base URL.
+pub async fn auth_server(iss: Iss) -> (Server, Arc<AuthState>) {
+    let state = Arc::new(AuthState::default());
+    *state.iss.lock().unwrap() = Some(iss);
+    let router = Router::new()
+        .route("/.well-known/oauth-authorization-server", get(as_metadata))
+        .route("/register", post(as_register))
+        .route("/authorize", get(as_authorize))
+        .route("/token", post(as_token))
+        .with_state(state.clone());
+    let (addr, stop) = spawn_router(router).await;
+    *state.issuer.lock().unwrap() = format!("http://127.0.0.1:{}", addr.port());
+    let server = Server {
+        addr,
+        state: Fixture::new(FixtureConfig::default()).state,
+        seen: Arc::default(),
+        stop,
+    };
+    (server, state)
+}
+
+async fn as_metadata(State(state): State<Arc<AuthState>>) -> Response {
+    let issuer = state.issuer.lock().unwrap().clone();
+    let grants = if state.machine_only.load(Ordering::SeqCst) {
+        serde_json::json!(["client_credentials"])
+    } else {
+        serde_json::json!(["authorization_code", "refresh_token"])
+    };
+    axum::Json(serde_json::json!({
+        "issuer": issuer,
+        "authorization_endpoint": format!("{issuer}/authorize"),
+        "token_endpoint": format!("{issuer}/token"),
+        "registration_endpoint": format!("{issuer}/register"),
+        "response_types_supported": ["code"],
+        "grant_types_supported": grants,
+        "code_challenge_methods_supported": ["S256"],
+        "token_endpoint_auth_methods_supported": ["none", "client_secret_basic"],
+        "authorization_response_iss_parameter_supported": true,
+    }))
+    .into_response()
+}
+
+async fn as_register() -> Response {
+    (
+        StatusCode::CREATED,
+        axum::Json(serde_json::json!({"client_id": "loopback-client"})),
+    )
+        .into_response()
+}
+
+async fn as_authorize(
+    State(state): State<Arc<AuthState>>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    state.authorizations.lock().unwrap().push(query.clone());
+    let code = state.next("code");
+    let withheld = state.withheld.lock().unwrap().clone();
+    let scope = query
+        .get("scope")
+        .map(|s| {
+            s.split(' ')
+                .filter(|s| !withheld.iter().any(|w| w == s))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default();
+    state.codes.lock().unwrap().insert(
+        code.clone(),
+        (
+            query.get("code_challenge").cloned().unwrap_or_default(),
+            scope,
+        ),
+    );
+    let issuer = match *state.iss.lock().unwrap() {
+        Some(Iss::Wrong) => "https://evil.example.com".to_owned(),
+        _ => state.issuer.lock().unwrap().clone(),
+    };
+    let Some(mut back) = query
+        .get("redirect_uri")
+        .and_then(|r| url::Url::parse(r).ok())
+    else {
+        return StatusCode::BAD_REQUEST.into_response();
+    };
+    back.query_pairs_mut()
+        .append_pair("code", &code)
+        .append_pair(
+            "state",
+            query.get("state").map(String::as_str).unwrap_or(""),
+        )
+        .append_pair("iss", &issuer);
+    (StatusCode::FOUND, [(header::LOCATION, back.to_string())]).into_response()
+}
+
+fn token_error(error: &str) -> Response {
+    (
+        StatusCode::BAD_REQUEST,
+        axum::Json(serde_json::json!({"error": error})),
+    )
+        .into_response()
+}
+
+async fn as_token(
+    State(state): State<Arc<AuthState>>,
+    headers: HeaderMap,
+    axum::Form(form): axum::Form<HashMap<String, String>>,
+) -> Response {
+    use base64::Engine;
+    use sha2::Digest;
+    state.token_requests.lock().unwrap().push(form.clone());
+    let scopes: Vec<String> = match form.get("grant_type").map(String::as_str) {
+        Some("authorization_code") => {
+            let code = form.get("code").cloned().unwrap_or_default();
+            let Some((challenge, scope)) = state.codes.lock().unwrap().remove(&code) else {
+                return token_error("invalid_grant");
+            };
+            let verifier = form.get("code_verifier").cloned().unwrap_or_default();
+            let computed = base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .encode(sha2::Sha256::digest(verifier.as_bytes()));
+            if computed != challenge {
+                return token_error("invalid_grant");
+            }
+            scope
+                .split(' ')
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect()
+        }
+        Some("refresh_token") => {
+            let presented = form.get("refresh_token").cloned().unwrap_or_default();
+            match state.refresh.lock().unwrap().get(&presented) {
+                Some(scopes) => scopes.clone(),
+                None => return token_error("invalid_grant"),
+            }
+        }
+        Some("client_credentials") if state.machine_only.load(Ordering::SeqCst) => {
+            let expected = format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode("machine:secret")
+            );
+            let presented = headers
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok());
+            if presented != Some(expected.as_str()) {
+                return token_error("invalid_client");
+            }
+            form.get("scope")
+                .map(|s| s.split(' ').map(str::to_owned).collect())
+                .unwrap_or_default()
+        }
+        _ => return token_error("unsupported_grant_type"),
+    };
+    let access = state.next("access");
+    let refresh = state.next("refresh");
+    state
+        .tokens
+        .lock()
+        .unwrap()
+        .insert(access.clone(), scopes.clone());
+    state
+        .refresh
+        .lock()
+        .unwrap()
+        .insert(refresh.clone(), scopes.clone());
+    axum::Json(serde_json::json!({
+        "access_token": access,
+        "token_type": "Bearer",
+        "expires_in": 3600,
+        "refresh_token": refresh,
+        "scope": scopes.join(" "),
+    }))
+    .into_response()
+}
+
+/// What a protected server demands.
+#[derive(Default)]
+pub struct Protection {
+    /// The scope the first challenge names.
+    pub scope: String,
+    /// The scope `tools/call` needs, if more; with `escalate`, every call
+    /// is refused with a new one (`{scope}-N`).
+    pub call_scope: Mutex<Option<String>>,
+    pub escalate: bool,
+    pub refusals: AtomicUsize,
+    /// Bearer tokens seen, in order.
+    pub tokens_seen: Mutex<Vec<String>>,
+}
+
+#[derive(Clone)]
+struct Protected {
+    auth: Arc<AuthState>,
+    protection: Arc<Protection>,
+    base: Arc<Mutex<String>>,
+}
+
+/// The fixture over Streamable HTTP (2026, stateless) behind a bearer check
+/// against `auth`'s tokens, publishing its protected-resource metadata.
+pub async fn protected_fixture(auth: Arc<AuthState>, protection: Arc<Protection>) -> Server {
+    let fixture = Fixture::new(FixtureConfig::default());
+    let state = fixture.state.clone();
+    let f = fixture.clone();
+    let mcp = Router::new().route_service(
+        "/mcp",
+        StreamableHttpService::new(
+            move || Ok(f.clone()),
+            Arc::new(NeverSessionManager::default()),
+            StreamableHttpServerConfig::default().with_json_response(true),
+        ),
+    );
+    let base = Arc::new(Mutex::new(String::new()));
+    let guard = Protected {
+        auth: auth.clone(),
+        protection,
+        base: base.clone(),
+    };
+    let metadata_base = base.clone();
+    let router = mcp
+        .layer(middleware::from_fn_with_state(guard, bearer_check))
+        .route(
+            "/.well-known/oauth-protected-resource/mcp",
+            get(move || {
+                let base = metadata_base.lock().unwrap().clone();
+                let issuer = auth.issuer.lock().unwrap().clone();
+                async move {
+                    axum::Json(serde_json::json!({
+                        "resource": format!("{base}/mcp"),
+                        "authorization_servers": [issuer],
+                    }))
+                }
+            }),
+        );
+    let (addr, stop) = spawn_router(router).await;
+    *base.lock().unwrap() = format!("http://127.0.0.1:{}", addr.port());
+    Server {
+        addr,
+        state,
+        seen: Arc::default(),
+        stop,
+    }
+}
+
+async fn bearer_check(State(guard): State<Protected>, request: Request, next: Next) -> Response {
+    let base = guard.base.lock().unwrap().clone();
+    let metadata = format!("{base}/.well-known/oauth-protected-resource/mcp");
+    let token = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_owned);
+    let scopes = token
+        .as_ref()
+        .and_then(|t| guard.auth.tokens.lock().unwrap().get(t).cloned());
+    let Some(scopes) = scopes else {
+        let challenge = format!(
+            "Bearer error=\"invalid_token\", scope=\"{}\", resource_metadata=\"{metadata}\"",
+            guard.protection.scope
+        );
+        return (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, challenge)],
+        )
+            .into_response();
+    };
+    if let Some(token) = token {
+        guard.protection.tokens_seen.lock().unwrap().push(token);
+    }
+    let (parts, body) = request.into_parts();
+    let bytes = axum::body::to_bytes(body, 1 << 20)
+        .await
+        .unwrap_or_default();
+    let is_call = serde_json::from_slice::<serde_json::Value>(&bytes)
+        .ok()
+        .and_then(|v| v.get("method").and_then(|m| m.as_str()).map(str::to_owned))
+        .as_deref()
+        == Some("tools/call");
+    let needed = guard.protection.call_scope.lock().unwrap().clone();
+    let refused = match &needed {
+        Some(_) if guard.protection.escalate => true,
+        Some(needed) => !scopes.contains(needed),
+        None => false,
+    };
+    if is_call
+        && refused
+        && let Some(needed) = needed
+    {
+        // Escalating: a scope never asked for before, every time.
+        let challenged = if guard.protection.escalate {
+            let n = guard.protection.refusals.fetch_add(1, Ordering::SeqCst) + 1;
+            format!("{needed}-{n}")
+        } else {
+            needed
+        };
+        let challenge = format!(
+            "Bearer error=\"insufficient_scope\", scope=\"{challenged}\", resource_metadata=\"{metadata}\""
+        );
+        return (
+            StatusCode::FORBIDDEN,
+            [(header::WWW_AUTHENTICATE, challenge)],
+        )
+            .into_response();
+    }
+    next.run(Request::from_parts(parts, Body::from(bytes)))
+        .await
+}

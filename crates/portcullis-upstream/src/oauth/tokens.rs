@@ -1,0 +1,313 @@
+//! Tokens: the code redeemed (with the PKCE verifier and `resource`), the
+//! grant kept, and refreshed before it expires.
+//!
+//! The token endpoint exchanges are the `oauth2` crate's (client
+//! authentication `client_secret_basic`, `client_secret_post` or `none`,
+//! form encoding, error responses); they run on [`super::OAuthHttp`], so
+//! the SSRF guard sees every request.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use oauth2::basic::{BasicClient, BasicErrorResponseType};
+use oauth2::{
+    AuthType, AuthorizationCode, ClientId, ClientSecret, PkceCodeVerifier, RefreshToken,
+    RequestTokenError, TokenResponse, TokenUrl,
+};
+use serde::{Deserialize, Serialize};
+
+use super::registration::{RegisteredClient, TokenAuth};
+use super::{OAuthError, OAuthHttp};
+
+/// A token this long from expiry is refreshed before use (or at half its
+/// lifetime, for a token that lives less than twice this).
+pub const REFRESH_MARGIN: Duration = Duration::from_secs(60);
+
+/// What a login obtained, per server and issuer. Serialisable so a store
+/// can keep it (encrypted: it holds the tokens); its `Debug` shows none.
+#[derive(Clone, Serialize, Deserialize)]
+pub struct Grant {
+    /// The issuer that granted it.
+    pub issuer: String,
+    /// The `resource` it was granted for.
+    pub resource: String,
+    /// The issuer's token endpoint (for refreshing).
+    pub token_endpoint: String,
+    /// The client it was granted to.
+    pub client: RegisteredClient,
+    /// The access token.
+    pub access_token: String,
+    /// The refresh token, when the server issued one.
+    pub refresh_token: Option<String>,
+    /// When the access token expires, in seconds since the epoch (`None`:
+    /// the server did not say).
+    pub expires_at: Option<u64>,
+    /// When to refresh it, in seconds since the epoch: [`REFRESH_MARGIN`]
+    /// before expiry, or half-way for a short-lived token.
+    #[serde(default)]
+    pub refresh_at: Option<u64>,
+    /// The scopes requested (or granted, when the server said).
+    pub scopes: Vec<String>,
+    /// Obtained with the client's own credentials (the `client_credentials`
+    /// grant): renewed the same way when it expires, no person involved.
+    #[serde(default)]
+    pub client_credentials: bool,
+}
+
+impl std::fmt::Debug for Grant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Grant")
+            .field("issuer", &self.issuer)
+            .field("resource", &self.resource)
+            .field("client", &self.client)
+            .field(
+                "refresh_token",
+                &self.refresh_token.as_ref().map(|_| "<redacted>"),
+            )
+            .field("expires_at", &self.expires_at)
+            .field("scopes", &self.scopes)
+            .finish_non_exhaustive()
+    }
+}
+
+pub(crate) fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+impl Grant {
+    /// Whether the access token is due for a refresh (see
+    /// [`Grant::refresh_at`]).
+    pub fn expiring(&self) -> bool {
+        match (self.refresh_at, self.expires_at) {
+            (Some(at), _) => at <= now(),
+            (None, Some(at)) => at <= now() + REFRESH_MARGIN.as_secs(),
+            (None, None) => false,
+        }
+    }
+}
+
+type Oauth2Client = BasicClient<
+    oauth2::EndpointNotSet,
+    oauth2::EndpointNotSet,
+    oauth2::EndpointNotSet,
+    oauth2::EndpointNotSet,
+    oauth2::EndpointSet,
+>;
+
+fn client(registered: &RegisteredClient, token_endpoint: &str) -> Result<Oauth2Client, OAuthError> {
+    let token_url = TokenUrl::new(token_endpoint.to_owned()).map_err(|_| OAuthError::Token {
+        reason: "the token endpoint is not a URL".into(),
+    })?;
+    let mut oauth = BasicClient::new(ClientId::new(registered.client_id.clone()))
+        .set_token_uri(token_url)
+        .set_auth_type(match registered.auth {
+            TokenAuth::Basic => AuthType::BasicAuth,
+            TokenAuth::Post | TokenAuth::None => AuthType::RequestBody,
+        });
+    if registered.auth != TokenAuth::None
+        && let Some(secret) = &registered.client_secret
+    {
+        oauth = oauth.set_client_secret(ClientSecret::new(secret.clone()));
+    }
+    Ok(oauth)
+}
+
+/// What went wrong at the token endpoint, in words without a token.
+fn token_failure(
+    e: RequestTokenError<OAuthError, oauth2::basic::BasicErrorResponse>,
+) -> (Option<BasicErrorResponseType>, OAuthError) {
+    match e {
+        RequestTokenError::ServerResponse(response) => {
+            let code = response.error().clone();
+            let reason = match response.error_description() {
+                Some(d) => format!("{code}: {d}"),
+                None => code.to_string(),
+            };
+            (Some(code), OAuthError::Token { reason })
+        }
+        RequestTokenError::Request(inner) => (None, inner),
+        RequestTokenError::Parse(_, _) => (
+            None,
+            OAuthError::Token {
+                reason: "the token response could not be read".into(),
+            },
+        ),
+        RequestTokenError::Other(reason) => (None, OAuthError::Token { reason }),
+    }
+}
+
+fn grant_from(
+    response: &oauth2::basic::BasicTokenResponse,
+    template: Grant,
+    requested: &[String],
+) -> Grant {
+    let scopes = match response.scopes() {
+        Some(granted) => granted.iter().map(|s| s.to_string()).collect(),
+        None => requested.to_vec(),
+    };
+    Grant {
+        access_token: response.access_token().secret().clone(),
+        refresh_token: response
+            .refresh_token()
+            .map(|r| r.secret().clone())
+            // RFC 6749 §6: a refresh may keep the old refresh token.
+            .or(template.refresh_token.clone()),
+        expires_at: response.expires_in().map(|d| now() + d.as_secs()),
+        refresh_at: response.expires_in().map(|d| {
+            let lifetime = d.as_secs();
+            now()
+                + lifetime
+                    .saturating_sub(REFRESH_MARGIN.as_secs())
+                    .max(lifetime / 2)
+        }),
+        scopes,
+        ..template
+    }
+}
+
+/// Redeems an authorization code.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn redeem(
+    http: &OAuthHttp,
+    registered: &RegisteredClient,
+    token_endpoint: &str,
+    code: String,
+    verifier: PkceCodeVerifier,
+    redirect_uri: &str,
+    resource: &str,
+    scopes: &[String],
+) -> Result<Grant, OAuthError> {
+    http.endpoint(token_endpoint)?;
+    let redirect = oauth2::RedirectUrl::new(redirect_uri.to_owned())
+        .map_err(|_| OAuthError::UserAgent("the redirect URI is not a URL".into()))?;
+    let oauth = client(registered, token_endpoint)?.set_redirect_uri(redirect);
+    let response = oauth
+        .exchange_code(AuthorizationCode::new(code))
+        .set_pkce_verifier(verifier)
+        .add_extra_param("resource", resource.to_owned())
+        .request_async(http)
+        .await
+        .map_err(|e| token_failure(e).1)?;
+    Ok(grant_from(
+        &response,
+        Grant {
+            issuer: registered.issuer.clone(),
+            resource: resource.to_owned(),
+            token_endpoint: token_endpoint.to_owned(),
+            client: registered.clone(),
+            access_token: String::new(),
+            refresh_token: None,
+            expires_at: None,
+            refresh_at: None,
+            scopes: scopes.to_vec(),
+            client_credentials: false,
+        },
+        scopes,
+    ))
+}
+
+/// The `client_credentials` grant: the client's own credentials, no person
+/// (for an authorization server that offers nothing else to this client).
+pub(crate) async fn client_credentials(
+    http: &OAuthHttp,
+    registered: &RegisteredClient,
+    token_endpoint: &str,
+    resource: &str,
+    scopes: &[String],
+) -> Result<Grant, OAuthError> {
+    http.endpoint(token_endpoint)?;
+    let oauth = client(registered, token_endpoint)?;
+    let response = oauth
+        .exchange_client_credentials()
+        .add_scopes(scopes.iter().cloned().map(oauth2::Scope::new))
+        .add_extra_param("resource", resource.to_owned())
+        .request_async(http)
+        .await
+        .map_err(|e| token_failure(e).1)?;
+    Ok(grant_from(
+        &response,
+        Grant {
+            issuer: registered.issuer.clone(),
+            resource: resource.to_owned(),
+            token_endpoint: token_endpoint.to_owned(),
+            client: registered.clone(),
+            access_token: String::new(),
+            refresh_token: None,
+            expires_at: None,
+            refresh_at: None,
+            scopes: scopes.to_vec(),
+            client_credentials: true,
+        },
+        scopes,
+    ))
+}
+
+/// Refreshes `grant`. `Ok(None)`: the server refused the refresh token
+/// (`invalid_grant`: revoked or expired), so a new login is needed.
+pub(crate) async fn refresh(http: &OAuthHttp, grant: &Grant) -> Result<Option<Grant>, OAuthError> {
+    let Some(refresh_token) = &grant.refresh_token else {
+        if grant.client_credentials {
+            return match client_credentials(
+                http,
+                &grant.client,
+                &grant.token_endpoint,
+                &grant.resource,
+                &grant.scopes,
+            )
+            .await
+            {
+                Ok(fresh) => Ok(Some(fresh)),
+                // Refused credentials are the operator's to fix.
+                Err(OAuthError::Token { .. }) => Ok(None),
+                Err(e) => Err(e),
+            };
+        }
+        return Ok(None);
+    };
+    http.endpoint(&grant.token_endpoint)?;
+    let oauth = client(&grant.client, &grant.token_endpoint)?;
+    let refresh_token = RefreshToken::new(refresh_token.clone());
+    match oauth
+        .exchange_refresh_token(&refresh_token)
+        .add_extra_param("resource", grant.resource.clone())
+        .request_async(http)
+        .await
+    {
+        Ok(response) => Ok(Some(grant_from(&response, grant.clone(), &grant.scopes))),
+        Err(e) => match token_failure(e) {
+            (Some(BasicErrorResponseType::InvalidGrant), _) => Ok(None),
+            (_, error) => Err(error),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_grant_never_shows_its_tokens() {
+        let grant = Grant {
+            issuer: "https://as.example.com".into(),
+            resource: "https://mcp.example.com/mcp".into(),
+            token_endpoint: "https://as.example.com/token".into(),
+            client: RegisteredClient {
+                issuer: "https://as.example.com".into(),
+                client_id: "id".into(),
+                client_secret: Some("client-s3cret".into()),
+                auth: TokenAuth::Basic,
+            },
+            access_token: "access-s3cret".into(),
+            refresh_token: Some("refresh-s3cret".into()),
+            expires_at: Some(now() + 30),
+            refresh_at: None,
+            scopes: vec![],
+            client_credentials: false,
+        };
+        let shown = format!("{grant:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(grant.expiring());
+    }
+}
