@@ -4,7 +4,7 @@
 //! that fails), with a running count, the failures so far, the total and
 //! the servers still connecting.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 

@@ -2,7 +2,7 @@
 //! Streamable HTTP (rmcp's server on 127.0.0.1), legacy HTTP+SSE (written in
 //! `common`), and a stdio child process (the `upstream-fixture` binary).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -4,7 +4,7 @@
 //! never recorded; a SQLite store replays across toolsets (a restarted
 //! gateway).
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

@@ -9,8 +9,8 @@
 // Every server here is a child process over stdio.
 #![cfg(feature = "stdio")]
 
-mod common;
-mod drift_support;
+use crate::common;
+use crate::drift_support;
 
 use std::future::Future;
 use std::time::{Duration, Instant};

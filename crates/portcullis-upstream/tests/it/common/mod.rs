@@ -5,7 +5,7 @@
 
 #![allow(dead_code, unused_imports)] // each test (and the bench) uses a different part
 
-#[path = "../fixtures/handler.rs"]
+#[path = "../../fixtures/handler.rs"]
 pub mod handler;
 
 use std::collections::HashMap;

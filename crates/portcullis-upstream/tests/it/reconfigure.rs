@@ -4,7 +4,7 @@
 // Every server here is a child process over stdio.
 #![cfg(feature = "stdio")]
 
-mod drift_support;
+use crate::drift_support;
 
 use drift_support::*;
 use portcullis_upstream::{CallContext, CallError, ConnectOptions, Reconfigured, connect};
