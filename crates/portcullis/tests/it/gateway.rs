@@ -3,7 +3,7 @@
 //! child), as a user runs it: `tools`, `call`, and `serve` reached by an rmcp
 //! client over HTTP on loopback.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;

@@ -31,7 +31,7 @@
 // Sampling is deprecated by SEP-2577, but 2025-era servers use it.
 #![allow(deprecated)]
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -4,7 +4,7 @@
 //! util-linux `script`) one line counts the servers and is erased at the
 //! end; with `--log-format json` the terminal gets none either.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Stdio};

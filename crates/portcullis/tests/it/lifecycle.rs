@@ -13,7 +13,7 @@
 //! (`ops.rs` covers reloads that keep connections, SIGHUP, and shutdown
 //! over the demo upstream alone.)
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -13,7 +13,7 @@
 //! and calls one on each. A SIGTERM then ends the gateway cleanly and takes
 //! its stdio child with it.
 
-mod common;
+use crate::common;
 
 use common::{alive, child_pids, toml_string, write_config};
 use portcullis_catalog::{Tool, ToolAnnotations, ToolResult};

@@ -5,7 +5,7 @@
 //!
 //! The upstream is the binary's own `demo-upstream` (a stdio child).
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Write};
 

@@ -27,7 +27,7 @@ use std::time::Instant;
 use common::{PATIENCE, RawStdio, conformance_fixture, toml_string, write_config};
 use serde_json::{Value, json};
 
-mod common;
+use crate::common;
 
 /// What the fixture's `test_tool_with_logging` logs, in order.
 const LOGGED: [&str; 3] = [

@@ -7,7 +7,7 @@
 //! `call` reaches each through the same guards, a manifest edited between
 //! runs ends in quarantine, and `check` names a broken manifest.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

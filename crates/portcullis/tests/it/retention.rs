@@ -8,7 +8,7 @@
 //! the gateway opens the file, and read back through it after the gateway
 //! has exited.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Stdio};

@@ -12,7 +12,7 @@
 //! Outside CI a missing venv or fixture skips the test (it says so); with
 //! `CI=true` it is a failure.
 
-mod common;
+use crate::common;
 
 use common::{toml_string, write_config};
 use serde_json::{Value, json};

@@ -5,7 +5,7 @@
 //! its environment: `echo`'s description and input schema rewritten, a tool
 //! added (`shout`) and one removed (`count`).
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

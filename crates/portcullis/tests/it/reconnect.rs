@@ -3,7 +3,7 @@
 //! the log says so, `/healthz` reports it up again and calls reach the new
 //! child; stopping the gateway afterwards leaves no child behind.
 
-mod common;
+use crate::common;
 
 use common::{DEMO, alive, child_pids, eventually, http, mcp, send_signal, serve, write_config};
 use serde_json::{Value, json};

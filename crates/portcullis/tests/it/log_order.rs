@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use common::{PATIENCE, RawStdio, conformance_fixture, toml_string, write_config};
 use serde_json::{Value, json};
 
-mod common;
+use crate::common;
 
 /// Calls of the logging tool, each checked on its own.
 const ROUNDS: u64 = 40;

@@ -16,7 +16,7 @@
 
 #![allow(deprecated)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -13,7 +13,7 @@
 //! parallel never disturb each other. Attacks that could (the connection
 //! cap) start a gateway of their own.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};

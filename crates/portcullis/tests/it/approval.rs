@@ -17,7 +17,7 @@
 //! CI a missing venv skips the test (it says so); with `CI=true` it is a
 //! failure.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

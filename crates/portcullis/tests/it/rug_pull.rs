@@ -9,7 +9,7 @@
 //! (`drift.rs` covers `drift` and `retrust` in depth between runs of
 //! `tools`; this file is about the served surface across restarts.)
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

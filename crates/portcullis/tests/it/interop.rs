@@ -13,7 +13,7 @@
 //! missing peer skips the test (it says so); with `CI=true` a missing peer
 //! is a failure, so CI cannot pass without running these.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
