@@ -4,7 +4,7 @@
 //!
 //! `cargo bench -p portcullis-upstream --bench connect`
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/it/common/mod.rs"]
 mod common;
 
 use std::time::Duration;

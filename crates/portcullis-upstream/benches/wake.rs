@@ -8,7 +8,7 @@
 //! served during each kind of round (a wake's happen in its background
 //! reconcile, after the map is usable).
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/it/common/mod.rs"]
 mod common;
 
 use std::sync::Arc;

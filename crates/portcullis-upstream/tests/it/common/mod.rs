@@ -1,0 +1,780 @@
+//! Real servers on loopback for the integration tests: the fixture behind
+//! rmcp's Streamable HTTP service (with request recording, redirects and an
+//! auth gate), a legacy HTTP+SSE server written here with axum, a server
+//! that never answers, and the stdio fixture binary.
+
+#![allow(dead_code, unused_imports)] // each test (and the bench) uses a different part
+
+#[path = "../../fixtures/handler.rs"]
+pub mod handler;
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Query, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get, post};
+use futures::{SinkExt, StreamExt};
+use rmcp::ServiceExt;
+use rmcp::model::ClientJsonRpcMessage;
+use rmcp::transport::StreamableHttpServerConfig;
+use rmcp::transport::StreamableHttpService;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+use tokio_util::sync::CancellationToken;
+
+pub use handler::{Fixture, FixtureConfig, FixtureState, HOSTILE_INSTRUCTIONS};
+
+/// One request as the server saw it.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub method: String,
+    pub path: String,
+    pub headers: HeaderMap,
+}
+
+impl Seen {
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    }
+}
+
+/// Who may pass the auth gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    /// Everyone.
+    Open,
+    /// `Authorization: Bearer good`, else 401.
+    Bearer,
+    /// Everyone gets 403.
+    Forbidden,
+}
+
+/// A loopback HTTP server.
+pub struct Server {
+    pub addr: SocketAddr,
+    pub state: Arc<FixtureState>,
+    pub seen: Arc<Mutex<Vec<Seen>>>,
+    stop: CancellationToken,
+}
+
+impl Server {
+    pub fn base(&self) -> String {
+        format!("http://127.0.0.1:{}", self.addr.port())
+    }
+
+    /// The same server under the name `localhost`: another origin.
+    pub fn base_localhost(&self) -> String {
+        format!("http://localhost:{}", self.addr.port())
+    }
+
+    pub fn mcp_url(&self) -> String {
+        format!("{}/mcp", self.base())
+    }
+
+    /// A URL on this server that redirects (307) to `to`.
+    pub fn redirect_to(&self, to: &str) -> String {
+        url::Url::parse_with_params(&format!("{}/redirect", self.base()), [("to", to)])
+            .map(String::from)
+            .unwrap_or_default()
+    }
+
+    pub fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    pub fn calls(&self) -> usize {
+        self.state.calls.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+#[derive(Clone)]
+struct Recorder {
+    seen: Arc<Mutex<Vec<Seen>>>,
+    gate: Gate,
+}
+
+async fn record(State(recorder): State<Recorder>, request: Request, next: Next) -> Response {
+    if let Ok(mut seen) = recorder.seen.lock() {
+        seen.push(Seen {
+            method: request.method().to_string(),
+            path: request
+                .uri()
+                .path_and_query()
+                .map(|p| p.to_string())
+                .unwrap_or_default(),
+            headers: request.headers().clone(),
+        });
+    }
+    let authorized = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        == Some("Bearer good");
+    let path = request.uri().path().to_owned();
+    let gated = path == "/mcp";
+    match recorder.gate {
+        Gate::Bearer if gated && !authorized => StatusCode::UNAUTHORIZED.into_response(),
+        Gate::Forbidden if gated => StatusCode::FORBIDDEN.into_response(),
+        _ => next.run(request).await,
+    }
+}
+
+async fn redirect(Query(params): Query<HashMap<String, String>>) -> Response {
+    let to = params.get("to").cloned().unwrap_or_else(|| "/mcp".into());
+    Response::builder()
+        .status(StatusCode::TEMPORARY_REDIRECT)
+        .header(header::LOCATION, to)
+        .body(Body::empty())
+        .unwrap_or_default()
+}
+
+async fn see_other() -> Response {
+    Response::builder()
+        .status(StatusCode::SEE_OTHER)
+        .header(header::LOCATION, "/mcp")
+        .body(Body::empty())
+        .unwrap_or_default()
+}
+
+async fn redirect_forever() -> Response {
+    Response::builder()
+        .status(StatusCode::TEMPORARY_REDIRECT)
+        .header(header::LOCATION, "/loop")
+        .body(Body::empty())
+        .unwrap_or_default()
+}
+
+async fn spawn_router(router: Router) -> (SocketAddr, CancellationToken) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback");
+    let addr = listener.local_addr().expect("local addr");
+    let stop = CancellationToken::new();
+    let stopped = stop.clone();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, router)
+            .with_graceful_shutdown(async move { stopped.cancelled().await })
+            .await;
+    });
+    (addr, stop)
+}
+
+/// Options for an HTTP fixture.
+#[derive(Debug, Clone)]
+pub struct HttpOptions {
+    pub gate: Gate,
+    /// Stateful sessions (the 2025 era's `Mcp-Session-Id`) instead of
+    /// stateless.
+    pub sessions: bool,
+}
+
+impl Default for HttpOptions {
+    fn default() -> Self {
+        HttpOptions {
+            gate: Gate::Open,
+            sessions: false,
+        }
+    }
+}
+
+/// The fixture over Streamable HTTP on 127.0.0.1, with `/redirect?to=`,
+/// `/loop` (redirects to itself) and request recording.
+pub async fn http_fixture(config: FixtureConfig) -> Server {
+    http_fixture_with(config, HttpOptions::default()).await
+}
+
+pub async fn http_fixture_with(config: FixtureConfig, options: HttpOptions) -> Server {
+    let fixture = Fixture::new(config);
+    let state = fixture.state.clone();
+    let server_config = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(options.sessions)
+        .with_json_response(!options.sessions);
+    let mcp = if options.sessions {
+        let f = fixture.clone();
+        Router::new().route_service(
+            "/mcp",
+            StreamableHttpService::new(
+                move || Ok(f.clone()),
+                Arc::new(LocalSessionManager::default()),
+                server_config,
+            ),
+        )
+    } else {
+        let f = fixture.clone();
+        Router::new().route_service(
+            "/mcp",
+            StreamableHttpService::new(
+                move || Ok(f.clone()),
+                Arc::new(NeverSessionManager::default()),
+                server_config,
+            ),
+        )
+    };
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let recorder = Recorder {
+        seen: seen.clone(),
+        gate: options.gate,
+    };
+    let router = mcp
+        .route("/redirect", any(redirect))
+        .route("/loop", any(redirect_forever))
+        .route("/see-other", any(see_other))
+        .layer(middleware::from_fn_with_state(recorder, record));
+    let (addr, stop) = spawn_router(router).await;
+    Server {
+        addr,
+        state,
+        seen,
+        stop,
+    }
+}
+
+/// A server that accepts every request and never answers.
+pub async fn hanging_server() -> Server {
+    let router = Router::new().route(
+        "/mcp",
+        any(|| async {
+            std::future::pending::<()>().await;
+            StatusCode::OK
+        }),
+    );
+    let (addr, stop) = spawn_router(router).await;
+    Server {
+        addr,
+        state: Arc::default(),
+        seen: Arc::default(),
+        stop,
+    }
+}
+
+/// A loopback URL nothing listens on.
+pub async fn closed_port_url() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback");
+    let port = listener.local_addr().expect("local addr").port();
+    drop(listener);
+    format!("http://127.0.0.1:{port}/mcp")
+}
+
+type ToServer = futures::channel::mpsc::UnboundedSender<ClientJsonRpcMessage>;
+
+#[derive(Clone)]
+struct SseState {
+    fixture: Fixture,
+    sessions: Arc<Mutex<HashMap<String, ToServer>>>,
+    next: Arc<AtomicUsize>,
+    endpoint: Option<String>,
+    posts: Arc<AtomicUsize>,
+}
+
+async fn sse_open(State(state): State<SseState>) -> impl IntoResponse {
+    let id = state.next.fetch_add(1, Ordering::SeqCst).to_string();
+    let (to_server, from_client) = futures::channel::mpsc::unbounded::<ClientJsonRpcMessage>();
+    let (to_client, from_server) = futures::channel::mpsc::unbounded();
+    if let Ok(mut sessions) = state.sessions.lock() {
+        sessions.insert(id.clone(), to_server);
+    }
+    let fixture = state.fixture.clone();
+    tokio::spawn(async move {
+        let sink = to_client.sink_map_err(|_| std::io::Error::other("client gone"));
+        if let Ok(running) = fixture.serve((sink, from_client)).await {
+            let _ = running.waiting().await;
+        }
+    });
+    let endpoint = state
+        .endpoint
+        .clone()
+        .unwrap_or_else(|| format!("/message?sessionId={id}"));
+    let first = futures::stream::once(async move {
+        Ok::<_, Infallible>(Event::default().event("endpoint").data(endpoint))
+    });
+    let messages = from_server.map(|message: rmcp::model::ServerJsonRpcMessage| {
+        let data = serde_json::to_string(&message).unwrap_or_default();
+        Ok::<_, Infallible>(Event::default().event("message").data(data))
+    });
+    Sse::new(first.chain(messages))
+}
+
+async fn sse_post(
+    State(state): State<SseState>,
+    Query(params): Query<HashMap<String, String>>,
+    body: String,
+) -> StatusCode {
+    state.posts.fetch_add(1, Ordering::SeqCst);
+    let Some(id) = params.get("sessionId") else {
+        return StatusCode::BAD_REQUEST;
+    };
+    let Ok(message) = serde_json::from_str::<ClientJsonRpcMessage>(&body) else {
+        return StatusCode::BAD_REQUEST;
+    };
+    let sender = state.sessions.lock().ok().and_then(|s| s.get(id).cloned());
+    match sender {
+        Some(sender) if sender.unbounded_send(message).is_ok() => StatusCode::ACCEPTED,
+        _ => StatusCode::NOT_FOUND,
+    }
+}
+
+/// A legacy (2024-11-05) HTTP+SSE server: `GET /sse`, `POST /message`.
+pub struct SseServer {
+    pub server: Server,
+    pub posts: Arc<AtomicUsize>,
+    sessions: Arc<Mutex<HashMap<String, ToServer>>>,
+    opened: Arc<AtomicUsize>,
+}
+
+impl SseServer {
+    pub fn sse_url(&self) -> String {
+        format!("{}/sse", self.server.base())
+    }
+
+    /// Ends every open event stream, as a server restart would: each
+    /// session's server stops, and its stream with it.
+    pub fn end_streams(&self) {
+        if let Ok(mut sessions) = self.sessions.lock() {
+            sessions.clear();
+        }
+    }
+
+    /// How many event streams clients have opened (`GET /sse`).
+    pub fn streams_opened(&self) -> usize {
+        self.opened.load(Ordering::SeqCst)
+    }
+}
+
+/// `endpoint`: what the `endpoint` event says (default: this server's
+/// `/message?sessionId=N`).
+pub async fn sse_fixture(config: FixtureConfig, endpoint: Option<String>) -> SseServer {
+    let fixture = Fixture::new(config);
+    let posts = Arc::new(AtomicUsize::new(0));
+    let state = SseState {
+        fixture: fixture.clone(),
+        sessions: Arc::default(),
+        next: Arc::default(),
+        endpoint,
+        posts: posts.clone(),
+    };
+    let (sessions, opened) = (state.sessions.clone(), state.next.clone());
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let recorder = Recorder {
+        seen: seen.clone(),
+        gate: Gate::Open,
+    };
+    let router = Router::new()
+        .route("/sse", get(sse_open))
+        .route("/message", post(sse_post))
+        .with_state(state)
+        .layer(middleware::from_fn_with_state(recorder, record));
+    let (addr, stop) = spawn_router(router).await;
+    SseServer {
+        server: Server {
+            addr,
+            state: fixture.state,
+            seen,
+            stop,
+        },
+        posts,
+        sessions,
+        opened,
+    }
+}
+
+/// The stdio fixture binary.
+pub fn fixture_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_upstream-fixture")
+}
+
+/// Waits (polling) until `condition` holds, at most `limit`. Returns whether
+/// it held. Used to wait for an effect on the server side, never to assert
+/// how long something took.
+pub async fn eventually(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if condition() {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// How the loopback authorization server answers the `iss` of its
+/// authorization responses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Iss {
+    /// Its own issuer.
+    Correct,
+    /// Another issuer's.
+    Wrong,
+}
+
+/// An OAuth 2.1 authorization server on loopback (metadata, registration,
+/// an authorization endpoint that approves at once, a token endpoint that
+/// checks PKCE S256 and issues refreshable tokens), and what it saw.
+#[derive(Default)]
+pub struct AuthState {
+    pub issuer: Mutex<String>,
+    pub iss: Mutex<Option<Iss>>,
+    /// Authorization requests' query parameters.
+    pub authorizations: Mutex<Vec<HashMap<String, String>>>,
+    /// Token requests' form parameters.
+    pub token_requests: Mutex<Vec<HashMap<String, String>>>,
+    /// Outstanding codes: code -> (challenge, scope).
+    codes: Mutex<HashMap<String, (String, String)>>,
+    /// Valid access tokens -> scopes.
+    pub tokens: Mutex<HashMap<String, Vec<String>>>,
+    /// Valid refresh tokens -> scopes.
+    refresh: Mutex<HashMap<String, Vec<String>>>,
+    /// Scopes this server never grants.
+    pub withheld: Mutex<Vec<String>>,
+    /// Offers only the client_credentials grant, to `machine:secret`
+    /// (HTTP Basic).
+    pub machine_only: std::sync::atomic::AtomicBool,
+    counter: AtomicUsize,
+}
+
+impl AuthState {
+    /// Expires every access token (the protected server refuses them).
+    pub fn expire_access_tokens(&self) {
+        self.tokens.lock().unwrap().clear();
+    }
+
+    /// Revokes every grant: refresh tokens included.
+    pub fn revoke(&self) {
+        self.tokens.lock().unwrap().clear();
+        self.refresh.lock().unwrap().clear();
+    }
+
+    fn next(&self, prefix: &str) -> String {
+        format!(
+            "{prefix}-{}",
+            self.counter.fetch_add(1, Ordering::SeqCst) + 1
+        )
+    }
+}
+
+/// Starts the authorization server; its issuer is its base URL.
+pub async fn auth_server(iss: Iss) -> (Server, Arc<AuthState>) {
+    let state = Arc::new(AuthState::default());
+    *state.iss.lock().unwrap() = Some(iss);
+    let router = Router::new()
+        .route("/.well-known/oauth-authorization-server", get(as_metadata))
+        .route("/register", post(as_register))
+        .route("/authorize", get(as_authorize))
+        .route("/token", post(as_token))
+        .with_state(state.clone());
+    let (addr, stop) = spawn_router(router).await;
+    *state.issuer.lock().unwrap() = format!("http://127.0.0.1:{}", addr.port());
+    let server = Server {
+        addr,
+        state: Fixture::new(FixtureConfig::default()).state,
+        seen: Arc::default(),
+        stop,
+    };
+    (server, state)
+}
+
+async fn as_metadata(State(state): State<Arc<AuthState>>) -> Response {
+    let issuer = state.issuer.lock().unwrap().clone();
+    let grants = if state.machine_only.load(Ordering::SeqCst) {
+        serde_json::json!(["client_credentials"])
+    } else {
+        serde_json::json!(["authorization_code", "refresh_token"])
+    };
+    axum::Json(serde_json::json!({
+        "issuer": issuer,
+        "authorization_endpoint": format!("{issuer}/authorize"),
+        "token_endpoint": format!("{issuer}/token"),
+        "registration_endpoint": format!("{issuer}/register"),
+        "response_types_supported": ["code"],
+        "grant_types_supported": grants,
+        "code_challenge_methods_supported": ["S256"],
+        "token_endpoint_auth_methods_supported": ["none", "client_secret_basic"],
+        "authorization_response_iss_parameter_supported": true,
+    }))
+    .into_response()
+}
+
+async fn as_register() -> Response {
+    (
+        StatusCode::CREATED,
+        axum::Json(serde_json::json!({"client_id": "loopback-client"})),
+    )
+        .into_response()
+}
+
+async fn as_authorize(
+    State(state): State<Arc<AuthState>>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    state.authorizations.lock().unwrap().push(query.clone());
+    let code = state.next("code");
+    let withheld = state.withheld.lock().unwrap().clone();
+    let scope = query
+        .get("scope")
+        .map(|s| {
+            s.split(' ')
+                .filter(|s| !withheld.iter().any(|w| w == s))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default();
+    state.codes.lock().unwrap().insert(
+        code.clone(),
+        (
+            query.get("code_challenge").cloned().unwrap_or_default(),
+            scope,
+        ),
+    );
+    let issuer = match *state.iss.lock().unwrap() {
+        Some(Iss::Wrong) => "https://evil.example.com".to_owned(),
+        _ => state.issuer.lock().unwrap().clone(),
+    };
+    let Some(mut back) = query
+        .get("redirect_uri")
+        .and_then(|r| url::Url::parse(r).ok())
+    else {
+        return StatusCode::BAD_REQUEST.into_response();
+    };
+    back.query_pairs_mut()
+        .append_pair("code", &code)
+        .append_pair(
+            "state",
+            query.get("state").map(String::as_str).unwrap_or(""),
+        )
+        .append_pair("iss", &issuer);
+    (StatusCode::FOUND, [(header::LOCATION, back.to_string())]).into_response()
+}
+
+fn token_error(error: &str) -> Response {
+    (
+        StatusCode::BAD_REQUEST,
+        axum::Json(serde_json::json!({"error": error})),
+    )
+        .into_response()
+}
+
+async fn as_token(
+    State(state): State<Arc<AuthState>>,
+    headers: HeaderMap,
+    axum::Form(form): axum::Form<HashMap<String, String>>,
+) -> Response {
+    use base64::Engine;
+    use sha2::Digest;
+    state.token_requests.lock().unwrap().push(form.clone());
+    let scopes: Vec<String> = match form.get("grant_type").map(String::as_str) {
+        Some("authorization_code") => {
+            let code = form.get("code").cloned().unwrap_or_default();
+            let Some((challenge, scope)) = state.codes.lock().unwrap().remove(&code) else {
+                return token_error("invalid_grant");
+            };
+            let verifier = form.get("code_verifier").cloned().unwrap_or_default();
+            let computed = base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .encode(sha2::Sha256::digest(verifier.as_bytes()));
+            if computed != challenge {
+                return token_error("invalid_grant");
+            }
+            scope
+                .split(' ')
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect()
+        }
+        Some("refresh_token") => {
+            let presented = form.get("refresh_token").cloned().unwrap_or_default();
+            match state.refresh.lock().unwrap().get(&presented) {
+                Some(scopes) => scopes.clone(),
+                None => return token_error("invalid_grant"),
+            }
+        }
+        Some("client_credentials") if state.machine_only.load(Ordering::SeqCst) => {
+            let expected = format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode("machine:secret")
+            );
+            let presented = headers
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok());
+            if presented != Some(expected.as_str()) {
+                return token_error("invalid_client");
+            }
+            form.get("scope")
+                .map(|s| s.split(' ').map(str::to_owned).collect())
+                .unwrap_or_default()
+        }
+        _ => return token_error("unsupported_grant_type"),
+    };
+    let access = state.next("access");
+    let refresh = state.next("refresh");
+    state
+        .tokens
+        .lock()
+        .unwrap()
+        .insert(access.clone(), scopes.clone());
+    state
+        .refresh
+        .lock()
+        .unwrap()
+        .insert(refresh.clone(), scopes.clone());
+    axum::Json(serde_json::json!({
+        "access_token": access,
+        "token_type": "Bearer",
+        "expires_in": 3600,
+        "refresh_token": refresh,
+        "scope": scopes.join(" "),
+    }))
+    .into_response()
+}
+
+/// What a protected server demands.
+#[derive(Default)]
+pub struct Protection {
+    /// The scope the first challenge names.
+    pub scope: String,
+    /// The scope `tools/call` needs, if more; with `escalate`, every call
+    /// is refused with a new one (`{scope}-N`).
+    pub call_scope: Mutex<Option<String>>,
+    pub escalate: bool,
+    pub refusals: AtomicUsize,
+    /// Bearer tokens seen, in order.
+    pub tokens_seen: Mutex<Vec<String>>,
+}
+
+#[derive(Clone)]
+struct Protected {
+    auth: Arc<AuthState>,
+    protection: Arc<Protection>,
+    base: Arc<Mutex<String>>,
+}
+
+/// The fixture over Streamable HTTP (2026, stateless) behind a bearer check
+/// against `auth`'s tokens, publishing its protected-resource metadata.
+pub async fn protected_fixture(auth: Arc<AuthState>, protection: Arc<Protection>) -> Server {
+    let fixture = Fixture::new(FixtureConfig::default());
+    let state = fixture.state.clone();
+    let f = fixture.clone();
+    let mcp = Router::new().route_service(
+        "/mcp",
+        StreamableHttpService::new(
+            move || Ok(f.clone()),
+            Arc::new(NeverSessionManager::default()),
+            StreamableHttpServerConfig::default().with_json_response(true),
+        ),
+    );
+    let base = Arc::new(Mutex::new(String::new()));
+    let guard = Protected {
+        auth: auth.clone(),
+        protection,
+        base: base.clone(),
+    };
+    let metadata_base = base.clone();
+    let router = mcp
+        .layer(middleware::from_fn_with_state(guard, bearer_check))
+        .route(
+            "/.well-known/oauth-protected-resource/mcp",
+            get(move || {
+                let base = metadata_base.lock().unwrap().clone();
+                let issuer = auth.issuer.lock().unwrap().clone();
+                async move {
+                    axum::Json(serde_json::json!({
+                        "resource": format!("{base}/mcp"),
+                        "authorization_servers": [issuer],
+                    }))
+                }
+            }),
+        );
+    let (addr, stop) = spawn_router(router).await;
+    *base.lock().unwrap() = format!("http://127.0.0.1:{}", addr.port());
+    Server {
+        addr,
+        state,
+        seen: Arc::default(),
+        stop,
+    }
+}
+
+async fn bearer_check(State(guard): State<Protected>, request: Request, next: Next) -> Response {
+    let base = guard.base.lock().unwrap().clone();
+    let metadata = format!("{base}/.well-known/oauth-protected-resource/mcp");
+    let token = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_owned);
+    let scopes = token
+        .as_ref()
+        .and_then(|t| guard.auth.tokens.lock().unwrap().get(t).cloned());
+    let Some(scopes) = scopes else {
+        let challenge = format!(
+            "Bearer error=\"invalid_token\", scope=\"{}\", resource_metadata=\"{metadata}\"",
+            guard.protection.scope
+        );
+        return (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, challenge)],
+        )
+            .into_response();
+    };
+    if let Some(token) = token {
+        guard.protection.tokens_seen.lock().unwrap().push(token);
+    }
+    let (parts, body) = request.into_parts();
+    let bytes = axum::body::to_bytes(body, 1 << 20)
+        .await
+        .unwrap_or_default();
+    let is_call = serde_json::from_slice::<serde_json::Value>(&bytes)
+        .ok()
+        .and_then(|v| v.get("method").and_then(|m| m.as_str()).map(str::to_owned))
+        .as_deref()
+        == Some("tools/call");
+    let needed = guard.protection.call_scope.lock().unwrap().clone();
+    let refused = match &needed {
+        Some(_) if guard.protection.escalate => true,
+        Some(needed) => !scopes.contains(needed),
+        None => false,
+    };
+    if is_call
+        && refused
+        && let Some(needed) = needed
+    {
+        // Escalating: a scope never asked for before, every time.
+        let challenged = if guard.protection.escalate {
+            let n = guard.protection.refusals.fetch_add(1, Ordering::SeqCst) + 1;
+            format!("{needed}-{n}")
+        } else {
+            needed
+        };
+        let challenge = format!(
+            "Bearer error=\"insufficient_scope\", scope=\"{challenged}\", resource_metadata=\"{metadata}\""
+        );
+        return (
+            StatusCode::FORBIDDEN,
+            [(header::WWW_AUTHENTICATE, challenge)],
+        )
+            .into_response();
+    }
+    next.run(Request::from_parts(parts, Body::from(bytes)))
+        .await
+}

@@ -1,0 +1,1919 @@
+//! portcullis-upstream against real MCP servers over real transports:
+//! Streamable HTTP (rmcp's server on 127.0.0.1), legacy HTTP+SSE (written in
+//! `common`), and a stdio child process (the `upstream-fixture` binary).
+
+use crate::common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::*;
+use portcullis_catalog::disclosure::DESCRIBE_TOOL_NAME;
+use portcullis_catalog::fingerprint::fingerprint_listing;
+use portcullis_catalog::naming::Prefix;
+use portcullis_catalog::policy::read_only_policy;
+use portcullis_catalog::{ProjectionOptions, Rule, Tier, Tool, ToolResult};
+use portcullis_upstream::{
+    AllowedHosts, CallContext, CallError, ConnectOptions, McpServerConfig, Toolset, WiringError,
+    connect,
+};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn options() -> ConnectOptions {
+    ConnectOptions::default().with_projection(ProjectionOptions {
+        prefix: Prefix::Always,
+        ..Default::default()
+    })
+}
+
+fn text(result: &ToolResult) -> String {
+    result.text_blocks().collect::<Vec<_>>().join("\n")
+}
+
+fn names(toolset: &Toolset) -> Vec<String> {
+    toolset.tools().into_iter().map(|t| t.name).collect()
+}
+
+fn rules(toolset: &Toolset) -> Vec<(Rule, String)> {
+    toolset
+        .diagnostics()
+        .into_iter()
+        .map(|d| (d.rule, d.message))
+        .collect()
+}
+
+async fn call(
+    toolset: &Toolset,
+    name: &str,
+    args: serde_json::Value,
+) -> Result<ToolResult, CallError> {
+    toolset
+        .call(name, Some(args), &CallContext::default())
+        .await
+}
+
+#[tokio::test]
+async fn streamable_http_round_trip_discards_instructions() {
+    let server = http_fixture(FixtureConfig::default()).await;
+    let toolset = connect(
+        vec![McpServerConfig::streamable_http("fx", server.mcp_url())],
+        options(),
+    )
+    .await
+    .unwrap();
+    assert!(
+        toolset.diagnostics().is_empty(),
+        "{:?}",
+        toolset.diagnostics()
+    );
+    assert!(names(&toolset).contains(&"fx__echo".to_owned()));
+    let result = call(&toolset, "fx__echo", json!({"message": "hello-mcp"}))
+        .await
+        .unwrap();
+    assert_eq!(text(&result), "hello-mcp");
+    assert!(!result.is_error);
+    let prompt = toolset.compose_system_prompt();
+    assert!(prompt.contains("fx__echo"));
+    assert!(!prompt.contains(HOSTILE_INSTRUCTIONS));
+    let failed = call(&toolset, "fx__fail", json!({})).await.unwrap();
+    assert!(failed.is_error);
+    assert_eq!(text(&failed), "boom");
+    toolset.close().await;
+}
+
+#[tokio::test]
+async fn results_must_match_a_declared_output_schema() {
+    let server = http_fixture(FixtureConfig::default()).await;
+    let toolset = connect(
+        vec![McpServerConfig::streamable_http("fx", server.mcp_url())],
+        options(),
+    )
+    .await
+    .unwrap();
+    let good = call(&toolset, "fx__structured", json!({"mode": "good"}))
+        .await
+        .unwrap();
+    assert_eq!(good.structured_content, Some(json!({"n": 7})));
+    for mode in ["bad", "none"] {
+        let error = call(&toolset, "fx__structured", json!({ "mode": mode }))
+            .await
+            .unwrap_err();
+        assert!(matches!(error, CallError::OutputSchema { .. }), "{error:?}");
+        assert!(error.to_string().contains("output schema"));
+    }
+    toolset.close().await;
+}
+
+/// A tool the server withdrew after the catalogue was built is refused with
+/// "no longer published" instead of reaching the server.
+async fn withdrawn_tools_are_no_longer_published(toolset: &Toolset, server: &str) {
+    let echo = format!("{server}__echo");
+    assert_eq!(
+        text(&call(toolset, &echo, json!({"message": "a"})).await.unwrap()),
+        "a"
+    );
+    call(toolset, &format!("{server}__withdraw"), json!({}))
+        .await
+        .unwrap();
+    // The watcher re-lists in the background; poll until it has.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let mut refused = false;
+    while !refused && tokio::time::Instant::now() < deadline {
+        refused = matches!(
+            call(toolset, &echo, json!({"message": "b"})).await,
+            Err(CallError::NoLongerPublished { .. })
+        );
+        if !refused {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    assert!(
+        refused,
+        "{echo} is still callable after the server withdrew it"
+    );
+    let error = call(toolset, &echo, json!({"message": "c"}))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "MCP tool \"{echo}\" is no longer published by server \"{server}\". Its catalogue changed since this tool list was built; use another tool."
+        )
+    );
+}
+
+#[tokio::test]
+async fn a_withdrawn_tool_is_no_longer_published_2026_subscription() {
+    let server = http_fixture(FixtureConfig::default()).await;
+    let toolset = connect(
+        vec![McpServerConfig::streamable_http("fx", server.mcp_url())],
+        options(),
+    )
+    .await
+    .unwrap();
+    assert!(eventually(WAIT, || server.state.listeners.load(Ordering::SeqCst) == 1).await);
+    withdrawn_tools_are_no_longer_published(&toolset, "fx").await;
+    toolset.close().await;
+}
+
+#[cfg(feature = "stdio")]
+#[tokio::test]
+async fn a_withdrawn_tool_is_no_longer_published_handshake_era() {
+    let config = McpServerConfig::stdio("old", fixture_bin(), ["--legacy-only"]);
+    let toolset = connect(vec![config], options()).await.unwrap();
+    withdrawn_tools_are_no_longer_published(&toolset, "old").await;
+    toolset.close().await;
+}
+
+#[tokio::test]
+async fn listing_follows_next_cursor() {
+    let server = http_fixture(FixtureConfig {
+        page_size: 3,
+        pad: 4,
+        ..Default::default()
+    })
+    .await;
+    let toolset = connect(
+        vec![McpServerConfig::streamable_http("fx", server.mcp_url())],
+        options(),
+    )
+    .await
+    .unwrap();
+    // 10 fixture tools + 4 padding tools, 3 per page.
+    assert_eq!(
+        toolset.catalogue().server("fx").unwrap().published.len(),
+        14
+    );
+    let cursors = server.state.cursors.lock().unwrap().clone();
+    assert_eq!(cursors, ["page-3", "page-6", "page-9", "page-12"]);
+    toolset.close().await;
+}
+
+#[tokio::test]
+async fn two_servers_with_one_name_are_both_suffixed_and_routed_to_their_own_backend() {
+    let a = http_fixture(FixtureConfig {
+        label: "A".into(),
+        ..Default::default()
+    })
+    .await;
+    let b = http_fixture(FixtureConfig {
+        label: "B".into(),
+        ..Default::default()
+    })
+    .await;
+    let configs = vec![
+        McpServerConfig::streamable_http("local", a.mcp_url()),
+        McpServerConfig::streamable_http("local", b.mcp_url()),
+    ];
+    let mut maps = Vec::new();
+    for order in [configs.clone(), configs.into_iter().rev().collect()] {
+        let toolset = connect(order, ConnectOptions::default()).await.unwrap();
+        let whoami: Vec<String> = names(&toolset)
+            .into_iter()
+            .filter(|n| n.ends_with("__whoami"))
+            .collect();
+        assert_eq!(whoami.len(), 2, "{whoami:?}");
+        assert!(
+            whoami
+                .iter()
+                .all(|n| n.starts_with("local_") && n != "local__whoami")
+        );
+        let mut map = BTreeMap::new();
+        for name in whoami {
+            let label = text(&call(&toolset, &name, json!({})).await.unwrap());
+            map.insert(name, label);
+        }
+        assert_eq!(map.values().cloned().collect::<Vec<_>>().len(), 2);
+        assert!(map.values().any(|l| l == "A") && map.values().any(|l| l == "B"));
+        let collisions = toolset
+            .diagnostics()
+            .into_iter()
+            .filter(|d| d.rule == Rule::ServerNameCollision)
+            .count();
+        assert_eq!(collisions, 1);
+        maps.push(map);
+        toolset.close().await;
+    }
+    assert_eq!(
+        maps[0], maps[1],
+        "the name→backend map depends on load order"
+    );
+}
+
+#[tokio::test]
+async fn a_server_that_is_down_is_skipped_and_its_sibling_works() {
+    let up = http_fixture(FixtureConfig::default()).await;
+    let reported = Arc::new(AtomicUsize::new(0));
+    let count = reported.clone();
+    let toolset = connect(
+        vec![
+            McpServerConfig::streamable_http("down", closed_port_url().await),
+            McpServerConfig::streamable_http("up", up.mcp_url()),
+        ],
+        options().on_diagnostic(move |_| {
+            count.fetch_add(1, Ordering::SeqCst);
+        }),
+    )
+    .await
+    .unwrap();
+    assert_eq!(reported.load(Ordering::SeqCst), 1);
+    let diagnostics = toolset.diagnostics();
+    assert_eq!(diagnostics.len(), 1, "{diagnostics:?}");
+    assert_eq!(diagnostics[0].rule, Rule::ConnectionFailure);
+    assert_eq!(diagnostics[0].origin, "down");
+    assert!(names(&toolset).iter().all(|n| !n.starts_with("down__")));
+    let result = call(&toolset, "up__echo", json!({"message": "still here"}))
+        .await
+        .unwrap();
+    assert_eq!(text(&result), "still here");
+    toolset.close().await;
+}
+
+#[tokio::test]
+async fn a_hanging_server_times_out_and_its_sibling_works() {
+    let hang = hanging_server().await;
+    let up = http_fixture(FixtureConfig::default()).await;
+    let toolset = connect(
+        vec![
+            McpServerConfig::streamable_http("hang", format!("{}/mcp", hang.base())),
+            McpServerConfig::streamable_http("up", up.mcp_url()),
+        ],
+        options().with_server_timeout("hang", Duration::from_millis(1500)),
+    )
+    .await
+    .unwrap();
+    let failures: Vec<_> = toolset
+        .diagnostics()
+        .into_iter()
+        .filter(|d| d.rule == Rule::ConnectionFailure)
+        .collect();
+    assert_eq!(failures.len(), 1);
+    assert_eq!(failures[0].origin, "hang");
+    assert!(
+        failures[0]
+            .message
+            .contains("did not complete connecting within 1500 ms"),
+        "{}",
+        failures[0].message
+    );
+    assert_eq!(
+        text(
+            &call(&toolset, "up__echo", json!({"message": "fine"}))
+                .await
+                .unwrap()
+        ),
+        "fine"
+    );
+    toolset.close().await;
+}
+
+#[tokio::test]
+async fn a_call_that_hangs_times_out_and_the_server_is_told() {
+    let server = http_fixture(FixtureConfig::default()).await;
+    let toolset = connect(
+        vec![McpServerConfig::streamable_http("fx", server.mcp_url())],
+        options().with_timeout(Duration::from_millis(2500)),
+    )
+    .await
+    .unwrap();
+    let error = call(&toolset, "fx__hang", json!({})).await.unwrap_err();
+    assert_eq!(
+        error,
+        CallError::Timeout {
+            tool: "fx__hang".into(),
+            timeout_ms: 2500
+        }
+    );
+    assert!(
+        eventually(WAIT, || server.state.cancelled.load(Ordering::SeqCst) == 1).await,
+        "the server never saw the cancellation"
+    );
+    // The connection survives a timed-out call.
+    assert_eq!(
+        text(
+            &call(&toolset, "fx__echo", json!({"message": "ok"}))
+                .await
+                .unwrap()
+        ),
+        "ok"
+    );
+    toolset.close().await;
+}
+
+#[tokio::test]
+async fn cancellation_reaches_the_server() {
+    let server = http_fixture(FixtureConfig::default()).await;
+    let toolset = connect(
+        vec![McpServerConfig::streamable_http("fx", server.mcp_url())],
+        options(),
+    )
+    .await
+    .unwrap();
+    let cancel = CancellationToken::new();
+    let context = CallContext::default().with_cancel(cancel.clone());
+    let pending = {
+        let toolset = toolset.clone();
+        tokio::spawn(async move { toolset.call("fx__hang", None, &context).await })
+    };
+    assert!(eventually(WAIT, || server.state.hanging.load(Ordering::SeqCst) == 1).await);
+    cancel.cancel();
+    let outcome = pending.await.unwrap();
+    assert_eq!(
+        outcome.unwrap_err(),
+        CallError::Cancelled {
+            tool: "fx__hang".into()
+        }
+    );
+    assert!(
+        eventually(WAIT, || server.state.cancelled.load(Ordering::SeqCst) == 1).await,
+        "the server never saw the cancellation"
+    );
+    toolset.close().await;
+}
+
+#[tokio::test]
+async fn progress_reaches_the_caller() {
+    let server = http_fixture(FixtureConfig::default()).await;
+    let toolset = connect(
+        vec![McpServerConfig::streamable_http("fx", server.mcp_url())],
+        options(),
+    )
+    .await
+    .unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let context = CallContext::default().with_progress(tx);
+    let result = toolset
+        .call("fx__progress", Some(json!({"steps": 3})), &context)
+        .await
+        .unwrap();
+    assert_eq!(text(&result), "done after 3 steps");
+    let mut seen = Vec::new();
+    while let Ok(p) = rx.try_recv() {
+        seen.push(p);
+    }
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    assert_eq!(seen[2].progress, 3.0);
+    assert_eq!(seen[2].total, Some(3.0));
+    assert_eq!(seen[0].message.as_deref(), Some("step 1"));
+    toolset.close().await;
+}
+
+#[tokio::test]
+async fn an_over_budget_listing_is_deferred_behind_the_describe_tool() {
+    let big = http_fixture(FixtureConfig {
+        pad: 200,
+        ..Default::default()
+    })
+    .await;
+    let small = http_fixture(FixtureConfig::default()).await;
+    let toolset = connect(
+        vec![
+            McpServerConfig::streamable_http("broad", big.mcp_url()),
+            McpServerConfig::streamable_http("small", small.mcp_url()),
+        ],
+        ConnectOptions::default(),
+    )
+    .await
+    .unwrap();
+    let catalogue = toolset.catalogue();
+    assert!(catalogue.has_describe_tool());
+    assert_ne!(catalogue.server("broad").unwrap().tier, Tier::Inline);
+    assert_eq!(catalogue.server("small").unwrap().tier, Tier::Inline);
+    let names = names(&toolset);
+    assert!(
+        names.contains(&"broad__tool_0".to_owned())
+            && names.contains(&"broad__tool_199".to_owned())
+    );
+    let described = call(
+        &toolset,
+        DESCRIBE_TOOL_NAME,
+        json!({"tool": "broad__tool_7"}),
+    )
+    .await
+    .unwrap();
+    assert!(
+        text(&described).contains("What to send."),
+        "{}",
+        text(&described)
+    );
+    let unknown = call(&toolset, DESCRIBE_TOOL_NAME, json!({"tool": "nope"}))
+        .await
+        .unwrap();
+    assert!(unknown.is_error);
+    let result = call(&toolset, "broad__tool_7", json!({"payload": "x"}))
+        .await
+        .unwrap();
+    assert_eq!(text(&result), "called tool_7 with payload");
+    toolset.close().await;
+}
+
+#[tokio::test]
+async fn the_policy_gate_runs_first_and_a_denied_call_never_reaches_the_server() {
+    let server = http_fixture(FixtureConfig::default()).await;
+    let toolset = connect(
+        vec![McpServerConfig::streamable_http("fx", server.mcp_url())],
+        options().with_policy(read_only_policy(["fx__echo"])),
+    )
+    .await
+    .unwrap();
+    let denied = call(&toolset, "fx__echo", json!({"message": "x"}))
+        .await
+        .unwrap();
+    assert!(denied.is_error);
+    let shape = denied.structured_content.unwrap();
+    assert_eq!(shape["__denied"], json!(true));
+    assert_eq!(shape["toolName"], json!("fx__echo"));
+    assert_eq!(server.calls(), 0);
+    // Invalid arguments are refused here too, before the server.
+    let invalid = call(&toolset, "fx__progress", json!({"steps": "many"}))
+        .await
+        .unwrap();
+    assert!(invalid.is_error);
+    assert!(
+        text(&invalid).starts_with("ERR_INVALID_ARGUMENTS"),
+        "{}",
+        text(&invalid)
+    );
+    assert_eq!(server.calls(), 0);
+    assert!(matches!(
+        call(&toolset, "fx__nope", json!({})).await,
+        Err(CallError::UnknownTool { .. })
+    ));
+    toolset.close().await;
+}
+
+#[tokio::test]
+async fn a_drifted_tool_is_quarantined_and_never_called() {
+    let server = http_fixture(FixtureConfig::default()).await;
+    let config = McpServerConfig::streamable_http("fx", server.mcp_url());
+    let trusted = vec![
+        Tool::new("echo").with_description("Echo, as first trusted."),
+        Tool::new("whoami")
+            .with_description("Say which fixture answered.")
+            .with_input_schema(json!({"type": "object"})),
+    ];
+    let toolset = connect(
+        vec![config.clone()],
+        options().with_baseline(config.identity(), fingerprint_listing(&trusted)),
+    )
+    .await
+    .unwrap();
+    let catalogue = toolset.catalogue();
+    let stub = catalogue.get("fx__echo").unwrap();
+    assert!(
+        stub.definition
+            .description
+            .as_deref()
+            .unwrap()
+            .contains("quarantined")
+    );
+    let refused = call(&toolset, "fx__echo", json!({"message": "x"}))
+        .await
+        .unwrap();
+    assert!(refused.is_error);
+    assert_eq!(server.calls(), 0);
+    // Tools published after the baseline are withheld, not callable.
+    assert!(toolset.catalogue().get("fx__hang").is_none());
+    assert!(rules(&toolset).iter().any(|(r, _)| *r == Rule::ToolDrift));
+    toolset.close().await;
+}
+
+mod redirects {
+    use super::*;
+
+    fn secret(config: McpServerConfig) -> McpServerConfig {
+        config.with_header("X-Secret", "s3cret")
+    }
+
+    #[tokio::test]
+    async fn same_origin_redirects_keep_headers_and_credentials() {
+        let server = http_fixture(FixtureConfig::default()).await;
+        let toolset = connect(
+            vec![secret(McpServerConfig::streamable_http(
+                "fx",
+                server.redirect_to("/mcp"),
+            ))],
+            options()
+                .with_session("s1")
+                .with_auth(|_, _| async { Ok::<_, String>("good".to_owned()) }),
+        )
+        .await
+        .unwrap();
+        assert!(rules(&toolset).is_empty(), "{:?}", rules(&toolset));
+        let result = toolset
+            .call(
+                "fx__echo",
+                Some(json!({"message": "via redirect"})),
+                &CallContext::for_session("s1"),
+            )
+            .await
+            .unwrap();
+        assert_eq!(text(&result), "via redirect");
+        let at_mcp: Vec<_> = server
+            .seen()
+            .into_iter()
+            .filter(|s| s.path == "/mcp")
+            .collect();
+        assert!(!at_mcp.is_empty());
+        assert!(
+            at_mcp
+                .iter()
+                .all(|s| s.header("x-secret").as_deref() == Some("s3cret"))
+        );
+        assert!(
+            at_mcp
+                .iter()
+                .all(|s| s.header("authorization").as_deref() == Some("Bearer good"))
+        );
+        toolset.close().await;
+    }
+
+    #[tokio::test]
+    async fn a_cross_origin_hop_withholds_credentials_and_headers() {
+        let first = http_fixture(FixtureConfig::default()).await;
+        let other = http_fixture(FixtureConfig::default()).await;
+        // Same machine, another origin: a different port under "localhost".
+        let target = format!("{}/mcp", other.base_localhost());
+        let toolset = connect(
+            vec![secret(McpServerConfig::streamable_http(
+                "fx",
+                first.redirect_to(&target),
+            ))],
+            options()
+                .with_session("s1")
+                .with_auth(|_, _| async { Ok::<_, String>("good".to_owned()) }),
+        )
+        .await
+        .unwrap();
+        let withheld: Vec<_> = rules(&toolset)
+            .into_iter()
+            .filter(|(r, _)| *r == Rule::CrossOriginHeadersWithheld)
+            .collect();
+        assert_eq!(withheld.len(), 1, "{:?}", rules(&toolset));
+        let reached = other.seen();
+        assert!(!reached.is_empty(), "the other origin was never reached");
+        assert!(reached.iter().all(|s| s.header("x-secret").is_none()));
+        assert!(reached.iter().all(|s| s.header("authorization").is_none()));
+        // The first origin did get them.
+        assert!(first.seen().iter().all(|s| s.header("x-secret").is_some()));
+        toolset.close().await;
+    }
+
+    #[tokio::test]
+    async fn a_303_turns_the_post_into_a_bodiless_get() {
+        let server = http_fixture(FixtureConfig::default()).await;
+        let toolset = connect(
+            vec![McpServerConfig::streamable_http(
+                "fx",
+                format!("{}/see-other", server.base()),
+            )],
+            options(),
+        )
+        .await
+        .unwrap();
+        let seen = server.seen();
+        assert_eq!(seen[0].method, "POST");
+        assert_eq!(seen[0].path, "/see-other");
+        assert_eq!(seen[1].method, "GET");
+        assert_eq!(seen[1].path, "/mcp");
+        assert!(seen[1].header("content-type").is_none());
+        // A GET is not an MCP request: the server refuses it.
+        assert_eq!(toolset.diagnostics()[0].rule, Rule::ConnectionFailure);
+    }
+
+    #[tokio::test]
+    async fn more_than_five_redirects_fail() {
+        let server = http_fixture(FixtureConfig::default()).await;
+        let toolset = connect(
+            vec![McpServerConfig::streamable_http(
+                "fx",
+                format!("{}/loop", server.base()),
+            )],
+            options(),
+        )
+        .await
+        .unwrap();
+        let diagnostics = toolset.diagnostics();
+        assert_eq!(diagnostics.len(), 1, "{diagnostics:?}");
+        assert_eq!(diagnostics[0].rule, Rule::ConnectionFailure);
+        assert_eq!(
+            diagnostics[0].message,
+            "MCP server \"fx\" exceeded 5 redirects."
+        );
+        // The first request plus five followed hops, then it stops.
+        let loops = server.seen().iter().filter(|s| s.path == "/loop").count();
+        assert_eq!(loops, 6);
+        assert!(toolset.tools().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_redirect_to_a_blocked_host_is_refused_before_any_request() {
+        let first = http_fixture(FixtureConfig::default()).await;
+        let other = http_fixture(FixtureConfig::default()).await;
+        let target = format!("{}/mcp", other.base_localhost());
+        let toolset = connect(
+            vec![McpServerConfig::streamable_http(
+                "fx",
+                first.redirect_to(&target),
+            )],
+            options().with_allowed_hosts(AllowedHosts::list(["127.0.0.1"])),
+        )
+        .await
+        .unwrap();
+        let diagnostics = toolset.diagnostics();
+        assert_eq!(diagnostics.len(), 1, "{diagnostics:?}");
+        assert_eq!(
+            diagnostics[0].message,
+            "MCP server \"fx\" host \"localhost\" is not in allowedHosts."
+        );
+        assert!(other.seen().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_redirect_to_a_metadata_address_is_refused() {
+        let first = http_fixture(FixtureConfig::default()).await;
+        let toolset = connect(
+            vec![McpServerConfig::streamable_http(
+                "fx",
+                first.redirect_to("https://169.254.169.254/latest/meta-data/"),
+            )],
+            options(),
+        )
+        .await
+        .unwrap();
+        let diagnostics = toolset.diagnostics();
+        assert_eq!(diagnostics.len(), 1, "{diagnostics:?}");
+        assert!(
+            diagnostics[0]
+                .message
+                .contains("link-local or cloud-metadata"),
+            "{}",
+            diagnostics[0].message
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_handshake_era_server_is_reached_through_the_initialize_fallback() {
+    let server = http_fixture_with(
+        FixtureConfig {
+            legacy_only: true,
+            ..Default::default()
+        },
+        HttpOptions {
+            sessions: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    let toolset = connect(
+        vec![McpServerConfig::streamable_http("old", server.mcp_url())],
+        options(),
+    )
+    .await
+    .unwrap();
+    assert!(
+        toolset.diagnostics().is_empty(),
+        "{:?}",
+        toolset.diagnostics()
+    );
+    let result = call(&toolset, "old__echo", json!({"message": "handshake"}))
+        .await
+        .unwrap();
+    assert_eq!(text(&result), "handshake");
+    let sessions: Vec<String> = server
+        .seen()
+        .iter()
+        .filter_map(|s| s.header("mcp-session-id"))
+        .collect();
+    assert!(!sessions.is_empty(), "no request carried a session id");
+    toolset.close().await;
+    // close() ends the legacy session with a DELETE carrying its id.
+    assert!(
+        eventually(WAIT, || server.seen().iter().any(
+            |s| s.method == "DELETE" && s.header("mcp-session-id").is_some()
+        ))
+        .await,
+        "no session DELETE"
+    );
+}
+
+mod guard {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_host_outside_allowed_hosts_gets_zero_requests() {
+        let server = http_fixture(FixtureConfig::default()).await;
+        let toolset = connect(
+            vec![McpServerConfig::streamable_http("fx", server.mcp_url())],
+            options().with_allowed_hosts(AllowedHosts::list(["mcp.example.com"])),
+        )
+        .await
+        .unwrap();
+        assert!(toolset.tools().is_empty());
+        let diagnostics = toolset.diagnostics();
+        assert_eq!(diagnostics.len(), 1);
+        assert_eq!(diagnostics[0].rule, Rule::ConnectionFailure);
+        assert_eq!(
+            diagnostics[0].message,
+            "MCP server \"fx\" host \"127.0.0.1\" is not in allowedHosts."
+        );
+        assert!(server.seen().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_resolver_is_asked_per_server_and_session() {
+        let server = http_fixture(FixtureConfig::default()).await;
+        let asked = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = asked.clone();
+        let hosts = AllowedHosts::resolver(move |server, session| {
+            if let Ok(mut a) = record.lock() {
+                a.push(format!("{server}/{session}"));
+            }
+            vec!["127.0.0.1".to_owned()]
+        });
+        let toolset = connect(
+            vec![McpServerConfig::streamable_http("fx", server.mcp_url())],
+            options().with_allowed_hosts(hosts).with_session("sess-9"),
+        )
+        .await
+        .unwrap();
+        assert!(!toolset.tools().is_empty());
+        assert_eq!(asked.lock().unwrap().clone(), ["fx/sess-9"]);
+        toolset.close().await;
+    }
+
+    #[tokio::test]
+    async fn wiring_mistakes_name_the_session() {
+        let auth = connect(
+            vec![],
+            options().with_auth(|_, _| async { Ok::<_, String>("t".to_owned()) }),
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(auth, WiringError::AuthWithoutSession));
+        assert!(auth.to_string().contains("session"));
+        let hosts = connect(
+            vec![],
+            options().with_allowed_hosts(AllowedHosts::resolver(|_, _| vec![])),
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(hosts, WiringError::HostResolverWithoutSession));
+        assert!(hosts.to_string().contains("session"));
+    }
+}
+
+mod auth {
+    use super::*;
+
+    #[tokio::test]
+    async fn credentials_are_resolved_before_the_handshake_and_per_call() {
+        let server = http_fixture_with(
+            FixtureConfig::default(),
+            HttpOptions {
+                gate: Gate::Bearer,
+                ..Default::default()
+            },
+        )
+        .await;
+        let sessions = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = sessions.clone();
+        let toolset = connect(
+            vec![McpServerConfig::streamable_http("locked", server.mcp_url())],
+            options()
+                .with_session("alice")
+                .with_auth(move |server, session| {
+                    if let Ok(mut s) = record.lock() {
+                        s.push(format!("{server}/{session}"));
+                    }
+                    async { Ok::<_, String>("good".to_owned()) }
+                }),
+        )
+        .await
+        .unwrap();
+        assert!(
+            toolset.diagnostics().is_empty(),
+            "{:?}",
+            toolset.diagnostics()
+        );
+        let result = toolset
+            .call(
+                "locked__echo",
+                Some(json!({"message": "in"})),
+                &CallContext::for_session("alice"),
+            )
+            .await
+            .unwrap();
+        assert_eq!(text(&result), "in");
+        assert_eq!(
+            sessions.lock().unwrap().clone(),
+            ["locked/alice", "locked/alice"]
+        );
+        assert!(
+            server
+                .seen()
+                .iter()
+                .all(|s| s.header("authorization").as_deref() == Some("Bearer good"))
+        );
+        // A call without a session is refused before anything else.
+        assert_eq!(
+            toolset
+                .call("locked__echo", None, &CallContext::default())
+                .await
+                .unwrap_err()
+                .to_string(),
+            "MCP tool \"locked__echo\" requires a session context."
+        );
+        toolset.close().await;
+    }
+
+    #[tokio::test]
+    async fn each_session_sends_only_its_own_bearer() {
+        let server = http_fixture(FixtureConfig::default()).await;
+        let config = McpServerConfig::streamable_http("fx", server.mcp_url());
+        let mut toolsets = Vec::new();
+        for session in ["alice", "bob"] {
+            let toolset = connect(
+                vec![config.clone()],
+                options()
+                    .with_session(session)
+                    .with_auth(|_, session: String| async move {
+                        Ok::<_, String>(format!("token-{session}"))
+                    }),
+            )
+            .await
+            .unwrap();
+            let result = toolset
+                .call(
+                    "fx__echo",
+                    Some(json!({"message": session})),
+                    &CallContext::for_session(session),
+                )
+                .await
+                .unwrap();
+            assert_eq!(text(&result), session);
+            toolsets.push(toolset);
+        }
+        let seen = server.seen();
+        let bearers: Vec<Vec<String>> = seen
+            .iter()
+            .map(|s| {
+                s.headers
+                    .get_all("authorization")
+                    .iter()
+                    .filter_map(|v| v.to_str().ok().map(str::to_owned))
+                    .collect()
+            })
+            .collect();
+        assert!(bearers.iter().all(|b| b.len() == 1), "{bearers:?}");
+        assert!(bearers.iter().any(|b| b[0] == "Bearer token-alice"));
+        assert!(bearers.iter().any(|b| b[0] == "Bearer token-bob"));
+        assert!(
+            bearers
+                .iter()
+                .all(|b| b[0] == "Bearer token-alice" || b[0] == "Bearer token-bob")
+        );
+        for toolset in toolsets {
+            // Nothing a toolset shows carries a token.
+            assert!(!format!("{toolset:?} {:?}", toolset.diagnostics()).contains("token-"));
+            toolset.close().await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_401_drops_only_that_server() {
+        let locked = http_fixture_with(
+            FixtureConfig::default(),
+            HttpOptions {
+                gate: Gate::Bearer,
+                ..Default::default()
+            },
+        )
+        .await;
+        let open = http_fixture(FixtureConfig::default()).await;
+        let toolset = connect(
+            vec![
+                McpServerConfig::streamable_http("locked", locked.mcp_url()),
+                McpServerConfig::streamable_http("open", open.mcp_url()),
+            ],
+            options(),
+        )
+        .await
+        .unwrap();
+        let diagnostics = toolset.diagnostics();
+        assert_eq!(diagnostics.len(), 1, "{diagnostics:?}");
+        assert_eq!(
+            diagnostics[0].message,
+            "MCP server \"locked\" rejected authorization (HTTP 401)."
+        );
+        assert_eq!(
+            text(
+                &call(&toolset, "open__echo", json!({"message": "ok"}))
+                    .await
+                    .unwrap()
+            ),
+            "ok"
+        );
+        toolset.close().await;
+    }
+
+    #[tokio::test]
+    async fn a_403_is_reported_as_denied_access() {
+        let server = http_fixture_with(
+            FixtureConfig::default(),
+            HttpOptions {
+                gate: Gate::Forbidden,
+                ..Default::default()
+            },
+        )
+        .await;
+        let toolset = connect(
+            vec![McpServerConfig::streamable_http("nope", server.mcp_url())],
+            options(),
+        )
+        .await
+        .unwrap();
+        let diagnostics = toolset.diagnostics();
+        assert_eq!(diagnostics.len(), 1, "{diagnostics:?}");
+        assert_eq!(
+            diagnostics[0].message,
+            "MCP server \"nope\" denied access (HTTP 403)."
+        );
+    }
+
+    #[tokio::test]
+    async fn a_401_during_a_call_marks_the_server_unavailable() {
+        let server = http_fixture_with(
+            FixtureConfig::default(),
+            HttpOptions {
+                gate: Gate::Bearer,
+                ..Default::default()
+            },
+        )
+        .await;
+        // The handshake gets a good token; calls get a revoked one.
+        let resolved = Arc::new(AtomicUsize::new(0));
+        let count = resolved.clone();
+        let toolset = connect(
+            vec![McpServerConfig::streamable_http("locked", server.mcp_url())],
+            options().with_session("bob").with_auth(move |_, _| {
+                let n = count.fetch_add(1, Ordering::SeqCst);
+                async move { Ok::<_, String>(if n == 0 { "good" } else { "revoked" }.to_owned()) }
+            }),
+        )
+        .await
+        .unwrap();
+        assert!(!toolset.tools().is_empty());
+        let context = CallContext::for_session("bob");
+        let first = toolset
+            .call("locked__echo", Some(json!({"message": "x"})), &context)
+            .await;
+        assert_eq!(
+            first.unwrap_err(),
+            CallError::Unauthorized {
+                server: "locked".into()
+            }
+        );
+        let second = toolset
+            .call("locked__echo", Some(json!({"message": "x"})), &context)
+            .await;
+        assert_eq!(
+            second.unwrap_err().to_string(),
+            "MCP server \"locked\" is unavailable."
+        );
+        assert_eq!(server.calls(), 0);
+        toolset.close().await;
+    }
+}
+
+mod legacy_sse {
+    use super::*;
+
+    #[tokio::test]
+    async fn list_call_and_progress_over_http_sse() {
+        let server = sse_fixture(FixtureConfig::default(), None).await;
+        let toolset = connect(
+            vec![McpServerConfig::sse("old", server.sse_url())],
+            options(),
+        )
+        .await
+        .unwrap();
+        assert!(
+            toolset.diagnostics().is_empty(),
+            "{:?}",
+            toolset.diagnostics()
+        );
+        assert!(names(&toolset).contains(&"old__echo".to_owned()));
+        let result = call(&toolset, "old__echo", json!({"message": "over sse"}))
+            .await
+            .unwrap();
+        assert_eq!(text(&result), "over sse");
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let context = CallContext::default().with_progress(tx);
+        let done = toolset
+            .call("old__progress", Some(json!({"steps": 2})), &context)
+            .await
+            .unwrap();
+        assert_eq!(text(&done), "done after 2 steps");
+        let mut count = 0;
+        while rx.try_recv().is_ok() {
+            count += 1;
+        }
+        assert_eq!(count, 2);
+        toolset.close().await;
+        assert_eq!(
+            call(&toolset, "old__echo", json!({"message": "x"}))
+                .await
+                .unwrap_err()
+                .to_string(),
+            "MCP server \"old\" is unavailable."
+        );
+    }
+
+    #[tokio::test]
+    async fn cancellation_reaches_a_legacy_sse_server() {
+        let server = sse_fixture(FixtureConfig::default(), None).await;
+        let toolset = connect(
+            vec![McpServerConfig::sse("old", server.sse_url())],
+            options(),
+        )
+        .await
+        .unwrap();
+        let cancel = CancellationToken::new();
+        let context = CallContext::default().with_cancel(cancel.clone());
+        let pending = {
+            let toolset = toolset.clone();
+            tokio::spawn(async move { toolset.call("old__hang", None, &context).await })
+        };
+        assert!(
+            eventually(WAIT, || server.server.state.hanging.load(Ordering::SeqCst)
+                == 1)
+            .await
+        );
+        cancel.cancel();
+        assert!(matches!(
+            pending.await.unwrap(),
+            Err(CallError::Cancelled { .. })
+        ));
+        assert!(
+            eventually(WAIT, || server
+                .server
+                .state
+                .cancelled
+                .load(Ordering::SeqCst)
+                == 1)
+            .await
+        );
+        toolset.close().await;
+    }
+
+    #[tokio::test]
+    async fn an_endpoint_on_another_origin_is_refused() {
+        let server = sse_fixture(
+            FixtureConfig::default(),
+            Some("http://localhost:9/message?sessionId=0".into()),
+        )
+        .await;
+        let toolset = connect(
+            vec![McpServerConfig::sse("old", server.sse_url())],
+            options(),
+        )
+        .await
+        .unwrap();
+        assert!(toolset.tools().is_empty());
+        let diagnostics = toolset.diagnostics();
+        assert_eq!(diagnostics.len(), 1);
+        assert!(
+            diagnostics[0]
+                .message
+                .to_lowercase()
+                .contains("endpoint origin does not match"),
+            "{}",
+            diagnostics[0].message
+        );
+        assert_eq!(server.posts.load(Ordering::SeqCst), 0);
+    }
+}
+
+#[cfg(feature = "stdio")]
+mod stdio {
+    use super::*;
+
+    fn fixture(name: &str, args: &[&str]) -> McpServerConfig {
+        McpServerConfig::stdio(name, fixture_bin(), args.iter().copied())
+    }
+
+    fn alive(pid: u32) -> bool {
+        // A zombie still has a /proc entry; check its state too.
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Ok(stat) => !stat.contains(") Z "),
+            Err(_) => false,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stdio_child_is_gone_after_close() {
+        let toolset = connect(vec![fixture("kid", &[])], options()).await.unwrap();
+        assert!(
+            toolset.diagnostics().is_empty(),
+            "{:?}",
+            toolset.diagnostics()
+        );
+        let pid = toolset.child_pid("kid").expect("a child pid");
+        let reported = text(&call(&toolset, "kid__pid", json!({})).await.unwrap());
+        assert_eq!(reported, pid.to_string());
+        assert!(alive(pid));
+        toolset.close().await;
+        assert!(
+            eventually(WAIT, || !alive(pid)).await,
+            "child {pid} survived close()"
+        );
+        assert_eq!(
+            call(&toolset, "kid__pid", json!({}))
+                .await
+                .unwrap_err()
+                .to_string(),
+            "MCP server \"kid\" is unavailable."
+        );
+        // Idempotent.
+        toolset.close().await;
+    }
+
+    #[tokio::test]
+    async fn a_stdio_child_dies_with_a_dropped_toolset() {
+        let toolset = connect(vec![fixture("kid", &[])], options()).await.unwrap();
+        let pid = toolset.child_pid("kid").expect("a child pid");
+        assert!(alive(pid));
+        drop(toolset);
+        assert!(
+            eventually(WAIT, || !alive(pid)).await,
+            "child {pid} outlived its toolset"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_stdio_child_gets_a_minimal_environment() {
+        // Some variable of ours that is not on the allow-list.
+        let (leaked, _) = std::env::vars()
+            .find(|(k, _)| !portcullis_upstream::stdio::AMBIENT_ALLOWLIST.contains(&k.as_str()))
+            .expect("the test process has some environment");
+        let toolset = connect(
+            vec![fixture("kid", &[]).with_env("FIXTURE_GREETING", "hi")],
+            options(),
+        )
+        .await
+        .unwrap();
+        let env = |name: &str| {
+            let toolset = toolset.clone();
+            let name = name.to_owned();
+            async move {
+                text(
+                    &call(&toolset, "kid__env", json!({ "name": name }))
+                        .await
+                        .unwrap(),
+                )
+            }
+        };
+        assert_eq!(env("FIXTURE_GREETING").await, "hi");
+        assert_eq!(
+            env(&leaked).await,
+            "<unset>",
+            "{leaked} leaked into the child"
+        );
+        assert_ne!(env("PATH").await, "<unset>");
+        toolset.close().await;
+    }
+
+    #[tokio::test]
+    async fn a_child_that_crashes_mid_call_fails_that_call_and_leaves_siblings() {
+        let http = http_fixture(FixtureConfig::default()).await;
+        let toolset = connect(
+            vec![
+                fixture("kid", &["--crash"]),
+                McpServerConfig::streamable_http("web", http.mcp_url()),
+            ],
+            // Not reopened, so the closed connection stays visible (the
+            // reconnect tests cover reopening).
+            options().with_reconnect(portcullis_upstream::Backoff::NEVER),
+        )
+        .await
+        .unwrap();
+        let crashed = call(&toolset, "kid__crash", json!({})).await.unwrap_err();
+        assert!(
+            matches!(crashed, CallError::ConnectionLost { .. }),
+            "{crashed:?}"
+        );
+        let after = call(&toolset, "kid__echo", json!({"message": "x"}))
+            .await
+            .unwrap_err();
+        assert_eq!(after.to_string(), "MCP server \"kid\" is unavailable.");
+        assert_eq!(
+            text(
+                &call(&toolset, "web__echo", json!({"message": "y"}))
+                    .await
+                    .unwrap()
+            ),
+            "y"
+        );
+        toolset.close().await;
+    }
+
+    #[tokio::test]
+    async fn cancellation_reaches_a_stdio_child() {
+        let marker = std::env::temp_dir().join(format!("portcullis-cancel-{}", std::process::id()));
+        let _ = std::fs::remove_file(&marker);
+        let config =
+            fixture("kid", &[]).with_env("FIXTURE_CANCEL_MARKER", marker.display().to_string());
+        let toolset = connect(vec![config], options()).await.unwrap();
+        let cancel = CancellationToken::new();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let context = CallContext::default()
+            .with_cancel(cancel.clone())
+            .with_progress(tx);
+        let pending = {
+            let toolset = toolset.clone();
+            tokio::spawn(async move { toolset.call("kid__hang", None, &context).await })
+        };
+        // The child reports (as progress) that the call arrived.
+        let arrived = rx.recv().await.expect("progress from the child");
+        assert_eq!(arrived.message.as_deref(), Some("hanging"));
+        cancel.cancel();
+        assert!(matches!(
+            pending.await.unwrap(),
+            Err(CallError::Cancelled { .. })
+        ));
+        assert!(
+            eventually(WAIT, || std::fs::read_to_string(&marker)
+                .is_ok_and(|m| m == "cancelled"))
+            .await,
+            "the child never saw the cancellation"
+        );
+        let _ = std::fs::remove_file(&marker);
+        toolset.close().await;
+    }
+
+    #[tokio::test]
+    async fn a_handshake_era_stdio_child_is_reached() {
+        let toolset = connect(vec![fixture("old", &["--legacy-only"])], options())
+            .await
+            .unwrap();
+        assert!(
+            toolset.diagnostics().is_empty(),
+            "{:?}",
+            toolset.diagnostics()
+        );
+        assert_eq!(
+            text(
+                &call(&toolset, "old__echo", json!({"message": "hs"}))
+                    .await
+                    .unwrap()
+            ),
+            "hs"
+        );
+        toolset.close().await;
+    }
+
+    #[tokio::test]
+    async fn a_stdio_server_that_never_answers_times_out() {
+        // `sleep` reads nothing and writes nothing: a server that hangs.
+        let toolset = connect(
+            vec![McpServerConfig::stdio("mute", "sleep", ["30"])],
+            options().with_timeout(Duration::from_millis(800)),
+        )
+        .await
+        .unwrap();
+        let diagnostics = toolset.diagnostics();
+        assert_eq!(diagnostics.len(), 1, "{diagnostics:?}");
+        assert_eq!(diagnostics[0].rule, Rule::ConnectionFailure);
+        assert!(toolset.tools().is_empty());
+    }
+}
+
+#[cfg(not(feature = "stdio"))]
+#[tokio::test]
+async fn without_the_stdio_feature_a_stdio_config_yields_no_tools_and_says_how_to_enable_it() {
+    let http = http_fixture(FixtureConfig::default()).await;
+    let toolset = connect(
+        vec![
+            McpServerConfig::stdio("local", fixture_bin(), Vec::<String>::new()),
+            McpServerConfig::streamable_http("web", http.mcp_url()),
+        ],
+        options(),
+    )
+    .await
+    .unwrap();
+    let diagnostics = toolset.diagnostics();
+    assert_eq!(diagnostics.len(), 1, "{diagnostics:?}");
+    assert_eq!(diagnostics[0].rule, Rule::UnsupportedTransport);
+    assert_eq!(diagnostics[0].origin, "local");
+    assert!(diagnostics[0].message.contains("`stdio` cargo feature"));
+    assert!(names(&toolset).iter().all(|n| !n.starts_with("local__")));
+    assert!(names(&toolset).contains(&"web__echo".to_owned()));
+}
+
+#[tokio::test]
+async fn a_cursor_style_config_connects_end_to_end() {
+    let server = http_fixture(FixtureConfig::default()).await;
+    let stdio = if cfg!(feature = "stdio") {
+        format!(
+            r#""local": {{"command": {:?}, "args": ["--label", "L"]}},"#,
+            fixture_bin()
+        )
+    } else {
+        String::new()
+    };
+    let json = format!(
+        r#"{{"mcpServers": {{ {stdio} "web": {{"url": {:?}, "headers": {{"X-Team": "t1"}}}}, "bad": {{"url": "ftp://x"}} }}}}"#,
+        server.mcp_url()
+    );
+    let parsed = portcullis_upstream::parse_mcp_servers_json(&json).unwrap();
+    assert_eq!(parsed.diagnostics.len(), 1);
+    let toolset = connect(parsed.servers, options()).await.unwrap();
+    assert!(
+        toolset.diagnostics().is_empty(),
+        "{:?}",
+        toolset.diagnostics()
+    );
+    assert_eq!(
+        text(
+            &call(&toolset, "web__echo", json!({"message": "w"}))
+                .await
+                .unwrap()
+        ),
+        "w"
+    );
+    assert!(
+        server
+            .seen()
+            .iter()
+            .all(|s| s.header("x-team").as_deref() == Some("t1"))
+    );
+    if cfg!(feature = "stdio") {
+        assert_eq!(
+            text(&call(&toolset, "local__whoami", json!({})).await.unwrap()),
+            "L"
+        );
+    }
+    toolset.close().await;
+}
+
+// OAuth against a real authorization server and a protected server, both on
+// loopback (`common::auth_server`, `common::protected_fixture`).
+
+mod oauth {
+    use super::*;
+    use portcullis_upstream::oauth::{AuthStatus, OAuthClient, OAuthError, OAuthSettings};
+    use std::sync::Mutex;
+
+    async fn client(server: &Server) -> OAuthClient {
+        let settings = OAuthSettings {
+            client_name: "portcullis tests".into(),
+            redirect_uri: "http://127.0.0.1:9/callback".into(),
+            ..OAuthSettings::default()
+        };
+        OAuthClient::new("docs", &server.mcp_url(), None, settings)
+            .await
+            .expect("an OAuth client")
+    }
+
+    /// Connects with the login as the server's own credential (as the
+    /// gateway does: no session).
+    async fn open(server: &Server, oauth: &OAuthClient) -> Toolset {
+        connect(
+            vec![McpServerConfig::streamable_http("docs", server.mcp_url())],
+            ConnectOptions::default().with_server_auth("docs", oauth.clone()),
+        )
+        .await
+        .expect("connect")
+    }
+
+    fn echo(toolset: &Toolset) -> String {
+        toolset
+            .tools()
+            .into_iter()
+            .map(|t| t.name)
+            .find(|n| n.ends_with("echo"))
+            .expect("the fixture's echo tool")
+    }
+
+    async fn call(toolset: &Toolset) -> Result<portcullis_catalog::ToolResult, CallError> {
+        toolset
+            .call(
+                &echo(toolset),
+                Some(json!({"message": "hi"})),
+                &CallContext::default(),
+            )
+            .await
+    }
+
+    /// The first connection is refused with a challenge; logs in from it.
+    async fn logged_in(server: &Server, oauth: &OAuthClient) {
+        let refused = open(server, oauth).await;
+        assert!(
+            refused.tools().is_empty(),
+            "the server let us in unauthenticated"
+        );
+        let (status, challenge) = oauth.take_challenge().expect("a 401 challenge");
+        assert_eq!(status, 401);
+        assert!(challenge.resource_metadata.is_some());
+        refused.close().await;
+        oauth
+            .login(Some(&challenge), &oauth.follow_redirects())
+            .await
+            .expect("login");
+    }
+
+    #[tokio::test]
+    async fn oauth_login_calls_with_the_token_and_refreshes_after_expiry() {
+        let (_as, auth) = auth_server(Iss::Correct).await;
+        let protection = Arc::new(Protection {
+            scope: "mcp:read".into(),
+            ..Protection::default()
+        });
+        let server = protected_fixture(auth.clone(), protection.clone()).await;
+        let oauth = client(&server).await;
+        let kept = Arc::new(Mutex::new(Vec::<Option<String>>::new()));
+        let keeper = kept.clone();
+        oauth.on_grant(Arc::new(move |server, grant| {
+            assert_eq!(server, "docs");
+            keeper
+                .lock()
+                .unwrap()
+                .push(grant.map(|g| g.access_token.clone()));
+        }));
+        logged_in(&server, &oauth).await;
+        // Code + PKCE S256, the resource parameter, the challenge's scope.
+        let authorize = auth.authorizations.lock().unwrap()[0].clone();
+        assert_eq!(authorize["code_challenge_method"], "S256");
+        assert_eq!(authorize["resource"], server.mcp_url());
+        assert_eq!(authorize["scope"], "mcp:read");
+        let redeemed = auth.token_requests.lock().unwrap()[0].clone();
+        assert_eq!(redeemed["grant_type"], "authorization_code");
+        assert_eq!(redeemed["resource"], server.mcp_url());
+
+        let toolset = open(&server, &oauth).await;
+        assert_eq!(text(&call(&toolset).await.expect("the call")), "hi");
+        let first = oauth.grant().await.expect("a grant").access_token;
+        assert!(protection.tokens_seen.lock().unwrap().contains(&first));
+
+        // The access token expires: the next call refreshes it first.
+        auth.expire_access_tokens();
+        let mut grant = oauth.grant().await.expect("a grant");
+        grant.expires_at = Some(0);
+        grant.refresh_at = Some(0);
+        oauth.restore(grant).await;
+        assert_eq!(
+            text(&call(&toolset).await.expect("the call after refresh")),
+            "hi"
+        );
+        let refreshed = oauth.grant().await.expect("a grant").access_token;
+        assert_ne!(refreshed, first);
+        assert_eq!(
+            protection.tokens_seen.lock().unwrap().last(),
+            Some(&refreshed)
+        );
+        let requests = auth.token_requests.lock().unwrap().clone();
+        let refresh = requests.last().expect("a refresh request");
+        assert_eq!(refresh["grant_type"], "refresh_token");
+        assert_eq!(refresh["resource"], server.mcp_url());
+        // Whoever keeps grants heard of the login and of the refresh.
+        assert_eq!(*kept.lock().unwrap(), [Some(first), Some(refreshed)]);
+        toolset.close().await;
+    }
+
+    #[tokio::test]
+    async fn oauth_steps_up_on_insufficient_scope_within_a_limit() {
+        let (_as, auth) = auth_server(Iss::Correct).await;
+        let protection = Arc::new(Protection {
+            scope: "mcp:read".into(),
+            call_scope: Mutex::new(Some("mcp:write".into())),
+            ..Protection::default()
+        });
+        let server = protected_fixture(auth.clone(), protection.clone()).await;
+        let oauth = client(&server).await;
+        logged_in(&server, &oauth).await;
+        let toolset = open(&server, &oauth).await;
+        assert!(matches!(
+            call(&toolset).await,
+            Err(CallError::Forbidden { .. })
+        ));
+        toolset.close().await;
+        let (status, challenge) = oauth.take_challenge().expect("a 403 challenge");
+        assert_eq!(status, 403);
+        assert!(challenge.insufficient_scope());
+        oauth
+            .step_up(&challenge, &oauth.follow_redirects())
+            .await
+            .expect("step-up");
+        // The union of what was asked before and what is challenged now.
+        let last = auth.authorizations.lock().unwrap().last().cloned().unwrap();
+        assert_eq!(last["scope"], "mcp:read mcp:write");
+        let toolset = open(&server, &oauth).await;
+        assert_eq!(
+            text(&call(&toolset).await.expect("the call after step-up")),
+            "hi"
+        );
+        toolset.close().await;
+
+        // A server that asks for a new scope on every call is followed
+        // MAX_STEP_UPS times, then refused.
+        *protection.call_scope.lock().unwrap() = Some("mcp:admin".into());
+        let escalating = Arc::new(Protection {
+            scope: "mcp:read".into(),
+            call_scope: Mutex::new(Some("mcp:admin".into())),
+            escalate: true,
+            ..Protection::default()
+        });
+        let server = protected_fixture(auth.clone(), escalating).await;
+        let oauth = client(&server).await;
+        logged_in(&server, &oauth).await;
+        let before = auth.authorizations.lock().unwrap().len();
+        let mut outcome = Ok(());
+        for _ in 0..10 {
+            let toolset = open(&server, &oauth).await;
+            assert!(call(&toolset).await.is_err());
+            toolset.close().await;
+            let (_, challenge) = oauth.take_challenge().expect("a 403 challenge");
+            outcome = oauth.step_up(&challenge, &oauth.follow_redirects()).await;
+            if outcome.is_err() {
+                break;
+            }
+        }
+        assert!(
+            matches!(outcome, Err(OAuthError::StepUpLimit { attempts, .. }) if attempts == portcullis_upstream::oauth::MAX_STEP_UPS),
+            "{outcome:?}"
+        );
+        let made = auth.authorizations.lock().unwrap().len() - before;
+        assert_eq!(made as u32, portcullis_upstream::oauth::MAX_STEP_UPS);
+        // A challenge for a scope already asked for is not followed at all.
+        let repeated = portcullis_upstream::oauth::Challenge {
+            error: Some("insufficient_scope".into()),
+            scopes: vec!["mcp:read".into()],
+            resource_metadata: None,
+        };
+        oauth
+            .login(Some(&repeated), &oauth.follow_redirects())
+            .await
+            .expect("login");
+        let before = auth.authorizations.lock().unwrap().len();
+        assert!(matches!(
+            oauth.step_up(&repeated, &oauth.follow_redirects()).await,
+            Err(OAuthError::StepUpLimit { attempts: 0, .. })
+        ));
+        assert_eq!(auth.authorizations.lock().unwrap().len(), before);
+    }
+
+    #[tokio::test]
+    async fn oauth_a_revoked_grant_needs_a_login_and_is_not_reported_down() {
+        let (_as, auth) = auth_server(Iss::Correct).await;
+        let protection = Arc::new(Protection {
+            scope: "mcp:read".into(),
+            ..Protection::default()
+        });
+        let server = protected_fixture(auth.clone(), protection).await;
+        let oauth = client(&server).await;
+        logged_in(&server, &oauth).await;
+        let forgotten = Arc::new(AtomicUsize::new(0));
+        let counter = forgotten.clone();
+        oauth.on_grant(Arc::new(move |_, grant| {
+            if grant.is_none() {
+                counter.fetch_add(1, Ordering::SeqCst);
+            }
+        }));
+        auth.revoke();
+        let mut grant = oauth.grant().await.expect("a grant");
+        grant.refresh_at = Some(0);
+        oauth.restore(grant).await;
+        // Connecting says the server needs a login, not that it is down.
+        let toolset = open(&server, &oauth).await;
+        let said: Vec<String> = toolset
+            .diagnostics()
+            .iter()
+            .map(|d| d.to_string())
+            .collect();
+        assert!(
+            said.iter()
+                .any(|d| d.contains("\"docs\" needs a login") && d.contains("revoked")),
+            "{said:?}"
+        );
+        toolset.close().await;
+        match oauth.access_token().await {
+            Err(OAuthError::LoginRequired { server, reason }) => {
+                assert_eq!(server, "docs");
+                assert!(reason.contains("revoked"), "{reason}");
+            }
+            other => panic!("expected LoginRequired, got {other:?}"),
+        }
+        assert_eq!(oauth.status().await, AuthStatus::NeedsLogin);
+        assert_eq!(
+            forgotten.load(Ordering::SeqCst),
+            1,
+            "the refused grant was not dropped"
+        );
+        // A new login restores it.
+        oauth
+            .login(None, &oauth.follow_redirects())
+            .await
+            .expect("login again");
+        let toolset = open(&server, &oauth).await;
+        assert_eq!(text(&call(&toolset).await.expect("the call")), "hi");
+        toolset.close().await;
+    }
+
+    #[tokio::test]
+    async fn oauth_an_authorization_response_from_another_issuer_is_refused() {
+        let (_as, auth) = auth_server(Iss::Wrong).await;
+        let protection = Arc::new(Protection {
+            scope: "mcp:read".into(),
+            ..Protection::default()
+        });
+        let server = protected_fixture(auth.clone(), protection).await;
+        let oauth = client(&server).await;
+        let refused = open(&server, &oauth).await;
+        refused.close().await;
+        let (_, challenge) = oauth.take_challenge().expect("a challenge");
+        let outcome = oauth
+            .login(Some(&challenge), &oauth.follow_redirects())
+            .await;
+        assert!(
+            matches!(outcome, Err(OAuthError::IssuerMismatch { ref found, .. }) if found.as_deref() == Some("https://evil.example.com")),
+            "{outcome:?}"
+        );
+        // The code never reached the token endpoint.
+        assert_eq!(auth.authorizations.lock().unwrap().len(), 1);
+        assert!(auth.token_requests.lock().unwrap().is_empty());
+        assert_eq!(oauth.status().await, AuthStatus::LoggedOut);
+    }
+}
+
+mod oauth_browser {
+    use super::*;
+    use portcullis_upstream::oauth::{LoopbackRedirect, OAuthClient, OAuthSettings};
+
+    #[tokio::test]
+    async fn oauth_login_through_a_browser_and_the_loopback_redirect_listener() {
+        let (_as, auth) = auth_server(Iss::Correct).await;
+        let protection = Arc::new(Protection {
+            scope: "mcp:read".into(),
+            ..Protection::default()
+        });
+        let server = protected_fixture(auth.clone(), protection).await;
+        // The "browser": follows the authorization server's redirects,
+        // ending at the listener, as a person's browser would.
+        let shown = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let seen = shown.clone();
+        let strays = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let stray_statuses = strays.clone();
+        let listener_base = Arc::new(std::sync::OnceLock::<String>::new());
+        let base = listener_base.clone();
+        let browser: portcullis_upstream::oauth::redirect::Show = Arc::new(move |url| {
+            seen.lock().unwrap().push(url.to_string());
+            let url = url.clone();
+            let stray_url = format!("{}/elsewhere", base.get().cloned().unwrap_or_default());
+            let strays = stray_statuses.clone();
+            tokio::spawn(async move {
+                // A stray request first: answered 404, not taken for the
+                // redirect.
+                let stray = reqwest::get(stray_url).await.map(|r| r.status());
+                strays.lock().unwrap().push(stray.ok());
+                let page = reqwest::get(url).await.expect("the browser got an answer");
+                assert!(page.status().is_success(), "{}", page.status());
+                let text = page.text().await.unwrap_or_default();
+                assert!(text.contains("Logged in"), "{text}");
+            });
+        });
+        let redirect = LoopbackRedirect::bind(0, "/callback", browser)
+            .await
+            .expect("bind loopback")
+            .with_timeout(Duration::from_secs(20));
+        let settings = OAuthSettings {
+            client_name: "portcullis tests".into(),
+            redirect_uri: redirect.redirect_uri().to_owned(),
+            ..OAuthSettings::default()
+        };
+        let oauth = OAuthClient::new("docs", &server.mcp_url(), None, settings)
+            .await
+            .unwrap();
+        let _ = listener_base.set(redirect.redirect_uri().replace("/callback", ""));
+        oauth
+            .login(None, &redirect)
+            .await
+            .expect("login through the listener");
+        assert_eq!(
+            strays.lock().unwrap().as_slice(),
+            [Some(reqwest::StatusCode::NOT_FOUND)]
+        );
+        assert_eq!(shown.lock().unwrap().len(), 1);
+        assert!(oauth.grant().await.is_some());
+        assert_eq!(
+            auth.authorizations.lock().unwrap()[0]["redirect_uri"],
+            redirect.redirect_uri()
+        );
+    }
+}
+
+mod oauth_waiting {
+    use super::*;
+    use portcullis_upstream::oauth::{AuthStatus, OAuthClient, OAuthSettings, UserAgent};
+
+    /// A person who takes their time: the browser comes back only when
+    /// `release` is notified.
+    struct SlowPerson {
+        release: Arc<tokio::sync::Notify>,
+    }
+
+    impl UserAgent for SlowPerson {
+        fn authorize<'a>(
+            &'a self,
+            url: &'a url::Url,
+            redirect_uri: &'a str,
+        ) -> std::pin::Pin<
+            Box<dyn std::future::Future<Output = Result<url::Url, String>> + Send + 'a>,
+        > {
+            Box::pin(async move {
+                self.release.notified().await;
+                let http = reqwest::Client::builder()
+                    .redirect(reqwest::redirect::Policy::none())
+                    .build()
+                    .map_err(|e| e.to_string())?;
+                let answer = http
+                    .get(url.clone())
+                    .send()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let location = answer
+                    .headers()
+                    .get("location")
+                    .and_then(|v| v.to_str().ok())
+                    .ok_or("no redirect")?;
+                assert!(location.starts_with(redirect_uri));
+                url::Url::parse(location).map_err(|e| e.to_string())
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn oauth_a_login_in_progress_holds_nothing_else_up() {
+        let (_as, auth) = auth_server(Iss::Correct).await;
+        let protection = Arc::new(Protection {
+            scope: "mcp:read".into(),
+            ..Protection::default()
+        });
+        let server = protected_fixture(auth, protection).await;
+        let settings = OAuthSettings {
+            client_name: "portcullis tests".into(),
+            redirect_uri: "http://127.0.0.1:9/callback".into(),
+            ..OAuthSettings::default()
+        };
+        let oauth = OAuthClient::new("docs", &server.mcp_url(), None, settings)
+            .await
+            .unwrap();
+        let release = Arc::new(tokio::sync::Notify::new());
+        let person = SlowPerson {
+            release: release.clone(),
+        };
+        let logging_in = {
+            let oauth = oauth.clone();
+            tokio::spawn(async move { oauth.login(None, &person).await })
+        };
+        // While the person is in their browser, the client answers.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let status = tokio::time::timeout(Duration::from_secs(2), oauth.status())
+            .await
+            .expect("status() was held up by the login in progress");
+        assert_eq!(status, AuthStatus::LoggedOut);
+        release.notify_one();
+        logging_in.await.unwrap().expect("login");
+        assert!(matches!(oauth.status().await, AuthStatus::LoggedIn { .. }));
+    }
+}
+
+mod oauth_machine {
+    use super::*;
+    use portcullis_upstream::oauth::{OAuthClient, OAuthSettings};
+
+    #[tokio::test]
+    async fn oauth_client_credentials_when_the_server_offers_nothing_else() {
+        let (_as, auth) = auth_server(Iss::Correct).await;
+        auth.machine_only.store(true, Ordering::SeqCst);
+        let protection = Arc::new(Protection {
+            scope: "mcp:read".into(),
+            ..Protection::default()
+        });
+        let server = protected_fixture(auth.clone(), protection).await;
+        let settings = OAuthSettings {
+            client_name: "portcullis tests".into(),
+            redirect_uri: "http://127.0.0.1:9/callback".into(),
+            client_id: Some("machine".into()),
+            client_secret: Some("secret".into()),
+            ..OAuthSettings::default()
+        };
+        let oauth = OAuthClient::new("docs", &server.mcp_url(), None, settings)
+            .await
+            .unwrap();
+        // No person: the "browser" must never be used.
+        struct NoBrowser;
+        impl portcullis_upstream::oauth::UserAgent for NoBrowser {
+            fn authorize<'a>(
+                &'a self,
+                _url: &'a url::Url,
+                _redirect_uri: &'a str,
+            ) -> std::pin::Pin<
+                Box<dyn std::future::Future<Output = Result<url::Url, String>> + Send + 'a>,
+            > {
+                panic!("a browser was asked for a machine login")
+            }
+        }
+        oauth
+            .login(None, &NoBrowser)
+            .await
+            .expect("client credentials");
+        assert!(auth.authorizations.lock().unwrap().is_empty());
+        let request = auth.token_requests.lock().unwrap()[0].clone();
+        assert_eq!(request["grant_type"], "client_credentials");
+        assert_eq!(request["resource"], server.mcp_url());
+        let toolset = connect(
+            vec![McpServerConfig::streamable_http("docs", server.mcp_url())],
+            ConnectOptions::default().with_server_auth("docs", oauth.clone()),
+        )
+        .await
+        .unwrap();
+        let echo = toolset
+            .tools()
+            .into_iter()
+            .map(|t| t.name)
+            .find(|n| n.ends_with("echo"))
+            .expect("echo");
+        let result = toolset
+            .call(
+                &echo,
+                Some(json!({"message": "hi"})),
+                &CallContext::default(),
+            )
+            .await
+            .expect("the call");
+        assert_eq!(text(&result), "hi");
+        // Expired: renewed with the same credentials, no person.
+        auth.expire_access_tokens();
+        let mut grant = oauth.grant().await.unwrap();
+        grant.refresh_at = Some(0);
+        oauth.restore(grant).await;
+        let result = toolset
+            .call(
+                &echo,
+                Some(json!({"message": "again"})),
+                &CallContext::default(),
+            )
+            .await
+            .expect("the call after renewal");
+        assert_eq!(text(&result), "again");
+        assert_eq!(auth.token_requests.lock().unwrap().len(), 2);
+        toolset.close().await;
+    }
+}

@@ -1,0 +1,262 @@
+//! Waking from the store: the tool map comes from the cached listing with
+//! no `tools/list` before `reconciled()`, the reconcile corrects it in
+//! place, and the wake diagnostics for rows that cannot be woken. A real server process, a real
+//! SQLite file.
+// Every server here is a child process over stdio.
+#![cfg(feature = "stdio")]
+
+use crate::drift_support;
+
+use drift_support::*;
+use portcullis_catalog::catalogue::EntryKind;
+use portcullis_catalog::fingerprint::fingerprint_listing;
+use portcullis_catalog::{Diagnostic, Rule};
+use portcullis_upstream::{
+    CallContext, ConnectOptions, McpServerConfig, WiringError, rebuild_from_store,
+};
+use serde_json::json;
+
+/// A cold start that persists the original catalogue.
+async fn cold_start(fixture: &Fixture) {
+    let toolset = fixture.connect_clean().await;
+    toolset.close().await;
+    assert_eq!(fixture.lists(), 1);
+}
+
+fn failures(diagnostics: &[Diagnostic]) -> Vec<String> {
+    diagnostics
+        .iter()
+        .filter(|d| d.rule == Rule::ConnectionFailure)
+        .map(|d| d.message.clone())
+        .collect()
+}
+
+// A current-thread runtime: the reconcile is spawned onto this thread, so
+// nothing it does can happen until the test awaits something.
+#[tokio::test(flavor = "current_thread")]
+async fn a_wake_lists_nothing_before_reconciled_and_then_corrects_in_place() {
+    let fixture = Fixture::new(&original());
+    cold_start(&fixture).await;
+
+    // Between runs the server rewrites echo, withdraws search and adds a
+    // tool.
+    let published = {
+        let mut tools = changed("echo", |d| d["description"] = json!(HIJACK));
+        if let Some(list) = tools.as_array_mut() {
+            list.retain(|d| d["name"] != "search");
+            list.push(json!({"name": "upload", "description": "Upload.", "inputSchema": {"type": "object"}}));
+        }
+        tools
+    };
+    fixture.publish(&published);
+
+    let toolset = rebuild_from_store(vec![fixture.config()], fixture.options().await)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        fixture.lists(),
+        1,
+        "no tools/list on the way to a usable tool map"
+    );
+    let woken = toolset.catalogue();
+    let mut changes = toolset.watch_catalogue();
+    // Projected from the cache: what was trusted, as it was trusted.
+    for tool in ["echo", "read_file", "search"] {
+        assert_eq!(
+            woken.get(tool).map(|e| e.kind),
+            Some(EntryKind::Remote),
+            "{tool}"
+        );
+    }
+    assert_eq!(
+        woken
+            .get("echo")
+            .and_then(|e| e.definition.description.clone()),
+        Some("Echo the message back.".to_owned())
+    );
+    // The map is usable: this call goes out on the snapshot it started with.
+    let answer = call_ok(&toolset, "echo", json!({"message": "awake"})).await;
+    assert!(
+        text(&answer).contains(r#"echo ran with {\"message\":\"awake\"}"#),
+        "{}",
+        text(&answer)
+    );
+
+    toolset.reconciled().await;
+    assert_eq!(fixture.lists(), 2, "exactly one re-list, after the map");
+
+    // Corrected in place: the toolset's next snapshot, announced on the
+    // watch; the snapshot taken before is untouched.
+    assert!(changes.has_changed().unwrap_or(false));
+    let corrected = changes.borrow_and_update().clone();
+    assert_eq!(
+        corrected.get("echo").map(|e| e.kind),
+        Some(EntryKind::Quarantined)
+    );
+    assert_eq!(kind(&toolset, "echo"), Some(EntryKind::Quarantined));
+    assert_eq!(
+        woken.get("echo").map(|e| e.kind),
+        Some(EntryKind::Remote),
+        "a snapshot is never mutated"
+    );
+    assert_eq!(kind(&toolset, "search"), None);
+    assert_eq!(kind(&toolset, "upload"), None);
+    let withheld: Vec<String> = corrected
+        .withheld()
+        .iter()
+        .map(|w| w.name.clone())
+        .collect();
+    assert_eq!(withheld, ["upload"]);
+    let drift = drift_messages(&toolset.diagnostics());
+    assert_eq!(
+        drift,
+        [
+            format!(
+                "MCP server \"{SERVER}\" published tools that differ from the trusted baseline; withheld: echo, upload."
+            ),
+            format!("MCP server \"{SERVER}\" no longer publishes: search."),
+        ]
+    );
+
+    // The next calls see the correction, and none reaches the server.
+    let echo = call_ok(&toolset, "echo", json!({"message": "x"})).await;
+    assert!(echo.is_error);
+    assert!(
+        text(&echo).contains("an operator must re-trust the server"),
+        "{}",
+        text(&echo)
+    );
+    let search = toolset
+        .call(
+            "search",
+            Some(json!({"query": "q"})),
+            &CallContext::default(),
+        )
+        .await;
+    assert_eq!(
+        search.map_err(|e| e.to_string()),
+        Err(format!(
+            "MCP tool \"search\" is no longer published by server \"{SERVER}\". Its catalogue changed since this tool list was built; use another tool."
+        ))
+    );
+    assert_eq!(
+        fixture.calls("echo"),
+        1,
+        "only the call made before the correction"
+    );
+    assert_eq!(fixture.calls("search"), 0);
+
+    // The cache moved; the baseline did not.
+    let row = fixture.stored().await.unwrap_or_else(|| panic!("row"));
+    assert_eq!(row.tools, Some(parsed(&published)));
+    assert_eq!(
+        tool_part(row.tool_fingerprints),
+        Some(fingerprint_listing(&parsed(&original())))
+    );
+    toolset.close().await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn an_unchanged_server_reconciles_without_a_new_snapshot_or_drift() {
+    let fixture = Fixture::new(&original());
+    cold_start(&fixture).await;
+    let toolset = rebuild_from_store(vec![fixture.config()], fixture.options().await)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let changes = toolset.watch_catalogue();
+    toolset.reconciled().await;
+    assert_eq!(fixture.lists(), 2);
+    assert!(!changes.has_changed().unwrap_or(true));
+    assert!(
+        toolset.diagnostics().is_empty(),
+        "{:?}",
+        toolset.diagnostics()
+    );
+    assert_eq!(kind(&toolset, "search"), Some(EntryKind::Remote));
+    toolset.close().await;
+}
+
+#[tokio::test]
+async fn a_failed_relist_keeps_the_cached_map() {
+    let fixture = Fixture::new(&original());
+    cold_start(&fixture).await;
+    // The server can no longer list (its definitions file is gone).
+    std::fs::remove_file(fixture.tools_path()).unwrap_or_else(|e| panic!("{e}"));
+    let toolset = rebuild_from_store(vec![fixture.config()], fixture.options().await)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    toolset.reconciled().await;
+    let failed = failures(&toolset.diagnostics());
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert!(
+        failed[0].starts_with(&format!(
+            "Could not re-list the tools of MCP server \"{SERVER}\", so the cached one stays in use: "
+        )),
+        "{}",
+        failed[0]
+    );
+    for tool in ["echo", "read_file", "search"] {
+        assert_eq!(kind(&toolset, tool), Some(EntryKind::Remote), "{tool}");
+    }
+    let row = fixture.store().await.get(SERVER).await.ok().flatten();
+    assert_eq!(
+        row.and_then(|r| r.tools),
+        Some(parsed(&original())),
+        "the cache stays"
+    );
+    toolset.close().await;
+}
+
+#[tokio::test]
+async fn an_empty_store_wakes_nothing_and_never_falls_back() {
+    let fixture = Fixture::new(&original());
+    let toolset = rebuild_from_store(vec![fixture.config()], fixture.options().await)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    toolset.reconciled().await;
+    assert!(toolset.tools().is_empty());
+    assert!(toolset.catalogue().servers().is_empty());
+    assert!(fixture.requests().is_empty(), "no server was started");
+    toolset.close().await;
+}
+
+#[tokio::test]
+async fn a_wake_needs_a_store() {
+    let refused = rebuild_from_store(Vec::new(), ConnectOptions::default()).await;
+    assert!(
+        matches!(refused, Err(WiringError::StoreRequired)),
+        "{refused:?}"
+    );
+}
+
+#[tokio::test]
+async fn rows_without_a_matching_config_are_refused_with_a_diagnostic() {
+    let fixture = Fixture::new(&original());
+    cold_start(&fixture).await;
+    // Same name, another command line: another endpoint.
+    let moved = McpServerConfig::stdio(SERVER, env!("CARGO_BIN_EXE_drift-fixture"), ["--moved"]);
+    let toolset = rebuild_from_store(vec![moved], fixture.options().await)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        failures(&toolset.diagnostics()),
+        [format!(
+            "MCP server \"{SERVER}\" does not match the supplied config (type or url differ)."
+        )]
+    );
+    assert!(toolset.tools().is_empty());
+    toolset.close().await;
+
+    // No config at all for the stored row.
+    let toolset = rebuild_from_store(Vec::new(), fixture.options().await)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        failures(&toolset.diagnostics()),
+        [format!(
+            "MCP server \"{SERVER}\" has no matching config on wake; supply the server definition again."
+        )]
+    );
+    toolset.reconciled().await;
+    assert_eq!(fixture.lists(), 1, "nothing was listed");
+}
