@@ -44,6 +44,12 @@ pub const DEFAULT_HEALTH_INTERVAL_MS: u64 = 30_000;
 /// connection ended, when `reconnect_max_ms` is not set.
 pub const DEFAULT_RECONNECT_MAX_MS: u64 = 30_000;
 
+/// How long `serve` waits for its upstreams before it serves the tools of
+/// those ready, when `start_timeout_ms` is not set: long enough that a
+/// quick server is there from the first listing, short enough that a slow
+/// one does not keep every client waiting.
+pub const DEFAULT_START_TIMEOUT_MS: u64 = 5_000;
+
 /// Days the audit trail is kept when `audit_retention_days` is not set: it
 /// holds no argument values and answers "who called what", so a month.
 pub const DEFAULT_AUDIT_RETENTION_DAYS: u64 = 30;
@@ -149,6 +155,10 @@ pub struct Gateway {
     /// connection ended (`reconnect_max_ms`; the first comes after 250 ms,
     /// doubling); `None` (`0`): never reopened.
     pub reconnect_max: Option<Duration>,
+    /// How long `serve` waits at start for its upstreams before serving
+    /// the tools of those ready (`start_timeout_ms`; `0`: serve at once);
+    /// the others join when ready, and clients are told.
+    pub start_timeout: Duration,
     /// How long `serve` keeps audit records (`audit_retention_days`);
     /// `None` (`0`): forever. See `crate::retention`.
     pub audit_retention: Option<Duration>,
@@ -396,6 +406,7 @@ struct RawGateway {
     approval_timeout_ms: Option<u64>,
     health_interval_ms: Option<u64>,
     reconnect_max_ms: Option<u64>,
+    start_timeout_ms: Option<u64>,
     audit_retention_days: Option<u64>,
     effects_retention_days: Option<u64>,
     identity: Option<RawIdentity>,
@@ -603,6 +614,7 @@ const KNOWN_KEYS: &[(&str, &[&str])] = &[
             "approval_timeout_ms",
             "health_interval_ms",
             "reconnect_max_ms",
+            "start_timeout_ms",
             "audit_retention_days",
             "effects_retention_days",
             "identity",
@@ -959,6 +971,8 @@ impl Validator<'_> {
             0 => None,
             ms => Some(Duration::from_millis(ms)),
         };
+        let start_timeout =
+            Duration::from_millis(raw.start_timeout_ms.unwrap_or(DEFAULT_START_TIMEOUT_MS));
         // `0` turns a limit off, as for the intervals above.
         let millis = |ms: u64| (ms > 0).then(|| Duration::from_millis(ms));
         let count = |n: usize| (n > 0).then_some(n);
@@ -1021,6 +1035,7 @@ impl Validator<'_> {
             approval_timeout: Duration::from_millis(approval_timeout_ms),
             health_interval,
             reconnect_max,
+            start_timeout,
             audit_retention,
             effects_retention,
             identity: raw.identity.map(|i| Identity {
@@ -1775,6 +1790,7 @@ mod fuzz {
                 "session_idle_timeout_ms",
                 "health_interval_ms",
                 "reconnect_max_ms",
+                "start_timeout_ms",
                 "audit_retention_days",
                 "effects_retention_days",
                 "identity",

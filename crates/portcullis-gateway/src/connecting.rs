@@ -51,6 +51,14 @@ pub fn progress(servers: &[String]) -> Option<ConnectCallback> {
     }))
 }
 
+/// Erases the progress line, if one is drawn: connecting ended before every
+/// server had finished (the rest join in the background).
+pub fn erase() {
+    if SHOW.load(Ordering::Relaxed) {
+        draw(None);
+    }
+}
+
 /// The progress line: done of total, failures if any, and the first few
 /// servers still connecting.
 pub fn line(done: usize, total: usize, failed: usize, waiting: &[String]) -> String {

@@ -20,7 +20,7 @@ use portcullis_catalog::catalogue::EntryKind;
 use portcullis_catalog::diagnostic::Rule;
 use portcullis_catalog::disclosure::DisclosureOptions;
 use portcullis_catalog::policy::{Decision, Policy, PolicyRequest};
-use portcullis_catalog::{ProjectionOptions, Tool, ToolAnnotations, ToolResult};
+use portcullis_catalog::{Catalogue, ProjectionOptions, Tool, ToolAnnotations, ToolResult};
 use portcullis_server::{Exposure, Identity, Registration, ToolError, ToolServer};
 use portcullis_upstream::{
     CallAnswer, CallContext as UpstreamContext, CallError, ConnectOptions, McpServerConfig,
@@ -43,6 +43,10 @@ pub struct Gateway {
     pub toolset: Toolset,
     /// The tools behind the exposure gate, as MCP serves them.
     pub tools: ToolServer,
+    /// The upstreams' catalogue `tools` was built from: when the toolset's
+    /// is newer, a server joined (or its listing changed) since, and the
+    /// tool server is rebuilt (`crate::reload::follow_catalogue`).
+    pub catalogue: Arc<Catalogue>,
     /// The native plugins' and apps' tools, projected beside the upstreams.
     pub sources: Arc<crate::sources::SourceCatalogue>,
     /// Resources, prompts, completions and logging of the upstreams.
@@ -60,6 +64,10 @@ enum Lifetime {
     Serve {
         /// Whether the connection failures are logged here.
         log_failures: bool,
+        /// How long the first start waits for the upstreams before serving
+        /// those ready (`start_timeout_ms`); a reload waits for all, since
+        /// the previous generation serves meanwhile.
+        start_deadline: Option<Duration>,
     },
     /// `tools`, `call`, `drift`, `retrust`: no retries, failures reported
     /// by the command.
@@ -121,16 +129,23 @@ pub struct Row {
 }
 
 impl Gateway {
-    /// Connects every upstream of `config`, reports every diagnostic on
+    /// Connects the upstreams of `config`, reports every diagnostic on
     /// stderr, and builds the tool server. A failing upstream becomes a
     /// diagnostic; only wiring mistakes are errors.
     /// The caller reports the servers that failed ([`missing`]).
+    ///
+    /// Waits at most `[gateway] start_timeout_ms`: the upstreams still
+    /// connecting then go on in the background
+    /// ([`Toolset::starting`] names them) and join the catalogue when
+    /// ready, each held to its baseline first; `serve` rebuilds its tool
+    /// server then and tells its clients (`crate::reload::follow_catalogue`).
     pub async fn start(config: &Config) -> anyhow::Result<Gateway> {
         Gateway::start_with(
             config,
             None,
             Lifetime::Serve {
                 log_failures: false,
+                start_deadline: Some(config.gateway.start_timeout),
             },
         )
         .await
@@ -151,7 +166,11 @@ impl Gateway {
         config: &Config,
         previous: Option<&crate::proxy::Proxy>,
     ) -> anyhow::Result<Gateway> {
-        Gateway::start_with(config, previous, Lifetime::Serve { log_failures: true }).await
+        let lifetime = Lifetime::Serve {
+            log_failures: true,
+            start_deadline: None,
+        };
+        Gateway::start_with(config, previous, lifetime).await
     }
 
     async fn start_with(
@@ -171,12 +190,29 @@ impl Gateway {
         // Trust on first use through the store: the connector records each
         // server's baseline and catalogue cache and enforces what is kept.
         let mut options = connect_options(config).with_store(store.clone());
-        if lifetime == Lifetime::OneShot {
-            options = options.with_reconnect(portcullis_upstream::Backoff::NEVER);
-        }
-        // A line of progress on a terminal while they connect.
+        let start_deadline = match lifetime {
+            Lifetime::OneShot => {
+                options = options.with_reconnect(portcullis_upstream::Backoff::NEVER);
+                None
+            }
+            Lifetime::Serve { start_deadline, .. } => start_deadline,
+        };
+        options.start_deadline = start_deadline;
+        // A line of progress on a terminal while they connect, and not
+        // after: the servers that outlive the start deadline log when
+        // they join.
         let names: Vec<String> = servers.iter().map(|s| s.name().to_owned()).collect();
-        options.on_connect = crate::connecting::progress(&names);
+        let drawing = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        options.on_connect = crate::connecting::progress(&names).map(|draw| {
+            let drawing = drawing.clone();
+            let only_while_starting: portcullis_upstream::options::ConnectCallback =
+                Arc::new(move |event| {
+                    if drawing.load(std::sync::atomic::Ordering::Acquire) {
+                        draw(event);
+                    }
+                });
+            only_while_starting
+        });
         let native = config.tool_plugins.len() + config.apps.len();
         let prefix = crate::sources::resolve_prefix(config.gateway.prefix, servers.len(), native);
         // With native sources the mode is decided here, over them too;
@@ -190,12 +226,17 @@ impl Gateway {
         let toolset = connect(servers.clone(), options)
             .await
             .context("cannot connect the upstreams")?;
+        drawing.store(false, std::sync::atomic::Ordering::Release);
+        if !toolset.starting().is_empty() {
+            crate::connecting::erase();
+        }
         for diagnostic in toolset.diagnostics() {
             let reported_by_caller = matches!(
                 lifetime,
                 Lifetime::OneShot
                     | Lifetime::Serve {
-                        log_failures: false
+                        log_failures: false,
+                        ..
                     }
             );
             if reported_by_caller && diagnostic.rule == Rule::ConnectionFailure {
@@ -219,10 +260,12 @@ impl Gateway {
             Some(previous) => previous.successor(&toolset, projection.prefix, None).await,
             None => crate::proxy::Proxy::start(&toolset, projection.prefix).await,
         };
-        let tools = build_tool_server(config, &toolset, &sources, &proxy)?;
+        let catalogue = toolset.catalogue();
+        let tools = build_tool_server(config, &toolset, &catalogue, &sources, &proxy)?;
         Ok(Gateway {
             toolset,
             tools,
+            catalogue,
             sources: Arc::new(sources),
             proxy,
             store,
@@ -272,9 +315,17 @@ impl Gateway {
     /// `max_output_length`): what a config reload that changed only the
     /// gate applies, so no upstream reconnects.
     pub fn regated(&self, config: &Config) -> anyhow::Result<Gateway> {
+        let catalogue = self.toolset.catalogue();
         Ok(Gateway {
             toolset: self.toolset.clone(),
-            tools: build_tool_server(config, &self.toolset, &self.sources, &self.proxy)?,
+            tools: build_tool_server(
+                config,
+                &self.toolset,
+                &catalogue,
+                &self.sources,
+                &self.proxy,
+            )?,
+            catalogue,
             sources: self.sources.clone(),
             proxy: self.proxy.clone(),
             store: self.store.clone(),
@@ -286,9 +337,11 @@ impl Gateway {
     /// `Proxy::follow`), so a server that connected late is heard too.
     pub async fn refollowed(&self, config: &Config) -> anyhow::Result<Gateway> {
         let proxy = self.proxy.follow(&self.toolset).await;
+        let catalogue = self.toolset.catalogue();
         Ok(Gateway {
             toolset: self.toolset.clone(),
-            tools: build_tool_server(config, &self.toolset, &self.sources, &proxy)?,
+            tools: build_tool_server(config, &self.toolset, &catalogue, &self.sources, &proxy)?,
+            catalogue,
             sources: self.sources.clone(),
             proxy,
             store: self.store.clone(),
@@ -328,9 +381,11 @@ impl Gateway {
             .proxy
             .successor(&self.toolset, prefix, Some(&report.kept))
             .await;
+        let catalogue = self.toolset.catalogue();
         Ok(Gateway {
             toolset: self.toolset.clone(),
-            tools: build_tool_server(config, &self.toolset, &self.sources, &proxy)?,
+            tools: build_tool_server(config, &self.toolset, &catalogue, &self.sources, &proxy)?,
+            catalogue,
             sources: self.sources.clone(),
             proxy,
             store: self.store.clone(),
@@ -504,13 +559,13 @@ pub fn exposure(config: &Config) -> Exposure {
 fn build_tool_server(
     config: &Config,
     toolset: &Toolset,
+    catalogue: &Catalogue,
     sources: &crate::sources::SourceCatalogue,
     proxy: &crate::proxy::Proxy,
 ) -> anyhow::Result<ToolServer> {
     // With sources beside the upstreams, one describe tool answers from
     // both catalogues in place of the connector's.
-    let catalogue = toolset.catalogue();
-    let joint_describe = sources.needs_joint_describe(&catalogue);
+    let joint_describe = sources.needs_joint_describe(catalogue);
     let entries = catalogue
         .entries()
         .iter()

@@ -20,7 +20,7 @@
 //! | the other sources (plugins, apps, `prefix`, `approval`, disclosure, store, an upstream's `timeout_ms`) | a new gateway is connected beside the old one and swapped in when ready; the old one closes once its in-flight calls finish; every upstream reconnects |
 //! | the HTTP surface (`listen`, `allowed_hosts`, `allowed_origins`, `token`, `oauth`, `max_connections`, `header_read_timeout_ms`, `idle_timeout_ms`, `max_sessions`, `session_idle_timeout_ms`) | logged as needing a restart; the rest of the reload applies |
 //! | an invalid file | logged with the file, line and field; the old config keeps serving |
-//! | an upstream's listing (reconciled by the connector, not a config change) | the tool server is rebuilt on the same connections ([`follow_catalogue`]) |
+//! | an upstream's listing (reconciled by the connector, not a config change), or an upstream joining late (still connecting at `start_timeout_ms`, or retried after a failure) | the tool server is rebuilt on the same connections ([`follow_catalogue`]) |
 //! | `audit_retention_days`, `effects_retention_days` | applied by the next retention round, which a change starts at once (`crate::retention`) |
 //!
 //! The downstream sessions outlive every generation: a reload's proxy takes
@@ -378,16 +378,17 @@ impl Live {
     }
 
     /// The upstreams' catalogue changed under the current generation (a
-    /// server's listing changed and was reconciled): the tool server is
-    /// rebuilt on the same connections and clients are told.
-    async fn refresh(&self) {
+    /// server joined, or its listing changed and was reconciled): the tool
+    /// server is rebuilt on the same connections and clients are told.
+    /// Returns whether a rebuilt generation was swapped in.
+    async fn refresh(&self) -> bool {
         let _one_at_a_time = self.reloading.lock().await;
         let old = self.current();
         let generation = match old.gateway.refollowed(&old.config).await {
             Ok(gateway) => Generation::new(old.config.clone(), gateway),
             Err(error) => {
                 tracing::error!(error = %format!("{error:#}"), "the catalogue changed but the tool server cannot be rebuilt; serving the previous tools");
-                return;
+                return false;
             }
         };
         let tools_changed =
@@ -397,6 +398,7 @@ impl Live {
         drop(old);
         tracing::info!(tools_changed, "upstream catalogue changed; tools rebuilt");
         self.swap(generation);
+        true
     }
 
     /// Closes the current generation's connections (stdio children end).
@@ -444,16 +446,25 @@ pub async fn watch(live: Arc<Live>, path: PathBuf) {
 }
 
 /// Keeps the served tools in step with the upstreams' catalogue: whenever
-/// the current generation's catalogue changes (an upstream's listing changed
-/// and was reconciled), its tool server is rebuilt. Runs until dropped.
+/// the current generation's catalogue changes (an upstream joined late, or
+/// its listing changed and was reconciled), its tool server is rebuilt. A
+/// change made before this started watching (a server that joined while
+/// `serve` was still setting up) is caught up at once. Runs until dropped.
 pub async fn follow_catalogue(live: Arc<Live>) {
     loop {
         let mut swaps = live.swaps.subscribe();
         swaps.mark_unchanged();
         // Only the receiver is kept: holding the generation here would keep
         // a replaced one (and its connections) alive.
-        let mut catalogue = live.current().gateway.toolset.watch_catalogue();
-        catalogue.mark_unchanged();
+        let (mut catalogue, behind) = {
+            let current = live.current();
+            let mut catalogue = current.gateway.toolset.watch_catalogue();
+            let latest = catalogue.borrow_and_update().clone();
+            (catalogue, !Arc::ptr_eq(&latest, &current.gateway.catalogue))
+        };
+        if behind && live.refresh().await {
+            continue;
+        }
         tokio::select! {
             changed = catalogue.changed() => {
                 if changed.is_ok() {

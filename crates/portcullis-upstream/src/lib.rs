@@ -39,7 +39,11 @@
 //! the server is down is refused at once with [`CallError::Reconnecting`].
 //! A server that failed to connect at all is retried the same way and
 //! joins the tool map when it comes up ([`Toolset::watch_catalogue`]
-//! announces it).
+//! announces it). With [`ConnectOptions::start_deadline`], [`connect`]
+//! returns at the deadline with the servers ready by then; each one still
+//! connecting joins the same way when ready ([`Toolset::starting`] names
+//! them meanwhile), held to its baseline before any of its tools is in the
+//! map.
 //!
 //! With a store ([`ConnectOptions::with_store`], any
 //! [`portcullis_store::Store`] backend), [`connect`] is a cold start that

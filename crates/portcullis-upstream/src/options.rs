@@ -79,6 +79,15 @@ pub struct ConnectOptions {
     /// stream that ended, a transport rmcp gave up on) is reopened: see
     /// [`Backoff`] and `crate::supervisor`.
     pub reconnect: Backoff,
+    /// How long [`crate::connect`] waits for the servers before it returns
+    /// with those ready so far; `None` (the default) waits for every one.
+    /// A server still connecting at the deadline keeps connecting in the
+    /// background and joins the tool map when it is ready, held to its
+    /// baseline exactly as if it had been ready in time (a swap, announced
+    /// by [`crate::Toolset::watch_catalogue`]); if it fails, it is retried
+    /// like any server that failed to connect. Names never depend on it:
+    /// they are decided over the configured servers.
+    pub start_deadline: Option<Duration>,
 }
 
 /// The delays between attempts to reopen a closed connection: `initial`
@@ -161,6 +170,7 @@ impl Default for ConnectOptions {
             on_connect: None,
             http: None,
             reconnect: Backoff::DEFAULT,
+            start_deadline: None,
         }
     }
 }
@@ -293,6 +303,13 @@ impl ConnectOptions {
         self
     }
 
+    /// Sets how long [`crate::connect`] waits before returning with the
+    /// servers ready so far: see [`ConnectOptions::start_deadline`].
+    pub fn with_start_deadline(mut self, deadline: Duration) -> Self {
+        self.start_deadline = Some(deadline);
+        self
+    }
+
     /// Sets the connect-progress callback: see [`ConnectOptions::on_connect`].
     pub fn on_connect(mut self, f: impl Fn(&ConnectEvent) + Send + Sync + 'static) -> Self {
         self.on_connect = Some(Arc::new(f));
@@ -341,15 +358,15 @@ impl ConnectTracker {
         })
     }
 
-    /// Runs `attempt` (one server's connection; `Some` when it connected)
+    /// Runs `attempt` (one server's connection; `Ok` when it connected)
     /// and reports its end.
-    pub(crate) async fn track<T>(
+    pub(crate) async fn track<T, E>(
         self: Arc<Self>,
         server: String,
-        attempt: impl Future<Output = Option<T>>,
-    ) -> Option<T> {
+        attempt: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
         let outcome = attempt.await;
-        self.finished(server, outcome.is_some());
+        self.finished(server, outcome.is_ok());
         outcome
     }
 
@@ -391,6 +408,7 @@ impl std::fmt::Debug for ConnectOptions {
             .field("store", &self.store.as_ref().map(|s| s.backend()))
             .field("on_connect", &self.on_connect.as_ref().map(|_| ".."))
             .field("reconnect", &self.reconnect)
+            .field("start_deadline", &self.start_deadline)
             .finish_non_exhaustive()
     }
 }

@@ -39,19 +39,27 @@
 //!   baseline exactly as a cold start would, joins the tool map (a swap,
 //!   announced), and is supervised from then on. A reconfigure stops these
 //!   retries and starts its own for the servers it could not connect.
+//! * **A server still connecting at the start deadline**
+//!   ([`crate::ConnectOptions::start_deadline`]) finishes that first attempt
+//!   in the background ([`finish_later`]) and joins the same way; if the
+//!   attempt fails, it is retried as above. A reconfigure or closing the
+//!   toolset stops the attempt (its child killed).
 
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
+use futures::StreamExt as _;
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::McpServerConfig;
 use crate::connection::Connection;
 use crate::health::Retry;
 use crate::options::Backoff;
-use crate::toolset::{Inner, http_client, try_cold_source, try_open};
+use crate::toolset::{Attempted, Inner, http_client, try_cold_source, try_open};
 
 /// Starts the supervisor of the source `id`, whose connection is
 /// `connection`. Does nothing when reconnecting is off.
@@ -170,37 +178,118 @@ async fn join(inner: Weak<Inner>, id: String, config: McpServerConfig, token: Ca
                 continue;
             }
         };
-        let connection = source.connection.clone();
-        let joined = {
-            let mut sources = strong.sources();
-            let wanted = !strong.closed.load(Ordering::Acquire)
-                && !token.is_cancelled()
-                && !sources.iter().any(|s| s.id == id);
-            if wanted {
-                sources.push(source);
-                strong.reproject(&sources);
-                strong
-                    .pending
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .remove(&id);
-            }
-            wanted
-        };
-        if !joined {
-            connection.close().await;
-            return;
-        }
-        tracing::info!(server = %server, attempt, "upstream \"{server}\" connected and joined the tool map");
-        crate::passthrough::adopt(
-            &crate::Toolset {
-                inner: strong.clone(),
-            },
-            &connection,
-        );
-        supervise(&strong, &id, &connection);
+        admit(&strong, &id, source, &token, attempt).await;
         return;
     }
+}
+
+/// Adds `source`, a server that connected after the toolset was built (its
+/// listing already settled against its baseline), to the tool map and
+/// supervises it from then on — unless the toolset closed, `token` was
+/// cancelled (a reconfigure took the server over) or the server is already
+/// there, in which case the new connection is closed.
+async fn admit(
+    inner: &Arc<Inner>,
+    id: &str,
+    source: crate::state::Source,
+    token: &CancellationToken,
+    attempt: u32,
+) {
+    let server = source.config.name().to_owned();
+    let connection = source.connection.clone();
+    let joined = {
+        let mut sources = inner.sources();
+        let wanted = !inner.closed.load(Ordering::Acquire)
+            && !token.is_cancelled()
+            && !sources.iter().any(|s| s.id == id);
+        if wanted {
+            sources.push(source);
+            inner.reproject(&sources);
+            // Ours: a newer entry would have cancelled `token`.
+            inner
+                .pending
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(id);
+        }
+        wanted
+    };
+    if !joined {
+        connection.close().await;
+        return;
+    }
+    tracing::info!(server = %server, attempt, "upstream \"{server}\" connected and joined the tool map");
+    crate::passthrough::adopt(
+        &crate::Toolset {
+            inner: inner.clone(),
+        },
+        &connection,
+    );
+    supervise(inner, id, &connection);
+}
+
+/// Lets the first connection attempts still under way at `connect`'s start
+/// deadline (`running`; `late` names each by row id and server, with the
+/// token that stops it) finish in the background: one that connects joins
+/// the tool map ([`admit`]); one that fails is reported and retried like
+/// any server that failed to connect ([`join_later`]). A reconfigure stops
+/// them ([`stop_pending`]) and so does closing the toolset.
+pub(crate) fn finish_later(
+    inner: &Arc<Inner>,
+    mut running: FuturesUnordered<BoxFuture<'static, Attempted>>,
+    late: Vec<(String, String, CancellationToken)>,
+) {
+    {
+        let mut pending = inner.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut starting = inner
+            .starting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for (id, server, token) in &late {
+            pending.insert(id.clone(), token.clone());
+            starting.insert(server.clone());
+        }
+    }
+    let tokens: std::collections::HashMap<String, CancellationToken> =
+        late.into_iter().map(|(id, _, token)| (id, token)).collect();
+    let weak = Arc::downgrade(inner);
+    let stop = inner.stop.clone();
+    inner.supervisors.spawn(async move {
+        let drain = async {
+            while let Some(attempted) = running.next().await {
+                let Some(strong) = weak.upgrade() else { return };
+                let server = attempted.config.name().to_owned();
+                strong
+                    .starting
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(&server);
+                let Some(token) = tokens.get(&attempted.id) else {
+                    continue;
+                };
+                match attempted.outcome {
+                    // Stopped: whoever stopped it connects the server.
+                    None => {}
+                    Some(Ok(source)) => admit(&strong, &attempted.id, source, token, 1).await,
+                    Some(Err(diagnostic)) => {
+                        tracing::warn!(
+                            server = %server,
+                            "upstream \"{server}\" failed to connect: {}",
+                            diagnostic.message
+                        );
+                        strong.diagnostics.report(diagnostic);
+                        if !token.is_cancelled() {
+                            join_later(&strong, attempted.id, attempted.config);
+                        }
+                    }
+                }
+            }
+        };
+        tokio::select! {
+            _ = stop.cancelled() => {}
+            () = drain => {}
+        }
+    });
 }
 
 /// The backoff in force (a reconfigure may have changed it).

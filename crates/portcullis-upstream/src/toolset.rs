@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Duration;
 
-use futures::future::join_all;
+use futures::StreamExt as _;
+use futures::future::{BoxFuture, join_all};
+use futures::stream::FuturesUnordered;
 use portcullis_catalog::catalogue::Route;
 use portcullis_catalog::fingerprint::Fingerprints;
 use portcullis_catalog::gate::CallDecision;
@@ -169,6 +171,9 @@ pub(crate) struct Inner {
     /// Servers that failed to connect and are retried in the background,
     /// by row id, each with the token that stops its retries.
     pub(crate) pending: Mutex<HashMap<String, CancellationToken>>,
+    /// Servers whose first connection attempt outlived the start deadline
+    /// and is still under way, by configured name.
+    pub(crate) starting: Mutex<std::collections::BTreeSet<String>>,
     /// The passthrough's log sink and notice receivers, for servers that
     /// join later.
     pub(crate) listeners: Mutex<crate::passthrough::Listeners>,
@@ -445,6 +450,7 @@ pub(crate) fn assemble(
             supervisors: TaskTracker::new(),
             stop: CancellationToken::new(),
             pending: Mutex::new(HashMap::new()),
+            starting: Mutex::default(),
             listeners: Mutex::default(),
         }),
     };
@@ -513,6 +519,16 @@ pub(crate) async fn try_cold_source(
     ))
 }
 
+/// One server's first connection attempt, as [`connect`] runs it:
+/// `outcome` is `None` when it was stopped before it ended.
+pub(crate) struct Attempted {
+    /// Its place among the configured servers.
+    index: usize,
+    pub(crate) config: McpServerConfig,
+    pub(crate) id: String,
+    pub(crate) outcome: Option<Result<Source, Diagnostic>>,
+}
+
 /// Connects every server concurrently, lists their tools and projects them
 /// (a cold start).
 ///
@@ -523,6 +539,11 @@ pub(crate) async fn try_cold_source(
 /// background and joins the tool map when it connects.
 /// Only wiring mistakes are errors (`auth` or a resolver `allowed_hosts`
 /// without a session).
+///
+/// With [`ConnectOptions::start_deadline`] it returns at the deadline with
+/// the servers ready by then; the others keep connecting in the background
+/// and join the tool map one by one, each settled against its baseline
+/// first ([`Toolset::starting`] names them meanwhile).
 ///
 /// With a store ([`ConnectOptions::with_store`]) every server that lists is
 /// persisted — the fresh listing as the catalogue cache, and on first use its
@@ -546,18 +567,62 @@ pub async fn connect(
 
     let configured: Vec<(McpServerConfig, String)> = servers.into_iter().zip(ids).collect();
     let count = configured.len();
-    let attempts = configured.iter().cloned().map(|(config, id)| {
-        let name = config.name().to_owned();
-        let attempt = cold_source(config, id, &options, &diagnostics, http.clone());
-        tracker.clone().track(name, attempt)
-    });
-    let outcomes = join_all(attempts).await;
-    let mut sources = Vec::with_capacity(outcomes.len());
+    // Owned by each attempt, so one still running at the start deadline
+    // can go on in the background; each has a token a reconfigure (or the
+    // toolset's end) stops it with.
+    let shared = Arc::new(options.clone());
+    let mut running: FuturesUnordered<BoxFuture<'static, Attempted>> = FuturesUnordered::new();
+    let mut tokens = Vec::with_capacity(count);
+    for (index, (config, id)) in configured.iter().cloned().enumerate() {
+        let token = CancellationToken::new();
+        tokens.push(token.clone());
+        let options = shared.clone();
+        let diagnostics = diagnostics.clone();
+        let http = http.clone();
+        let tracker = tracker.clone();
+        running.push(Box::pin(async move {
+            let name = config.name().to_owned();
+            let attempt = try_cold_source(config.clone(), id.clone(), &options, &diagnostics, http);
+            let outcome = tokio::select! {
+                () = token.cancelled() => None,
+                outcome = tracker.track(name, attempt) => Some(outcome),
+            };
+            Attempted {
+                index,
+                config,
+                id,
+                outcome,
+            }
+        }));
+    }
+    let deadline = options
+        .start_deadline
+        .map(|wait| tokio::time::Instant::now() + wait);
+    let mut finished = Vec::with_capacity(count);
+    loop {
+        let next = match deadline {
+            Some(at) => match tokio::time::timeout_at(at, running.next()).await {
+                Ok(next) => next,
+                Err(_) => break,
+            },
+            None => running.next().await,
+        };
+        let Some(attempted) = next else { break };
+        if let Some(Err(diagnostic)) = &attempted.outcome {
+            diagnostics.report(diagnostic.clone());
+        }
+        finished.push(attempted);
+    }
+    // In the configured order, as if every server had been awaited.
+    finished.sort_by_key(|a| a.index);
+    let mut sources = Vec::with_capacity(finished.len());
     let mut failed = Vec::new();
-    for (outcome, configured) in outcomes.into_iter().zip(configured) {
-        match outcome {
-            Some(source) => sources.push(source),
-            None => failed.push(configured),
+    let mut done = vec![false; count];
+    for attempted in finished {
+        done[attempted.index] = true;
+        match attempted.outcome {
+            Some(Ok(source)) => sources.push(source),
+            _ => failed.push((attempted.config, attempted.id)),
         }
     }
     // Every listing is live: nothing is left to reconcile.
@@ -568,10 +633,34 @@ pub async fn connect(
     for (config, id) in failed {
         crate::supervisor::join_later(&toolset.inner, id, config);
     }
+    // Those still connecting at the deadline go on in the background.
+    let late: Vec<(String, String, CancellationToken)> = configured
+        .iter()
+        .zip(tokens)
+        .zip(&done)
+        .filter(|(_, done)| !**done)
+        .map(|(((config, id), token), _)| (id.clone(), config.name().to_owned(), token))
+        .collect();
+    if !late.is_empty() {
+        crate::supervisor::finish_later(&toolset.inner, running, late);
+    }
     Ok(toolset)
 }
 
 impl Toolset {
+    /// The servers still making their first connection attempt after
+    /// [`connect`] returned at its start deadline, by configured name: their
+    /// tools join the tool map when they are ready.
+    pub fn starting(&self) -> Vec<String> {
+        self.inner
+            .starting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .cloned()
+            .collect()
+    }
+
     /// The definitions the model sees, sorted by name.
     pub fn tools(&self) -> Vec<Tool> {
         self.inner

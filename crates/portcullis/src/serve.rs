@@ -1,5 +1,7 @@
-//! `portcullis serve`: the gateway. Connects every upstream, serves the
-//! catalogue behind every guard over HTTP on loopback (or stdio), with
+//! `portcullis serve`: the gateway. Takes its port, connects the upstreams
+//! (waiting at most `[gateway] start_timeout_ms`: the tools of those ready
+//! are served, the others join when ready and clients are told), serves
+//! the catalogue behind every guard over HTTP on loopback (or stdio), with
 //! `/healthz` and `/metrics` beside `/mcp`, every call logged, counted and
 //! audited; re-reads the config on SIGHUP or when the file changes (see
 //! [`crate::reload`]).
@@ -83,6 +85,19 @@ pub async fn serve(
     // the first thing to look at when a client lacks tools.
     let missing = crate::gateway::missing(&gateway.toolset);
     crate::gateway::report_missing(&missing);
+    // Those still connecting at `start_timeout_ms`: served without them
+    // until they join (each logs when it does, and clients are told).
+    let starting = gateway.toolset.starting();
+    for server in &starting {
+        eprintln!(
+            "{}",
+            crate::gateway::missing_line(
+                "still connecting upstream",
+                server,
+                "its tools are served once it is ready"
+            )
+        );
+    }
     let withheld = gateway.tools.withheld();
     if !withheld.is_empty() {
         let names: Vec<&str> = withheld.iter().map(|w| w.id.as_str()).collect();
@@ -96,7 +111,7 @@ pub async fn serve(
     let generation = Generation::new(config.clone(), gateway);
     let snapshot = generation.snapshot();
     let declared = config.upstreams.len();
-    let upstreams = if missing.is_empty() {
+    let mut upstreams = if missing.is_empty() {
         format!("from {declared} upstream(s)")
     } else {
         let retried = if config.gateway.reconnect_max.is_some() {
@@ -109,6 +124,9 @@ pub async fn serve(
             missing.len()
         )
     };
+    if !starting.is_empty() {
+        upstreams.push_str(&format!(", {} still connecting", starting.len()));
+    }
     let summary = format!(
         "{} tools exposed, {} quarantined, {} withheld, {upstreams}",
         snapshot.available, snapshot.quarantined, snapshot.withheld,

@@ -384,6 +384,103 @@ async fn a_server_that_failed_at_start_joins_the_tool_map_when_it_comes_up() {
     }
 }
 
+/// The fixture's server started through `sh`, which runs it only once the
+/// file `go` exists in the fixture's directory (until then nothing answers,
+/// not even the handshake). Returns the config and the path of `go`.
+fn gated(fixture: &Fixture) -> (portcullis_upstream::McpServerConfig, std::path::PathBuf) {
+    let go = fixture.dir.path().join("go");
+    let script = format!(
+        "while [ ! -e '{}' ]; do sleep 0.05; done; exec '{}'",
+        go.display(),
+        env!("CARGO_BIN_EXE_drift-fixture")
+    );
+    let config = portcullis_upstream::McpServerConfig::stdio(SERVER, "sh", ["-c", &script])
+        .with_env("DRIFT_TOOLS", fixture.tools_path().to_string_lossy())
+        .with_env("DRIFT_LOG", fixture.log_path().to_string_lossy());
+    (config, go)
+}
+
+#[tokio::test]
+async fn a_server_still_starting_at_the_deadline_joins_later_held_to_its_baseline() {
+    let fixture = Fixture::new(&original());
+    let (config, go) = gated(&fixture);
+    // Trusted on first use.
+    std::fs::write(&go, "").unwrap_or_else(|e| panic!("write: {e}"));
+    let first = connect(vec![config.clone()], fixture.options().await)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(kind(&first, "echo"), Some(EntryKind::Remote));
+    first.close().await;
+
+    // Rewritten, and slow to start.
+    fixture.publish(&changed("echo", |d| d["description"] = json!(HIJACK)));
+    std::fs::remove_file(&go).unwrap_or_else(|e| panic!("remove: {e}"));
+    let options = fixture
+        .options()
+        .await
+        .with_reconnect(quick())
+        .with_start_deadline(Duration::from_millis(100));
+    let toolset = tokio::time::timeout(PATIENCE, connect(vec![config], options))
+        .await
+        .unwrap_or_else(|_| panic!("connect waited past its start deadline"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let announced = toolset.watch_catalogue();
+    assert_eq!(toolset.starting(), [SERVER]);
+    assert!(toolset.catalogue().get("echo").is_none());
+    assert!(
+        toolset.diagnostics().is_empty(),
+        "{:?}",
+        toolset.diagnostics()
+    );
+
+    std::fs::write(&go, "").unwrap_or_else(|e| panic!("write: {e}"));
+    eventually("the server joins", || async { toolset.is_up(SERVER) }).await;
+    assert!(toolset.starting().is_empty());
+    assert!(
+        announced.has_changed().unwrap_or(false),
+        "the new map is announced"
+    );
+    // Held to the baseline of its first trust from its first appearance.
+    assert_eq!(kind(&toolset, "echo"), Some(EntryKind::Quarantined));
+    assert_eq!(kind(&toolset, "search"), Some(EntryKind::Remote));
+    let listed = serde_json::to_string(&toolset.tools()).unwrap_or_default();
+    assert!(!listed.contains(HIJACK), "{listed}");
+    let row = fixture.stored().await.unwrap_or_else(|| panic!("row"));
+    assert_eq!(
+        tool_part(row.tool_fingerprints),
+        Some(fingerprint_listing(&parsed(&original())))
+    );
+    toolset.close().await;
+    for pid in starts(&fixture) {
+        eventually("every started process exits", || async { !alive(pid) }).await;
+    }
+}
+
+#[tokio::test]
+async fn closing_while_a_server_is_still_starting_ends_it() {
+    let fixture = Fixture::new(&original());
+    let (config, go) = gated(&fixture);
+    let options = fixture
+        .options()
+        .await
+        .with_reconnect(quick())
+        .with_start_deadline(Duration::ZERO);
+    let toolset = connect(vec![config], options)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(toolset.starting(), [SERVER]);
+    toolset.close().await;
+    // A shell still waiting would start the server now.
+    std::fs::write(&go, "").unwrap_or_else(|e| panic!("write: {e}"));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        starts(&fixture),
+        Vec::<u32>::new(),
+        "the start went on after close"
+    );
+    assert!(toolset.catalogue().get("echo").is_none());
+}
+
 /// server-everything (installed by `.ci/peers.sh`), if present.
 fn everything() -> Option<String> {
     let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -302,16 +302,21 @@ fn sigterm_while_an_upstream_connects_stops_serve_at_once() {
 }
 
 /// `serve` takes its port before it connects anything: a port in use fails
-/// at once, with one message, before an upstream that would take its whole
-/// `timeout_ms` is even started.
+/// at once (exit 2), with one message, before any upstream is started (one
+/// that would take its whole `timeout_ms` leaves a mark when it starts).
 #[test]
 fn a_busy_port_fails_at_once_with_one_message() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a port to hold");
     let port = taken.local_addr().expect("its address").port();
     let dir = tempfile::tempdir().expect("temp dir");
+    // The upstream leaves a mark when it is started at all.
+    let spawned = dir.path().join("spawned");
     let config = common::write_config(
         dir.path(),
-        "[gateway]\nstore = \"memory\"\n\n[upstreams.slow]\ntype = \"stdio\"\ncommand = \"sh\"\nargs = [\"-c\", \"sleep 60\"]\ntimeout_ms = 60000\n",
+        &format!(
+            "[gateway]\nstore = \"memory\"\n\n[upstreams.slow]\ntype = \"stdio\"\ncommand = \"sh\"\nargs = [\"-c\", {}]\ntimeout_ms = 60000\n",
+            toml_string(&format!("touch '{}'; sleep 60", spawned.display()))
+        ),
     );
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_portcullis"))
         .args(["serve", "--config"])
@@ -338,5 +343,9 @@ fn a_busy_port_fails_at_once_with_one_message() {
     assert_eq!(status.code(), Some(2), "{stderr}");
     assert_eq!(stderr.matches("cannot listen on").count(), 1, "{stderr}");
     assert_eq!(stderr.matches("in use").count(), 1, "{stderr}");
+    assert!(
+        !spawned.exists(),
+        "an upstream was started although the port was taken"
+    );
     drop(taken);
 }

@@ -224,13 +224,18 @@ impl Served {
 
     /// Waits for a stderr line containing `needle`; returns it.
     pub fn wait_for_line(&self, needle: &str) -> String {
+        self.wait_for_line_of(&[needle])
+    }
+
+    /// Waits for a stderr line containing one of `needles`; returns it.
+    pub fn wait_for_line_of(&self, needles: &[&str]) -> String {
         let deadline = Instant::now() + PATIENCE;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.stderr.recv_timeout(left) {
-                Ok(line) if line.contains(needle) => return line,
+                Ok(line) if needles.iter().any(|n| line.contains(n)) => return line,
                 Ok(_) => {}
-                Err(_) => panic!("no stderr line containing {needle:?}"),
+                Err(_) => panic!("no stderr line containing any of {needles:?}"),
             }
         }
     }
@@ -291,7 +296,38 @@ pub fn serve_with(config: &Path, global: &[&str], env: &[(&str, &str)]) -> Serve
 
 /// As [`serve_with`], listening on `listen` (`host:port`): a test that
 /// stops a gateway and starts it again where its clients expect it.
+///
+/// Upstreams that were still connecting at `start_timeout_ms` (a busy
+/// machine) are waited for, so every upstream that can connect is served
+/// when this returns, as these tests expect.
 pub fn serve_on(config: &Path, listen: &str, global: &[&str], env: &[(&str, &str)]) -> Served {
+    let served = start_serving(config, listen, global, env);
+    let starting: usize = served
+        .listening
+        .split(", ")
+        .find_map(|part| part.strip_suffix(" still connecting"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    let mut joined = 0;
+    for _ in 0..starting {
+        let line = served.wait_for_line_of(&["joined the tool map", "failed to connect"]);
+        joined += usize::from(line.contains("joined the tool map"));
+    }
+    if joined > 0 {
+        served.wait_for_line("tools rebuilt");
+    }
+    served
+}
+
+/// `portcullis serve --config CONFIG --listen 127.0.0.1:0`, returning as
+/// soon as it announced where it listens, whether or not every upstream
+/// has connected.
+pub fn serve_at_once(config: &Path) -> Served {
+    start_serving(config, "127.0.0.1:0", &[], &[])
+}
+
+/// Starts `serve` and waits for its `listening on` line.
+fn start_serving(config: &Path, listen: &str, global: &[&str], env: &[(&str, &str)]) -> Served {
     let mut child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
         .args(global)
         .args(["serve", "--config"])
