@@ -1,12 +1,15 @@
 //! Time to a usable tool map for 50 servers × 100 tools: a wake from a
-//! SQLite store (handshake only, projected from the cached listings) against
-//! a cold connect (handshake and `tools/list` per server), side by side in
-//! one run, against loopback Streamable HTTP servers in this process.
+//! SQLite store (projected from the cached listings, no server contacted)
+//! against a cold connect (handshake and `tools/list` per server, every
+//! listing saved in one transaction), side by side in one run, against
+//! loopback Streamable HTTP servers in this process.
 //!
 //! `cargo bench -p portcullis-upstream --bench wake` prints the medians of
-//! several rounds of each, and how many `tools/list` pages the servers
-//! served during each kind of round (a wake's happen in its background
-//! reconcile, after the map is usable).
+//! several rounds of each, how many `tools/list` pages and HTTP requests
+//! the servers served before the wake's map was handed back (a wake's
+//! handshakes and listings happen in the background, after the map is
+//! usable), and the time from the wake to a first call's answer (the call
+//! waits for its server's live listing to be checked).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -16,7 +19,9 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use portcullis_store::{SqliteStore, Store};
-use portcullis_upstream::{ConnectOptions, McpServerConfig, connect, rebuild_from_store};
+use portcullis_upstream::{
+    CallContext, ConnectOptions, McpServerConfig, connect, rebuild_from_store,
+};
 
 const SERVERS: usize = 50;
 /// The fixture publishes 10 tools of its own; padding makes 100.
@@ -66,6 +71,7 @@ async fn run() {
             .map(|s| s.state.list_pages.load(Ordering::SeqCst))
             .sum()
     };
+    let requests = || -> usize { servers.iter().map(|s| s.seen().len()).sum() };
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
     let store: Arc<dyn Store> = match SqliteStore::open(&dir.path().join("bench.sqlite")).await {
         Ok(store) => Arc::new(store),
@@ -82,9 +88,10 @@ async fn run() {
     assert!(tools >= SERVERS * 100, "{tools} tools");
     first.close().await;
 
-    let (mut cold, mut cold_plain, mut wake, mut wake_settled) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut cold, mut cold_plain, mut wake, mut wake_settled, mut wake_call) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut cold_lists, mut wake_lists_at_map, mut wake_lists_total) = (0, 0, 0);
+    let mut wake_requests_at_map = 0;
     for _ in 0..ROUNDS {
         let before = lists();
         let start = Instant::now();
@@ -104,13 +111,27 @@ async fn run() {
         toolset.close().await;
 
         let before = lists();
+        let sent = requests();
         let start = Instant::now();
         let toolset = rebuild_from_store(configs.clone(), with_store())
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         wake.push(start.elapsed());
         wake_lists_at_map += lists() - before;
+        wake_requests_at_map += requests() - sent;
         assert_eq!(toolset.catalogue().entries().len(), tools);
+        // One call as soon as the map is there: it waits for its server's
+        // handshake and checked listing (the others connect meanwhile).
+        let answer = toolset
+            .call(
+                "s7__echo",
+                Some(serde_json::json!({"message": "awake"})),
+                &CallContext::default(),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(!answer.is_error, "{answer:?}");
+        wake_call.push(start.elapsed());
         toolset.reconciled().await;
         wake_settled.push(start.elapsed());
         wake_lists_total += lists() - before;
@@ -139,9 +160,14 @@ async fn run() {
         ms(median(cold_plain))
     );
     println!(
-        "  wake from SQLite (map usable) {:>8.1} ms   tools/list pages before the map: {}",
+        "  wake from SQLite (map usable) {:>8.1} ms   tools/list pages before the map: {}, HTTP requests: {}",
         ms(median(wake)),
-        wake_lists_at_map / ROUNDS
+        wake_lists_at_map / ROUNDS,
+        wake_requests_at_map / ROUNDS
+    );
+    println!(
+        "  wake, first call answered     {:>8.1} ms",
+        ms(median(wake_call))
     );
     println!(
         "  wake, until reconciled()      {:>8.1} ms   tools/list pages per round: {}",

@@ -18,6 +18,7 @@ use portcullis_catalog::{
     ServerListing, Tool, ToolFilter,
 };
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 
 use crate::config::McpServerConfig;
 use crate::connection::Connection;
@@ -52,13 +53,69 @@ pub(crate) struct Source {
 
 impl Source {
     fn listing(&self) -> ServerListing {
-        let listing = ServerListing::new(self.identity.clone(), self.tools.clone())
-            .with_filter(self.filter.clone())
-            .with_classification(self.classification.clone());
-        match &self.baseline {
-            Some(baseline) => listing.with_baseline(baseline.clone()),
-            None => listing,
-        }
+        listing(
+            &self.identity,
+            &self.tools,
+            &self.filter,
+            &self.classification,
+            self.baseline.as_ref(),
+        )
+    }
+}
+
+/// A server woken from the store whose connection is not open yet
+/// (`crate::wake`): its cached listing is projected, guarded by its
+/// baseline, so its tools are visible at once; but it has no connection,
+/// so no call can reach it until a connection listed its tools live and
+/// the drift guard compared that listing with the baseline
+/// (`crate::reconcile`), which turns it into a [`Source`].
+pub(crate) struct Waking {
+    /// The row id (as [`Source::id`]).
+    pub(crate) id: String,
+    /// The config it is connected from.
+    pub(crate) config: McpServerConfig,
+    /// Who it is.
+    pub(crate) identity: ServerIdentity,
+    /// What the model may see of it.
+    pub(crate) filter: ToolFilter,
+    /// Which of its tools only read.
+    pub(crate) classification: Classification,
+    /// The row's cached listing.
+    pub(crate) tools: Vec<Tool>,
+    /// The row's baseline (recorded, or derived from the cached listing).
+    pub(crate) baseline: Option<Fingerprints>,
+    /// Whether the store holds a recorded baseline for it.
+    pub(crate) recorded: bool,
+    /// Fires when the first attempt to connect it has ended, joined or
+    /// not (and when that attempt is abandoned): a call waits for it.
+    pub(crate) settled: CancellationToken,
+}
+
+impl Waking {
+    fn listing(&self) -> ServerListing {
+        listing(
+            &self.identity,
+            &self.tools,
+            &self.filter,
+            &self.classification,
+            self.baseline.as_ref(),
+        )
+    }
+}
+
+fn listing(
+    identity: &ServerIdentity,
+    tools: &[Tool],
+    filter: &ToolFilter,
+    classification: &Classification,
+    baseline: Option<&Fingerprints>,
+) -> ServerListing {
+    let listing = ServerListing::new(identity.clone(), tools.to_vec())
+        .with_filter(filter.clone())
+        .with_classification(classification.clone());
+    match baseline {
+        Some(baseline) => listing.with_baseline(baseline.clone()),
+        None => listing,
     }
 }
 
@@ -73,6 +130,10 @@ pub(crate) struct Snapshot {
     pub(crate) outputs: HashMap<String, Arc<OutputValidator>>,
     /// By effective (projected) server name.
     pub(crate) connections: HashMap<String, Arc<Connection>>,
+    /// Servers projected from the store's cache that have no connection
+    /// yet, by effective name, each with its [`Waking::settled`]: a call
+    /// to one waits for it, then routes on the snapshot in force then.
+    pub(crate) waking: HashMap<String, CancellationToken>,
     /// Names a reconcile took out of the tool map, with their server: a
     /// model still holding the older list is told "no longer published".
     pub(crate) retired: HashMap<String, String>,
@@ -84,11 +145,16 @@ pub(crate) struct Snapshot {
 /// reused.
 pub(crate) fn project(
     sources: &[Source],
+    waking: &[Waking],
     options: &ProjectionOptions,
     diagnostics: &DiagnosticSink,
     previous: Option<&Snapshot>,
 ) -> Snapshot {
-    let listings = sources.iter().map(Source::listing).collect();
+    let listings = sources
+        .iter()
+        .map(Source::listing)
+        .chain(waking.iter().map(Waking::listing))
+        .collect();
     let catalogue = Catalogue::project(listings, options);
     let already: &[Diagnostic] = previous.map(|p| p.catalogue.diagnostics()).unwrap_or(&[]);
     for diagnostic in catalogue.diagnostics() {
@@ -98,20 +164,28 @@ pub(crate) fn project(
     }
 
     let mut connections = HashMap::new();
+    let mut pending = HashMap::new();
     let mut identities: HashMap<&str, &ServerIdentity> = HashMap::new();
     for summary in catalogue.servers() {
         if let Some(source) = sources.iter().find(|s| s.identity == summary.identity) {
             connections.insert(summary.name.clone(), source.connection.clone());
             identities.insert(summary.name.as_str(), &source.identity);
+        } else if let Some(woken) = waking.iter().find(|w| w.identity == summary.identity) {
+            pending.insert(summary.name.clone(), woken.settled.clone());
+            identities.insert(summary.name.as_str(), &woken.identity);
         }
     }
     // Output schemas by (server, remote tool name): the catalogue keeps
     // disclosed definitions, and the promise is the server's own.
     let mut output_schemas: HashMap<(&ServerIdentity, &str), &Value> = HashMap::new();
-    for source in sources {
-        for tool in &source.tools {
+    let published = sources
+        .iter()
+        .map(|s| (&s.identity, &s.tools))
+        .chain(waking.iter().map(|w| (&w.identity, &w.tools)));
+    for (identity, tools) in published {
+        for tool in tools {
             if let Some(schema) = &tool.output_schema {
-                output_schemas.insert((&source.identity, tool.name.as_str()), schema);
+                output_schemas.insert((identity, tool.name.as_str()), schema);
             }
         }
     }
@@ -180,6 +254,7 @@ pub(crate) fn project(
         validators,
         outputs,
         connections,
+        waking: pending,
         retired,
     }
 }

@@ -27,7 +27,7 @@ use crate::options::ConnectOptions;
 use crate::progress::Progress;
 use crate::relay::ClientRelay;
 use crate::report::DiagnosticSink;
-use crate::state::{self, Snapshot, Source};
+use crate::state::{self, Snapshot, Source, Waking};
 
 /// What one call carries besides its name and arguments.
 #[derive(Clone, Default)]
@@ -124,6 +124,10 @@ pub(crate) struct Inner {
     /// What the projection is built from. Held while a correction builds
     /// and swaps its snapshot, so two corrections never lose each other's.
     pub(crate) sources: Mutex<Vec<Source>>,
+    /// Servers of a wake projected from the store's cache whose connection
+    /// is not open yet (`crate::reconcile` opens them). Projected with the
+    /// sources; locked only after `sources`, never the other way round.
+    pub(crate) waking: Mutex<Vec<Waking>>,
     /// The projection options as given (`prefix` possibly `Auto`).
     pub(crate) projection: ProjectionOptions,
     /// How many servers are configured, connected or not: `Prefix::Auto`
@@ -183,6 +187,11 @@ impl Inner {
         self.sources.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The servers still waking, locked (after `sources` when both are).
+    pub(crate) fn waking(&self) -> MutexGuard<'_, Vec<Waking>> {
+        self.waking.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Projects `sources` again and swaps the result in. Call with the
     /// sources lock held (pass the guarded list).
     pub(crate) fn reproject(&self, sources: &[Source]) {
@@ -196,7 +205,13 @@ impl Inner {
     pub(crate) fn swap(&self, sources: &[Source], announce: bool) {
         let previous = self.snapshot();
         let projection = resolved(&self.projection, self.configured.load(Ordering::Acquire));
-        let next = state::project(sources, &projection, &self.diagnostics, Some(&previous));
+        let next = state::project(
+            sources,
+            &self.waking(),
+            &projection,
+            &self.diagnostics,
+            Some(&previous),
+        );
         let catalogue = next.catalogue.clone();
         *self.state.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(next);
         if announce {
@@ -256,34 +271,15 @@ pub(crate) fn http_client(options: &ConnectOptions) -> Option<reqwest::Client> {
 }
 
 /// Opens one server: the stdio feature and plugin launch checks, the
-/// handshake credential, then the connection — with a `tools/list`, or with
-/// the handshake only when `known` carries a cached listing. A failure is
-/// reported and gives `None`.
-pub(crate) async fn open_server(
-    config: &McpServerConfig,
-    options: &ConnectOptions,
-    diagnostics: &DiagnosticSink,
-    http: Option<reqwest::Client>,
-    known: Option<Vec<Tool>>,
-) -> Option<Connected> {
-    match try_open(config, options, diagnostics, http, known, None).await {
-        Ok(connected) => Some(connected),
-        Err(diagnostic) => {
-            diagnostics.report(diagnostic);
-            None
-        }
-    }
-}
-
-/// [`open_server`], handing the failure back instead of reporting it (a
-/// reconnect logs its failed attempts rather than piling up diagnostics).
-/// `notices` carries a replaced connection's notices over.
+/// handshake credential, then the connection and its `tools/list`. The
+/// failure is handed back (a reconnect logs its failed attempts rather
+/// than piling up diagnostics). `notices` carries a replaced connection's
+/// notices over.
 pub(crate) async fn try_open(
     config: &McpServerConfig,
     options: &ConnectOptions,
     diagnostics: &DiagnosticSink,
     http: Option<reqwest::Client>,
-    known: Option<Vec<Tool>>,
     notices: Option<crate::passthrough::Notices>,
 ) -> Result<Connected, Diagnostic> {
     let name = config.name().to_owned();
@@ -328,7 +324,6 @@ pub(crate) async fn try_open(
             .copied()
             .unwrap_or(options.timeout),
         config: config.clone(),
-        known,
         notices: notices.clone(),
     };
     match connect_one(plan).await {
@@ -385,23 +380,25 @@ fn resolved(projection: &ProjectionOptions, configured: usize) -> ProjectionOpti
     projection
 }
 
-/// Projects the sources into a toolset. `reconciled` says whether the tool
-/// map is already checked against every server (a cold start) or a
-/// reconcile will report it.
+/// Projects the sources (and, for a wake, the servers still waking) into a
+/// toolset. `reconciled` says whether the tool map is already checked
+/// against every server (a cold start) or a reconcile will report it.
 pub(crate) fn assemble(
     sources: Vec<Source>,
+    waking: Vec<Waking>,
     configured: usize,
     options: &ConnectOptions,
     diagnostics: DiagnosticSink,
     reconciled: watch::Receiver<bool>,
 ) -> Toolset {
     let projection = resolved(&options.projection, configured);
-    let snapshot = state::project(&sources, &projection, &diagnostics, None);
+    let snapshot = state::project(&sources, &waking, &projection, &diagnostics, None);
     let (changes, _) = watch::channel(snapshot.catalogue.clone());
     let toolset = Toolset {
         inner: Arc::new(Inner {
             state: RwLock::new(Arc::new(snapshot)),
             sources: Mutex::new(sources),
+            waking: Mutex::new(waking),
             projection: options.projection.clone(),
             configured: AtomicUsize::new(configured),
             store: options.store.clone(),
@@ -452,7 +449,7 @@ pub(crate) async fn try_cold_source(
     diagnostics: &DiagnosticSink,
     http: Option<reqwest::Client>,
 ) -> Result<Source, Diagnostic> {
-    let connected = try_open(&config, options, diagnostics, http, None, None).await?;
+    let connected = try_open(&config, options, diagnostics, http, None).await?;
     let identity = config.identity();
     let (baseline, recorded) = match &options.store {
         Some(store) => {
@@ -500,10 +497,13 @@ pub(crate) async fn try_cold_source(
 /// fingerprints as the trust baseline — and the baseline the store holds is
 /// enforced (a recorded one, else one derived from a pre-fingerprint row's
 /// cached listing, else the first one recorded, possibly by a replica that
-/// raced this one). A server whose baseline cannot be read or recorded is
-/// not connected: serving it would serve a possibly drifted listing as
-/// trusted. stdio servers are persisted too, keyed by a hash of their
-/// command line. Without a store, [`ConnectOptions::baselines`] applies.
+/// raced this one). The stored rows are read once and every listing is
+/// saved in one batch (one transaction with SQLite or PostgreSQL) once all
+/// servers have answered. A server whose baseline cannot be read or
+/// recorded is not connected (with a failed batch, none is): serving it
+/// would serve a possibly drifted listing as trusted. stdio servers are
+/// persisted too, keyed by a hash of their command line. Without a store,
+/// [`ConnectOptions::baselines`] applies.
 pub async fn connect(
     servers: Vec<McpServerConfig>,
     options: ConnectOptions,
@@ -517,29 +517,110 @@ pub async fn connect(
 
     let configured: Vec<(McpServerConfig, String)> = servers.into_iter().zip(ids).collect();
     let count = configured.len();
-    let attempts = configured.iter().cloned().map(|(config, id)| {
+    let attempts = configured.iter().cloned().map(|(config, _)| {
         let name = config.name().to_owned();
-        let attempt = cold_source(config, id, &options, &diagnostics, http.clone());
+        let (options, diagnostics, http) = (&options, &diagnostics, http.clone());
+        let attempt = async move {
+            match try_open(&config, options, diagnostics, http, None).await {
+                Ok(connected) => Some(connected),
+                Err(diagnostic) => {
+                    diagnostics.report(diagnostic);
+                    None
+                }
+            }
+        };
         tracker.clone().track(name, attempt)
     });
     let outcomes = join_all(attempts).await;
-    let mut sources = Vec::with_capacity(outcomes.len());
+    let mut opened = Vec::with_capacity(outcomes.len());
     let mut failed = Vec::new();
-    for (outcome, configured) in outcomes.into_iter().zip(configured) {
+    for (outcome, (config, id)) in outcomes.into_iter().zip(configured) {
         match outcome {
-            Some(source) => sources.push(source),
-            None => failed.push(configured),
+            Some(connected) => opened.push((config, id, connected)),
+            None => failed.push((config, id)),
+        }
+    }
+    let mut sources = Vec::with_capacity(opened.len());
+    match settle_all(&opened, &options).await {
+        Ok(baselines) => {
+            for ((config, id, connected), baseline) in opened.into_iter().zip(baselines) {
+                sources.push(source(
+                    id,
+                    config,
+                    &options,
+                    connected.connection,
+                    connected.tools,
+                    baseline,
+                    options.store.is_some(),
+                ));
+            }
+        }
+        // Without its baseline no server is served: a drifted listing would
+        // be served as trusted.
+        Err(reason) => {
+            for (config, id, connected) in opened {
+                connected.connection.close().await;
+                diagnostics.report(crate::trust::store_failure(config.name(), &reason));
+                failed.push((config, id));
+            }
         }
     }
     // Every listing is live: nothing is left to reconcile.
     let (_, reconciled) = watch::channel(true);
-    let toolset = assemble(sources, count, &options, diagnostics, reconciled);
+    let toolset = assemble(
+        sources,
+        Vec::new(),
+        count,
+        &options,
+        diagnostics,
+        reconciled,
+    );
     // A server that failed now is tried again in the background and joins
     // the tool map when it connects.
     for (config, id) in failed {
         crate::supervisor::join_later(&toolset.inner, id, config);
     }
     Ok(toolset)
+}
+
+/// The baselines in force for the servers a cold start opened, in order.
+/// With a store: one read of the stored rows, each server's proposal
+/// decided as [`crate::trust::settle_cold`] decides it (its pins listed
+/// concurrently), and every listing saved in one
+/// [`portcullis_store::Store::save_all`] (one transaction for the SQL
+/// backends); the store's answer is enforced. Without one,
+/// [`ConnectOptions::baselines`] applies.
+async fn settle_all(
+    opened: &[(McpServerConfig, String, Connected)],
+    options: &ConnectOptions,
+) -> Result<Vec<Option<Fingerprints>>, String> {
+    let Some(store) = &options.store else {
+        return Ok(opened
+            .iter()
+            .map(|(config, _, _)| options.baselines.get(&config.identity()).cloned())
+            .collect());
+    };
+    if opened.is_empty() {
+        return Ok(Vec::new());
+    }
+    let stored = store.list().await.map_err(|e| e.to_string())?;
+    let proposals = join_all(opened.iter().map(|(config, id, connected)| {
+        let row = stored.iter().find(|row| &row.id == id);
+        let identity = config.identity();
+        async move {
+            crate::trust::cold_proposal(row, &identity, &connected.tools, &connected.connection)
+                .await
+        }
+    }))
+    .await;
+    let rows: Vec<_> = opened
+        .iter()
+        .zip(proposals)
+        .map(|((config, id, connected), proposal)| {
+            crate::trust::row_for(id, &config.identity(), &connected.tools, proposal)
+        })
+        .collect();
+    store.save_all(&rows).await.map_err(|e| e.to_string())
 }
 
 impl Toolset {
@@ -598,11 +679,16 @@ impl Toolset {
     pub fn baseline(&self, server: &str) -> Option<Fingerprints> {
         let catalogue = self.catalogue();
         let identity = &catalogue.server(server)?.identity;
-        self.inner
-            .sources()
-            .iter()
-            .find(|s| &s.identity == identity)
-            .and_then(|s| s.baseline.clone())
+        let sources = self.inner.sources();
+        match sources.iter().find(|s| &s.identity == identity) {
+            Some(source) => source.baseline.clone(),
+            None => self
+                .inner
+                .waking()
+                .iter()
+                .find(|w| &w.identity == identity)
+                .and_then(|w| w.baseline.clone()),
+        }
     }
 
     /// Everything the servers serve besides tools (resources, prompts,
@@ -644,7 +730,29 @@ impl Toolset {
         }
         // The call keeps this snapshot to the end, whatever a correction
         // swaps in meanwhile.
-        let state = inner.snapshot();
+        let mut state = inner.snapshot();
+        // A tool of a woken server that has no connection yet was projected
+        // from the store's cache: the call waits until the server connected
+        // and the drift guard compared its live listing with the baseline,
+        // then routes on the snapshot that comparison produced (a drifted
+        // tool is quarantined there, a withdrawn one gone). A server whose
+        // first attempt failed is still waking afterwards and has no
+        // connection: the call is refused below as unavailable.
+        while let Some(settled) = state
+            .catalogue
+            .get(name)
+            .and_then(|entry| state.waking.get(&entry.server))
+            .filter(|settled| !settled.is_cancelled())
+        {
+            let settled = settled.clone();
+            tokio::select! {
+                _ = settled.cancelled() => {}
+                _ = context.cancel.cancelled() => {
+                    return Err(CallError::Cancelled { tool: name.to_owned() });
+                }
+            }
+            state = inner.snapshot();
+        }
         let Some(entry) = state.catalogue.get(name) else {
             if let Some(server) = state.retired.get(name) {
                 return Err(CallError::NoLongerPublished {
