@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use portcullis_catalog::{Catalogue, ProjectionOptions, ServerListing};
 use portcullis_store::{SqliteStore, Store};
 use portcullis_upstream::{
     CallContext, ConnectOptions, McpServerConfig, connect, rebuild_from_store,
@@ -92,6 +93,7 @@ async fn run() {
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut cold_lists, mut wake_lists_at_map, mut wake_lists_total) = (0, 0, 0);
     let mut wake_requests_at_map = 0;
+    let (mut read, mut projected) = (Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
         let before = lists();
         let start = Instant::now();
@@ -134,6 +136,30 @@ async fn run() {
         wake_call.push(start.elapsed());
         toolset.reconciled().await;
         wake_settled.push(start.elapsed());
+        // The wake's two parts, alone: one read of the store, and the
+        // projection of every cached listing against its baseline.
+        let start = Instant::now();
+        let rows = store.list().await.unwrap_or_else(|e| panic!("{e}"));
+        read.push(start.elapsed());
+        let listings: Vec<ServerListing> = rows
+            .into_iter()
+            .map(|row| {
+                let identity = configs
+                    .iter()
+                    .find(|c| c.name() == row.id)
+                    .map(McpServerConfig::identity)
+                    .unwrap_or_else(|| panic!("config of {}", row.id));
+                let listing = ServerListing::new(identity, row.tools.clone().unwrap_or_default());
+                match row.baseline_or_derived() {
+                    Some(baseline) => listing.with_baseline(baseline),
+                    None => listing,
+                }
+            })
+            .collect();
+        let start = Instant::now();
+        let catalogue = Catalogue::project(listings, &ProjectionOptions::default());
+        projected.push(start.elapsed());
+        assert_eq!(catalogue.entries().len(), tools);
         wake_lists_total += lists() - before;
         // 100 padded tools exceed the default disclosure budget (a
         // warning, expected); anything else means the wake went wrong.
@@ -164,6 +190,11 @@ async fn run() {
         ms(median(wake)),
         wake_lists_at_map / ROUNDS,
         wake_requests_at_map / ROUNDS
+    );
+    println!(
+        "    of which: store read        {:>8.1} ms   projection {:.1} ms",
+        ms(median(read)),
+        ms(median(projected))
     );
     println!(
         "  wake, first call answered     {:>8.1} ms",

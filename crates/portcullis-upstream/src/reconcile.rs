@@ -193,8 +193,15 @@ async fn join(
                     connection: connection.clone(),
                 });
                 // Swapped in before `settled` fires: a waiting call then
-                // finds the server's connection and the checked map.
-                inner.swap(&sources, changed);
+                // finds the server's connection and the checked map. An
+                // unchanged server only gains its route: re-projecting every
+                // server's tools once per server that joins would cost a
+                // wake of many servers seconds.
+                if changed {
+                    inner.swap(&sources, true);
+                } else {
+                    inner.relink(&sources);
+                }
                 true
             }
             None => false,

@@ -8,7 +8,7 @@
 //! in, so the next call sees the correction and none sees half of one.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use portcullis_catalog::catalogue::EntryKind;
 use portcullis_catalog::classification::Classification;
@@ -123,9 +123,12 @@ fn listing(
 #[derive(Default)]
 pub(crate) struct Snapshot {
     pub(crate) catalogue: Arc<Catalogue>,
-    /// Compiled per projected name; shared with later snapshots while the
-    /// schema stays the same.
-    pub(crate) validators: HashMap<String, Arc<ArgumentValidator>>,
+    /// Argument validators by projected name, compiled on a tool's first
+    /// call ([`Snapshot::validator`]) and shared with later snapshots while
+    /// the schema stays the same: compiling thousands of schemas up front
+    /// was most of a wake's time, for tools most of which are never called.
+    /// `None`: the schema cannot be compiled (reported once).
+    pub(crate) validators: Mutex<HashMap<String, Option<Arc<ArgumentValidator>>>>,
     /// Output schemas the servers promised, compiled once.
     pub(crate) outputs: HashMap<String, Arc<OutputValidator>>,
     /// By effective (projected) server name.
@@ -137,6 +140,82 @@ pub(crate) struct Snapshot {
     /// Names a reconcile took out of the tool map, with their server: a
     /// model still holding the older list is told "no longer published".
     pub(crate) retired: HashMap<String, String>,
+}
+
+impl Snapshot {
+    /// The argument validator of the remote tool projected as `name`,
+    /// compiled now if this is its first call. `None` when its schema
+    /// cannot be compiled: the first such call reports it, and the server
+    /// checks its own arguments.
+    pub(crate) fn validator(
+        &self,
+        name: &str,
+        diagnostics: &DiagnosticSink,
+    ) -> Option<Arc<ArgumentValidator>> {
+        let entry = self.catalogue.get(name)?;
+        let mut validators = self
+            .validators
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(known) = validators.get(name) {
+            return known.clone();
+        }
+        let compiled = match ArgumentValidator::compile(name, entry.full_input_schema()) {
+            Ok(validator) => Some(Arc::new(validator)),
+            // The server checks its own arguments; we report that ours cannot.
+            Err(e) => {
+                diagnostics.report(Diagnostic::new(
+                    Rule::ServerEntryInvalid,
+                    entry.server.clone(),
+                    format!("{e}; its arguments are passed to the server unchecked."),
+                ));
+                None
+            }
+        };
+        validators.insert(name.to_owned(), compiled.clone());
+        compiled
+    }
+
+    /// This snapshot with the routes recomputed for `sources` and
+    /// `waking`, everything else shared: for a server that moved from
+    /// waking to connected with the very listing and baseline it was
+    /// projected with, whose projection is therefore the same.
+    pub(crate) fn relinked(&self, sources: &[Source], waking: &[Waking]) -> Snapshot {
+        let (connections, pending) = links(&self.catalogue, sources, waking);
+        let validators = self
+            .validators
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        Snapshot {
+            catalogue: self.catalogue.clone(),
+            validators: Mutex::new(validators),
+            outputs: self.outputs.clone(),
+            connections,
+            waking: pending,
+            retired: self.retired.clone(),
+        }
+    }
+}
+
+/// Each projected server's connection, or its [`Waking::settled`] while it
+/// has none, by effective name.
+type Links = (
+    HashMap<String, Arc<Connection>>,
+    HashMap<String, CancellationToken>,
+);
+
+fn links(catalogue: &Catalogue, sources: &[Source], waking: &[Waking]) -> Links {
+    let mut connections = HashMap::new();
+    let mut pending = HashMap::new();
+    for summary in catalogue.servers() {
+        if let Some(source) = sources.iter().find(|s| s.identity == summary.identity) {
+            connections.insert(summary.name.clone(), source.connection.clone());
+        } else if let Some(woken) = waking.iter().find(|w| w.identity == summary.identity) {
+            pending.insert(summary.name.clone(), woken.settled.clone());
+        }
+    }
+    (connections, pending)
 }
 
 /// Projects `sources` into a snapshot. Diagnostics the previous snapshot
@@ -163,16 +242,16 @@ pub(crate) fn project(
         }
     }
 
-    let mut connections = HashMap::new();
-    let mut pending = HashMap::new();
+    let (connections, pending) = links(&catalogue, sources, waking);
     let mut identities: HashMap<&str, &ServerIdentity> = HashMap::new();
     for summary in catalogue.servers() {
-        if let Some(source) = sources.iter().find(|s| s.identity == summary.identity) {
-            connections.insert(summary.name.clone(), source.connection.clone());
-            identities.insert(summary.name.as_str(), &source.identity);
-        } else if let Some(woken) = waking.iter().find(|w| w.identity == summary.identity) {
-            pending.insert(summary.name.clone(), woken.settled.clone());
-            identities.insert(summary.name.as_str(), &woken.identity);
+        let identity = sources
+            .iter()
+            .map(|s| &s.identity)
+            .chain(waking.iter().map(|w| &w.identity))
+            .find(|identity| **identity == summary.identity);
+        if let Some(identity) = identity {
+            identities.insert(summary.name.as_str(), identity);
         }
     }
     // Output schemas by (server, remote tool name): the catalogue keeps
@@ -191,6 +270,12 @@ pub(crate) fn project(
     }
 
     let mut validators = HashMap::new();
+    let compiled = previous.map(|p| {
+        p.validators
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    });
     let mut outputs = HashMap::new();
     for entry in catalogue.entries() {
         if entry.kind != EntryKind::Remote {
@@ -202,31 +287,21 @@ pub(crate) fn project(
         if let Some(output) = schema.and_then(|s| OutputValidator::compile(s)) {
             outputs.insert(entry.name.clone(), Arc::new(output));
         }
-        let reusable = previous.and_then(|p| {
+        // A validator already compiled carries over while the schema is
+        // the same; the others are compiled on first call.
+        let reusable = previous.zip(compiled.as_ref()).and_then(|(p, compiled)| {
             let before = p.catalogue.get(&entry.name)?;
             let same = before.kind == EntryKind::Remote
                 && before.server == entry.server
                 && before.full_input_schema() == entry.full_input_schema();
             if same {
-                p.validators.get(&entry.name).cloned()
+                compiled.get(&entry.name).cloned()
             } else {
                 None
             }
         });
         if let Some(validator) = reusable {
             validators.insert(entry.name.clone(), validator);
-            continue;
-        }
-        match ArgumentValidator::compile(&entry.name, entry.full_input_schema()) {
-            Ok(validator) => {
-                validators.insert(entry.name.clone(), Arc::new(validator));
-            }
-            // The server checks its own arguments; we report that ours cannot.
-            Err(e) => diagnostics.report(Diagnostic::new(
-                Rule::ServerEntryInvalid,
-                entry.server.clone(),
-                format!("{e}; its arguments are passed to the server unchecked."),
-            )),
         }
     }
 
@@ -251,7 +326,7 @@ pub(crate) fn project(
 
     Snapshot {
         catalogue: Arc::new(catalogue),
-        validators,
+        validators: Mutex::new(validators),
         outputs,
         connections,
         waking: pending,

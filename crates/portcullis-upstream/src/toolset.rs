@@ -192,6 +192,15 @@ impl Inner {
         self.waking.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Swaps in the snapshot in force with its routes recomputed (a woken
+    /// server joined with the listing and baseline it was projected with:
+    /// the projection would be the same, so it is not redone). Call with
+    /// the sources lock held.
+    pub(crate) fn relink(&self, sources: &[Source]) {
+        let next = self.snapshot().relinked(sources, &self.waking());
+        *self.state.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(next);
+    }
+
     /// Projects `sources` again and swaps the result in. Call with the
     /// sources lock held (pass the guarded list).
     pub(crate) fn reproject(&self, sources: &[Source]) {
@@ -825,7 +834,7 @@ impl Toolset {
                 });
             }
         };
-        if let Some(validator) = state.validators.get(name)
+        if let Some(validator) = state.validator(name, &inner.diagnostics)
             && let Err(problems) = validator.validate(&args)
         {
             return Ok(problems.to_tool_result());
