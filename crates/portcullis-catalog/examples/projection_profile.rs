@@ -6,7 +6,9 @@
 //! valgrind --tool=callgrind target/profiling/examples/projection_profile 20
 //! ```
 //!
-//! Projects one 1 000-tool server against its baseline N times (default 20).
+//! Projects one 1 000-tool server against its baseline N times (default 20);
+//! with `wake` as the second argument, 50 servers of 100 tools with long
+//! descriptions instead (the wake bench's catalogue).
 
 use std::hint::black_box;
 
@@ -19,11 +21,13 @@ fn main() {
         .nth(1)
         .and_then(|n| n.parse().ok())
         .unwrap_or(20);
-    let tools: Vec<Tool> = (0..1_000)
+    let wake = std::env::args().nth(2).is_some_and(|a| a == "wake");
+    let (servers, per_server, padding) = if wake { (50, 100, 40) } else { (1, 1_000, 0) };
+    let tools: Vec<Tool> = (0..per_server)
         .map(|i| {
             let name = if i % 10 == 0 { format!("ns.tool_{i}") } else { format!("tool_{i}") };
             Tool::new(name)
-                .with_description(format!("Tool {i}: fetches records of kind {i} and summarises them for the caller."))
+                .with_description(format!("Tool {i}: fetches records of kind {i} and summarises them for the caller. {}", "Lorem ipsum dolor sit amet. ".repeat(padding)))
                 .with_input_schema(json!({
                     "type": "object",
                     "properties": {
@@ -37,10 +41,17 @@ fn main() {
         })
         .collect();
     let baseline = fingerprint_listing(&tools);
-    let server = ServerIdentity::streamable_http("big", "https://big.example/mcp");
-    let listing = ServerListing::new(server, tools).with_baseline(baseline);
+    let listings: Vec<ServerListing> = (0..servers)
+        .map(|s| {
+            let server = ServerIdentity::streamable_http(
+                format!("s{s}"),
+                format!("https://s{s}.example/mcp"),
+            );
+            ServerListing::new(server, tools.clone()).with_baseline(baseline.clone())
+        })
+        .collect();
     let options = ProjectionOptions::default();
     for _ in 0..rounds {
-        black_box(Catalogue::project(vec![listing.clone()], &options));
+        black_box(Catalogue::project(listings.clone(), &options));
     }
 }

@@ -42,39 +42,64 @@ pub fn canonical_json(value: &Value) -> String {
     bytes_to_string(out)
 }
 
+/// Where canonical text goes: a buffer (to show it) or straight into the
+/// hasher (to digest it without building the string).
+trait Sink {
+    fn put(&mut self, bytes: &[u8]);
+}
+
+impl Sink for Vec<u8> {
+    fn put(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+}
+
+impl Sink for Sha256 {
+    fn put(&mut self, bytes: &[u8]) {
+        self.update(bytes);
+    }
+}
+
+/// Adapts a [`Sink`] for serde_json's writer and `write!`.
+struct SinkWriter<'a, S: Sink>(&'a mut S);
+
+impl<S: Sink> std::io::Write for SinkWriter<'_, S> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.put(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 fn bytes_to_string(bytes: Vec<u8>) -> String {
     // Only valid UTF-8 is ever written: JSON text from `&str`s and ASCII.
     String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
-// The canonical text is written into one buffer and hashed in one go:
-// feeding SHA-256 a few bytes at a time, and serde_json's serializer for
-// every string, cost more than the rendering itself. The bytes are those
-// of the first rendering exactly (stored baselines are digests of them);
-// `tests/properties.rs` holds this writer to that reference over odd
-// inputs and `tests/vectors/canonical.json` pins its output.
-
-fn write_canonical(value: &Value, out: &mut Vec<u8>) {
+fn write_canonical<S: Sink>(value: &Value, out: &mut S) {
     match value {
-        Value::Null => out.extend_from_slice(b"null"),
-        Value::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
+        Value::Null => out.put(b"null"),
+        Value::Bool(b) => out.put(if *b { b"true" } else { b"false" }),
         Value::Number(n) => write_number(n, out),
         Value::String(s) => write_string(s, out),
         Value::Array(items) => {
-            out.push(b'[');
+            out.put(b"[");
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push(b',');
+                    out.put(b",");
                 }
                 write_canonical(item, out);
             }
-            out.push(b']');
+            out.put(b"]");
         }
         Value::Object(map) => write_object(map, out),
     }
 }
 
-fn write_object(map: &Map<String, Value>, out: &mut Vec<u8>) {
+fn write_object<S: Sink>(map: &Map<String, Value>, out: &mut S) {
     let mut entries: Vec<(&String, &Value)> = map.iter().collect();
     // JavaScript sorts keys by UTF-16 code units. That is byte order for
     // ASCII keys (nearly all of them), so only other keys pay to re-encode.
@@ -83,60 +108,45 @@ fn write_object(map: &Map<String, Value>, out: &mut Vec<u8>) {
     } else {
         entries.sort_unstable_by(|(a, _), (b, _)| a.encode_utf16().cmp(b.encode_utf16()));
     }
-    out.push(b'{');
+    out.put(b"{");
     for (i, (key, value)) in entries.into_iter().enumerate() {
         if i > 0 {
-            out.push(b',');
+            out.put(b",");
         }
         write_string(key, out);
-        out.push(b':');
+        out.put(b":");
         write_canonical(value, out);
     }
-    out.push(b'}');
+    out.put(b"}");
 }
 
-/// Whether JSON text must escape this byte: `"`, `\` and the control
-/// characters below U+0020 (UTF-8 continuation and lead bytes never are).
-fn needs_escape(byte: u8) -> bool {
-    byte < 0x20 || byte == b'"' || byte == b'\\'
-}
-
-fn write_string(s: &str, out: &mut Vec<u8>) {
-    if !s.bytes().any(needs_escape) {
-        // Nothing to escape (nearly every string): the text as it is.
-        out.reserve(s.len() + 2);
-        out.push(b'"');
-        out.extend_from_slice(s.as_bytes());
-        out.push(b'"');
-        return;
-    }
+fn write_string<S: Sink>(s: &str, out: &mut S) {
     // serde_json escapes exactly what JSON.stringify escapes for well-formed
-    // strings: `"`, `\`, and control characters. Writing to a `Vec` cannot
-    // fail.
-    let _ = serde_json::to_writer(&mut *out, s);
+    // strings: `"`, `\`, and control characters. Writing to a sink cannot fail.
+    let _ = serde_json::to_writer(SinkWriter(out), s);
 }
 
-fn write_number(n: &Number, out: &mut Vec<u8>) {
+fn write_number<S: Sink>(n: &Number, out: &mut S) {
     use std::io::Write as _;
     if n.is_i64() || n.is_u64() {
-        let _ = write!(out, "{n}");
+        let _ = write!(SinkWriter(out), "{n}");
         return;
     }
     let f = n.as_f64().unwrap_or(0.0);
     if f.fract() == 0.0 && f.abs() < 1e21 {
         // JavaScript prints integral doubles without a fraction; -0 as 0.
-        let _ = write!(out, "{}", f as i128);
+        let _ = write!(SinkWriter(out), "{}", f as i128);
         return;
     }
     let text = n.to_string();
     // JavaScript writes a positive exponent with its sign: 1.5e+300.
     match text.find('e') {
         Some(at) if !text[at + 1..].starts_with(['-', '+']) => {
-            out.extend_from_slice(&text.as_bytes()[..=at]);
-            out.push(b'+');
-            out.extend_from_slice(&text.as_bytes()[at + 1..]);
+            out.put(&text.as_bytes()[..=at]);
+            out.put(b"+");
+            out.put(&text.as_bytes()[at + 1..]);
         }
-        _ => out.extend_from_slice(text.as_bytes()),
+        _ => out.put(text.as_bytes()),
     }
 }
 
@@ -148,40 +158,40 @@ pub fn fingerprint_material(tool: &Tool) -> String {
     bytes_to_string(out)
 }
 
-fn write_material(tool: &Tool, out: &mut Vec<u8>) {
-    out.push(b'{');
+fn write_material<S: Sink>(tool: &Tool, out: &mut S) {
+    out.put(b"{");
     if let Some(annotations) = tool.annotations.as_ref().filter(|a| !a.is_empty()) {
-        out.extend_from_slice(b"\"annotations\":");
+        out.put(b"\"annotations\":");
         match serde_json::to_value(annotations) {
             Ok(value) => write_canonical(&value, out),
-            Err(_) => out.extend_from_slice(b"{}"),
+            Err(_) => out.put(b"{}"),
         }
-        out.push(b',');
+        out.put(b",");
     }
-    out.extend_from_slice(b"\"description\":");
+    out.put(b"\"description\":");
     match &tool.description {
         Some(text) => {
-            out.extend_from_slice(b"{\"type\":\"string\",\"value\":");
+            out.put(b"{\"type\":\"string\",\"value\":");
             write_string(text, out);
-            out.push(b'}');
+            out.put(b"}");
         }
-        None => out.extend_from_slice(b"{\"type\":\"none\"}"),
+        None => out.put(b"{\"type\":\"none\"}"),
     }
-    out.extend_from_slice(b",\"inputSchema\":");
+    out.put(b",\"inputSchema\":");
     match &tool.input_schema {
         Some(schema) => write_canonical(schema, out),
-        None => out.extend_from_slice(b"{\"type\":\"object\"}"),
+        None => out.put(b"{\"type\":\"object\"}"),
     }
     if let Some(schema) = &tool.output_schema {
-        out.extend_from_slice(b",\"outputSchema\":");
+        out.put(b",\"outputSchema\":");
         write_canonical(schema, out);
     }
-    out.extend_from_slice(b",\"title\":");
+    out.put(b",\"title\":");
     match &tool.title {
         Some(title) => write_string(title, out),
-        None => out.extend_from_slice(b"undefined"),
+        None => out.put(b"undefined"),
     }
-    out.push(b'}');
+    out.put(b"}");
 }
 
 /// The digest of one tool: SHA-256 of [`fingerprint_material`], base64url
@@ -195,9 +205,9 @@ fn write_material(tool: &Tool, out: &mut Vec<u8>) {
 /// assert_eq!(fingerprint(&echo), "JYCrKVvXQM5-vC0hxM3zQOD3dN46pQZGkl_0bOh0KuY");
 /// ```
 pub fn fingerprint(tool: &Tool) -> String {
-    let mut material = Vec::with_capacity(512);
-    write_material(tool, &mut material);
-    URL_SAFE_NO_PAD.encode(Sha256::digest(&material))
+    let mut hasher = Sha256::new();
+    write_material(tool, &mut hasher);
+    URL_SAFE_NO_PAD.encode(hasher.finalize())
 }
 
 /// Fingerprints of every tool in a listing, keyed by the tool's own name.
