@@ -45,22 +45,25 @@
 //!
 //! ## How the upstream client uses it
 //!
-//! * **Cold start**, per server, after the live `tools/list`: `get(id)`;
+//! * **Cold start**, per server, after the live `tools/list` (the rows read
+//!   once with `list()` for all servers, then every row saved with one
+//!   [`Store::save_all`], one transaction in the SQL backends):
 //!   when the row has a recorded baseline propose none, otherwise propose
 //!   `row.baseline_or_derived()` (a pre-fingerprint row) or, with no row or
 //!   no listing, the fresh listing's own fingerprints (trust on first use),
 //!   either with the pins of the server's prompts, resources and templates
 //!   merged in ([`portcullis_catalog::pins`]: one map, so one immutable
 //!   baseline; the store compares only its tool part with a listing).
-//!   `save` the row with the fresh listing and **enforce the baseline `save`
-//!   returns** — under a race it may be another replica's.
+//!   save the row with the fresh listing and **enforce the baseline the
+//!   save returns** — under a race it may be another replica's.
 //! * **Wake**: `list()`; for each row find the configured server whose
 //!   effective name is `row.id`; refuse it (diagnostic) when `row.kind` or
 //!   `row.url` differs from `PersistedServer::endpoint_key(&endpoint)`;
-//!   project from `row.tools` guarded by `row.baseline_or_derived()` with no
-//!   `tools/list`. A row whose `tools` is `None` (never cached, or dropped as
-//!   corrupt) needs a live listing.
-//! * **Background reconcile**: re-list, then `save` the fresh listing (the
+//!   project from `row.tools` guarded by `row.baseline_or_derived()` without
+//!   contacting the server. A row whose `tools` is `None` (never cached, or
+//!   dropped as corrupt) needs a live listing.
+//! * **Background connect after a wake**: connect and list, then `save` the
+//!   fresh listing (the
 //!   cache moves) proposing a baseline under the cold start's rule — only
 //!   when the row had none recorded, and then the one being enforced (so a
 //!   derived baseline gets recorded before the cache it was derived from is

@@ -225,6 +225,34 @@ where
         &self,
         row: &PersistedServer,
     ) -> Result<Option<Fingerprints>, StoreError> {
+        let op = || StoreError::database(DB::BACKEND, format!("save mcp server {:?}", row.id));
+        let mut conn = self.pool.acquire().await.map_err(op())?;
+        Self::save_on(&mut conn, row).await
+    }
+
+    /// Saves every row in one transaction (one commit, so one sync to disk
+    /// for a cold start's whole catalogue): each row exactly as
+    /// [`Sql::save`] saves it, the baselines in force in row order. Nothing
+    /// is saved when one row fails.
+    pub(crate) async fn save_all(
+        &self,
+        rows: &[PersistedServer],
+    ) -> Result<Vec<Option<Fingerprints>>, StoreError> {
+        let op = || StoreError::database(DB::BACKEND, "save mcp servers");
+        let mut tx = self.pool.begin().await.map_err(op())?;
+        let mut in_force = Vec::with_capacity(rows.len());
+        for row in rows {
+            in_force.push(Self::save_on(&mut tx, row).await?);
+        }
+        tx.commit().await.map_err(op())?;
+        Ok(in_force)
+    }
+
+    /// One save on `conn` (a pooled connection, or a transaction's).
+    async fn save_on(
+        conn: &mut DB::Connection,
+        row: &PersistedServer,
+    ) -> Result<Option<Fingerprints>, StoreError> {
         let b = DB::BACKEND;
         if let Some(reason) = row.refusal() {
             return Err(StoreError::InvalidRow {
@@ -249,7 +277,7 @@ where
             .bind(row.url.clone())
             .bind(encode(row.tools.as_ref()))
             .bind(encode(row.tool_fingerprints.as_ref()))
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *conn)
             .await
             .and_then(|r| r.try_get(0))
             .map_err(op())?;
@@ -268,7 +296,7 @@ where
                 .bind(encode(Some(proposal)))
                 .bind(row.id.clone())
                 .bind(garbage.clone())
-                .execute(&self.pool)
+                .execute(&mut *conn)
                 .await
                 .map_err(op())?;
             if DB::rows_affected(&swapped) > 0 {
@@ -276,7 +304,7 @@ where
                     "DELETE FROM mcp_trusted_tools WHERE server_id = ?",
                 ))
                 .bind(row.id.clone())
-                .execute(&self.pool)
+                .execute(&mut *conn)
                 .await
                 .map_err(op())?;
             }
@@ -284,7 +312,7 @@ where
                 "SELECT tool_fingerprints FROM mcp_servers WHERE id = ?",
             ))
             .bind(row.id.clone())
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *conn)
             .await
             .and_then(|r| r.map(|r| r.try_get::<Option<String>, _>(0)).transpose())
             .map_err(op())?
@@ -297,7 +325,7 @@ where
             ))
             .bind(row.id.clone())
             .bind(encode(row.tools.as_ref()))
-            .execute(&self.pool)
+            .execute(&mut *conn)
             .await
             .map_err(op())?;
         }
@@ -501,6 +529,16 @@ macro_rules! sql_store {
                 $crate::error::StoreError,
             > {
                 self.sql.save(row).await
+            }
+
+            async fn save_all(
+                &self,
+                rows: &[$crate::row::PersistedServer],
+            ) -> Result<
+                Vec<Option<portcullis_catalog::fingerprint::Fingerprints>>,
+                $crate::error::StoreError,
+            > {
+                self.sql.save_all(rows).await
             }
 
             async fn remove(&self, id: &str) -> Result<bool, $crate::error::StoreError> {

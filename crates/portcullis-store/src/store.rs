@@ -40,6 +40,22 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// kept as [`Store::trusted_tools`].
     async fn save(&self, row: &PersistedServer) -> Result<Option<Fingerprints>, StoreError>;
 
+    /// Saves every row as [`Store::save`] would, returning the baselines in
+    /// force in row order. The SQL backends write them in one transaction
+    /// (one commit for a cold start's whole catalogue instead of one per
+    /// server; nothing is saved when one row fails); this default saves
+    /// them one by one.
+    async fn save_all(
+        &self,
+        rows: &[PersistedServer],
+    ) -> Result<Vec<Option<Fingerprints>>, StoreError> {
+        let mut in_force = Vec::with_capacity(rows.len());
+        for row in rows {
+            in_force.push(self.save(row).await?);
+        }
+        Ok(in_force)
+    }
+
     /// Deletes the row and its trusted definitions; true when a row existed.
     async fn remove(&self, id: &str) -> Result<bool, StoreError>;
 

@@ -1,12 +1,15 @@
 //! Time to a usable tool map for 50 servers × 100 tools: a wake from a
-//! SQLite store (handshake only, projected from the cached listings) against
-//! a cold connect (handshake and `tools/list` per server), side by side in
-//! one run, against loopback Streamable HTTP servers in this process.
+//! SQLite store (projected from the cached listings, no server contacted)
+//! against a cold connect (handshake and `tools/list` per server, every
+//! listing saved in one transaction), side by side in one run, against
+//! loopback Streamable HTTP servers in this process.
 //!
 //! `cargo bench -p portcullis-upstream --bench wake` prints the medians of
-//! several rounds of each, and how many `tools/list` pages the servers
-//! served during each kind of round (a wake's happen in its background
-//! reconcile, after the map is usable).
+//! several rounds of each, how many `tools/list` pages and HTTP requests
+//! the servers served before the wake's map was handed back (a wake's
+//! handshakes and listings happen in the background, after the map is
+//! usable), and the time from the wake to a first call's answer (the call
+//! waits for its server's live listing to be checked).
 
 #[path = "../tests/it/common/mod.rs"]
 mod common;
@@ -15,8 +18,11 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use portcullis_catalog::{Catalogue, ProjectionOptions, ServerListing};
 use portcullis_store::{SqliteStore, Store};
-use portcullis_upstream::{ConnectOptions, McpServerConfig, connect, rebuild_from_store};
+use portcullis_upstream::{
+    CallContext, ConnectOptions, McpServerConfig, connect, rebuild_from_store,
+};
 
 const SERVERS: usize = 50;
 /// The fixture publishes 10 tools of its own; padding makes 100.
@@ -66,6 +72,7 @@ async fn run() {
             .map(|s| s.state.list_pages.load(Ordering::SeqCst))
             .sum()
     };
+    let requests = || -> usize { servers.iter().map(|s| s.seen().len()).sum() };
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
     let store: Arc<dyn Store> = match SqliteStore::open(&dir.path().join("bench.sqlite")).await {
         Ok(store) => Arc::new(store),
@@ -82,9 +89,12 @@ async fn run() {
     assert!(tools >= SERVERS * 100, "{tools} tools");
     first.close().await;
 
-    let (mut cold, mut cold_plain, mut wake, mut wake_settled) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut cold, mut cold_plain, mut wake, mut wake_settled, mut wake_call) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut cold_lists, mut wake_lists_at_map, mut wake_lists_total) = (0, 0, 0);
+    let mut wake_requests_at_map = 0;
+    let (mut read, mut projected) = (Vec::new(), Vec::new());
+    let (mut saved_each, mut saved_batch) = (Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
         let before = lists();
         let start = Instant::now();
@@ -104,15 +114,67 @@ async fn run() {
         toolset.close().await;
 
         let before = lists();
+        let sent = requests();
         let start = Instant::now();
         let toolset = rebuild_from_store(configs.clone(), with_store())
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         wake.push(start.elapsed());
         wake_lists_at_map += lists() - before;
+        wake_requests_at_map += requests() - sent;
         assert_eq!(toolset.catalogue().entries().len(), tools);
+        // One call as soon as the map is there: it waits for its server's
+        // handshake and checked listing (the others connect meanwhile).
+        let answer = toolset
+            .call(
+                "s7__echo",
+                Some(serde_json::json!({"message": "awake"})),
+                &CallContext::default(),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(!answer.is_error, "{answer:?}");
+        wake_call.push(start.elapsed());
         toolset.reconciled().await;
         wake_settled.push(start.elapsed());
+        // The wake's two parts, alone: one read of the store, and the
+        // projection of every cached listing against its baseline.
+        let start = Instant::now();
+        let rows = store.list().await.unwrap_or_else(|e| panic!("{e}"));
+        read.push(start.elapsed());
+        let listings: Vec<ServerListing> = rows
+            .into_iter()
+            .map(|row| {
+                let identity = configs
+                    .iter()
+                    .find(|c| c.name() == row.id)
+                    .map(McpServerConfig::identity)
+                    .unwrap_or_else(|| panic!("config of {}", row.id));
+                let listing = ServerListing::new(identity, row.tools.clone().unwrap_or_default());
+                match row.baseline_or_derived() {
+                    Some(baseline) => listing.with_baseline(baseline),
+                    None => listing,
+                }
+            })
+            .collect();
+        let start = Instant::now();
+        let catalogue = Catalogue::project(listings, &ProjectionOptions::default());
+        projected.push(start.elapsed());
+        assert_eq!(catalogue.entries().len(), tools);
+        // A cold start's writes alone: every row saved one by one (as
+        // before) against one batch in one transaction (as now).
+        let rows = store.list().await.unwrap_or_else(|e| panic!("{e}"));
+        let start = Instant::now();
+        for row in &rows {
+            store.save(row).await.unwrap_or_else(|e| panic!("{e}"));
+        }
+        saved_each.push(start.elapsed());
+        let start = Instant::now();
+        store
+            .save_all(&rows)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        saved_batch.push(start.elapsed());
         wake_lists_total += lists() - before;
         // 100 padded tools exceed the default disclosure budget (a
         // warning, expected); anything else means the wake went wrong.
@@ -135,13 +197,28 @@ async fn run() {
         cold_lists / ROUNDS
     );
     println!(
+        "    its saves alone: one by one {:>8.1} ms   in one transaction {:.1} ms",
+        ms(median(saved_each)),
+        ms(median(saved_batch))
+    );
+    println!(
         "  cold connect, no store        {:>8.1} ms",
         ms(median(cold_plain))
     );
     println!(
-        "  wake from SQLite (map usable) {:>8.1} ms   tools/list pages before the map: {}",
+        "  wake from SQLite (map usable) {:>8.1} ms   tools/list pages before the map: {}, HTTP requests: {}",
         ms(median(wake)),
-        wake_lists_at_map / ROUNDS
+        wake_lists_at_map / ROUNDS,
+        wake_requests_at_map / ROUNDS
+    );
+    println!(
+        "    of which: store read        {:>8.1} ms   projection {:.1} ms",
+        ms(median(read)),
+        ms(median(projected))
+    );
+    println!(
+        "  wake, first call answered     {:>8.1} ms",
+        ms(median(wake_call))
     );
     println!(
         "  wake, until reconciled()      {:>8.1} ms   tools/list pages per round: {}",

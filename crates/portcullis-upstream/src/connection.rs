@@ -73,9 +73,6 @@ pub(crate) struct ConnectPlan {
     pub(crate) auth: Option<crate::credentials::Auth>,
     pub(crate) diagnostics: DiagnosticSink,
     pub(crate) timeout: Duration,
-    /// A listing already known (a wake's catalogue cache): the connection
-    /// makes the handshake only, no `tools/list`.
-    pub(crate) known: Option<Vec<Tool>>,
     /// The notices of the connection this one replaces (a reconnect), so
     /// whoever listens to the server's notices, and where its log messages
     /// go, carry over to the new connection.
@@ -236,24 +233,14 @@ async fn open(plan: ConnectPlan, health: Arc<ServerHealth>) -> Result<Connected,
     // fails; a gateway must see the failure.
     peer.set_response_cache_config(ClientCacheConfig::disabled())
         .await;
-    let (tools, unreadable) = match plan.known {
-        Some(known) => {
-            if let Some(direct) = &direct {
-                direct.saw_schemas(known.iter().map(|t| &t.input_schema));
-            }
-            (known, Vec::new())
-        }
-        None => {
-            let listed = list_all(&peer).await.map_err(|e| {
-                let e = urls_in_text(&e.to_string()).into_owned();
-                format!("MCP server \"{name}\" could not list its tools: {e}")
-            })?;
-            if let Some(direct) = &direct {
-                direct.saw_schemas(listed.iter().map(|t| &t.input_schema));
-            }
-            read_tools(listed)
-        }
-    };
+    let listed = list_all(&peer).await.map_err(|e| {
+        let e = urls_in_text(&e.to_string()).into_owned();
+        format!("MCP server \"{name}\" could not list its tools: {e}")
+    })?;
+    if let Some(direct) = &direct {
+        direct.saw_schemas(listed.iter().map(|t| &t.input_schema));
+    }
+    let (tools, unreadable) = read_tools(listed);
     let published = Arc::new(RwLock::new(tools.iter().map(|t| t.name.clone()).collect()));
     let stop = CancellationToken::new();
     let subscription = watch_listing(&peer, &handler, &published, &stop, direct.clone());
@@ -573,22 +560,6 @@ impl Connection {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .contains(remote_name)
-    }
-
-    /// Lists the tools again (a reconcile), within the connection's
-    /// timeout: the readable tools and the names of unreadable ones. The
-    /// error is the reason, for a diagnostic.
-    pub(crate) async fn relist(&self) -> Result<(Vec<Tool>, Vec<String>), String> {
-        match tokio::time::timeout(self.timeout, list_all(&self.peer)).await {
-            Ok(Ok(listed)) => {
-                if let Some(direct) = &self.direct {
-                    direct.saw_schemas(listed.iter().map(|t| &t.input_schema));
-                }
-                Ok(read_tools(listed))
-            }
-            Ok(Err(e)) => Err(self.health.take_failure().unwrap_or_else(|| e.to_string())),
-            Err(_) => Err(format!("no answer within {} ms", self.timeout.as_millis())),
-        }
     }
 
     /// Replaces what the server is known to publish (after a reconcile's

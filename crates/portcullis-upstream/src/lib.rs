@@ -52,11 +52,16 @@
 //! seen (stdio servers too, keyed by a hash of their command line), and the
 //! baseline the store keeps — never the listing — is what every projection
 //! is guarded by, so a rug pull between runs ends in quarantine (changed),
-//! withholding (added) or a diagnostic (removed). [`rebuild_from_store`] is a
-//! wake: the tool map is projected from the cached listings after the
-//! handshake alone, with no `tools/list` on the way, and a background
-//! reconcile re-lists, re-runs the drift guard and corrects the map in place
-//! ([`Toolset::reconciled`] resolves when it is done). The tool map is an
+//! withholding (added) or a diagnostic (removed); a cold start saves every
+//! listing in one batch ([`portcullis_store::Store::save_all`]).
+//! [`rebuild_from_store`] is a wake: the tool map is projected from the
+//! cached listings without contacting any server (one read of the store),
+//! and in the background each server is connected and listed, the drift
+//! guard re-run and the map corrected in place ([`Toolset::reconciled`]
+//! resolves when every server was tried). A call to a server not yet
+//! connected waits until its live listing was compared with the baseline,
+//! then routes on the corrected map: no call reaches a server whose listing
+//! was not checked. The tool map is an
 //! immutable snapshot: [`Toolset::catalogue`] returns the one in force, a
 //! call keeps the one it started with, and [`Toolset::watch_catalogue`]
 //! announces each correction. Without a store, baselines can be handed in
@@ -71,7 +76,7 @@
 //! | [`oauth`] | OAuth 2.1 for servers that need it: discovery, registration, code + PKCE, refresh, step-up |
 //! | [`options`] | [`ConnectOptions`] |
 //! | [`toolset`] | [`connect`], [`Toolset`], [`CallContext`] |
-//! | [`wake`] | [`rebuild_from_store`]; the background reconcile behind [`Toolset::reconciled`] |
+//! | [`wake`] | [`rebuild_from_store`]; the background connect behind [`Toolset::reconciled`] |
 //! | [`reconfigure`] | [`Toolset::reconfigure`]: a reload keeps unchanged connections |
 //! | [`passthrough`] | resources, templates, prompts, completions, log level, subscriptions and their notifications, per server |
 //! | [`progress`] | progress notifications routed to the caller |

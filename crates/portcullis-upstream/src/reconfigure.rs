@@ -58,6 +58,11 @@ impl Toolset {
         // retry that already joined is kept like any connection), and
         // retried anew below if they fail again.
         crate::supervisor::stop_pending(inner);
+        // So are servers of a wake still connecting: taken out here, so
+        // none joins behind this reconfigure's back (its attempt finds its
+        // entry gone and closes what it opened); their cached tools stay in
+        // the map in force until the swap below.
+        let woken = std::mem::take(&mut *inner.waking());
         let fresh: Vec<(McpServerConfig, String)> = {
             let sources = inner.sources();
             desired
@@ -121,6 +126,10 @@ impl Toolset {
                 .configured
                 .store(desired.len(), std::sync::atomic::Ordering::Release);
             inner.reproject(&sources);
+        }
+        // Calls that waited for a woken server route on the new map.
+        for waking in woken {
+            waking.settled.cancel();
         }
         for (id, connection) in &watched {
             crate::supervisor::supervise(inner, id, connection);

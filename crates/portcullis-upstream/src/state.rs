@@ -8,7 +8,7 @@
 //! in, so the next call sees the correction and none sees half of one.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use portcullis_catalog::catalogue::EntryKind;
 use portcullis_catalog::classification::Classification;
@@ -18,6 +18,7 @@ use portcullis_catalog::{
     ServerListing, Tool, ToolFilter,
 };
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 
 use crate::config::McpServerConfig;
 use crate::connection::Connection;
@@ -52,13 +53,69 @@ pub(crate) struct Source {
 
 impl Source {
     fn listing(&self) -> ServerListing {
-        let listing = ServerListing::new(self.identity.clone(), self.tools.clone())
-            .with_filter(self.filter.clone())
-            .with_classification(self.classification.clone());
-        match &self.baseline {
-            Some(baseline) => listing.with_baseline(baseline.clone()),
-            None => listing,
-        }
+        listing(
+            &self.identity,
+            &self.tools,
+            &self.filter,
+            &self.classification,
+            self.baseline.as_ref(),
+        )
+    }
+}
+
+/// A server woken from the store whose connection is not open yet
+/// (`crate::wake`): its cached listing is projected, guarded by its
+/// baseline, so its tools are visible at once; but it has no connection,
+/// so no call can reach it until a connection listed its tools live and
+/// the drift guard compared that listing with the baseline
+/// (`crate::reconcile`), which turns it into a [`Source`].
+pub(crate) struct Waking {
+    /// The row id (as [`Source::id`]).
+    pub(crate) id: String,
+    /// The config it is connected from.
+    pub(crate) config: McpServerConfig,
+    /// Who it is.
+    pub(crate) identity: ServerIdentity,
+    /// What the model may see of it.
+    pub(crate) filter: ToolFilter,
+    /// Which of its tools only read.
+    pub(crate) classification: Classification,
+    /// The row's cached listing.
+    pub(crate) tools: Vec<Tool>,
+    /// The row's baseline (recorded, or derived from the cached listing).
+    pub(crate) baseline: Option<Fingerprints>,
+    /// Whether the store holds a recorded baseline for it.
+    pub(crate) recorded: bool,
+    /// Fires when the first attempt to connect it has ended, joined or
+    /// not (and when that attempt is abandoned): a call waits for it.
+    pub(crate) settled: CancellationToken,
+}
+
+impl Waking {
+    fn listing(&self) -> ServerListing {
+        listing(
+            &self.identity,
+            &self.tools,
+            &self.filter,
+            &self.classification,
+            self.baseline.as_ref(),
+        )
+    }
+}
+
+fn listing(
+    identity: &ServerIdentity,
+    tools: &[Tool],
+    filter: &ToolFilter,
+    classification: &Classification,
+    baseline: Option<&Fingerprints>,
+) -> ServerListing {
+    let listing = ServerListing::new(identity.clone(), tools.to_vec())
+        .with_filter(filter.clone())
+        .with_classification(classification.clone());
+    match baseline {
+        Some(baseline) => listing.with_baseline(baseline.clone()),
+        None => listing,
     }
 }
 
@@ -66,16 +123,99 @@ impl Source {
 #[derive(Default)]
 pub(crate) struct Snapshot {
     pub(crate) catalogue: Arc<Catalogue>,
-    /// Compiled per projected name; shared with later snapshots while the
-    /// schema stays the same.
-    pub(crate) validators: HashMap<String, Arc<ArgumentValidator>>,
+    /// Argument validators by projected name, compiled on a tool's first
+    /// call ([`Snapshot::validator`]) and shared with later snapshots while
+    /// the schema stays the same: compiling thousands of schemas up front
+    /// was most of a wake's time, for tools most of which are never called.
+    /// `None`: the schema cannot be compiled (reported once).
+    pub(crate) validators: Mutex<HashMap<String, Option<Arc<ArgumentValidator>>>>,
     /// Output schemas the servers promised, compiled once.
     pub(crate) outputs: HashMap<String, Arc<OutputValidator>>,
     /// By effective (projected) server name.
     pub(crate) connections: HashMap<String, Arc<Connection>>,
+    /// Servers projected from the store's cache that have no connection
+    /// yet, by effective name, each with its [`Waking::settled`]: a call
+    /// to one waits for it, then routes on the snapshot in force then.
+    pub(crate) waking: HashMap<String, CancellationToken>,
     /// Names a reconcile took out of the tool map, with their server: a
     /// model still holding the older list is told "no longer published".
     pub(crate) retired: HashMap<String, String>,
+}
+
+impl Snapshot {
+    /// The argument validator of the remote tool projected as `name`,
+    /// compiled now if this is its first call. `None` when its schema
+    /// cannot be compiled: the first such call reports it, and the server
+    /// checks its own arguments.
+    pub(crate) fn validator(
+        &self,
+        name: &str,
+        diagnostics: &DiagnosticSink,
+    ) -> Option<Arc<ArgumentValidator>> {
+        let entry = self.catalogue.get(name)?;
+        let mut validators = self
+            .validators
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(known) = validators.get(name) {
+            return known.clone();
+        }
+        let compiled = match ArgumentValidator::compile(name, entry.full_input_schema()) {
+            Ok(validator) => Some(Arc::new(validator)),
+            // The server checks its own arguments; we report that ours cannot.
+            Err(e) => {
+                diagnostics.report(Diagnostic::new(
+                    Rule::ServerEntryInvalid,
+                    entry.server.clone(),
+                    format!("{e}; its arguments are passed to the server unchecked."),
+                ));
+                None
+            }
+        };
+        validators.insert(name.to_owned(), compiled.clone());
+        compiled
+    }
+
+    /// This snapshot with the routes recomputed for `sources` and
+    /// `waking`, everything else shared: for a server that moved from
+    /// waking to connected with the very listing and baseline it was
+    /// projected with, whose projection is therefore the same.
+    pub(crate) fn relinked(&self, sources: &[Source], waking: &[Waking]) -> Snapshot {
+        let (connections, pending) = links(&self.catalogue, sources, waking);
+        let validators = self
+            .validators
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        Snapshot {
+            catalogue: self.catalogue.clone(),
+            validators: Mutex::new(validators),
+            outputs: self.outputs.clone(),
+            connections,
+            waking: pending,
+            retired: self.retired.clone(),
+        }
+    }
+}
+
+/// Each projected server's connection, or its [`Waking::settled`] while it
+/// has none, by effective name.
+type Links = (
+    HashMap<String, Arc<Connection>>,
+    HashMap<String, CancellationToken>,
+);
+
+fn links(catalogue: &Catalogue, sources: &[Source], waking: &[Waking]) -> Links {
+    let mut connections = HashMap::new();
+    let mut pending = HashMap::new();
+    for summary in catalogue.servers() {
+        if let Some(source) = sources.iter().find(|s| s.identity == summary.identity) {
+            connections.insert(summary.name.clone(), source.connection.clone());
+        } else if let Some(woken) = waking.iter().find(|w| w.identity == summary.identity) {
+            pending.insert(summary.name.clone(), woken.settled.clone());
+        }
+    }
+    (connections, pending)
 }
 
 /// Projects `sources` into a snapshot. Diagnostics the previous snapshot
@@ -84,11 +224,16 @@ pub(crate) struct Snapshot {
 /// reused.
 pub(crate) fn project(
     sources: &[Source],
+    waking: &[Waking],
     options: &ProjectionOptions,
     diagnostics: &DiagnosticSink,
     previous: Option<&Snapshot>,
 ) -> Snapshot {
-    let listings = sources.iter().map(Source::listing).collect();
+    let listings = sources
+        .iter()
+        .map(Source::listing)
+        .chain(waking.iter().map(Waking::listing))
+        .collect();
     let catalogue = Catalogue::project(listings, options);
     let already: &[Diagnostic] = previous.map(|p| p.catalogue.diagnostics()).unwrap_or(&[]);
     for diagnostic in catalogue.diagnostics() {
@@ -97,26 +242,40 @@ pub(crate) fn project(
         }
     }
 
-    let mut connections = HashMap::new();
+    let (connections, pending) = links(&catalogue, sources, waking);
     let mut identities: HashMap<&str, &ServerIdentity> = HashMap::new();
     for summary in catalogue.servers() {
-        if let Some(source) = sources.iter().find(|s| s.identity == summary.identity) {
-            connections.insert(summary.name.clone(), source.connection.clone());
-            identities.insert(summary.name.as_str(), &source.identity);
+        let identity = sources
+            .iter()
+            .map(|s| &s.identity)
+            .chain(waking.iter().map(|w| &w.identity))
+            .find(|identity| **identity == summary.identity);
+        if let Some(identity) = identity {
+            identities.insert(summary.name.as_str(), identity);
         }
     }
     // Output schemas by (server, remote tool name): the catalogue keeps
     // disclosed definitions, and the promise is the server's own.
     let mut output_schemas: HashMap<(&ServerIdentity, &str), &Value> = HashMap::new();
-    for source in sources {
-        for tool in &source.tools {
+    let published = sources
+        .iter()
+        .map(|s| (&s.identity, &s.tools))
+        .chain(waking.iter().map(|w| (&w.identity, &w.tools)));
+    for (identity, tools) in published {
+        for tool in tools {
             if let Some(schema) = &tool.output_schema {
-                output_schemas.insert((&source.identity, tool.name.as_str()), schema);
+                output_schemas.insert((identity, tool.name.as_str()), schema);
             }
         }
     }
 
     let mut validators = HashMap::new();
+    let compiled = previous.map(|p| {
+        p.validators
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    });
     let mut outputs = HashMap::new();
     for entry in catalogue.entries() {
         if entry.kind != EntryKind::Remote {
@@ -128,31 +287,21 @@ pub(crate) fn project(
         if let Some(output) = schema.and_then(|s| OutputValidator::compile(s)) {
             outputs.insert(entry.name.clone(), Arc::new(output));
         }
-        let reusable = previous.and_then(|p| {
+        // A validator already compiled carries over while the schema is
+        // the same; the others are compiled on first call.
+        let reusable = previous.zip(compiled.as_ref()).and_then(|(p, compiled)| {
             let before = p.catalogue.get(&entry.name)?;
             let same = before.kind == EntryKind::Remote
                 && before.server == entry.server
                 && before.full_input_schema() == entry.full_input_schema();
             if same {
-                p.validators.get(&entry.name).cloned()
+                compiled.get(&entry.name).cloned()
             } else {
                 None
             }
         });
         if let Some(validator) = reusable {
             validators.insert(entry.name.clone(), validator);
-            continue;
-        }
-        match ArgumentValidator::compile(&entry.name, entry.full_input_schema()) {
-            Ok(validator) => {
-                validators.insert(entry.name.clone(), Arc::new(validator));
-            }
-            // The server checks its own arguments; we report that ours cannot.
-            Err(e) => diagnostics.report(Diagnostic::new(
-                Rule::ServerEntryInvalid,
-                entry.server.clone(),
-                format!("{e}; its arguments are passed to the server unchecked."),
-            )),
         }
     }
 
@@ -177,9 +326,10 @@ pub(crate) fn project(
 
     Snapshot {
         catalogue: Arc::new(catalogue),
-        validators,
+        validators: Mutex::new(validators),
         outputs,
         connections,
+        waking: pending,
         retired,
     }
 }

@@ -311,7 +311,7 @@ fn is_current(inner: &Inner, id: &str, connection: &Arc<Connection>) -> bool {
 }
 
 /// `delay` plus up to a quarter of it, at random.
-fn jittered(delay: Duration) -> Duration {
+pub(crate) fn jittered(delay: Duration) -> Duration {
     let quarter = u64::try_from(delay.as_millis() / 4).unwrap_or(u64::MAX);
     if quarter == 0 {
         return delay;
@@ -445,15 +445,7 @@ async fn reopen(inner: &Arc<Inner>, id: &str, old: &Arc<Connection>) -> Attempt 
         .clone();
     let http = http_client(&options);
     let notices = old.notices().clone();
-    let connected = match try_open(
-        &config,
-        &options,
-        &inner.diagnostics,
-        http,
-        None,
-        Some(notices),
-    )
-    .await
+    let connected = match try_open(&config, &options, &inner.diagnostics, http, Some(notices)).await
     {
         Ok(connected) => connected,
         Err(diagnostic) => return Attempt::Failed(diagnostic.message),

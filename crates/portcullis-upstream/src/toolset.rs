@@ -30,7 +30,7 @@ use crate::options::ConnectOptions;
 use crate::progress::Progress;
 use crate::relay::ClientRelay;
 use crate::report::DiagnosticSink;
-use crate::state::{self, Snapshot, Source};
+use crate::state::{self, Snapshot, Source, Waking};
 
 /// What one call carries besides its name and arguments.
 #[derive(Clone, Default)]
@@ -143,6 +143,10 @@ pub(crate) struct Inner {
     /// What the projection is built from. Held while a correction builds
     /// and swaps its snapshot, so two corrections never lose each other's.
     pub(crate) sources: Mutex<Vec<Source>>,
+    /// Servers of a wake projected from the store's cache whose connection
+    /// is not open yet (`crate::reconcile` opens them). Projected with the
+    /// sources; locked only after `sources`, never the other way round.
+    pub(crate) waking: Mutex<Vec<Waking>>,
     /// The projection options as given (`prefix` possibly `Auto`).
     pub(crate) projection: ProjectionOptions,
     /// How many servers are configured, connected or not: `Prefix::Auto`
@@ -207,6 +211,20 @@ impl Inner {
         self.sources.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The servers still waking, locked (after `sources` when both are).
+    pub(crate) fn waking(&self) -> MutexGuard<'_, Vec<Waking>> {
+        self.waking.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Swaps in the snapshot in force with its routes recomputed (a woken
+    /// server joined with the listing and baseline it was projected with:
+    /// the projection would be the same, so it is not redone). Call with
+    /// the sources lock held.
+    pub(crate) fn relink(&self, sources: &[Source]) {
+        let next = self.snapshot().relinked(sources, &self.waking());
+        *self.state.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(next);
+    }
+
     /// Projects `sources` again and swaps the result in. Call with the
     /// sources lock held (pass the guarded list).
     pub(crate) fn reproject(&self, sources: &[Source]) {
@@ -220,7 +238,13 @@ impl Inner {
     pub(crate) fn swap(&self, sources: &[Source], announce: bool) {
         let previous = self.snapshot();
         let projection = resolved(&self.projection, self.configured.load(Ordering::Acquire));
-        let next = state::project(sources, &projection, &self.diagnostics, Some(&previous));
+        let next = state::project(
+            sources,
+            &self.waking(),
+            &projection,
+            &self.diagnostics,
+            Some(&previous),
+        );
         let catalogue = next.catalogue.clone();
         *self.state.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(next);
         if announce {
@@ -280,34 +304,15 @@ pub(crate) fn http_client(options: &ConnectOptions) -> Option<reqwest::Client> {
 }
 
 /// Opens one server: the stdio feature and plugin launch checks, the
-/// handshake credential, then the connection — with a `tools/list`, or with
-/// the handshake only when `known` carries a cached listing. A failure is
-/// reported and gives `None`.
-pub(crate) async fn open_server(
-    config: &McpServerConfig,
-    options: &ConnectOptions,
-    diagnostics: &DiagnosticSink,
-    http: Option<reqwest::Client>,
-    known: Option<Vec<Tool>>,
-) -> Option<Connected> {
-    match try_open(config, options, diagnostics, http, known, None).await {
-        Ok(connected) => Some(connected),
-        Err(diagnostic) => {
-            diagnostics.report(diagnostic);
-            None
-        }
-    }
-}
-
-/// [`open_server`], handing the failure back instead of reporting it (a
-/// reconnect logs its failed attempts rather than piling up diagnostics).
-/// `notices` carries a replaced connection's notices over.
+/// handshake credential, then the connection and its `tools/list`. The
+/// failure is handed back (a reconnect logs its failed attempts rather
+/// than piling up diagnostics). `notices` carries a replaced connection's
+/// notices over.
 pub(crate) async fn try_open(
     config: &McpServerConfig,
     options: &ConnectOptions,
     diagnostics: &DiagnosticSink,
     http: Option<reqwest::Client>,
-    known: Option<Vec<Tool>>,
     notices: Option<crate::passthrough::Notices>,
 ) -> Result<Connected, Diagnostic> {
     let name = config.name().to_owned();
@@ -361,7 +366,6 @@ pub(crate) async fn try_open(
             .copied()
             .unwrap_or(options.timeout),
         config: config.clone(),
-        known,
         notices: notices.clone(),
     };
     match connect_one(plan).await {
@@ -418,23 +422,25 @@ fn resolved(projection: &ProjectionOptions, configured: usize) -> ProjectionOpti
     projection
 }
 
-/// Projects the sources into a toolset. `reconciled` says whether the tool
-/// map is already checked against every server (a cold start) or a
-/// reconcile will report it.
+/// Projects the sources (and, for a wake, the servers still waking) into a
+/// toolset. `reconciled` says whether the tool map is already checked
+/// against every server (a cold start) or a reconcile will report it.
 pub(crate) fn assemble(
     sources: Vec<Source>,
+    waking: Vec<Waking>,
     configured: usize,
     options: &ConnectOptions,
     diagnostics: DiagnosticSink,
     reconciled: watch::Receiver<bool>,
 ) -> Toolset {
     let projection = resolved(&options.projection, configured);
-    let snapshot = state::project(&sources, &projection, &diagnostics, None);
+    let snapshot = state::project(&sources, &waking, &projection, &diagnostics, None);
     let (changes, _) = watch::channel(snapshot.catalogue.clone());
     let toolset = Toolset {
         inner: Arc::new(Inner {
             state: RwLock::new(Arc::new(snapshot)),
             sources: Mutex::new(sources),
+            waking: Mutex::new(waking),
             projection: options.projection.clone(),
             configured: AtomicUsize::new(configured),
             store: options.store.clone(),
@@ -487,7 +493,7 @@ pub(crate) async fn try_cold_source(
     diagnostics: &DiagnosticSink,
     http: Option<reqwest::Client>,
 ) -> Result<Source, Diagnostic> {
-    let connected = try_open(&config, options, diagnostics, http, None, None).await?;
+    let connected = try_open(&config, options, diagnostics, http, None).await?;
     let identity = config.identity();
     let (baseline, recorded) = match &options.store {
         Some(store) => {
@@ -550,10 +556,12 @@ pub(crate) struct Attempted {
 /// fingerprints as the trust baseline — and the baseline the store holds is
 /// enforced (a recorded one, else one derived from a pre-fingerprint row's
 /// cached listing, else the first one recorded, possibly by a replica that
-/// raced this one). A server whose baseline cannot be read or recorded is
-/// not connected: serving it would serve a possibly drifted listing as
-/// trusted. stdio servers are persisted too, keyed by a hash of their
-/// command line. Without a store, [`ConnectOptions::baselines`] applies.
+/// raced this one). Each server is settled as soon as it has answered (a
+/// start deadline must not wait for the slowest to settle the others). A
+/// server whose baseline cannot be read or recorded is not connected:
+/// serving it would serve a possibly drifted listing as trusted. stdio servers are
+/// persisted too, keyed by a hash of their command line. Without a store,
+/// [`ConnectOptions::baselines`] applies.
 pub async fn connect(
     servers: Vec<McpServerConfig>,
     options: ConnectOptions,
@@ -627,7 +635,14 @@ pub async fn connect(
     }
     // Every listing is live: nothing is left to reconcile.
     let (_, reconciled) = watch::channel(true);
-    let toolset = assemble(sources, count, &options, diagnostics, reconciled);
+    let toolset = assemble(
+        sources,
+        Vec::new(),
+        count,
+        &options,
+        diagnostics,
+        reconciled,
+    );
     // A server that failed now is tried again in the background and joins
     // the tool map when it connects.
     for (config, id) in failed {
@@ -716,11 +731,16 @@ impl Toolset {
     pub fn baseline(&self, server: &str) -> Option<Fingerprints> {
         let catalogue = self.catalogue();
         let identity = &catalogue.server(server)?.identity;
-        self.inner
-            .sources()
-            .iter()
-            .find(|s| &s.identity == identity)
-            .and_then(|s| s.baseline.clone())
+        let sources = self.inner.sources();
+        match sources.iter().find(|s| &s.identity == identity) {
+            Some(source) => source.baseline.clone(),
+            None => self
+                .inner
+                .waking()
+                .iter()
+                .find(|w| &w.identity == identity)
+                .and_then(|w| w.baseline.clone()),
+        }
     }
 
     /// Everything the servers serve besides tools (resources, prompts,
@@ -777,7 +797,29 @@ impl Toolset {
         }
         // The call keeps this snapshot to the end, whatever a correction
         // swaps in meanwhile.
-        let state = inner.snapshot();
+        let mut state = inner.snapshot();
+        // A tool of a woken server that has no connection yet was projected
+        // from the store's cache: the call waits until the server connected
+        // and the drift guard compared its live listing with the baseline,
+        // then routes on the snapshot that comparison produced (a drifted
+        // tool is quarantined there, a withdrawn one gone). A server whose
+        // first attempt failed is still waking afterwards and has no
+        // connection: the call is refused below as unavailable.
+        while let Some(settled) = state
+            .catalogue
+            .get(name)
+            .and_then(|entry| state.waking.get(&entry.server))
+            .filter(|settled| !settled.is_cancelled())
+        {
+            let settled = settled.clone();
+            tokio::select! {
+                _ = settled.cancelled() => {}
+                _ = context.cancel.cancelled() => {
+                    return Err(CallError::Cancelled { tool: name.to_owned() });
+                }
+            }
+            state = inner.snapshot();
+        }
         let Some(entry) = state.catalogue.get(name) else {
             if let Some(server) = state.retired.get(name) {
                 return Err(CallError::NoLongerPublished {
@@ -858,7 +900,7 @@ impl Toolset {
                 });
             }
         };
-        if let Some(validator) = state.validators.get(name)
+        if let Some(validator) = state.validator(name, &inner.diagnostics)
             && let Err(problems) = validator.validate(&args)
         {
             return Ok(CallAnswer::Refused {

@@ -61,6 +61,21 @@ pub(crate) async fn settle_cold(
     connection: &Connection,
 ) -> Result<Option<Fingerprints>, String> {
     let row = store.get(id).await.map_err(|e| e.to_string())?;
+    let proposal = cold_proposal(row.as_ref(), identity, listing, connection).await;
+    save(store, id, identity, listing, proposal).await
+}
+
+/// What a cold start's save proposes, given the row stored for the server
+/// (if any): nothing while a baseline is recorded for this endpoint, else
+/// the one derived from the row's cached listing (a row from before
+/// fingerprints), else the fresh listing's own (trust on first use); with
+/// the pins of what the server publishes besides tools.
+pub(crate) async fn cold_proposal(
+    row: Option<&PersistedServer>,
+    identity: &ServerIdentity,
+    listing: &[Tool],
+    connection: &Connection,
+) -> Option<Fingerprints> {
     let tools = match row.filter(|row| matches(row, identity)) {
         Some(row) if row.tool_fingerprints.is_some() => None,
         Some(row) => Some(
@@ -72,11 +87,22 @@ pub(crate) async fn settle_cold(
         // trusted under its name until an operator re-trusts it.
         None => Some(fingerprint_listing(listing)),
     };
-    let proposal = match tools {
+    match tools {
         Some(tools) => Some(with_live_pins(tools, connection).await),
         None => None,
-    };
-    save(store, id, identity, listing, proposal).await
+    }
+}
+
+/// The row a save of `listing` writes: the cache, and `proposal`.
+pub(crate) fn row_for(
+    id: &str,
+    identity: &ServerIdentity,
+    listing: &[Tool],
+    proposal: Option<Fingerprints>,
+) -> PersistedServer {
+    let mut row = PersistedServer::new(id, identity).with_tools(listing.to_vec());
+    row.tool_fingerprints = proposal;
+    row
 }
 
 /// `tools` (a proposal's tool fingerprints) with the pins of what the
@@ -158,8 +184,7 @@ pub(crate) async fn save(
     listing: &[Tool],
     proposal: Option<Fingerprints>,
 ) -> Result<Option<Fingerprints>, String> {
-    let mut row = PersistedServer::new(id, identity).with_tools(listing.to_vec());
-    row.tool_fingerprints = proposal;
+    let row = row_for(id, identity, listing, proposal);
     store.save(&row).await.map_err(|e| e.to_string())
 }
 
@@ -196,13 +221,14 @@ pub(crate) fn config_mismatch(id: &str) -> Diagnostic {
     )
 }
 
-/// The diagnostic for a reconcile whose re-list failed.
-pub(crate) fn relist_failure(server: &str, reason: &str) -> Diagnostic {
+/// The diagnostic for a woken server whose first connection (handshake
+/// and listing) failed: `message` is the connection failure's own.
+pub(crate) fn wake_failure(server: &str, message: &str) -> Diagnostic {
     Diagnostic::new(
         Rule::ConnectionFailure,
         server,
         format!(
-            "Could not re-list the tools of MCP server \"{server}\", so the cached one stays in use: {reason}"
+            "{message} Its tools stay listed from the store's cache, but no call reaches it until it connects and lists them; it is retried in the background."
         ),
     )
 }

@@ -1,29 +1,41 @@
 //! Waking from the store: [`rebuild_from_store`] projects the tool map from
-//! each server's cached listing before asking any server for one, then
-//! checks the cache in the background ([`crate::Toolset::reconciled`]).
+//! each server's cached listing without contacting any server, then
+//! connects them all in the background ([`crate::Toolset::reconciled`]); a
+//! call to a server waits for its connection and the drift guard's check.
 
-use futures::future::join_all;
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use crate::config::McpServerConfig;
 use crate::error::WiringError;
 use crate::options::ConnectOptions;
 use crate::report::DiagnosticSink;
-use crate::state::Source;
-use crate::toolset::{Toolset, assemble, check_wiring, http_client, open_server, source};
+use crate::state::Waking;
+use crate::toolset::{Toolset, assemble, check_wiring};
 use crate::trust::{config_mismatch, matches, no_matching_config, row_ids};
 
 /// Rebuilds a toolset from the store in `options` (a wake).
 ///
 /// Every stored row is matched to the configured server whose effective
 /// name is the row's id; the config supplies what the store never holds
-/// (headers, env, credentials). Each matching server is connected with the
-/// **handshake only** and projected from the row's cached listing, guarded
-/// by the row's baseline (recorded, or derived from that cached listing): no
-/// `tools/list` is on the path to a usable tool map. A background reconcile
-/// then re-lists every server, corrects the tool map in place when a listing
-/// moved (re-running the drift guard), refreshes the cache and keeps the
-/// baseline; [`Toolset::reconciled`] resolves when it is done.
+/// (headers, env, credentials). The tool map is projected from each
+/// matching row's cached listing, guarded by the row's baseline (recorded,
+/// or derived from that cached listing), and handed back **without
+/// contacting any server**: no handshake and no `tools/list` is on the path
+/// to a usable tool map, only one read of the store.
+///
+/// In the background every matching server is then connected (handshake
+/// and `tools/list`), and its live listing is compared with the baseline
+/// exactly as a cold start's would be: a rewritten tool is quarantined, a
+/// withdrawn one leaves the map, an added one is withheld; the cache is
+/// refreshed, the baseline kept, and the corrected tool map swapped in and
+/// announced ([`Toolset::watch_catalogue`]). [`Toolset::reconciled`]
+/// resolves once every server's first attempt has ended.
+///
+/// **No call reaches a server before that check.** A call to a tool of a
+/// server still connecting waits for it (or for the caller's cancellation),
+/// then routes on the corrected map: the tool it named may by then be
+/// quarantined (refused, never sent) or no longer published.
 ///
 /// * A row with no configured server: `connection-failure` "…has no
 ///   matching config on wake; supply the server definition again."
@@ -34,10 +46,12 @@ use crate::trust::{config_mismatch, matches, no_matching_config, row_ids};
 ///   gives an empty toolset: a wake rebuilds what was persisted and never
 ///   falls back to a cold start ([`crate::connect`] is the cold start).
 /// * A row whose cache was never written (or was dropped as corrupt)
-///   projects no tools until the reconcile lists them.
-/// * A matching server that cannot be connected is a diagnostic and, unless
-///   [`ConnectOptions::reconnect`] is off, is retried in the background
-///   like a server that failed a cold start.
+///   projects no tools until its server lists them.
+/// * A server that cannot be connected or listed is a `connection-failure`
+///   diagnostic; its cached tools stay listed but every call to them is
+///   refused as unavailable while it is retried in the background (unless
+///   [`ConnectOptions::reconnect`] is off: then its tools leave the map, as
+///   a server that failed a cold start is not in it).
 ///
 /// Errors: the wiring mistakes of [`crate::connect`], no store
 /// ([`WiringError::StoreRequired`]), and a store that cannot be read
@@ -58,10 +72,9 @@ pub async fn rebuild_from_store(
             reason: e.to_string(),
         })?;
     let diagnostics = DiagnosticSink::new(options.on_diagnostic.clone());
-    let http = http_client(&options);
     let ids = row_ids(&servers);
 
-    let mut woken = Vec::with_capacity(rows.len());
+    let mut waking = Vec::with_capacity(rows.len());
     for row in rows {
         let Some(index) = ids.iter().position(|id| *id == row.id) else {
             diagnostics.report(no_matching_config(&row.id));
@@ -72,50 +85,38 @@ pub async fn rebuild_from_store(
             diagnostics.report(config_mismatch(&row.id));
             continue;
         }
-        woken.push((row, config));
+        let baseline = row.baseline_or_derived();
+        let filter = options
+            .server_tools
+            .get(config.name())
+            .cloned()
+            .unwrap_or_else(|| options.tools.clone());
+        waking.push(Waking {
+            identity: config.identity(),
+            classification: options.classification_of(config.name()),
+            filter,
+            recorded: row.tool_fingerprints.is_some(),
+            tools: row.tools.unwrap_or_default(),
+            baseline,
+            id: row.id,
+            config,
+            settled: CancellationToken::new(),
+        });
     }
-
-    let attempts = woken.into_iter().map(|(row, config)| {
-        let options = &options;
-        let diagnostics = diagnostics.clone();
-        let http = http.clone();
-        async move {
-            let cached = row.tools.clone().unwrap_or_default();
-            let connected = open_server(&config, options, &diagnostics, http, Some(cached)).await;
-            let Some(connected) = connected else {
-                return Err((config, row.id.clone()));
-            };
-            Ok(source(
-                row.id.clone(),
-                config,
-                options,
-                connected.connection,
-                connected.tools,
-                row.baseline_or_derived(),
-                row.tool_fingerprints.is_some(),
-            ))
-        }
-    });
-    let mut sources: Vec<Source> = Vec::new();
-    let mut failed = Vec::new();
-    for outcome in join_all(attempts).await {
-        match outcome {
-            Ok(source) => sources.push(source),
-            Err(configured) => failed.push(configured),
-        }
-    }
-    let nothing_to_check = sources.is_empty();
+    let nothing_to_check = waking.is_empty();
     let (done, reconciled) = watch::channel(nothing_to_check);
-    let toolset = assemble(sources, configured, &options, diagnostics, reconciled);
-    // A server that could not be woken is retried in the background as a
-    // cold start (listed, held to the baseline its row keeps).
-    for (config, id) in failed {
-        crate::supervisor::join_later(&toolset.inner, id, config);
-    }
+    let toolset = assemble(
+        Vec::new(),
+        waking,
+        configured,
+        &options,
+        diagnostics,
+        reconciled,
+    );
     if !nothing_to_check {
         // Spawned last, with nothing awaited after it: the tool map is
-        // handed back before the reconcile can send a request.
-        crate::reconcile::spawn(toolset.inner.clone(), done);
+        // handed back before any server is contacted.
+        crate::reconcile::spawn(&toolset.inner, done);
     }
     Ok(toolset)
 }

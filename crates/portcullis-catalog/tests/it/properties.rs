@@ -446,3 +446,221 @@ proptest! {
         prop_assert_eq!(canonical_json(a.input_schema.as_ref().unwrap()), canonical_json(b.input_schema.as_ref().unwrap()));
     }
 }
+
+/// The canonical rendering as first written (serde_json for strings,
+/// `Display` for numbers, every object's keys sorted by UTF-16 code units):
+/// the oracle the optimised writer must match byte for byte, since stored
+/// baselines are digests of exactly this text.
+fn reference_canonical(value: &Value) -> String {
+    match value {
+        Value::Null => "null".to_owned(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => {
+            if n.is_i64() || n.is_u64() {
+                return n.to_string();
+            }
+            let f = n.as_f64().unwrap_or(0.0);
+            if f.fract() == 0.0 && f.abs() < 1e21 {
+                return (f as i128).to_string();
+            }
+            let text = n.to_string();
+            match text.find('e') {
+                Some(at) if !text[at + 1..].starts_with(['-', '+']) => {
+                    format!("{}+{}", &text[..=at], &text[at + 1..])
+                }
+                _ => text,
+            }
+        }
+        Value::String(s) => serde_json::to_string(s).unwrap_or_default(),
+        Value::Array(items) => {
+            let items: Vec<String> = items.iter().map(reference_canonical).collect();
+            format!("[{}]", items.join(","))
+        }
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_by(|(a, _), (b, _)| a.encode_utf16().cmp(b.encode_utf16()));
+            let entries: Vec<String> = entries
+                .into_iter()
+                .map(|(k, v)| {
+                    format!(
+                        "{}:{}",
+                        serde_json::to_string(k).unwrap_or_default(),
+                        reference_canonical(v)
+                    )
+                })
+                .collect();
+            format!("{{{}}}", entries.join(","))
+        }
+    }
+}
+
+/// Text that exercises every escape: quotes, backslashes, every control
+/// character, DEL, non-ASCII, astral characters, lone-looking escapes.
+fn odd_text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        "\\PC{0,24}",
+        "[\\x00-\\x7f]{0,24}",
+        prop::collection::vec(
+            prop_oneof![
+                Just("\""),
+                Just("\\"),
+                Just("\\u0041"),
+                Just("\u{0}"),
+                Just("\u{8}"),
+                Just("\u{c}"),
+                Just("\n"),
+                Just("\r"),
+                Just("\t"),
+                Just("\u{1f}"),
+                Just("\u{7f}"),
+                Just("é"),
+                Just("\u{2028}"),
+                Just("\u{feff}"),
+                Just("😀"),
+                Just("\u{ffff}"),
+                Just("a"),
+                Just("Z"),
+                Just("_"),
+                Just(" "),
+            ],
+            0..16
+        )
+        .prop_map(|parts| parts.concat()),
+    ]
+}
+
+/// Numbers of every shape serde_json holds: integers at the edges, floats
+/// integral or not, tiny, huge, negative zero.
+fn odd_number() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        any::<i64>().prop_map(Value::from),
+        any::<u64>().prop_map(Value::from),
+        any::<f64>()
+            .prop_filter("JSON has no NaN or infinity", |f| f.is_finite())
+            .prop_map(|f| json!(f)),
+        prop_oneof![
+            Just(0.0),
+            Just(-0.0),
+            Just(1.0),
+            Just(-1.5),
+            Just(1e21),
+            Just(1e20),
+            Just(-1e21),
+            Just(1.5e300),
+            Just(5e-324),
+            Just(1e-7),
+            Just(0.1),
+            Just(123456789.125),
+            Just(9007199254740993.0),
+        ]
+        .prop_map(|f| json!(f)),
+    ]
+}
+
+fn odd_json() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        odd_number(),
+        odd_text().prop_map(Value::String),
+    ];
+    leaf.prop_recursive(4, 64, 8, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..8).prop_map(Value::Array),
+            prop::collection::vec((odd_text(), inner), 0..8)
+                .prop_map(|entries| Value::Object(entries.into_iter().collect())),
+        ]
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2048))]
+
+    /// Canonical JSON is byte for byte the reference rendering, for odd
+    /// text, odd numbers and nesting.
+    #[test]
+    fn canonical_json_is_the_reference_rendering(value in odd_json()) {
+        prop_assert_eq!(canonical_json(&value), reference_canonical(&value));
+    }
+
+    /// A fingerprint is the digest of its material, and the material holds
+    /// each covered field in its reference rendering.
+    #[test]
+    fn fingerprints_digest_the_reference_material(
+        description in proptest::option::of(odd_text()),
+        title in proptest::option::of(odd_text()),
+        schema in odd_json(),
+        output in proptest::option::of(odd_json()),
+    ) {
+        use base64::Engine as _;
+        use sha2::Digest as _;
+        let mut tool = Tool::new("t");
+        tool.description = description.clone();
+        tool.title = title.clone();
+        tool.input_schema = Some(schema.clone());
+        tool.output_schema = output.clone();
+        let mut expected = String::from("{\"description\":");
+        match &description {
+            Some(text) => expected.push_str(&format!(
+                "{{\"type\":\"string\",\"value\":{}}}",
+                reference_canonical(&Value::String(text.clone()))
+            )),
+            None => expected.push_str("{\"type\":\"none\"}"),
+        }
+        expected.push_str(",\"inputSchema\":");
+        expected.push_str(&reference_canonical(&schema));
+        if let Some(output) = &output {
+            expected.push_str(",\"outputSchema\":");
+            expected.push_str(&reference_canonical(output));
+        }
+        expected.push_str(",\"title\":");
+        match &title {
+            Some(title) => expected.push_str(&reference_canonical(&Value::String(title.clone()))),
+            None => expected.push_str("undefined"),
+        }
+        expected.push('}');
+        prop_assert_eq!(portcullis_catalog::fingerprint::fingerprint_material(&tool), expected.clone());
+        let digest = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode(sha2::Sha256::digest(expected.as_bytes()));
+        prop_assert_eq!(fingerprint(&tool), digest);
+    }
+}
+
+/// Canonical renderings and fingerprints pinned as the first renderer
+/// wrote them (`tests/vectors/canonical.json`): stored baselines are
+/// digests of these bytes, so any change here would quarantine every
+/// user's tools.
+#[test]
+fn canonical_json_and_fingerprints_match_the_pinned_vectors() {
+    let vectors: Value = serde_json::from_str(include_str!("../vectors/canonical.json"))
+        .unwrap_or_else(|e| panic!("vectors: {e}"));
+    let values = vectors["values"].as_array().cloned().unwrap_or_default();
+    assert!(values.len() >= 10);
+    for vector in values {
+        let expected = vector["canonical"].as_str().unwrap_or_default();
+        assert_eq!(
+            canonical_json(&vector["input"]),
+            expected,
+            "{}",
+            vector["input"]
+        );
+    }
+    let tools = vectors["tools"].as_array().cloned().unwrap_or_default();
+    assert!(tools.len() >= 5);
+    for vector in tools {
+        let tool: Tool =
+            serde_json::from_value(vector["tool"].clone()).unwrap_or_else(|e| panic!("tool: {e}"));
+        assert_eq!(
+            portcullis_catalog::fingerprint::fingerprint_material(&tool),
+            vector["material"].as_str().unwrap_or_default(),
+            "{}",
+            tool.name
+        );
+        assert_eq!(
+            fingerprint(&tool),
+            vector["fingerprint"].as_str().unwrap_or_default(),
+            "{}",
+            tool.name
+        );
+    }
+}

@@ -213,6 +213,7 @@ macro_rules! suite {
             baseline_survives_a_save_with_another_baseline,
             a_baseline_with_pins_keeps_its_tools_and_pins,
             a_save_without_baseline_never_erases_it,
+            save_all_saves_each_row_as_save_does_in_one_go,
             concurrent_first_saves_record_one_baseline,
             retrust_then_save_rebaselines,
             retrust_and_remove_of_unknown_ids,

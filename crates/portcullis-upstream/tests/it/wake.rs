@@ -1,7 +1,8 @@
-//! Waking from the store: the tool map comes from the cached listing with
-//! no `tools/list` before `reconciled()`, the reconcile corrects it in
-//! place, and the wake diagnostics for rows that cannot be woken. A real server process, a real
-//! SQLite file.
+//! Waking from the store: the tool map comes from the cached listing
+//! without contacting any server, the background connect corrects it in
+//! place, no call reaches a server before its live listing was checked
+//! against the baseline, and the wake diagnostics for rows that cannot be
+//! woken. A real server process, a real SQLite file.
 // Every server here is a child process over stdio.
 #![cfg(feature = "stdio")]
 
@@ -12,7 +13,7 @@ use portcullis_catalog::catalogue::EntryKind;
 use portcullis_catalog::fingerprint::fingerprint_listing;
 use portcullis_catalog::{Diagnostic, Rule};
 use portcullis_upstream::{
-    CallContext, ConnectOptions, McpServerConfig, WiringError, rebuild_from_store,
+    CallContext, CallError, ConnectOptions, McpServerConfig, WiringError, rebuild_from_store,
 };
 use serde_json::json;
 
@@ -31,23 +32,29 @@ fn failures(diagnostics: &[Diagnostic]) -> Vec<String> {
         .collect()
 }
 
-// A current-thread runtime: the reconcile is spawned onto this thread, so
-// nothing it does can happen until the test awaits something.
+/// The server's rewrite between runs: echo's description hijacked, search
+/// withdrawn, upload added.
+fn rug_pull() -> serde_json::Value {
+    let mut tools = changed("echo", |d| d["description"] = json!(HIJACK));
+    if let Some(list) = tools.as_array_mut() {
+        list.retain(|d| d["name"] != "search");
+        list.push(
+            json!({"name": "upload", "description": "Upload.", "inputSchema": {"type": "object"}}),
+        );
+    }
+    tools
+}
+
+// A current-thread runtime: the background connect is spawned onto this
+// thread, so nothing it does can happen until the test awaits something.
 #[tokio::test(flavor = "current_thread")]
-async fn a_wake_lists_nothing_before_reconciled_and_then_corrects_in_place() {
+async fn a_wake_contacts_no_server_before_the_map_and_then_corrects_in_place() {
     let fixture = Fixture::new(&original());
     cold_start(&fixture).await;
 
     // Between runs the server rewrites echo, withdraws search and adds a
     // tool.
-    let published = {
-        let mut tools = changed("echo", |d| d["description"] = json!(HIJACK));
-        if let Some(list) = tools.as_array_mut() {
-            list.retain(|d| d["name"] != "search");
-            list.push(json!({"name": "upload", "description": "Upload.", "inputSchema": {"type": "object"}}));
-        }
-        tools
-    };
+    let published = rug_pull();
     fixture.publish(&published);
 
     let toolset = rebuild_from_store(vec![fixture.config()], fixture.options().await)
@@ -58,6 +65,8 @@ async fn a_wake_lists_nothing_before_reconciled_and_then_corrects_in_place() {
         1,
         "no tools/list on the way to a usable tool map"
     );
+    assert_eq!(toolset.child_pid(SERVER), None, "not even started");
+    assert!(!toolset.is_up(SERVER));
     let woken = toolset.catalogue();
     let mut changes = toolset.watch_catalogue();
     // Projected from the cache: what was trusted, as it was trusted.
@@ -74,13 +83,17 @@ async fn a_wake_lists_nothing_before_reconciled_and_then_corrects_in_place() {
             .and_then(|e| e.definition.description.clone()),
         Some("Echo the message back.".to_owned())
     );
-    // The map is usable: this call goes out on the snapshot it started with.
+    // The map is usable, but a call waits for the server's live listing:
+    // echo was rewritten while the gateway slept, so the call is refused
+    // on the corrected map and never reaches the server.
     let answer = call_ok(&toolset, "echo", json!({"message": "awake"})).await;
+    assert!(answer.is_error);
     assert!(
-        text(&answer).contains(r#"echo ran with {\"message\":\"awake\"}"#),
+        text(&answer).contains("an operator must re-trust the server"),
         "{}",
         text(&answer)
     );
+    assert_eq!(fixture.calls("echo"), 0);
 
     toolset.reconciled().await;
     assert_eq!(fixture.lists(), 2, "exactly one re-list, after the map");
@@ -141,8 +154,8 @@ async fn a_wake_lists_nothing_before_reconciled_and_then_corrects_in_place() {
     );
     assert_eq!(
         fixture.calls("echo"),
-        1,
-        "only the call made before the correction"
+        0,
+        "no call reached the rewritten tool"
     );
     assert_eq!(fixture.calls("search"), 0);
 
@@ -153,6 +166,49 @@ async fn a_wake_lists_nothing_before_reconciled_and_then_corrects_in_place() {
         tool_part(row.tool_fingerprints),
         Some(fingerprint_listing(&parsed(&original())))
     );
+    toolset.close().await;
+}
+
+// A server that drifted while the gateway slept: its stored tools are
+// visible at wake; the first call to an unchanged one runs only after the
+// server's live listing proved that tool unchanged, and a rewritten one is
+// quarantined before any call reaches it. Multi-threaded, so the
+// background connect races the calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_at_wake_runs_only_after_the_live_listing_was_checked() {
+    let fixture = Fixture::new(&original());
+    cold_start(&fixture).await;
+    fixture.publish(&rug_pull());
+    let toolset = rebuild_from_store(vec![fixture.config()], fixture.options().await)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    // Visible as trusted, from the store.
+    assert_eq!(kind(&toolset, "echo"), Some(EntryKind::Remote));
+    assert_eq!(kind(&toolset, "read_file"), Some(EntryKind::Remote));
+    let (read, echo) = tokio::join!(
+        call_ok(&toolset, "read_file", json!({"path": "README.md"})),
+        call_ok(&toolset, "echo", json!({"message": "now"})),
+    );
+    assert!(!read.is_error, "{}", text(&read));
+    assert!(echo.is_error, "{}", text(&echo));
+    assert!(
+        text(&echo).contains("an operator must re-trust the server"),
+        "{}",
+        text(&echo)
+    );
+    let requests = fixture.requests();
+    let listed = requests.iter().rposition(|r| r == "list");
+    let called = requests.iter().position(|r| r == "call read_file");
+    assert!(
+        matches!((listed, called), (Some(l), Some(c)) if l < c),
+        "the listing comes before the call: {requests:?}"
+    );
+    assert_eq!(
+        fixture.calls("echo"),
+        0,
+        "the rewritten tool is never called"
+    );
+    assert_eq!(kind(&toolset, "echo"), Some(EntryKind::Quarantined));
     toolset.close().await;
 }
 
@@ -177,7 +233,7 @@ async fn an_unchanged_server_reconciles_without_a_new_snapshot_or_drift() {
 }
 
 #[tokio::test]
-async fn a_failed_relist_keeps_the_cached_map() {
+async fn a_failed_listing_keeps_the_cached_map_but_no_call_is_sent() {
     let fixture = Fixture::new(&original());
     cold_start(&fixture).await;
     // The server can no longer list (its definitions file is gone).
@@ -190,14 +246,29 @@ async fn a_failed_relist_keeps_the_cached_map() {
     assert_eq!(failed.len(), 1, "{failed:?}");
     assert!(
         failed[0].starts_with(&format!(
-            "Could not re-list the tools of MCP server \"{SERVER}\", so the cached one stays in use: "
-        )),
+            "MCP server \"{SERVER}\" could not list its tools: "
+        )) && failed[0].ends_with(
+            "Its tools stay listed from the store's cache, but no call reaches it until it connects and lists them; it is retried in the background."
+        ),
         "{}",
         failed[0]
     );
     for tool in ["echo", "read_file", "search"] {
         assert_eq!(kind(&toolset, tool), Some(EntryKind::Remote), "{tool}");
     }
+    // Its listing was never compared with the baseline: refused, not sent.
+    let refused = toolset
+        .call(
+            "echo",
+            Some(json!({"message": "x"})),
+            &CallContext::default(),
+        )
+        .await;
+    assert!(
+        matches!(refused, Err(CallError::Unavailable { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(fixture.calls("echo"), 0);
     let row = fixture.store().await.get(SERVER).await.ok().flatten();
     assert_eq!(
         row.and_then(|r| r.tools),

@@ -109,6 +109,48 @@ pub async fn a_baseline_with_pins_keeps_its_tools_and_pins(h: Harness) {
     assert_eq!(ok(store.trusted_tools("docs").await), None);
 }
 
+pub async fn save_all_saves_each_row_as_save_does_in_one_go(h: Harness) {
+    let store = &*h.store;
+    let v1 = listing("v1");
+    let v2 = listing("v2");
+    ok(store.save(&trusting(&v1)).await);
+    let files = ServerIdentity::stdio("files", "npx", &["files"]);
+    let fresh = PersistedServer::new("files", &files)
+        .with_tools(v2.clone())
+        .with_fingerprints(fingerprint_listing(&v2));
+    let bare = PersistedServer::new(
+        "bare",
+        &ServerIdentity::streamable_http("bare", "https://bare.example/mcp"),
+    )
+    .with_tools(listing("v0"));
+    // `docs` keeps its first baseline, `files` records its proposal,
+    // `bare` proposes none: in row order, as three saves would answer.
+    let in_force = ok(store.save_all(&[trusting(&v2), fresh, bare]).await);
+    assert_eq!(
+        in_force,
+        [
+            Some(fingerprint_listing(&v1)),
+            Some(fingerprint_listing(&v2)),
+            None
+        ]
+    );
+    let stored = row(&*h.twin, "docs").await;
+    assert_eq!(stored.tools, Some(v2.clone()), "the cache moves");
+    assert_eq!(stored.tool_fingerprints, Some(fingerprint_listing(&v1)));
+    assert_eq!(ok(store.trusted_tools("docs").await), Some(v1));
+    assert_eq!(ok(store.trusted_tools("files").await), Some(v2));
+    assert_eq!(row(&*h.twin, "bare").await.tool_fingerprints, None);
+    assert_eq!(ok(store.save_all(&[]).await), Vec::new());
+    // A row the store refuses saves nothing of the batch.
+    let mut refused = trusting(&listing("v3"));
+    refused.id = String::new();
+    let fine = PersistedServer::new("later", &docs()).with_tools(listing("v3"));
+    assert!(store.save_all(&[fine, refused]).await.is_err());
+    if h.raw.is_some() {
+        assert!(ok(store.get("later").await).is_none(), "one transaction");
+    }
+}
+
 pub async fn a_save_without_baseline_never_erases_it(h: Harness) {
     let store = &*h.store;
     // No baseline yet, none proposed: none recorded.

@@ -1,0 +1,57 @@
+//! The projection bench's main case in a plain loop, for a profiler
+//! (criterion's harness does not run under valgrind):
+//!
+//! ```sh
+//! cargo build --profile profiling -p portcullis-catalog --example projection_profile
+//! valgrind --tool=callgrind target/profiling/examples/projection_profile 20
+//! ```
+//!
+//! Projects one 1 000-tool server against its baseline N times (default 20);
+//! with `wake` as the second argument, 50 servers of 100 tools with long
+//! descriptions instead (the wake bench's catalogue).
+
+use std::hint::black_box;
+
+use portcullis_catalog::fingerprint::fingerprint_listing;
+use portcullis_catalog::{Catalogue, ProjectionOptions, ServerIdentity, ServerListing, Tool};
+use serde_json::json;
+
+fn main() {
+    let rounds: usize = std::env::args()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(20);
+    let wake = std::env::args().nth(2).is_some_and(|a| a == "wake");
+    let (servers, per_server, padding) = if wake { (50, 100, 40) } else { (1, 1_000, 0) };
+    let tools: Vec<Tool> = (0..per_server)
+        .map(|i| {
+            let name = if i % 10 == 0 { format!("ns.tool_{i}") } else { format!("tool_{i}") };
+            Tool::new(name)
+                .with_description(format!("Tool {i}: fetches records of kind {i} and summarises them for the caller. {}", "Lorem ipsum dolor sit amet. ".repeat(padding)))
+                .with_input_schema(json!({
+                    "type": "object",
+                    "properties": {
+                        "query": {"type": "string", "description": "What to look for", "maxLength": 200},
+                        "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 10},
+                        "include_archived": {"type": "boolean", "description": "Also search the archive"},
+                        "sort": {"type": "string", "enum": ["asc", "desc"]}
+                    },
+                    "required": ["query"]
+                }))
+        })
+        .collect();
+    let baseline = fingerprint_listing(&tools);
+    let listings: Vec<ServerListing> = (0..servers)
+        .map(|s| {
+            let server = ServerIdentity::streamable_http(
+                format!("s{s}"),
+                format!("https://s{s}.example/mcp"),
+            );
+            ServerListing::new(server, tools.clone()).with_baseline(baseline.clone())
+        })
+        .collect();
+    let options = ProjectionOptions::default();
+    for _ in 0..rounds {
+        black_box(Catalogue::project(listings.clone(), &options));
+    }
+}
