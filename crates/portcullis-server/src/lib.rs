@@ -16,7 +16,7 @@
 //! | `sessions` (private) | legacy sessions: rmcp's in-memory manager with a cap, the idlest closed first |
 //! | `direct_call` (private) | a plain stateless 2026-07-28 `tools/call` answered in the HTTP handler's task, skipping rmcp's per-request service; everything else goes to rmcp |
 //! | [`exposure`] | which tools exist at all: read-only by default, `allow_write`, `allow_tools`, identity and permissions |
-//! | [`tool_server`] | the rmcp `ServerHandler`: lookup, backstop, validation, policy, the handler, error mapping, framing |
+//! | [`tool_server`] | the rmcp `ServerHandler`: lookup, the catalogue's gate (backstop, validation, policy), the handler, error mapping, framing, a `CallReport` per call; a live server's tool set replaced in place on reload |
 //! | [`approval`] | a policy's `ask`: the person at the client approves first (elicitation, or the 2026-07-28 `input_required` round trip) |
 //! | [`input`] | a handler asks the client for input mid-call: parked behind an `input_required` round trip for 2026-07-28 clients |
 //! | [`handler`] | what a tool is: an async function of its arguments and a [`CallContext`] |

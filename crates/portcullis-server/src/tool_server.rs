@@ -2,12 +2,12 @@
 //! through rmcp's [`ServerHandler`] with every edge rule applied.
 //!
 //! On every call, in order: the tool is looked up in a map built once (an
-//! unknown or withheld name is a protocol error, `-32602`); the exposure
-//! backstop runs; the arguments are normalised and validated against the
-//! schema compiled at registration (a failure is an `isError` result the
-//! model can act on); the policy, if one is set, decides (a denial is a
-//! [`DeniedResult`]; `ask` asks the person at the client first, see
-//! [`crate::approval`]); the handler runs, with a panic caught and turned into
+//! unknown or withheld name is a protocol error, `-32602`); the catalogue's
+//! [`Gate`] rules once — the identity backstop, the arguments normalised and
+//! validated against the schema compiled at registration (a failure is an
+//! `isError` result the model can act on), the policy if one is set (a
+//! denial is a [`DeniedResult`]; `ask` asks the person at the client first,
+//! see [`crate::approval`]); the handler runs, with a panic caught and turned into
 //! `ERR_TOOL_FAILED`; an error is mapped (`ERR_…` passes, anything else
 //! becomes `ERR_TOOL_FAILED` and the original is logged); a result is framed
 //! as untrusted output and capped, every content kind and
@@ -17,7 +17,14 @@
 //! (`framing::seal`): a handler's result and a handler's failure are framed
 //! and capped there, the server's own refusals pass there as they are.
 //! `mcp__describe_tool` answers as for an unknown tool when asked about a
-//! tool this server withholds, whichever handler serves it.
+//! tool this server withholds, whichever handler serves it. Every answer
+//! comes with a [`CallReport`]: what the gate decided and how the call
+//! ended, as values.
+//!
+//! A *live* server ([`ToolServer::live`]) is the one handler a gateway
+//! serves: [`ToolServer::replace`] swaps its tool set in place (a request
+//! keeps the set it started with), its clients are told when the listed
+//! tools change, and a [`CallObserver`] sees every call.
 
 use std::any::Any;
 use std::collections::HashMap;
