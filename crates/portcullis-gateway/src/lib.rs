@@ -25,6 +25,7 @@
 //! | [`retention`] | old audit records and effects deleted on a schedule |
 //! | [`redact`] | secrets (expanded `${VAR}` values, headers, tokens, URL credentials) kept out of every log line and error |
 //! | [`connecting`] | the progress line while many upstreams connect |
+//! | [`drift`] | what changed since a server was trusted, as data (`drift` prints it, `retrust` shows it) |
 //!
 //! Every call passes one gate (`portcullis_catalog::gate`, run by the tool
 //! server) and leaves through one exit (`portcullis_catalog::framing::seal`);
@@ -86,6 +87,7 @@
 pub mod audit;
 pub mod config;
 pub mod connecting;
+pub mod drift;
 pub mod gateway;
 pub mod health;
 pub mod metrics;
