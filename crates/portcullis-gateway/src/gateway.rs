@@ -515,10 +515,9 @@ pub fn connect_options(config: &Config) -> ConnectOptions {
 }
 
 /// `[gateway] approval`: the calls that need a person's approval first.
-/// The tool server asks the person at the client (see
-/// `portcullis_server::approval`) and [`forward`] marks an approved call,
-/// which the toolset's copy of this policy then lets through; a call that
-/// reaches the toolset unapproved is refused there too.
+/// Installed on the tool server only, where the gate rules once per call
+/// and the tool server asks the person at the client (see
+/// `portcullis_server::approval`); the toolset behind it carries no policy.
 struct ApprovalPolicy(Approval);
 
 impl Policy for ApprovalPolicy {
