@@ -692,8 +692,18 @@ impl ToolServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> (Result<CallToolResponse, ErrorData>, Option<CallReport>) {
-        let Snapshot { inner, keep_alive } = self.snapshot();
-        let _in_use = keep_alive;
+        Self::call_on(&self.snapshot(), request, context).await
+    }
+
+    /// [`ToolServer::call_tool_reported`] on one snapshot: the tool set
+    /// the call was looked up in is the one it runs on, and its keep-alive
+    /// is held until it is answered.
+    async fn call_on(
+        snapshot: &Snapshot,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> (Result<CallToolResponse, ErrorData>, Option<CallReport>) {
+        let inner = &snapshot.inner;
         let Some(entry) = inner.entries.get(request.name.as_ref()) else {
             let error = ErrorData::invalid_params(format!("unknown tool: {}", request.name), None);
             return (Err(error), None);
@@ -1241,9 +1251,10 @@ impl ServerHandler for ToolServer {
                 },
             };
         let note = observer.started(tool.as_deref(), request.arguments.as_ref());
-        drop(snapshot);
         let caller = crate::oauth::caller_of(&context).map(|caller| caller.subject.clone());
-        let (answer, report) = self.call_tool_reported(request, context).await;
+        // Run on the snapshot the tool was looked up in.
+        let (answer, report) = Self::call_on(&snapshot, request, context).await;
+        drop(snapshot);
         let report = match (&answer, report) {
             // A question put to the client (the 2026 approval round trip)
             // does not end the call: the retry carrying the answer is
