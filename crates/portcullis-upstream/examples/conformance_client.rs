@@ -137,15 +137,6 @@ async fn attempt(url: &str, oauth: &OAuthClient, scenario: &Value) -> Result<Opt
     let toolset = connect(vec![McpServerConfig::streamable_http(SERVER, url)], options)
         .await
         .map_err(|e| e.to_string())?;
-    // A server that sends its own request unrelated to any of ours (the
-    // elicitation scenario's `Server.request`) sends it on the standalone
-    // GET stream, and drops it when that stream is not open yet. The client
-    // opens that stream in the background once initialized, so a call made
-    // at once can race it; under load it lost about half the time. Give it
-    // a moment before the first call.
-    if std::env::var("MCP_CONFORMANCE_SCENARIO").is_ok_and(|s| s.starts_with("elicitation")) {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
     let outcome = calls(&toolset, oauth, scenario).await;
     toolset.close().await;
     outcome

@@ -148,6 +148,10 @@ fn watched<T: Transport<RoleClient>>(transport: T, ended: &CancellationToken) ->
     }
 }
 
+/// How long a new session waits for its standalone event stream to be
+/// answered before the connection is handed out.
+const STANDALONE_WAIT: Duration = Duration::from_secs(2);
+
 /// A connection and its first listing.
 pub(crate) struct Connected {
     pub(crate) connection: Connection,
@@ -181,7 +185,9 @@ async fn open(plan: ConnectPlan, health: Arc<ServerHealth>) -> Result<Connected,
     if let Some(notices) = plan.notices.clone() {
         handler.notices = notices;
     }
+    let started = tokio::time::Instant::now();
     let mut direct = None;
+    let mut standalone = None;
     let ended = CancellationToken::new();
     let (client, pid, ended) = match &plan.config {
         McpServerConfig::StreamableHttp(remote) => {
@@ -193,6 +199,7 @@ async fn open(plan: ConnectPlan, health: Arc<ServerHealth>) -> Result<Connected,
                 .serve_with_lifecycle(watched(handler.tap(transport), &ended), auto_lifecycle())
                 .await
                 .map_err(|e| init_failure(&name, &e))?;
+            standalone = Some(http.clone());
             if let Some(server) = client.peer().peer_info() {
                 let info = rmcp::ClientHandler::get_info(&handler);
                 direct = direct::Direct::new(
@@ -239,6 +246,14 @@ async fn open(plan: ConnectPlan, health: Arc<ServerHealth>) -> Result<Connected,
     })?;
     if let Some(direct) = &direct {
         direct.saw_schemas(listed.iter().map(|t| &t.input_schema));
+    }
+    if let Some(http) = standalone {
+        // Usually answered while the tools were listed; bounded, so a
+        // server that never answers its GET only delays the start.
+        // Half of what is left of the connect timeout at most, so waiting
+        // never turns a slow GET into a failed connect.
+        let left = plan.timeout.saturating_sub(started.elapsed());
+        http.standalone_settled(STANDALONE_WAIT.min(left / 2)).await;
     }
     let (tools, unreadable) = read_tools(listed);
     let published = Arc::new(RwLock::new(tools.iter().map(|t| t.name.clone()).collect()));

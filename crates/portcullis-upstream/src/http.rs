@@ -17,8 +17,10 @@
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures::stream::BoxStream;
@@ -96,6 +98,12 @@ struct Shared {
     diagnostics: DiagnosticSink,
     /// Origins already reported as `cross-origin-headers-withheld`.
     reported: Mutex<HashSet<String>>,
+    /// Set once a POST answer opened a session: rmcp then opens the
+    /// session's standalone GET stream in the background.
+    session_opened: AtomicBool,
+    /// `true` once that GET stream's first attempt was answered (opened,
+    /// refused or failed): see [`GuardedHttp::standalone_settled`].
+    standalone: tokio::sync::watch::Sender<bool>,
     /// The endpoint rmcp posts to, parsed once: rmcp hands the same URI
     /// string to every request, and parsing it was a measurable part of a
     /// proxied call.
@@ -143,6 +151,8 @@ impl GuardedHttp {
                 health: parts.health,
                 diagnostics: parts.diagnostics,
                 reported: Mutex::new(HashSet::new()),
+                session_opened: AtomicBool::new(false),
+                standalone: tokio::sync::watch::Sender::new(false),
                 endpoint: OnceLock::new(),
             }),
         })
@@ -150,6 +160,28 @@ impl GuardedHttp {
 
     pub(crate) fn server(&self) -> &str {
         &self.shared.server
+    }
+
+    /// Waits, at most `limit`, until the session's standalone GET stream has
+    /// been answered; returns at once when no session was opened (a
+    /// stateless server has no such stream). A server sends requests and
+    /// notifications unrelated to any call (an elicitation of its own, a
+    /// list change) on that stream, and some drop them while it is not
+    /// open: a connection handed out before it opened could lose the first
+    /// of them.
+    pub(crate) async fn standalone_settled(&self, limit: Duration) {
+        if !self.shared.session_opened.load(Ordering::Acquire) {
+            return;
+        }
+        let mut settled = self.shared.standalone.subscribe();
+        let waited = tokio::time::timeout(limit, settled.wait_for(|done| *done)).await;
+        if waited.is_err() {
+            tracing::debug!(
+                server = %self.shared.server,
+                "the session's event stream was not answered within {} ms; going on",
+                limit.as_millis()
+            );
+        }
     }
 
     /// Configured headers < connect-time auth < per-call auth.
@@ -544,6 +576,9 @@ impl StreamableHttpClient for GuardedHttp {
             .get(SESSION_HEADER)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
+        if session.is_some() && !had_session {
+            self.shared.session_opened.store(true, Ordering::Release);
+        }
         let kind = content_type(&response);
         if !status.is_success() {
             let body = read_prefix(response, limits.max_error_response_size).await;
@@ -658,6 +693,29 @@ impl StreamableHttpClient for GuardedHttp {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<Self::Error>> {
+        let opened = self
+            .open_stream(
+                uri,
+                session_id,
+                last_event_id,
+                custom_headers,
+                max_sse_event_size,
+            )
+            .await;
+        self.shared.standalone.send_replace(true);
+        opened
+    }
+}
+
+impl GuardedHttp {
+    async fn open_stream(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<HttpFailure>> {
         let url = self.parse_uri(&uri)?;
         let mut protocol = protocol_headers(custom_headers, session_id.as_deref())?;
         if let Some(id) = last_event_id.and_then(|id| HeaderValue::from_str(&id).ok()) {

@@ -743,6 +743,39 @@ async fn a_handshake_era_server_is_reached_through_the_initialize_fallback() {
     );
 }
 
+#[tokio::test]
+async fn a_session_is_handed_out_only_once_its_event_stream_is_answered() {
+    // A server sends requests of its own (an elicitation, a list change) on
+    // the session's standalone GET stream, and may drop them while that
+    // stream is not open: the connection must not be handed out before it
+    // is, or the first call's server request can be lost.
+    let server = http_fixture_with(
+        FixtureConfig {
+            legacy_only: true,
+            ..Default::default()
+        },
+        HttpOptions {
+            sessions: true,
+            slow_standalone: Some(Duration::from_millis(400)),
+            ..Default::default()
+        },
+    )
+    .await;
+    let toolset = connect(
+        vec![McpServerConfig::streamable_http("old", server.mcp_url())],
+        options(),
+    )
+    .await
+    .unwrap();
+    let connected = std::time::Instant::now();
+    let answered = server.standalone_answered.get().copied();
+    assert!(
+        answered.is_some_and(|at| at <= connected),
+        "connect returned before the session's event stream was answered"
+    );
+    toolset.close().await;
+}
+
 mod guard {
     use super::*;
 

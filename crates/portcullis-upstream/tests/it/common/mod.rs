@@ -12,8 +12,8 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Body;
@@ -67,6 +67,8 @@ pub struct Server {
     pub addr: SocketAddr,
     pub state: Arc<FixtureState>,
     pub seen: Arc<Mutex<Vec<Seen>>>,
+    /// When the first GET to `/mcp` was answered.
+    pub standalone_answered: Arc<OnceLock<Instant>>,
     stop: CancellationToken,
 }
 
@@ -110,6 +112,8 @@ impl Drop for Server {
 struct Recorder {
     seen: Arc<Mutex<Vec<Seen>>>,
     gate: Gate,
+    slow_standalone: Option<Duration>,
+    standalone_answered: Arc<OnceLock<Instant>>,
 }
 
 async fn record(State(recorder): State<Recorder>, request: Request, next: Next) -> Response {
@@ -134,6 +138,14 @@ async fn record(State(recorder): State<Recorder>, request: Request, next: Next) 
     match recorder.gate {
         Gate::Bearer if gated && !authorized => StatusCode::UNAUTHORIZED.into_response(),
         Gate::Forbidden if gated => StatusCode::FORBIDDEN.into_response(),
+        _ if gated && request.method() == axum::http::Method::GET => {
+            if let Some(delay) = recorder.slow_standalone {
+                tokio::time::sleep(delay).await;
+            }
+            let response = next.run(request).await;
+            let _ = recorder.standalone_answered.set(Instant::now());
+            response
+        }
         _ => next.run(request).await,
     }
 }
@@ -185,6 +197,9 @@ pub struct HttpOptions {
     /// Stateful sessions (the 2025 era's `Mcp-Session-Id`) instead of
     /// stateless.
     pub sessions: bool,
+    /// Holds every GET (the session's standalone event stream) this long
+    /// before answering it, like a busy server.
+    pub slow_standalone: Option<Duration>,
 }
 
 impl Default for HttpOptions {
@@ -192,6 +207,7 @@ impl Default for HttpOptions {
         HttpOptions {
             gate: Gate::Open,
             sessions: false,
+            slow_standalone: None,
         }
     }
 }
@@ -230,9 +246,12 @@ pub async fn http_fixture_with(config: FixtureConfig, options: HttpOptions) -> S
         )
     };
     let seen = Arc::new(Mutex::new(Vec::new()));
+    let standalone_answered = Arc::new(OnceLock::new());
     let recorder = Recorder {
         seen: seen.clone(),
         gate: options.gate,
+        slow_standalone: options.slow_standalone,
+        standalone_answered: standalone_answered.clone(),
     };
     let router = mcp
         .route("/redirect", any(redirect))
@@ -244,6 +263,7 @@ pub async fn http_fixture_with(config: FixtureConfig, options: HttpOptions) -> S
         addr,
         state,
         seen,
+        standalone_answered,
         stop,
     }
 }
@@ -262,6 +282,7 @@ pub async fn hanging_server() -> Server {
         addr,
         state: Arc::default(),
         seen: Arc::default(),
+        standalone_answered: Arc::default(),
         stop,
     }
 }
@@ -378,6 +399,8 @@ pub async fn sse_fixture(config: FixtureConfig, endpoint: Option<String>) -> Sse
     let recorder = Recorder {
         seen: seen.clone(),
         gate: Gate::Open,
+        slow_standalone: None,
+        standalone_answered: Arc::default(),
     };
     let router = Router::new()
         .route("/sse", get(sse_open))
@@ -390,6 +413,7 @@ pub async fn sse_fixture(config: FixtureConfig, endpoint: Option<String>) -> Sse
             addr,
             state: fixture.state,
             seen,
+            standalone_answered: Arc::default(),
             stop,
         },
         posts,
@@ -490,6 +514,7 @@ pub async fn auth_server(iss: Iss) -> (Server, Arc<AuthState>) {
         addr,
         state: Fixture::new(FixtureConfig::default()).state,
         seen: Arc::default(),
+        standalone_answered: Arc::default(),
         stop,
     };
     (server, state)
@@ -710,6 +735,7 @@ pub async fn protected_fixture(auth: Arc<AuthState>, protection: Arc<Protection>
         addr,
         state,
         seen: Arc::default(),
+        standalone_answered: Arc::default(),
         stop,
     }
 }
