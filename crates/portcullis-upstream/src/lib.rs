@@ -148,6 +148,8 @@ mod sse;
 mod state;
 #[cfg(feature = "stdio")]
 pub mod stdio;
+#[cfg(any(test, feature = "strategies"))]
+pub mod strategies;
 mod supervisor;
 pub mod toolset;
 mod trust;
