@@ -25,7 +25,7 @@ use portcullis_upstream::ClientRelay;
 use rmcp::model::{ClientCapabilities, ClientResult, ErrorData, ServerRequest};
 use tokio_util::sync::CancellationToken;
 
-use portcullis_upstream::oauth::{Challenge, OAuthClient, OAuthSettings};
+use portcullis_upstream::oauth::{Challenge, ClientKey, OAuthClient, OAuthSettings};
 use portcullis_upstream::{CallContext, CallError, ConnectOptions, McpServerConfig, connect};
 use serde_json::{Map, Value, json};
 
@@ -79,6 +79,14 @@ async fn run(url: &str, context: &Value) -> Result<(), String> {
         issuer: text(context, "issuer"),
         client_metadata_url: Some(CLIENT_METADATA_URL.into()),
         scopes: Vec::new(),
+        client_key: match text(context, "private_key_pem") {
+            Some(pem) => {
+                let algorithm =
+                    text(context, "signing_algorithm").unwrap_or_else(|| "ES256".into());
+                Some(ClientKey::from_pem(&pem, &algorithm).map_err(|e| e.to_string())?)
+            }
+            None => None,
+        },
     };
     let oauth = OAuthClient::new(SERVER, url, None, settings)
         .await

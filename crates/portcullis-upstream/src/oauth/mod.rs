@@ -42,6 +42,7 @@
 //! are the `oauth2` crate's (no HTTP client of its own: it runs on
 //! [`OAuthHttp`]).
 
+pub mod assertion;
 pub(crate) mod authorization;
 pub mod discovery;
 pub mod redirect;
@@ -58,6 +59,7 @@ use url::Url;
 
 use crate::config::is_loopback_host;
 use crate::hosts::{GuardedResolver, HostGuard, Reach};
+pub use assertion::ClientKey;
 pub use discovery::{Challenge, Discovered};
 pub use redirect::LoopbackRedirect;
 pub use registration::{RegisteredClient, TokenAuth};
@@ -197,6 +199,12 @@ pub enum OAuthError {
     /// An HTTP request failed.
     #[error("OAuth request failed: {0}")]
     Http(String),
+    /// The client's private key (for `private_key_jwt`) is not usable.
+    #[error("the OAuth client key is not usable: {reason}")]
+    ClientKey {
+        /// Why, without the key.
+        reason: String,
+    },
 }
 
 /// How a client presents itself; all optional but the name and redirect.
@@ -219,6 +227,10 @@ pub struct OAuthSettings {
     pub client_metadata_url: Option<String>,
     /// Scopes to ask for instead of the server's.
     pub scopes: Vec<String>,
+    /// The pre-registered client's private key: with it the client
+    /// authenticates with a signed assertion (`private_key_jwt`) instead
+    /// of a secret.
+    pub client_key: Option<ClientKey>,
 }
 
 impl std::fmt::Debug for OAuthSettings {
@@ -234,6 +246,7 @@ impl std::fmt::Debug for OAuthSettings {
             .field("issuer", &self.issuer)
             .field("client_metadata_url", &self.client_metadata_url)
             .field("scopes", &self.scopes)
+            .field("client_key", &self.client_key)
             .finish()
     }
 }
@@ -646,7 +659,9 @@ impl OAuthClient {
         } else {
             union
         };
-        if machine_only(&discovered.server) && client.client_secret.is_some() {
+        let has_credentials =
+            client.client_secret.is_some() || client.auth == TokenAuth::PrivateKeyJwt;
+        if machine_only(&discovered.server) && has_credentials {
             // The authorization server offers this client no person's
             // flow: its own credentials are the grant.
             let scopes: Vec<String> = scopes
@@ -656,6 +671,7 @@ impl OAuthClient {
             let grant = tokens::client_credentials(
                 &self.0.http,
                 &client,
+                self.0.settings.client_key.as_ref(),
                 &discovered.server.token_endpoint,
                 &discovered.resource,
                 &scopes,
@@ -674,6 +690,7 @@ impl OAuthClient {
         let grant = tokens::redeem(
             &self.0.http,
             &client,
+            self.0.settings.client_key.as_ref(),
             &discovered.server.token_endpoint,
             code,
             pending.verifier,
@@ -752,7 +769,7 @@ impl OAuthClient {
     }
 
     async fn refresh_locked(&self, state: &mut State, grant: &Grant) -> Result<String, OAuthError> {
-        match tokens::refresh(&self.0.http, grant).await? {
+        match tokens::refresh(&self.0.http, grant, self.0.settings.client_key.as_ref()).await? {
             Some(fresh) => {
                 let token = fresh.access_token.clone();
                 self.changed(Some(&fresh));

@@ -24,6 +24,10 @@ pub enum TokenAuth {
     Post,
     /// `none`: a public client; only `client_id` in the body.
     None,
+    /// `private_key_jwt`: a JWT signed with the client's private key
+    /// (RFC 7523), in the form body.
+    #[serde(rename = "private_key_jwt")]
+    PrivateKeyJwt,
 }
 
 /// A client as one authorization server knows it.
@@ -92,11 +96,17 @@ pub(crate) async fn client_for(
     if let Some(client_id) = &settings.client_id
         && settings.issuer.as_deref().is_none_or(|i| i == issuer)
     {
+        // A configured key is the operator's choice of authentication.
+        let auth = if settings.client_key.is_some() {
+            TokenAuth::PrivateKeyJwt
+        } else {
+            token_auth(metadata, settings.client_secret.is_some())
+        };
         return Ok(RegisteredClient {
             issuer: issuer.to_owned(),
             client_id: client_id.clone(),
             client_secret: settings.client_secret.clone(),
-            auth: token_auth(metadata, settings.client_secret.is_some()),
+            auth,
         });
     }
     if let Some(document) = &settings.client_metadata_url

@@ -15,6 +15,7 @@ use oauth2::{
 };
 use serde::{Deserialize, Serialize};
 
+use super::assertion::{ASSERTION_TYPE, ClientKey};
 use super::registration::{RegisteredClient, TokenAuth};
 use super::{OAuthError, OAuthHttp};
 
@@ -69,6 +70,7 @@ impl std::fmt::Debug for Grant {
     }
 }
 
+/// Seconds since the Unix epoch.
 pub(crate) fn now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -104,14 +106,35 @@ fn client(registered: &RegisteredClient, token_endpoint: &str) -> Result<Oauth2C
         .set_token_uri(token_url)
         .set_auth_type(match registered.auth {
             TokenAuth::Basic => AuthType::BasicAuth,
-            TokenAuth::Post | TokenAuth::None => AuthType::RequestBody,
+            TokenAuth::Post | TokenAuth::None | TokenAuth::PrivateKeyJwt => AuthType::RequestBody,
         });
-    if registered.auth != TokenAuth::None
+    if matches!(registered.auth, TokenAuth::Basic | TokenAuth::Post)
         && let Some(secret) = &registered.client_secret
     {
         oauth = oauth.set_client_secret(ClientSecret::new(secret.clone()));
     }
     Ok(oauth)
+}
+
+/// The `client_assertion` form parameters of a `private_key_jwt` client
+/// (none for the others): a fresh assertion per request.
+fn assertion_params(
+    registered: &RegisteredClient,
+    key: Option<&ClientKey>,
+) -> Result<Vec<(&'static str, String)>, OAuthError> {
+    if registered.auth != TokenAuth::PrivateKeyJwt {
+        return Ok(Vec::new());
+    }
+    let key = key.ok_or_else(|| OAuthError::ClientKey {
+        reason: "the client authenticates with private_key_jwt but no key is configured".into(),
+    })?;
+    Ok(vec![
+        ("client_assertion_type", ASSERTION_TYPE.to_owned()),
+        (
+            "client_assertion",
+            key.assertion(&registered.client_id, &registered.issuer)?,
+        ),
+    ])
 }
 
 /// What went wrong at the token endpoint, in words without a token.
@@ -172,6 +195,7 @@ fn grant_from(
 pub(crate) async fn redeem(
     http: &OAuthHttp,
     registered: &RegisteredClient,
+    key: Option<&ClientKey>,
     token_endpoint: &str,
     code: String,
     verifier: PkceCodeVerifier,
@@ -183,10 +207,14 @@ pub(crate) async fn redeem(
     let redirect = oauth2::RedirectUrl::new(redirect_uri.to_owned())
         .map_err(|_| OAuthError::UserAgent("the redirect URI is not a URL".into()))?;
     let oauth = client(registered, token_endpoint)?.set_redirect_uri(redirect);
-    let response = oauth
+    let mut request = oauth
         .exchange_code(AuthorizationCode::new(code))
         .set_pkce_verifier(verifier)
-        .add_extra_param("resource", resource.to_owned())
+        .add_extra_param("resource", resource.to_owned());
+    for (name, value) in assertion_params(registered, key)? {
+        request = request.add_extra_param(name, value);
+    }
+    let response = request
         .request_async(http)
         .await
         .map_err(|e| token_failure(e).1)?;
@@ -213,16 +241,21 @@ pub(crate) async fn redeem(
 pub(crate) async fn client_credentials(
     http: &OAuthHttp,
     registered: &RegisteredClient,
+    key: Option<&ClientKey>,
     token_endpoint: &str,
     resource: &str,
     scopes: &[String],
 ) -> Result<Grant, OAuthError> {
     http.endpoint(token_endpoint)?;
     let oauth = client(registered, token_endpoint)?;
-    let response = oauth
+    let mut request = oauth
         .exchange_client_credentials()
         .add_scopes(scopes.iter().cloned().map(oauth2::Scope::new))
-        .add_extra_param("resource", resource.to_owned())
+        .add_extra_param("resource", resource.to_owned());
+    for (name, value) in assertion_params(registered, key)? {
+        request = request.add_extra_param(name, value);
+    }
+    let response = request
         .request_async(http)
         .await
         .map_err(|e| token_failure(e).1)?;
@@ -246,12 +279,17 @@ pub(crate) async fn client_credentials(
 
 /// Refreshes `grant`. `Ok(None)`: the server refused the refresh token
 /// (`invalid_grant`: revoked or expired), so a new login is needed.
-pub(crate) async fn refresh(http: &OAuthHttp, grant: &Grant) -> Result<Option<Grant>, OAuthError> {
+pub(crate) async fn refresh(
+    http: &OAuthHttp,
+    grant: &Grant,
+    key: Option<&ClientKey>,
+) -> Result<Option<Grant>, OAuthError> {
     let Some(refresh_token) = &grant.refresh_token else {
         if grant.client_credentials {
             return match client_credentials(
                 http,
                 &grant.client,
+                key,
                 &grant.token_endpoint,
                 &grant.resource,
                 &grant.scopes,
@@ -269,12 +307,13 @@ pub(crate) async fn refresh(http: &OAuthHttp, grant: &Grant) -> Result<Option<Gr
     http.endpoint(&grant.token_endpoint)?;
     let oauth = client(&grant.client, &grant.token_endpoint)?;
     let refresh_token = RefreshToken::new(refresh_token.clone());
-    match oauth
+    let mut request = oauth
         .exchange_refresh_token(&refresh_token)
-        .add_extra_param("resource", grant.resource.clone())
-        .request_async(http)
-        .await
-    {
+        .add_extra_param("resource", grant.resource.clone());
+    for (name, value) in assertion_params(&grant.client, key)? {
+        request = request.add_extra_param(name, value);
+    }
+    match request.request_async(http).await {
         Ok(response) => Ok(Some(grant_from(&response, grant.clone(), &grant.scopes))),
         Err(e) => match token_failure(e) {
             (Some(BasicErrorResponseType::InvalidGrant), _) => Ok(None),

@@ -1869,7 +1869,107 @@ mod oauth_waiting {
 
 mod oauth_machine {
     use super::*;
-    use portcullis_upstream::oauth::{OAuthClient, OAuthSettings};
+    use portcullis_upstream::oauth::{ClientKey, OAuthClient, OAuthSettings};
+
+    /// A fresh P-256 key pair: the private half as PKCS#8 PEM, the public
+    /// half as the authorization server holds it.
+    fn client_key_pair() -> (String, jsonwebtoken::DecodingKey) {
+        use aws_lc_rs::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair as _};
+        use base64::Engine as _;
+        let pair = EcdsaKeyPair::generate(&ECDSA_P256_SHA256_FIXED_SIGNING).unwrap();
+        let der = pair.to_pkcs8v1().unwrap();
+        let body = base64::engine::general_purpose::STANDARD.encode(der.as_ref());
+        let lines: Vec<&str> = body
+            .as_bytes()
+            .chunks(64)
+            .map(|c| std::str::from_utf8(c).unwrap())
+            .collect();
+        let pem = format!(
+            "-----BEGIN PRIVATE KEY-----\n{}\n-----END PRIVATE KEY-----\n",
+            lines.join("\n")
+        );
+        // The public key is the uncompressed point 04 || x || y.
+        let point = pair.public_key().as_ref().to_vec();
+        let b64 = |b: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b);
+        let public =
+            jsonwebtoken::DecodingKey::from_ec_components(&b64(&point[1..33]), &b64(&point[33..]))
+                .unwrap();
+        (pem, public)
+    }
+
+    #[tokio::test]
+    async fn oauth_private_key_jwt_client_credentials_sign_each_request_and_send_no_secret() {
+        let (_as, auth) = auth_server(Iss::Correct).await;
+        auth.machine_only.store(true, Ordering::SeqCst);
+        let (pem, public) = client_key_pair();
+        *auth.assertion_key.lock().unwrap() = Some(public);
+        let protection = Arc::new(Protection {
+            scope: "mcp:read".into(),
+            ..Protection::default()
+        });
+        let server = protected_fixture(auth.clone(), protection).await;
+        let settings = |key: &str| OAuthSettings {
+            client_name: "portcullis tests".into(),
+            redirect_uri: "http://127.0.0.1:9/callback".into(),
+            client_id: Some("machine".into()),
+            client_key: Some(ClientKey::from_pem(key, "ES256").expect("a usable key")),
+            ..OAuthSettings::default()
+        };
+        let browser = FollowNothing;
+
+        // Another key (the server holds only ours) is refused.
+        let (stranger, _) = client_key_pair();
+        let impostor = OAuthClient::new("docs", &server.mcp_url(), None, settings(&stranger))
+            .await
+            .unwrap();
+        assert!(impostor.login(None, &browser).await.is_err());
+
+        let oauth = OAuthClient::new("docs", &server.mcp_url(), None, settings(&pem))
+            .await
+            .unwrap();
+        oauth.login(None, &browser).await.expect("private_key_jwt");
+        let toolset = connect(
+            vec![McpServerConfig::streamable_http("docs", server.mcp_url())],
+            ConnectOptions::default().with_server_auth("docs", oauth.clone()),
+        )
+        .await
+        .unwrap();
+        let echo = toolset
+            .tools()
+            .into_iter()
+            .map(|t| t.name)
+            .find(|n| n.ends_with("echo"))
+            .expect("echo");
+        let context = CallContext::default();
+        let call = |message: &'static str| {
+            toolset.call(&echo, Some(json!({"message": message})), &context)
+        };
+        assert_eq!(text(&call("signed").await.expect("the call")), "signed");
+        // Renewal signs a new assertion (a replayed one would be refused).
+        auth.expire_access_tokens();
+        let mut grant = oauth.grant().await.unwrap();
+        grant.refresh_at = Some(0);
+        oauth.restore(grant).await;
+        assert_eq!(text(&call("again").await.expect("renewed")), "again");
+        assert_eq!(auth.assertion_ids.lock().unwrap().len(), 2);
+        // The key never shows.
+        assert!(!format!("{oauth:?}{:?}", settings(&pem)).contains("PRIVATE"));
+        toolset.close().await;
+    }
+
+    /// A user agent for flows that must not involve a person.
+    struct FollowNothing;
+    impl portcullis_upstream::oauth::UserAgent for FollowNothing {
+        fn authorize<'a>(
+            &'a self,
+            _url: &'a url::Url,
+            _redirect_uri: &'a str,
+        ) -> std::pin::Pin<
+            Box<dyn std::future::Future<Output = Result<url::Url, String>> + Send + 'a>,
+        > {
+            panic!("a browser was asked for a machine login")
+        }
+    }
 
     #[tokio::test]
     async fn oauth_client_credentials_when_the_server_offers_nothing_else() {

@@ -475,6 +475,11 @@ pub struct AuthState {
     /// Offers only the client_credentials grant, to `machine:secret`
     /// (HTTP Basic).
     pub machine_only: std::sync::atomic::AtomicBool,
+    /// With a key, `machine` authenticates with `private_key_jwt` signed by
+    /// the private half of this (public) key instead of its secret.
+    pub assertion_key: Mutex<Option<jsonwebtoken::DecodingKey>>,
+    /// The `jti`s of the client assertions accepted (a replay is refused).
+    pub assertion_ids: Mutex<Vec<String>>,
     counter: AtomicUsize,
 }
 
@@ -527,6 +532,11 @@ async fn as_metadata(State(state): State<Arc<AuthState>>) -> Response {
     } else {
         serde_json::json!(["authorization_code", "refresh_token"])
     };
+    let auth_methods = if state.assertion_key.lock().unwrap().is_some() {
+        serde_json::json!(["private_key_jwt"])
+    } else {
+        serde_json::json!(["none", "client_secret_basic"])
+    };
     axum::Json(serde_json::json!({
         "issuer": issuer,
         "authorization_endpoint": format!("{issuer}/authorize"),
@@ -535,7 +545,7 @@ async fn as_metadata(State(state): State<Arc<AuthState>>) -> Response {
         "response_types_supported": ["code"],
         "grant_types_supported": grants,
         "code_challenge_methods_supported": ["S256"],
-        "token_endpoint_auth_methods_supported": ["none", "client_secret_basic"],
+        "token_endpoint_auth_methods_supported": auth_methods,
         "authorization_response_iss_parameter_supported": true,
     }))
     .into_response()
@@ -627,11 +637,26 @@ async fn as_token(
                 .collect()
         }
         Some("refresh_token") => {
+            let keyed = state.assertion_key.lock().unwrap().is_some();
+            if keyed && !client_assertion_holds(&state, &headers, &form) {
+                return token_error("invalid_client");
+            }
             let presented = form.get("refresh_token").cloned().unwrap_or_default();
             match state.refresh.lock().unwrap().get(&presented) {
                 Some(scopes) => scopes.clone(),
                 None => return token_error("invalid_grant"),
             }
+        }
+        Some("client_credentials")
+            if state.machine_only.load(Ordering::SeqCst)
+                && state.assertion_key.lock().unwrap().is_some() =>
+        {
+            if !client_assertion_holds(&state, &headers, &form) {
+                return token_error("invalid_client");
+            }
+            form.get("scope")
+                .map(|s| s.split(' ').map(str::to_owned).collect())
+                .unwrap_or_default()
         }
         Some("client_credentials") if state.machine_only.load(Ordering::SeqCst) => {
             let expected = format!(
@@ -670,6 +695,48 @@ async fn as_token(
         "scope": scopes.join(" "),
     }))
     .into_response()
+}
+
+/// RFC 7523 §3: the assertion is for `machine`, to this issuer, signed
+/// with the client's key, fresh, and not seen before; no secret besides.
+fn client_assertion_holds(
+    state: &AuthState,
+    headers: &HeaderMap,
+    form: &HashMap<String, String>,
+) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Claims {
+        iss: String,
+        sub: String,
+        jti: String,
+    }
+    if headers.contains_key(header::AUTHORIZATION) || form.contains_key("client_secret") {
+        return false;
+    }
+    if form.get("client_assertion_type").map(String::as_str)
+        != Some("urn:ietf:params:oauth:client-assertion-type:jwt-bearer")
+    {
+        return false;
+    }
+    let Some(assertion) = form.get("client_assertion") else {
+        return false;
+    };
+    let issuer = state.issuer.lock().unwrap().clone();
+    let mut validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::ES256);
+    validation.set_audience(&[issuer]);
+    validation.set_required_spec_claims(&["exp", "aud", "iss", "sub"]);
+    let key = state.assertion_key.lock().unwrap().clone();
+    let Some(key) = key else { return false };
+    let Ok(data) = jsonwebtoken::decode::<Claims>(assertion, &key, &validation) else {
+        return false;
+    };
+    let claims = data.claims;
+    let mut seen = state.assertion_ids.lock().unwrap();
+    if claims.iss != "machine" || claims.sub != "machine" || seen.contains(&claims.jti) {
+        return false;
+    }
+    seen.push(claims.jti);
+    true
 }
 
 /// What a protected server demands.
