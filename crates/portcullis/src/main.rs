@@ -393,12 +393,16 @@ fn run_client(command: &cli::ClientCommand, config: &std::path::Path) -> anyhow:
     }
 }
 
+/// Most a client config given to `import` may hold.
+const MAX_IMPORT_BYTES: u64 = 16 * 1024 * 1024;
+
 /// `portcullis import`: convert a client's `mcpServers` JSON into TOML.
 fn run_import(args: &cli::ImportArgs) -> anyhow::Result<Exit> {
     use anyhow::Context as _;
     let file = args.file.as_path();
-    let text =
-        std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+    // A regular file only (a FIFO is never waited on), of a client's size.
+    let text = portcullis_sources::files::read_regular_to_string(file, MAX_IMPORT_BYTES)
+        .with_context(|| format!("cannot read {}", file.display()))?;
     let imported = import::import(&text, Some(file))
         .with_context(|| format!("cannot import {}", file.display()))?;
     match &args.output {

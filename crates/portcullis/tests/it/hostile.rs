@@ -2167,6 +2167,34 @@ mod import {
         portcullis(&["import", "claude", &path.to_string_lossy()])
     }
 
+    /// An `envFile` naming a device or a FIFO: read as such, `/dev/zero`
+    /// filled memory without end and a FIFO hung `import`. Each is
+    /// refused at once with a note; the import still succeeds.
+    #[cfg(unix)]
+    #[test]
+    fn an_env_file_that_never_ends() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fifo = dir.path().join("fifo.env");
+        let made = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+        assert!(made.success());
+        for env_file in ["/dev/zero", &fifo.to_string_lossy()] {
+            let path = dir.path().join("mcp.json");
+            std::fs::write(
+                &path,
+                json!({"servers": {"x": {"type": "stdio", "command": "echo", "envFile": env_file}}})
+                    .to_string(),
+            )
+            .expect("file");
+            let out = common::portcullis_within(
+                &["import", "vscode", &path.to_string_lossy()],
+                Duration::from_secs(20),
+            );
+            let err = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(0), "{env_file}: {err}");
+            assert!(err.contains("not a regular file"), "{env_file}: {err}");
+        }
+    }
+
     #[test]
     fn a_server_name_that_tries_to_inject_toml() {
         let out = import(
