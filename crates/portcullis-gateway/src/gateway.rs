@@ -618,6 +618,87 @@ pub fn quarantine_stub_definition(definition: Tool) -> Tool {
     definition.with_annotations(ToolAnnotations::read_only(true))
 }
 
+/// Most progress reports held for a client that reads slower than the
+/// server reports: past this, the oldest held one is dropped.
+const PROGRESS_BACKLOG: usize = 256;
+
+/// Most characters of a server's progress message passed on.
+const PROGRESS_MESSAGE_CHARS: usize = 1000;
+
+/// Passes a call's progress reports from its server to its client, in
+/// order, until the server's side closes. The channel from the server is
+/// emptied as fast as reports come into a backlog of at most
+/// [`PROGRESS_BACKLOG`] (a server flooding reports at a slow client would
+/// otherwise be held in memory whole; a client that keeps up loses none),
+/// and each message is cut to [`PROGRESS_MESSAGE_CHARS`] with its control,
+/// bidi and closing-tag characters neutralised, as tool output is.
+async fn relay_progress(
+    mut receiver: mpsc::UnboundedReceiver<Progress>,
+    ctx: portcullis_server::CallContext,
+) {
+    let backlog = Arc::new(std::sync::Mutex::new(std::collections::VecDeque::new()));
+    let ready = Arc::new(tokio::sync::Notify::new());
+    let pump = {
+        let backlog = backlog.clone();
+        let ready = ready.clone();
+        let tool = ctx.tool().to_owned();
+        tokio::spawn(async move {
+            let mut dropped = 0_u64;
+            while let Some(report) = receiver.recv().await {
+                let mut held = backlog
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if held.len() == PROGRESS_BACKLOG {
+                    held.pop_front();
+                    dropped += 1;
+                }
+                held.push_back(Some(report));
+                drop(held);
+                ready.notify_one();
+            }
+            if dropped > 0 {
+                tracing::debug!(
+                    %tool,
+                    dropped,
+                    "progress reports dropped for a slow client"
+                );
+            }
+            // The end: whatever is held is still passed on first.
+            backlog
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push_back(None);
+            ready.notify_one();
+        })
+    };
+    loop {
+        let next = backlog
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pop_front();
+        match next {
+            Some(Some(p)) => {
+                let message = p.message.as_deref().map(progress_message);
+                ctx.progress(p.progress, p.total, message.as_deref()).await;
+            }
+            Some(None) => break,
+            None => ready.notified().await,
+        }
+    }
+    let _ = pump.await;
+}
+
+/// A server's progress message as a client is shown it (see
+/// [`relay_progress`]).
+fn progress_message(message: &str) -> String {
+    use portcullis_catalog::framing::{escape_closing_tags, neutralise_controls};
+    let mut cut: String = message.chars().take(PROGRESS_MESSAGE_CHARS).collect();
+    if cut.len() < message.len() {
+        cut.push('…');
+    }
+    escape_closing_tags(&neutralise_controls(&cut)).into_owned()
+}
+
 /// Forwards one call to the toolset, with the caller's cancellation, a
 /// progress relay and the caller as the answerer of the upstream's
 /// requests; the result goes back unframed (the edge frames it).
@@ -634,15 +715,9 @@ async fn forward(
         upstream = upstream.with_relay(Arc::new(client));
     }
     let relay = if ctx.wants_progress() {
-        let (sender, mut receiver) = mpsc::unbounded_channel::<Progress>();
+        let (sender, receiver) = mpsc::unbounded_channel::<Progress>();
         upstream = upstream.with_progress(sender);
-        let ctx = ctx.clone();
-        Some(tokio::spawn(async move {
-            while let Some(p) = receiver.recv().await {
-                ctx.progress(p.progress, p.total, p.message.as_deref())
-                    .await;
-            }
-        }))
+        Some(tokio::spawn(relay_progress(receiver, ctx.clone())))
     } else {
         None
     };

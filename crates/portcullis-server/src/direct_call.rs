@@ -14,7 +14,8 @@
 //!
 //! Only the plain case is taken. Anything else goes to rmcp untouched (with
 //! the body already read, handed back as it came), so every error response
-//! for a malformed or unusual request is rmcp's own:
+//! for an unusual request is rmcp's own (or, for a body that is not one
+//! JSON-RPC message, `crate::malformed`'s):
 //! - headers: exactly one `MCP-Protocol-Version: 2026-07-28`, one
 //!   `Mcp-Method: tools/call`, one `Mcp-Name`, no `Mcp-Param-*`, no session
 //!   id; JSON content; an `Accept` naming JSON and event streams; a declared

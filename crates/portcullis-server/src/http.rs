@@ -10,7 +10,9 @@
 //! chooses per request. Legacy sessions can be switched on for clients that
 //! need server-to-client requests (sampling, elicitation) in the 2025 era.
 //! A plain stateless 2026-07-28 `tools/call` is answered in front of rmcp's
-//! service, with the same rules, by `crate::direct_call`.
+//! service, with the same rules, by `crate::direct_call`; a body that is not
+//! one JSON-RPC message gets a JSON-RPC error saying why from
+//! `crate::malformed`.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -385,7 +387,12 @@ where
             None => Router::new().route_service(MCP_PATH, rmcp),
         }
     };
-    let mcp = mcp.layer(axum::middleware::from_fn(session_delete_status));
+    let mcp = mcp
+        .layer(axum::middleware::from_fn(session_delete_status))
+        .layer(axum::middleware::from_fn_with_state(
+            options.max_body_bytes,
+            crate::malformed::answer_malformed,
+        ));
     let app = if extra_routes.is_empty() {
         mcp.layer(axum::middleware::from_fn_with_state(guard, guard_layer))
     } else {

@@ -80,6 +80,7 @@ pub mod guard;
 pub mod handler;
 pub mod http;
 pub mod input;
+mod malformed;
 pub mod mcp_server;
 pub mod oauth;
 pub mod passthrough;

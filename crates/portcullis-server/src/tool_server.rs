@@ -953,6 +953,59 @@ fn to_wire_result(tool: &str, result: ToolResult) -> CallToolResult {
     wire
 }
 
+/// The methods rmcp reads into typed requests: a request naming one that
+/// reaches [`ServerHandler::on_custom_request`] had `params` rmcp could not
+/// read as that method's.
+const TYPED_METHODS: &[&str] = {
+    use rmcp::model::ConstString as C;
+    &[
+        <rmcp::model::PingRequestMethod as C>::VALUE,
+        <rmcp::model::InitializeResultMethod as C>::VALUE,
+        <rmcp::model::DiscoverRequestMethod as C>::VALUE,
+        <rmcp::model::CompleteRequestMethod as C>::VALUE,
+        <rmcp::model::SetLevelRequestMethod as C>::VALUE,
+        <rmcp::model::GetPromptRequestMethod as C>::VALUE,
+        <rmcp::model::ListPromptsRequestMethod as C>::VALUE,
+        <rmcp::model::ListResourcesRequestMethod as C>::VALUE,
+        <rmcp::model::ListResourceTemplatesRequestMethod as C>::VALUE,
+        <rmcp::model::ReadResourceRequestMethod as C>::VALUE,
+        <rmcp::model::SubscriptionsListenRequestMethod as C>::VALUE,
+        <rmcp::model::SubscribeRequestMethod as C>::VALUE,
+        <rmcp::model::UnsubscribeRequestMethod as C>::VALUE,
+        <rmcp::model::CallToolRequestMethod as C>::VALUE,
+        <rmcp::model::ListToolsRequestMethod as C>::VALUE,
+        <rmcp::model::GetTaskMethod as C>::VALUE,
+        <rmcp::model::UpdateTaskMethod as C>::VALUE,
+        <rmcp::model::CancelTaskMethod as C>::VALUE,
+        <rmcp::model::ListSkillsRequestMethod as C>::VALUE,
+        <rmcp::model::GetSkillRequestMethod as C>::VALUE,
+        <rmcp::model::ReadResourceDirectoryRequestMethod as C>::VALUE,
+    ]
+};
+
+/// The error for a request rmcp read as a method it does not know (see
+/// `on_custom_request` below); the method named back at most 100
+/// characters long.
+fn custom_request_error(method: &str) -> ErrorData {
+    if TYPED_METHODS.contains(&method) {
+        return ErrorData::invalid_params(
+            format!("Invalid params: the params of `{method}` are not what the method takes"),
+            None,
+        );
+    }
+    let shown: String = method.chars().take(100).collect();
+    let cut = if shown.len() < method.len() {
+        "…"
+    } else {
+        ""
+    };
+    ErrorData::new(
+        rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+        format!("Method not found: {shown}{cut}"),
+        None,
+    )
+}
+
 impl ServerHandler for ToolServer {
     fn get_info(&self) -> ServerConfig {
         let snapshot = self.snapshot();
@@ -1012,6 +1065,19 @@ impl ServerHandler for ToolServer {
         let snapshot = self.snapshot();
         let inner = &snapshot.inner;
         inner.entries.get(name).map(|e| e.wire.clone())
+    }
+
+    /// A request rmcp could not read as any method it knows. rmcp reads a
+    /// known method whose `params` do not fit it (a `tools/call` whose
+    /// `name` is a number) as an unknown one; that is invalid params
+    /// (`-32602`), not method not found (`-32601`), which stays for
+    /// methods nobody defined.
+    async fn on_custom_request(
+        &self,
+        request: rmcp::model::CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CustomResult, ErrorData> {
+        Err(custom_request_error(&request.method))
     }
 
     /// `subscriptions/listen` (2026-07-28): a live server's stream carries

@@ -40,7 +40,10 @@
 //!
 //! # `mcp.json`
 //!
-//! Optional; absent means no servers and no diagnostic. A spec-version
+//! Optional; absent means no servers and no diagnostic. One that resolves
+//! (through a symlink) outside the plugin root is 4.1
+//! `path-escapes-plugin-root` and gives no servers; only the resolved file
+//! is read. Of its content, a spec-version
 //! mismatch with `plugin.json` is checked first (10.1
 //! `mcp-config-version-mismatch`); unreadable, not JSON, a key other than
 //! `$schema`/`mcpServers`, a `$schema` other than [`MCP_SCHEMA`] or a
@@ -564,9 +567,35 @@ fn load_mcp(
     diagnostics: &mut Vec<Diagnostic>,
 ) -> Vec<McpServerConfig> {
     let path = root.join(MCP_CONFIG);
-    if !path.exists() {
+    // `symlink_metadata`: a dangling link is there (and refused below), not
+    // silently absent.
+    if std::fs::symlink_metadata(&path).is_err() {
         return Vec::new();
     }
+    // As for plugin.json: an mcp.json symlinked out of the plugin would let
+    // a plugin launch servers configured elsewhere on the host (another
+    // plugin's, or any JSON file's), under this plugin's name. The file
+    // read is the resolved one that was checked.
+    let path = match (root.canonicalize(), path.canonicalize()) {
+        (Ok(real_root), Ok(real_file)) if real_file.starts_with(&real_root) => real_file,
+        (Ok(_), Ok(real_file)) => {
+            diagnostics.push(mcp_fail(
+                Rule::PathEscapesPluginRoot,
+                format!(
+                    "mcp.json resolves to {}, outside the plugin root.",
+                    real_file.display()
+                ),
+            ));
+            return Vec::new();
+        }
+        (Err(e), _) | (_, Err(e)) => {
+            diagnostics.push(mcp_fail(
+                Rule::McpConfigInvalid,
+                format!("mcp.json could not be resolved: {e}."),
+            ));
+            return Vec::new();
+        }
+    };
     let bytes = match read_plugin_file(&path) {
         Ok(bytes) => bytes,
         Err(e) => {

@@ -86,16 +86,16 @@ impl Called<'_> {
             Shown::Result(result, refusal) => {
                 print_result(result, json)?;
                 if let (true, Some(message)) = (json, refusal) {
-                    eprintln!("{message}");
+                    errln!("{message}");
                 }
             }
             Shown::Unknown(close) if close.is_empty() => {
-                eprintln!(
+                errln!(
                     "error: unknown tool \"{}\"; `portcullis tools` lists them",
                     self.report_name()
                 );
             }
-            Shown::Unknown(close) => eprintln!(
+            Shown::Unknown(close) => errln!(
                 "error: unknown tool \"{}\"; did you mean: {}?",
                 self.report_name(),
                 close.join(", ")
@@ -169,17 +169,17 @@ async fn call_on<'a>(gateway: &Gateway, tool: &'a str, args: &Map<String, Value>
 /// whole MCP `CallToolResult`.
 fn print_result(result: &ToolResult, json: bool) -> anyhow::Result<()> {
     if json {
-        println!("{}", serde_json::to_string_pretty(result)?);
+        outln!("{}", serde_json::to_string_pretty(result)?);
         return Ok(());
     }
     for item in &result.content {
         match portcullis_catalog::result::text_of(item) {
-            Some(text) => println!("{text}"),
-            None => println!("{item}"),
+            Some(text) => outln!("{text}"),
+            None => outln!("{item}"),
         }
     }
     if let Some(structured) = &result.structured_content {
-        println!("{structured}");
+        outln!("{structured}");
     }
     Ok(())
 }

@@ -194,13 +194,13 @@ pub fn connect(client: Client, client_file: &Path, config: &Path) -> anyhow::Res
         .collect();
     if moved.is_empty() {
         if servers.contains_key(ENTRY) {
-            eprintln!(
+            errln!(
                 "{} already starts Portcullis; nothing changed",
                 client_file.display()
             );
             return Ok(Exit::Success);
         }
-        eprintln!(
+        errln!(
             "{} lists no MCP servers under \"{key}\"; nothing to connect",
             client_file.display()
         );
@@ -231,7 +231,7 @@ pub fn connect(client: Client, client_file: &Path, config: &Path) -> anyhow::Res
     let mut to_import = Map::new();
     for (name, server) in &moved {
         if existing.iter().any(|e| e == name) {
-            eprintln!(
+            errln!(
                 "note: {} already has upstreams.{name}; kept as it is",
                 config.display()
             );
@@ -266,10 +266,10 @@ pub fn connect(client: Client, client_file: &Path, config: &Path) -> anyhow::Res
             );
         }
         for skipped in &imported.skipped {
-            eprintln!("skipped: {skipped}");
+            errln!("skipped: {skipped}");
         }
         for note in &imported.notes {
-            eprintln!("note: {note}");
+            errln!("note: {note}");
         }
         for (variable, value) in &imported.values {
             env.insert(variable.clone(), Value::from(value.clone()));
@@ -294,16 +294,14 @@ pub fn connect(client: Client, client_file: &Path, config: &Path) -> anyhow::Res
     document.insert(key.to_owned(), Value::Object(new_servers));
     write_atomically(client_file, &pretty(&document)?, false)?;
     let names: Vec<&str> = moved.keys().map(String::as_str).collect();
-    eprintln!(
+    errln!(
         "connected {client}: {} now starts Portcullis ({}), which starts {}; backup in {}",
         client_file.display(),
         config.display(),
         names.join(", "),
         backup.display()
     );
-    eprintln!(
-        "restart the client to pick it up; `portcullis client disconnect {client}` undoes it"
-    );
+    errln!("restart the client to pick it up; `portcullis client disconnect {client}` undoes it");
     Ok(Exit::Success)
 }
 
@@ -339,14 +337,14 @@ pub fn disconnect(client: Client, client_file: &Path) -> anyhow::Result<Exit> {
     };
     if !backup.exists() {
         if current.contains_key(ENTRY) {
-            eprintln!(
+            errln!(
                 "error: {} starts Portcullis but its backup {} is gone; restore the servers by hand",
                 client_file.display(),
                 backup.display()
             );
             return Ok(Exit::Usage);
         }
-        eprintln!(
+        errln!(
             "{} does not start Portcullis; nothing changed",
             client_file.display()
         );
@@ -366,7 +364,7 @@ pub fn disconnect(client: Client, client_file: &Path) -> anyhow::Result<Exit> {
     document.insert(key.to_owned(), Value::Object(restored));
     write_atomically(client_file, &pretty(&document)?, false)?;
     std::fs::remove_file(&backup).with_context(|| format!("cannot remove {}", backup.display()))?;
-    eprintln!(
+    errln!(
         "disconnected {client}: {} starts its own servers again (the Portcullis config is unchanged)",
         client_file.display()
     );

@@ -186,7 +186,7 @@ fn add_pins(
     let current = match listed {
         Ok(p) => Some(pin_all(&p.prompts, &p.resources, &p.templates)),
         Err(reason) => {
-            eprintln!(
+            errln!(
                 "warning: the prompts and resources of {} could not be listed, so they are not checked: {}",
                 drift.server,
                 diff::inert(&reason)
@@ -500,15 +500,15 @@ pub async fn drift(config: &Config, server: Option<&str>, json: bool) -> anyhow:
     let report = match checked {
         Ok(report) => report?,
         Err(message) => {
-            eprintln!("error: {message}");
+            errln!("error: {message}");
             return Ok(Exit::Usage);
         }
     };
     if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         let style = Style::for_terminal(std::io::stdout().is_terminal());
-        print!("{}", render(&report, style));
+        out!("{}", render(&report, style));
     }
     Ok(exit_for(&report))
 }

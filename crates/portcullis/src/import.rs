@@ -363,6 +363,9 @@ fn secret_query(ctx: &mut Ctx<'_>, url: &str) -> String {
     format!("{base}?{}{fragment}", pairs.join("&"))
 }
 
+/// Most an `envFile` may hold (a dotenv file is a few lines).
+const MAX_ENV_FILE_BYTES: u64 = 1024 * 1024;
+
 /// A VS Code `envFile`'s variables, each added to `env` as `${NAME}` (an
 /// explicit `env` entry of the same name wins, as in VS Code). The file's
 /// values are never read into the TOML: the user exports them.
@@ -374,7 +377,9 @@ fn env_file_variables(
 ) {
     let name = ctx.server.to_owned();
     let path = env_file_path(env_file, file);
-    let text = match std::fs::read_to_string(&path) {
+    // A regular file only, and bounded: the path comes from the imported
+    // file, and `/dev/zero` or a FIFO named there would never end.
+    let text = match portcullis_sources::files::read_regular_to_string(&path, MAX_ENV_FILE_BYTES) {
         Ok(text) => text,
         Err(error) => {
             ctx.imported.notes.push(format!(

@@ -80,6 +80,10 @@
 
 #![warn(missing_docs)]
 
+// First: the printing macros (`outln!`, `out!`, `errln!`) every module uses.
+#[macro_use]
+mod out;
+
 mod call_cmd;
 mod check;
 mod cli;
@@ -153,14 +157,23 @@ fn main() -> ExitCode {
             };
             return match printed {
                 Ok(()) => exit.into(),
+                // `--help | head -1`: a closed stdout is no failure (see `out`).
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => exit.into(),
                 Err(_) => Exit::Usage.into(),
             };
         }
     };
     match run(cli) {
+        // A closed stdout (`| head -1`) is no failure: the command's own
+        // code stands. Any other failure to print is (see `out`).
+        Ok(_) if out::failure().is_some() => {
+            let why = out::failure().unwrap_or_default();
+            errln!("error: cannot write to stdout: {why}");
+            Exit::Usage.into()
+        }
         Ok(exit) => exit.into(),
         Err(err) => {
-            eprintln!("error: {}", redact::text(&format!("{err:#}")));
+            errln!("error: {}", redact::text(&format!("{err:#}")));
             // Errors raised before any tool runs are about the command line or the
             // config; a tool's own failure is reported as `Exit::ToolError`, not here.
             Exit::Usage.into()
@@ -208,7 +221,7 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
     let config = match config::load(path) {
         Ok(config) => config,
         Err(err) => {
-            eprintln!("error: {err}");
+            errln!("error: {err}");
             return Ok(Exit::Usage);
         }
     };
@@ -306,19 +319,19 @@ fn run_check(path: &std::path::Path, offline: bool, format: LogFormat) -> anyhow
                     .unwrap_or_default();
             let unknown = config::unknown_keys(path, &text);
             if unknown.is_empty() {
-                eprintln!("error: {err}");
+                errln!("error: {err}");
             }
             for each in &unknown {
-                eprintln!("error: {each}");
+                errln!("error: {each}");
             }
             return Ok(Exit::Usage);
         }
     };
     redact::remember(&config.redactions);
     let (summary, findings) = check::summarize(&config);
-    print!("{}", redact::text(&summary));
+    out!("{}", redact::text(&summary));
     for finding in &findings {
-        eprintln!("{}", redact::text(&finding.to_string()));
+        errln!("{}", redact::text(&finding.to_string()));
     }
     if findings.iter().any(check::Finding::is_error) {
         return Ok(Exit::Usage);
@@ -334,10 +347,10 @@ fn run_check(path: &std::path::Path, offline: bool, format: LogFormat) -> anyhow
     let mut failed = 0;
     for result in &results {
         match &result.failure {
-            None => println!("  connected {}: {} tool(s)", result.server, result.tools),
+            None => outln!("  connected {}: {} tool(s)", result.server, result.tools),
             Some(reason) => {
                 failed += 1;
-                eprintln!(
+                errln!(
                     "{}",
                     gateway::missing_line("error: upstream", &result.server, reason)
                 );
@@ -347,7 +360,7 @@ fn run_check(path: &std::path::Path, offline: bool, format: LogFormat) -> anyhow
     Ok(if failed == 0 {
         Exit::Success
     } else {
-        eprintln!(
+        errln!(
             "{failed} of {} upstream(s) could not be connected",
             results.len()
         );
@@ -362,17 +375,18 @@ fn print_completions(shell: clap_complete::Shell) -> anyhow::Result<Exit> {
     // Into memory first: `generate` panics on a write error (a closed pipe).
     let mut script = Vec::new();
     clap_complete::generate(shell, &mut Cli::command(), "portcullis", &mut script);
-    std::io::Write::write_all(&mut std::io::stdout().lock(), &script)
-        .context("cannot write the completion script")?;
+    out::stdout_bytes(&script);
     Ok(Exit::Success)
 }
 
 /// `portcullis man`: the manual page in roff, from the clap definition.
 fn print_man() -> anyhow::Result<Exit> {
     use clap::CommandFactory as _;
+    let mut page = Vec::new();
     clap_mangen::Man::new(Cli::command())
-        .render(&mut std::io::stdout().lock())
-        .context("cannot write the manual page")?;
+        .render(&mut page)
+        .context("cannot render the manual page")?;
+    out::stdout_bytes(&page);
     Ok(Exit::Success)
 }
 
@@ -393,12 +407,16 @@ fn run_client(command: &cli::ClientCommand, config: &std::path::Path) -> anyhow:
     }
 }
 
+/// Most a client config given to `import` may hold.
+const MAX_IMPORT_BYTES: u64 = 16 * 1024 * 1024;
+
 /// `portcullis import`: convert a client's `mcpServers` JSON into TOML.
 fn run_import(args: &cli::ImportArgs) -> anyhow::Result<Exit> {
     use anyhow::Context as _;
     let file = args.file.as_path();
-    let text =
-        std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+    // A regular file only (a FIFO is never waited on), of a client's size.
+    let text = portcullis_sources::files::read_regular_to_string(file, MAX_IMPORT_BYTES)
+        .with_context(|| format!("cannot read {}", file.display()))?;
     let imported = import::import(&text, Some(file))
         .with_context(|| format!("cannot import {}", file.display()))?;
     match &args.output {
@@ -414,7 +432,7 @@ fn run_import(args: &cli::ImportArgs) -> anyhow::Result<Exit> {
             let mut opened = match options.open(out) {
                 Ok(opened) => opened,
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                    eprintln!(
+                    errln!(
                         "error: {} already exists; pass --force to overwrite it, or choose another --output",
                         out.display()
                     );
@@ -425,16 +443,16 @@ fn run_import(args: &cli::ImportArgs) -> anyhow::Result<Exit> {
             std::io::Write::write_all(&mut opened, imported.toml.as_bytes())
                 .with_context(|| format!("cannot write {}", out.display()))?;
         }
-        None => print!("{}", imported.toml),
+        None => out!("{}", imported.toml),
     }
     for skipped in &imported.skipped {
-        eprintln!("skipped: {skipped}");
+        errln!("skipped: {skipped}");
     }
     for note in &imported.notes {
-        eprintln!("note: {note}");
+        errln!("note: {note}");
     }
     for (variable, field) in &imported.variables {
-        eprintln!("export {variable}=…   # the secret that was in {field}");
+        errln!("export {variable}=…   # the secret that was in {field}");
     }
     // Where the config will be: the output, else (printed to stdout) the
     // usual name in this directory.
@@ -447,13 +465,13 @@ fn run_import(args: &cli::ImportArgs) -> anyhow::Result<Exit> {
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| "portcullis".to_owned());
     let variables = imported.variable_names();
-    eprintln!(
+    errln!(
         "then, in {}, replace those servers with this one entry (Portcullis starts them):\n  {}",
         file.display(),
         import::client_entry(args.client, &program, &config, &variables)
     );
     if !variables.is_empty() {
-        eprintln!(
+        errln!(
             "the client starts Portcullis without your shell's exports: replace each <VAR> in its \"env\" with the secret's value"
         );
     }

@@ -50,7 +50,7 @@ use crate::gateway::Gateway;
 /// `portcullis retrust [--yes] SERVER`.
 pub async fn retrust(config: &Config, server: &str, yes: bool) -> anyhow::Result<Exit> {
     if matches!(config.gateway.store, StoreChoice::Memory) {
-        eprintln!(
+        errln!(
             "error: {} sets store = \"memory\": baselines last one run, so there is nothing to re-trust",
             config.path.display()
         );
@@ -59,7 +59,7 @@ pub async fn retrust(config: &Config, server: &str, yes: bool) -> anyhow::Result
     // Refused before connecting: without a terminal nobody can answer, and a
     // script must say explicitly that it accepts whatever it is shown.
     if !yes && !std::io::stdin().is_terminal() {
-        eprintln!(
+        errln!(
             "error: retrust asks for confirmation and stdin is not a terminal; \
              pass --yes to accept server \"{server}\"'s current definitions without asking"
         );
@@ -71,28 +71,28 @@ pub async fn retrust(config: &Config, server: &str, yes: bool) -> anyhow::Result
     let shown = match look(config, store.as_ref(), server).await? {
         Ok(shown) => shown,
         Err(message) => {
-            eprintln!("error: {message}; nothing re-trusted");
+            errln!("error: {message}; nothing re-trusted");
             return Ok(Exit::Usage);
         }
     };
     let fingerprints = shown.fingerprints.clone();
     if shown.is_clean() && !shown.unpinned {
-        println!(
+        outln!(
             "{}: no drift; its baseline already matches what it publishes, nothing to re-trust",
             shown.server
         );
         return Ok(Exit::Success);
     }
     if shown.is_clean() {
-        println!(
+        outln!(
             "{}: no drift, but its baseline predates pinning: its prompts and resources are not pinned; re-trusting pins them as listed now",
             shown.server
         );
     } else {
-        print!("{}", drift_cmd::render_server(&shown, style));
+        out!("{}", drift_cmd::render_server(&shown, style));
     }
     if !yes && !confirm(&shown.server).await? {
-        println!(
+        outln!(
             "not re-trusted: the baseline of {} is unchanged",
             shown.server
         );
@@ -107,18 +107,18 @@ pub async fn retrust(config: &Config, server: &str, yes: bool) -> anyhow::Result
     )
     .await?;
     if in_force.as_ref() != Some(&fingerprints) {
-        eprintln!(
+        errln!(
             "warning: another gateway recorded a different baseline for {} meanwhile; it is the one in force",
             shown.server
         );
     }
 
     // Reconnect: the new baseline is enforced from here on.
-    print!("{}", accepted(&shown, &fingerprints));
+    out!("{}", accepted(&shown, &fingerprints));
     let after = match look(config, store.as_ref(), server).await? {
         Ok(after) => after,
         Err(message) => {
-            eprintln!(
+            errln!(
                 "warning: the new baseline is recorded, but the check that it is enforced failed: {message}"
             );
             return Ok(Exit::Usage);
@@ -130,17 +130,17 @@ pub async fn retrust(config: &Config, server: &str, yes: bool) -> anyhow::Result
         .context("cannot read the trusted definitions")?
         .is_some();
     if !kept {
-        eprintln!(
+        errln!(
             "note: the store did not keep the accepted definitions (its cached listing was not the one shown), \
              so a later drift can show the current definitions only"
         );
     }
     if !after.is_clean() {
-        println!(
+        outln!(
             "but {} changed again since it was shown; still held back:",
             after.server
         );
-        print!("{}", drift_cmd::render_server(&after, style));
+        out!("{}", drift_cmd::render_server(&after, style));
         return Ok(Exit::ToolError);
     }
     Ok(Exit::Success)
@@ -187,7 +187,9 @@ async fn look(
 
 /// Asks on the terminal; only `y` or `yes` (any case) accepts.
 async fn confirm(server: &str) -> anyhow::Result<bool> {
-    eprint!("Accept these as the new trusted definitions of {server}? [y/N] ");
+    crate::out::stderr(format_args!(
+        "Accept these as the new trusted definitions of {server}? [y/N] "
+    ));
     let _ = std::io::stderr().flush();
     let answer = tokio::task::spawn_blocking(|| {
         let mut line = String::new();

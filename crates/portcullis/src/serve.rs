@@ -77,7 +77,7 @@ pub async fn serve(
         started = Gateway::start(config) => started?,
         () = signalled.cancelled() => {
             tracing::info!("signal received while starting; stopping");
-            eprintln!("portcullis: stopped");
+            errln!("portcullis: stopped");
             return Ok(Exit::Success);
         }
     };
@@ -89,7 +89,7 @@ pub async fn serve(
     // until they join (each logs when it does, and clients are told).
     let starting = gateway.toolset.starting();
     for server in &starting {
-        eprintln!(
+        errln!(
             "{}",
             crate::gateway::missing_line(
                 "still connecting upstream",
@@ -144,7 +144,7 @@ pub async fn serve(
     let handler = live.served();
 
     if stdio {
-        eprintln!("portcullis: serving MCP on stdio; {summary}");
+        errln!("portcullis: serving MCP on stdio; {summary}");
         tokio::select! {
             served = serve_stdio(handler) => {
                 if let Err(error) = served {
@@ -213,7 +213,7 @@ pub async fn serve(
             return Err(error).context("cannot start the HTTP surface");
         }
     };
-    eprintln!("portcullis: listening on {}; {summary}", server.url());
+    errln!("portcullis: listening on {}; {summary}", server.url());
     let stop = server.stop_token();
     tokio::spawn(async move {
         signalled.cancelled().await;
@@ -226,7 +226,7 @@ pub async fn serve(
     pinger.abort();
     pruner.abort();
     close(&live).await;
-    eprintln!("portcullis: stopped");
+    errln!("portcullis: stopped");
     Ok(Exit::Success)
 }
 

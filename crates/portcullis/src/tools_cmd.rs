@@ -21,11 +21,11 @@ pub async fn tools(config: &Config, json: bool) -> anyhow::Result<Exit> {
     if json {
         // A reason may quote an upstream's error, which may quote its URL.
         let json = serde_json::to_string_pretty(&rows)?;
-        println!("{}", crate::redact::text(&json));
+        outln!("{}", crate::redact::text(&json));
     } else {
-        print!("{}", crate::redact::text(&table(&rows)));
+        out!("{}", crate::redact::text(&table(&rows)));
         if rows.is_empty() {
-            println!("{}", why_empty(config, missing.len()));
+            outln!("{}", why_empty(config, missing.len()));
         }
     }
     Ok(Exit::Success)

@@ -303,6 +303,59 @@ fn manifest_symlink_inside_root() {
     assert_ok_clean(&load_agent_plugin(&root));
 }
 
+/// An `mcp.json` symlinked to a file outside the plugin (another plugin's,
+/// or any JSON on the host) is refused before it is read: the plugin loads,
+/// with no servers and one 4.1 finding naming the file it resolves to. A
+/// dangling link is refused too, not taken for an absent file; a link that
+/// stays inside the plugin is fine.
+#[cfg(unix)]
+#[test]
+fn mcp_config_symlink_escapes_root() {
+    let (scratch, root) = plugin(&minimal_manifest(), None);
+    let outside = scratch.path().join("elsewhere.json");
+    write(&outside, &mcp_with(&[valid_local()]).to_string());
+    std::os::unix::fs::symlink(&outside, root.join("mcp.json")).unwrap();
+    let load = load_agent_plugin(&root);
+    let f = facts(&load);
+    assert!(f.ok, "{:?}", load.diagnostics());
+    assert!(
+        f.servers.is_empty(),
+        "servers from outside: {:?}",
+        f.servers
+    );
+    assert_eq!(
+        f.diagnostics,
+        set(&[("4.1", Rule::PathEscapesPluginRoot, "mcp.json")]),
+        "{:?}",
+        load.diagnostics()
+    );
+    assert!(
+        load.diagnostics()[0].message.contains("elsewhere.json"),
+        "{:?}",
+        load.diagnostics()
+    );
+
+    std::fs::remove_file(root.join("mcp.json")).unwrap();
+    std::os::unix::fs::symlink(scratch.path().join("gone.json"), root.join("mcp.json")).unwrap();
+    let load = load_agent_plugin(&root);
+    assert_eq!(
+        facts(&load).diagnostics,
+        set(&[("7.2.2", Rule::McpConfigInvalid, "mcp.json")]),
+        "{:?}",
+        load.diagnostics()
+    );
+
+    std::fs::remove_file(root.join("mcp.json")).unwrap();
+    write(
+        &root.join("meta/servers.json"),
+        &mcp_with(&[valid_local()]).to_string(),
+    );
+    std::os::unix::fs::symlink(root.join("meta/servers.json"), root.join("mcp.json")).unwrap();
+    let load = load_agent_plugin(&root);
+    assert_ok_clean(&load);
+    assert_eq!(facts(&load).servers, ["local"]);
+}
+
 #[test]
 fn name_rules() {
     for (name, rule) in [

@@ -913,3 +913,47 @@ fn client_connect_and_disconnect_round_trip_vscode() {
     original["servers"]["docs"]["type"] = serde_json::json!("http");
     round_trip("vscode", "servers", original, true);
 }
+
+/// Every printing command into a pipe its reader closed at once (`| head
+/// -1` after the first line, or before any): no panic, no "Broken pipe"
+/// message, and the command's own exit code (docs/cli.md).
+#[test]
+fn printing_into_a_closed_pipe_is_quiet() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("portcullis.toml");
+    std::fs::write(
+        &config,
+        "[upstreams.demo]\ntype = \"stdio\"\ncommand = \"portcullis\"\nargs = [\"demo-upstream\"]\n",
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+    for (args, code) in [
+        (vec!["tools", "--json", "--config", config], 0),
+        (vec!["tools", "--config", config], 0),
+        (
+            vec!["call", "--config", config, "echo", r#"{"text":"x"}"#],
+            0,
+        ),
+        (vec!["check", "--config", config], 0),
+        (vec!["completions", "bash"], 0),
+        (vec!["man"], 0),
+        (vec!["--help"], 0),
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
+            .args(&args)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("the portcullis binary runs");
+        // The reader goes away before the command writes anything.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().expect("it ends");
+        let err = stderr(&out);
+        assert!(
+            !err.contains("panicked") && !err.to_lowercase().contains("broken pipe"),
+            "{args:?}: {err}"
+        );
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
+    }
+}
