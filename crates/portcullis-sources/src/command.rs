@@ -29,7 +29,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use portcullis_catalog::ToolResult;
 use portcullis_catalog::log_line::{DEFAULT_MAX_LINE_BYTES, LineSplitter, LogLine};
-use portcullis_server::{CallContext, ToolError, ToolHandler};
+use portcullis_handler::{CallContext, ToolError, ToolHandler};
 use process_wrap::tokio::{CommandWrap, KillOnDrop, ProcessGroup};
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};

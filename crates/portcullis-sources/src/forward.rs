@@ -34,8 +34,8 @@ use portcullis_catalog::ToolResult;
 use portcullis_catalog::error_mapping::codes::{
     ERR_APP_RUNTIME_UNAVAILABLE, ERR_INVALID_ARGUMENTS,
 };
-use portcullis_server::exposure::check_call;
-use portcullis_server::{CallContext, Registration, ToolError, ToolHandler};
+use portcullis_handler::check_call;
+use portcullis_handler::{CallContext, Registration, ToolError, ToolHandler};
 use reqwest::Url;
 use serde_json::{Map, Value};
 

@@ -2,7 +2,7 @@
 //!
 //! A native plugin, an application described by a route table and one
 //! described by an OpenAPI document all answer the same two questions: which
-//! tools (as `portcullis-server` [`Registration`]s, handlers included) and
+//! tools (as `portcullis-handler` [`Registration`]s, handlers included) and
 //! what was reported while loading. The server checks ids across all of
 //! them when it is built (`ERR_PLUGIN_TOOL_DUPLICATE_ID` naming both
 //! sources).
@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use portcullis_catalog::{Diagnostic, Tool};
-use portcullis_server::{Access, Registration, ToolHandler};
+use portcullis_handler::{Access, Registration, ToolHandler};
 
 use crate::forward::App;
 use crate::native::NativePlugin;
@@ -97,7 +97,7 @@ impl ToolSource for AppSource {
 ///
 /// ```
 /// use portcullis_catalog::{Tool, ToolAnnotations, ToolResult};
-/// use portcullis_server::{CallContext, ToolError};
+/// use portcullis_handler::{CallContext, ToolError};
 /// use portcullis_sources::source::{InProcessSource, ToolSource};
 ///
 /// let source = InProcessSource::new("builtin").tool(
