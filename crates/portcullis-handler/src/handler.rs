@@ -23,14 +23,13 @@ use serde_json::Value;
 use crate::context::CallContext;
 use crate::error::ToolError;
 
+/// What a handler's call resolves to: the tool's result, or its failure.
+pub type ToolFuture = BoxFuture<'static, Result<ToolResult, ToolError>>;
+
 /// Runs one tool.
 pub trait ToolHandler: Send + Sync + 'static {
     /// Handles one call.
-    fn call(
-        &self,
-        args: Value,
-        ctx: CallContext,
-    ) -> BoxFuture<'static, Result<ToolResult, ToolError>>;
+    fn call(&self, args: Value, ctx: CallContext) -> ToolFuture;
 }
 
 impl<F, Fut> ToolHandler for F
@@ -38,11 +37,7 @@ where
     F: Fn(Value, CallContext) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<ToolResult, ToolError>> + Send + 'static,
 {
-    fn call(
-        &self,
-        args: Value,
-        ctx: CallContext,
-    ) -> BoxFuture<'static, Result<ToolResult, ToolError>> {
+    fn call(&self, args: Value, ctx: CallContext) -> ToolFuture {
         Box::pin(self(args, ctx))
     }
 }
@@ -90,11 +85,7 @@ where
     F: Fn(A, CallContext) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<ToolResult, ToolError>> + Send + 'static,
 {
-    fn call(
-        &self,
-        args: Value,
-        ctx: CallContext,
-    ) -> BoxFuture<'static, Result<ToolResult, ToolError>> {
+    fn call(&self, args: Value, ctx: CallContext) -> ToolFuture {
         match serde_json::from_value::<A>(args) {
             Ok(args) => Box::pin((self.handler)(args, ctx)),
             Err(error) => {

@@ -6,8 +6,9 @@
 //! called), bundled with its origin and [`Access`] requirement as a
 //! [`Registration`]. Whoever *makes* tools (native plugins, application
 //! route tables and OpenAPI documents, a gateway's upstreams, your own
-//! code) depends on this crate; whoever *serves* them (the MCP server in
-//! `portcullis-server`) depends on it too; neither depends on the other.
+//! code) depends on this crate and implements [`ToolSource`]; whoever
+//! *serves* them (the MCP server in `portcullis-server`) depends on it too;
+//! neither depends on the other.
 //!
 //! | module | what it holds |
 //! |---|---|
@@ -16,6 +17,7 @@
 //! | [`context`] | [`CallContext`], what a handler knows of its call (cancellation, progress, identity, the client); [`InputChannel`] for input asked mid-call |
 //! | [`access`] | [`Access`] and [`Identity`], and [`check_call`], the call-time backstop for routes needing an authenticated caller |
 //! | [`registration`] | [`Registration`], one tool ready to serve |
+//! | [`source`] | [`ToolSource`], anything that publishes tools, runs them and says when they changed |
 //!
 //! What reaches the model is not decided here: the surface frames a
 //! handler's result, maps its error (only `ERR_…` codes pass) and rules
@@ -52,9 +54,11 @@ pub mod context;
 pub mod error;
 pub mod handler;
 pub mod registration;
+pub mod source;
 
 pub use access::{Access, Identity, check_call, missing_permissions};
 pub use context::{CallContext, InputChannel, InputSink};
 pub use error::ToolError;
-pub use handler::{ToolHandler, Typed, typed};
+pub use handler::{ToolFuture, ToolHandler, Typed, typed};
 pub use registration::{IN_PROCESS_SOURCE, Registration};
+pub use source::ToolSource;

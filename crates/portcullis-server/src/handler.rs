@@ -4,4 +4,4 @@
 
 pub use portcullis_handler::context::{CallContext, InputSink};
 pub use portcullis_handler::error::ToolError;
-pub use portcullis_handler::handler::{ToolHandler, Typed, typed};
+pub use portcullis_handler::handler::{ToolFuture, ToolHandler, Typed, typed};
