@@ -62,7 +62,7 @@ use portcullis_catalog::{
     ArgumentValidator, Catalogue, Diagnostic, Endpoint, ProjectionOptions, Rule, ServerIdentity,
     ServerListing, Tool, ToolAnnotations, ToolResult,
 };
-use portcullis_server::{Access, CallContext, Registration, ToolError, ToolHandler};
+use portcullis_handler::{Access, CallContext, Registration, ToolError, ToolHandler};
 use portcullis_sources::{
     App, AppOptions, AppSource, GatewayKey, NativePlugin, OpenApiDocument, RouteTable, ToolSource,
 };
