@@ -11,17 +11,21 @@
 //! and [`ToolServer`] frames them (or maps the error) exactly once.
 
 use std::collections::{BTreeSet, HashMap};
+use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use futures::StreamExt;
+use futures::stream::BoxStream;
 use portcullis_catalog::catalogue::EntryKind;
 use portcullis_catalog::diagnostic::Rule;
 use portcullis_catalog::disclosure::DisclosureOptions;
 use portcullis_catalog::policy::{Decision, Policy, PolicyRequest};
 use portcullis_catalog::{Catalogue, ProjectionOptions, Tool, ToolAnnotations, ToolResult};
-use portcullis_server::{Exposure, Identity, Registration, ToolError, ToolServer};
+use portcullis_handler::{CallContext, Registration, ToolError, ToolFuture, ToolSource};
+use portcullis_server::{Exposure, Identity, ToolServer};
 use portcullis_upstream::{
     CallAnswer, CallContext as UpstreamContext, CallError, ConnectOptions, McpServerConfig,
     Progress, Toolset, connect,
@@ -552,53 +556,27 @@ pub fn exposure(config: &Config) -> Exposure {
     }
 }
 
-/// One registration per catalogue entry (quarantine stubs included: the
-/// toolset refuses them), each forwarding to the toolset under its
-/// qualified name.
+/// The tool server over every source: the upstreams and the native
+/// plugins and apps, each published through [`ToolSource`], and the joint
+/// `mcp__describe_tool` when both kinds are there.
 fn build_tool_server(
     config: &Config,
     toolset: &Toolset,
-    catalogue: &Catalogue,
+    catalogue: &Arc<Catalogue>,
     sources: &crate::sources::SourceCatalogue,
     proxy: &crate::proxy::Proxy,
 ) -> anyhow::Result<ToolServer> {
     // With sources beside the upstreams, one describe tool answers from
     // both catalogues in place of the connector's.
     let joint_describe = sources.needs_joint_describe(catalogue);
-    let entries = catalogue
-        .entries()
-        .iter()
-        .filter(|entry| !(joint_describe && entry.kind == EntryKind::DescribeTool));
-    let registrations = entries.map(|entry| {
-        let toolset = toolset.clone();
-        let name: Arc<str> = entry.name.as_str().into();
-        let mut definition = entry.definition.clone();
-        let source = if entry.kind == EntryKind::DescribeTool {
-            // The gateway answers it from the catalogue and changes nothing:
-            // read-only, so the exposure gate never withholds the way to a
-            // deferred tool's schema.
-            definition = definition.with_annotations(ToolAnnotations::read_only(true));
-            "portcullis".to_owned()
-        } else {
-            if entry.kind == EntryKind::Quarantined {
-                definition = quarantine_stub_definition(definition);
-            }
-            entry.server.clone()
-        };
-        let handler = move |args: Value, ctx: portcullis_server::CallContext| {
-            forward(toolset.clone(), name.clone(), args, ctx)
-        };
-        // The upstream published the schema: one it cannot have compiled
-        // is its own problem (reported, arguments unchecked), never the
-        // whole gateway's.
-        Registration::new(definition, handler)
-            .with_source(source)
-            .with_foreign_schema()
-    });
+    let mut upstreams = UpstreamTools::new(toolset.clone(), catalogue.clone());
+    if joint_describe {
+        upstreams = upstreams.without_describe();
+    }
+    let published: [&dyn ToolSource; 2] = [&upstreams, sources];
     ToolServer::builder()
-        .register_all(registrations)
+        .register_all(published.into_iter().flat_map(ToolSource::registrations))
         .policy(ApprovalPolicy(config.gateway.approval.clone()))
-        .register_all(sources.registrations())
         .register_all(joint_describe.then(|| sources.describe_registration(toolset.clone())))
         .exposure(exposure(config))
         .max_output_length(config.gateway.max_output_length)
@@ -607,6 +585,105 @@ fn build_tool_server(
         .passthrough(Arc::new(proxy.clone()))
         .build()
         .context("cannot build the tool server from the catalogue")
+}
+
+/// The source name of the connected upstreams as a whole; each of their
+/// registrations names its own server.
+pub const UPSTREAMS_SOURCE: &str = "upstreams";
+
+/// The connected upstream MCP servers as one [`ToolSource`]: the connector
+/// projects them together (one catalogue, one naming pass over the
+/// configured servers), so they publish together. Every catalogue entry is
+/// a registration (quarantine stubs included: the toolset refuses them),
+/// named after its server and forwarding to the toolset under its
+/// qualified name; the change signal is the toolset's catalogue swaps.
+#[derive(Clone)]
+pub struct UpstreamTools {
+    toolset: Toolset,
+    catalogue: Arc<Catalogue>,
+    describe: bool,
+}
+
+impl UpstreamTools {
+    /// The tools of `catalogue` (the toolset's catalogue in force), called
+    /// through `toolset`.
+    pub fn new(toolset: Toolset, catalogue: Arc<Catalogue>) -> Self {
+        UpstreamTools {
+            toolset,
+            catalogue,
+            describe: true,
+        }
+    }
+
+    /// Leaves the connector's `mcp__describe_tool` out: a joint one answers
+    /// for every source.
+    pub fn without_describe(mut self) -> Self {
+        self.describe = false;
+        self
+    }
+}
+
+impl fmt::Debug for UpstreamTools {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UpstreamTools")
+            .field("entries", &self.catalogue.entries().len())
+            .field("describe", &self.describe)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ToolSource for UpstreamTools {
+    fn source_name(&self) -> &str {
+        UPSTREAMS_SOURCE
+    }
+
+    fn registrations(&self) -> Vec<Registration> {
+        self.catalogue
+            .entries()
+            .iter()
+            .filter(|entry| self.describe || entry.kind != EntryKind::DescribeTool)
+            .map(|entry| {
+                let toolset = self.toolset.clone();
+                let name: Arc<str> = entry.name.as_str().into();
+                let mut definition = entry.definition.clone();
+                let source = if entry.kind == EntryKind::DescribeTool {
+                    // The gateway answers it from the catalogue and changes
+                    // nothing: read-only, so the exposure gate never
+                    // withholds the way to a deferred tool's schema.
+                    definition = definition.with_annotations(ToolAnnotations::read_only(true));
+                    "portcullis".to_owned()
+                } else {
+                    if entry.kind == EntryKind::Quarantined {
+                        definition = quarantine_stub_definition(definition);
+                    }
+                    entry.server.clone()
+                };
+                let handler = move |args: Value, ctx: CallContext| {
+                    forward(toolset.clone(), name.clone(), args, ctx)
+                };
+                // The upstream published the schema: one it cannot have
+                // compiled is its own problem (reported, arguments
+                // unchecked), never the whole gateway's.
+                Registration::new(definition, handler)
+                    .with_source(source)
+                    .with_foreign_schema()
+            })
+            .collect()
+    }
+
+    /// Forwarded to the toolset, which routes by its own snapshot: no
+    /// registration is built for it.
+    fn invoke(&self, tool: &str, args: Value, ctx: CallContext) -> ToolFuture {
+        Box::pin(forward(self.toolset.clone(), tool.into(), args, ctx))
+    }
+
+    fn changes(&self) -> BoxStream<'static, ()> {
+        let catalogue = self.toolset.watch_catalogue();
+        futures::stream::unfold(catalogue, |mut catalogue| async move {
+            catalogue.changed().await.ok().map(|()| ((), catalogue))
+        })
+        .boxed()
+    }
 }
 
 /// A quarantine stub as the exposure gate sees it: read-only. It never
@@ -706,7 +783,7 @@ async fn forward(
     toolset: Toolset,
     name: Arc<str>,
     args: Value,
-    ctx: portcullis_server::CallContext,
+    ctx: CallContext,
 ) -> Result<ToolResult, ToolError> {
     let mut upstream = UpstreamContext::default().with_cancel(ctx.cancellation().clone());
     // The upstream's sampling, elicitation and roots requests during this
@@ -782,6 +859,32 @@ mod tests {
         );
         let me = resolve_command(SELF_COMMAND, base).unwrap_or_default();
         assert!(Path::new(&me).is_absolute(), "{me}");
+    }
+
+    #[tokio::test]
+    async fn the_upstreams_are_a_source_that_forwards_and_announces_their_swaps() {
+        let options = ConnectOptions::default();
+        let toolset = connect(Vec::new(), options.clone()).await.unwrap();
+        let upstreams = UpstreamTools::new(toolset.clone(), toolset.catalogue());
+        assert_eq!(upstreams.source_name(), UPSTREAMS_SOURCE);
+        let published = upstreams.registrations().len();
+        assert_eq!(published, toolset.catalogue().entries().len());
+        // A name the toolset does not route is its refusal, in words the
+        // model may read.
+        let error = upstreams
+            .invoke(
+                "files__nope",
+                Value::Null,
+                CallContext::detached("files__nope"),
+            )
+            .await
+            .unwrap_err();
+        assert!(error.message().starts_with("ERR_TOOL_FAILED: "), "{error}");
+        // Every catalogue the toolset swaps in is announced.
+        let mut changes = upstreams.changes();
+        toolset.reconfigure(Vec::new(), &options).await.unwrap();
+        let announced = tokio::time::timeout(Duration::from_secs(5), changes.next()).await;
+        assert_eq!(announced, Ok(Some(())));
     }
 
     #[test]

@@ -34,7 +34,7 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use portcullis_server::InputChannel;
+use portcullis_handler::{CallContext, InputChannel};
 use portcullis_upstream::ClientRelay;
 use portcullis_upstream::relay::InputKey;
 use rmcp::model::{
@@ -61,7 +61,7 @@ pub struct DownstreamRelay {
 impl DownstreamRelay {
     /// The relay for the call `ctx` serves; `None` for a call that did not
     /// come over MCP (`portcullis call`, in-process).
-    pub fn for_call(ctx: &portcullis_server::CallContext) -> Option<Self> {
+    pub fn for_call(ctx: &CallContext) -> Option<Self> {
         let request = ctx.request()?;
         // 2026-07-28 clients name their capabilities on every request;
         // initialize-era clients named them once, in `initialize`.

@@ -62,7 +62,7 @@ use portcullis_catalog::{
     ArgumentValidator, Catalogue, Diagnostic, Endpoint, ProjectionOptions, Rule, ServerIdentity,
     ServerListing, Tool, ToolAnnotations, ToolResult,
 };
-use portcullis_server::{Access, CallContext, Registration, ToolError, ToolHandler};
+use portcullis_handler::{Access, CallContext, Registration, ToolError, ToolHandler};
 use portcullis_sources::{
     App, AppOptions, AppSource, GatewayKey, NativePlugin, OpenApiDocument, RouteTable, ToolSource,
 };
@@ -703,6 +703,25 @@ impl SourceCatalogue {
         rows
     }
 }
+
+/// The native plugins and apps, projected, as one source beside the
+/// upstreams' (each registration names its own plugin or app).
+impl ToolSource for SourceCatalogue {
+    fn source_name(&self) -> &str {
+        NATIVE_SOURCES
+    }
+
+    fn registrations(&self) -> Vec<Registration> {
+        SourceCatalogue::registrations(self)
+    }
+
+    fn diagnostics(&self) -> &[Diagnostic] {
+        SourceCatalogue::diagnostics(self)
+    }
+}
+
+/// The source name of the native plugins and apps as a whole.
+pub const NATIVE_SOURCES: &str = "tool plugins and apps";
 
 /// The baseline recorded for `identity` under its effective name, if the row
 /// belongs to the same endpoint.

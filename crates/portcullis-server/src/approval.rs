@@ -31,8 +31,8 @@
 //! the tool.
 //!
 //! Approved, the handler runs exactly once and its
-//! [`CallContext::approved`] is true (the gateway forwards that to the
-//! upstream toolset, whose own policy then lets the call through).
+//! [`CallContext::approved`] is true (the call is recorded as approved;
+//! nothing behind the handler rules it again).
 //! Declined, cancelled, unanswered within the timeout (default
 //! [`DEFAULT_APPROVAL_TIMEOUT`]), or a client that cannot ask: a
 //! [`DeniedResult`] saying why, and the handler never runs.

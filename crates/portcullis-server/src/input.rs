@@ -53,8 +53,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::approval::Approvals;
-use crate::handler::CallContext;
+use crate::handler::{CallContext, InputSink};
+// The handler's end is part of the contract with tool sources.
 use crate::tool_server::Answer;
+pub use portcullis_handler::context::InputChannel;
 
 /// Rounds of `input_required` one call may take; a handler still asking
 /// after that has its further questions refused (it hears an error).
@@ -86,40 +88,18 @@ struct Owed {
     reply: Reply,
 }
 
-/// A handler's way to ask the client of its call for input mid-call; see
-/// the module docs. Cheap to clone; usable from any task.
-#[derive(Clone)]
-pub struct InputChannel {
-    asks: mpsc::UnboundedSender<Message>,
-}
+/// Where a parked run's handler sends its questions: the driver's end of
+/// the channel behind its [`InputChannel`].
+struct Asks(mpsc::UnboundedSender<Message>);
 
-impl std::fmt::Debug for InputChannel {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("InputChannel").finish_non_exhaustive()
-    }
-}
-
-impl InputChannel {
-    /// Asks the client `request` and resolves with its answer (the
-    /// `CreateMessageResult`, `ElicitResult` or `ListRootsResult` as JSON).
-    /// The error says why there is no answer: the call ended, was not
-    /// resumed in time, or took too many rounds (a retry that leaves this
-    /// question out is asked it again).
-    pub fn request(&self, request: InputRequest) -> BoxFuture<'static, Result<Value, ErrorData>> {
-        self.request_keyed(None, request)
-    }
-
-    /// As [`InputChannel::request`], asked under `key` among the round's
-    /// input requests when no other question of the round has it (a proxy
-    /// keeps its server's keys). Questions asked before the first is
-    /// awaited go out in one round.
-    pub fn request_keyed(
+impl InputSink for Asks {
+    fn ask(
         &self,
         key: Option<String>,
         request: InputRequest,
     ) -> BoxFuture<'static, Result<Value, ErrorData>> {
         let (reply, answer) = oneshot::channel();
-        let sent = self.asks.send(Message::Ask(Ask {
+        let sent = self.0.send(Message::Ask(Ask {
             key,
             request,
             reply,
@@ -132,12 +112,8 @@ impl InputChannel {
         })
     }
 
-    /// Reports that the run needed `missing`, capabilities the client did
-    /// not declare (so it was not asked). Should the run fail, the call
-    /// answers `-32021` naming everything reported instead of the error
-    /// result; see the module docs.
-    pub fn undeclared(&self, missing: ClientCapabilities) {
-        let _ = self.asks.send(Message::Undeclared(missing));
+    fn undeclared(&self, missing: ClientCapabilities) {
+        let _ = self.0.send(Message::Undeclared(missing));
     }
 }
 
@@ -227,7 +203,7 @@ pub(crate) fn parkable(ctx: &CallContext) -> bool {
 
 /// Starts a parkable run: `run` gets the context with an input channel and
 /// a cancellation of its own, then is driven until it finishes or asks.
-/// The error is a refusal of the call ([`InputChannel::refuse_call`]).
+/// The error is a refusal of the call.
 pub(crate) async fn start(
     approvals: &Approvals,
     tool: &str,
@@ -238,7 +214,7 @@ pub(crate) async fn start(
     let attached = ctx.cancellation().clone();
     let cancel = CancellationToken::new();
     let (sender, asks) = mpsc::unbounded_channel();
-    let ctx = ctx.parkable(cancel.clone(), InputChannel { asks: sender });
+    let ctx = ctx.parkable(cancel.clone(), InputChannel::new(Asks(sender)));
     let parked = Parked {
         body: Body::Inline(run(ctx)),
         asks,

@@ -19,7 +19,7 @@
 //! | [`tool_server`] | the rmcp `ServerHandler`: lookup, the catalogue's gate (backstop, validation, policy), the handler, error mapping, framing, a `CallReport` per call; a live server's tool set replaced in place on reload |
 //! | [`approval`] | a policy's `ask`: the person at the client approves first (elicitation, or the 2026-07-28 `input_required` round trip) |
 //! | [`input`] | a handler asks the client for input mid-call: parked behind an `input_required` round trip for 2026-07-28 clients |
-//! | [`handler`] | what a tool is: an async function of its arguments and a [`CallContext`] |
+//! | [`handler`] | what a tool is: an async function of its arguments and a [`CallContext`] (the contract, with [`Registration`], [`Access`] and [`Identity`], lives in `portcullis-handler` and is re-exported here) |
 //! | [`passthrough`] | resources, prompts, completions, logging and subscriptions through a provider beside the tools |
 //! | [`shutdown`] | SIGINT/SIGTERM taken over the moment a [`ShutdownSignal`] is made, awaited later |
 //! | [`mcp_server`] | one call from a root, a port, tools and options to a served MCP server, arguments checked first |

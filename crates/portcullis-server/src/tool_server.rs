@@ -56,68 +56,16 @@ use crate::approval::{Approvals, DEFAULT_APPROVAL_TIMEOUT, Retry, Verdict};
 use crate::error::ServerError;
 use crate::exposure::{Access, Exposure, Identity, Withheld, check_call};
 use crate::handler::{CallContext, ToolError, ToolHandler, typed};
+// One tool ready to serve is part of the contract tool sources share with
+// this server; re-exported so this module's paths keep working.
 use crate::input;
 use crate::passthrough::PassthroughProvider;
-
-/// The source name of tools registered without one.
-pub const IN_PROCESS_SOURCE: &str = "in-process";
+pub use portcullis_handler::registration::{IN_PROCESS_SOURCE, Registration};
 
 /// How long a handler may keep running after its call was cancelled before
 /// it is dropped, by default: long enough to clean up, short enough that a
 /// handler that ignores cancellation cannot pin resources forever.
 pub const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(5);
-
-/// One tool, ready to register: its definition, where it came from, what it
-/// needs from the caller, and its handler.
-pub struct Registration {
-    /// The definition the model sees (`name` is the tool id).
-    pub tool: Tool,
-    /// Where it came from (a plugin directory, an app, an upstream); named in
-    /// duplicate-id errors.
-    pub source: String,
-    /// Authentication requirement (routes with `auth: true`).
-    pub access: Access,
-    /// The code that runs.
-    pub handler: Arc<dyn ToolHandler>,
-    /// The definition was published by another server, which checks its
-    /// own arguments: an input schema this server cannot compile (an
-    /// external `$ref`, which is never fetched) is then logged and the
-    /// arguments go on unchecked, instead of failing the whole build. One
-    /// hostile definition must not take its siblings down.
-    pub foreign_schema: bool,
-}
-
-impl Registration {
-    /// A registration from the in-process source, open to any caller.
-    pub fn new(tool: Tool, handler: impl ToolHandler) -> Self {
-        Registration {
-            tool,
-            source: IN_PROCESS_SOURCE.to_owned(),
-            access: Access::open(),
-            handler: Arc::new(handler),
-            foreign_schema: false,
-        }
-    }
-
-    /// Sets the source name.
-    pub fn with_source(mut self, source: impl Into<String>) -> Self {
-        self.source = source.into();
-        self
-    }
-
-    /// Sets the access requirement.
-    pub fn with_access(mut self, access: Access) -> Self {
-        self.access = access;
-        self
-    }
-
-    /// Marks the definition as published by another server (see
-    /// [`Registration::foreign_schema`]).
-    pub fn with_foreign_schema(mut self) -> Self {
-        self.foreign_schema = true;
-        self
-    }
-}
 
 /// Builds a [`ToolServer`].
 pub struct ToolServerBuilder {
@@ -801,6 +749,9 @@ impl Inner {
         mut ctx: CallContext,
         retry: Retry,
     ) -> Result<Outcome, ErrorData> {
+        // Only this server's own approval round trip approves a call; a
+        // context handed in by an in-process caller never arrives approved.
+        ctx = ctx.with_approved(false);
         let args = normalize_arguments(args);
         let call = GateCall {
             tool: &entry.name,
@@ -839,7 +790,7 @@ impl Inner {
                 .decide(&entry.name, title.as_deref(), &args, &ctx, retry)
                 .await?;
             match verdict {
-                Verdict::Approved => ctx = ctx.mark_approved(),
+                Verdict::Approved => ctx = ctx.with_approved(true),
                 Verdict::Refused(denied) => {
                     return Ok(Outcome::Done(Answer::refused(
                         CallDecision::Declined,
@@ -1565,6 +1516,26 @@ mod tests {
                 .unwrap()
                 .replace("never_published", "write")
         );
+    }
+
+    #[tokio::test]
+    async fn a_context_handed_in_never_arrives_approved() {
+        // The approval flag is settable outside this server now that the
+        // context is part of the shared handler contract; only this
+        // server's own round trip may set it for a call it runs.
+        let server = ToolServer::builder()
+            .tool(ro("open"), |_: Value, ctx: CallContext| async move {
+                Ok::<_, ToolError>(ToolResult::text(ctx.approved().to_string()))
+            })
+            .build()
+            .unwrap();
+        let forged = CallContext::detached("open").with_approved(true);
+        let (result, report) = server
+            .call_reported("open", json!({}), Some(forged))
+            .await
+            .unwrap();
+        assert_eq!(report.decision, CallDecision::Allowed);
+        assert!(result.text_blocks().next().unwrap().contains("\nfalse\n"));
     }
 
     #[tokio::test]

@@ -26,10 +26,9 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use portcullis_catalog::ToolResult;
 use portcullis_catalog::log_line::{DEFAULT_MAX_LINE_BYTES, LineSplitter, LogLine};
-use portcullis_server::{CallContext, ToolError, ToolHandler};
+use portcullis_handler::{CallContext, ToolError, ToolFuture, ToolHandler};
 use process_wrap::tokio::{CommandWrap, KillOnDrop, ProcessGroup};
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
@@ -92,11 +91,7 @@ impl CommandHandler {
 }
 
 impl ToolHandler for CommandHandler {
-    fn call(
-        &self,
-        args: Value,
-        ctx: CallContext,
-    ) -> BoxFuture<'static, Result<ToolResult, ToolError>> {
+    fn call(&self, args: Value, ctx: CallContext) -> ToolFuture {
         let inner = self.inner.clone();
         Box::pin(async move { inner.run(args, ctx).await })
     }

@@ -27,15 +27,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use http::{HeaderName, HeaderValue, Method};
 use percent_encoding::percent_decode;
 use portcullis_catalog::ToolResult;
 use portcullis_catalog::error_mapping::codes::{
     ERR_APP_RUNTIME_UNAVAILABLE, ERR_INVALID_ARGUMENTS,
 };
-use portcullis_server::exposure::check_call;
-use portcullis_server::{CallContext, Registration, ToolError, ToolHandler};
+use portcullis_handler::check_call;
+use portcullis_handler::{CallContext, Registration, ToolError, ToolFuture, ToolHandler};
 use reqwest::Url;
 use serde_json::{Map, Value};
 
@@ -185,11 +184,7 @@ struct RouteHandler {
 }
 
 impl ToolHandler for RouteHandler {
-    fn call(
-        &self,
-        args: Value,
-        ctx: CallContext,
-    ) -> BoxFuture<'static, Result<ToolResult, ToolError>> {
+    fn call(&self, args: Value, ctx: CallContext) -> ToolFuture {
         let app = self.app.clone();
         let route = self.route.clone();
         Box::pin(async move {

@@ -18,7 +18,7 @@
 //! Private: `containment` (a path a manifest names stays inside its
 //! directory, lexically and after resolving symlinks).
 //!
-//! Every source produces `portcullis-server` [`Registration`]s
+//! Every source produces `portcullis-handler` [`Registration`]s
 //! (definition, handler, source name, access), so the server's exposure gate,
 //! validation, framing and error mapping apply to them unchanged, and tool
 //! ids are checked for uniqueness across all sources when the server is built.
@@ -75,7 +75,7 @@ pub use error::SourceError;
 pub use forward::{App, AppOptions};
 pub use native::{NativeOptions, NativePlugin, NativeTool};
 pub use openapi::OpenApiDocument;
-pub use portcullis_server::Registration;
+pub use portcullis_handler::Registration;
 pub use route::HttpRoute;
 pub use routes::RouteTable;
 pub use signing::{GatewayKey, PublicKey, Verifier};

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use portcullis_catalog::{ArgumentValidator, Tool, ToolAnnotations};
-use portcullis_server::Registration;
+use portcullis_handler::Registration;
 use serde_json::{Map, Value};
 
 use crate::command::{CommandHandler, CommandOptions};

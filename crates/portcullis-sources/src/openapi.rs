@@ -24,7 +24,7 @@ use std::path::Path;
 
 use http::Method;
 use portcullis_catalog::{ArgumentValidator, Diagnostic, Rule};
-use portcullis_server::Access;
+use portcullis_handler::Access;
 use serde_json::{Map, Value};
 
 use crate::error::SourceError;

@@ -10,7 +10,7 @@
 
 use http::Method;
 use portcullis_catalog::{Tool, ToolAnnotations};
-use portcullis_server::Access;
+use portcullis_handler::Access;
 use serde_json::{Map, Value, json};
 
 /// Where a parameter travels.

@@ -1,37 +1,28 @@
-//! One trait for every kind of source.
+//! One trait for every kind of source: [`ToolSource`], from the handler
+//! contract (`portcullis-handler`), which a gateway's upstreams implement
+//! too.
 //!
 //! A native plugin, an application described by a route table and one
 //! described by an OpenAPI document all answer the same two questions: which
-//! tools (as `portcullis-server` [`Registration`]s, handlers included) and
-//! what was reported while loading. The server checks ids across all of
-//! them when it is built (`ERR_PLUGIN_TOOL_DUPLICATE_ID` naming both
-//! sources).
+//! tools (as `portcullis-handler` [`Registration`]s, handlers included) and
+//! what was reported while loading. Running one and the change signal are
+//! the trait's defaults: the registration's handler, and no changes (a
+//! manifest or document is read again only when the source is loaded
+//! again). The server checks ids across all of them when it is built
+//! (`ERR_PLUGIN_TOOL_DUPLICATE_ID` naming both sources).
 
 use std::sync::Arc;
 
 use portcullis_catalog::{Diagnostic, Tool};
-use portcullis_server::{Access, Registration, ToolHandler};
+use portcullis_handler::{Access, Registration, ToolHandler};
+// The trait is the handler contract's; re-exported where it always was.
+pub use portcullis_handler::source::ToolSource;
 
 use crate::forward::App;
 use crate::native::NativePlugin;
 use crate::openapi::OpenApiDocument;
 use crate::route::HttpRoute;
 use crate::routes::RouteTable;
-
-/// Anything that provides tools.
-pub trait ToolSource {
-    /// The source's name in errors (a plugin directory, a route table path).
-    fn source_name(&self) -> &str;
-
-    /// The tools, ready for `ToolServer::builder().register_all(..)`.
-    fn registrations(&self) -> Vec<Registration>;
-
-    /// What loading reported without failing (skipped operations, simplified
-    /// schemas). Empty by default.
-    fn diagnostics(&self) -> &[Diagnostic] {
-        &[]
-    }
-}
 
 impl ToolSource for NativePlugin {
     fn source_name(&self) -> &str {
@@ -97,7 +88,7 @@ impl ToolSource for AppSource {
 ///
 /// ```
 /// use portcullis_catalog::{Tool, ToolAnnotations, ToolResult};
-/// use portcullis_server::{CallContext, ToolError};
+/// use portcullis_handler::{CallContext, ToolError};
 /// use portcullis_sources::source::{InProcessSource, ToolSource};
 ///
 /// let source = InProcessSource::new("builtin").tool(

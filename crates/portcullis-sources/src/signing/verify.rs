@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime};
 
 use ed25519_dalek::Signature;
 use http::{HeaderMap, Uri};
-use portcullis_server::Identity;
+use portcullis_handler::Identity;
 use sfv::{BareItem, Dictionary, InnerList, ListEntry, Parser, Version};
 use sha2::{Digest, Sha256};
 use thiserror::Error;

@@ -1,0 +1,272 @@
+//! What a handler knows about the call it serves: [`CallContext`].
+//!
+//! The context is built by the surface that received the call. Over MCP it
+//! carries rmcp's request context (the client, the request's `_meta`, the
+//! HTTP parts), so progress and the client's own requests go straight back
+//! on the call's session; rmcp is the protocol library, not the server, so
+//! a handler sees the protocol's types and nothing of the surface. A call
+//! made in-process has a [`CallContext::detached`] one.
+//!
+//! Input asked mid-call from a client that cannot be sent requests (the
+//! 2026-07-28 revision's `input_required` round trips) goes through an
+//! [`InputChannel`]; the surface that parks the call behind those round
+//! trips implements [`InputSink`].
+
+use std::fmt;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use rmcp::ErrorData;
+use rmcp::model::{ClientCapabilities, InputRequest, ProgressNotificationParam, ProgressToken};
+use rmcp::service::RequestContext;
+use rmcp::{Peer, RoleServer};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::access::Identity;
+
+/// What a handler knows about the call it serves.
+#[derive(Clone)]
+pub struct CallContext {
+    tool: Arc<str>,
+    cancel: CancellationToken,
+    progress: Option<(ProgressToken, Peer<RoleServer>)>,
+    identity: Option<Arc<Identity>>,
+    request: Option<Arc<RequestContext<RoleServer>>>,
+    approved: bool,
+    input: Option<InputChannel>,
+}
+
+impl CallContext {
+    /// A context for a call made in-process, outside any MCP session: never
+    /// cancelled unless you cancel [`CallContext::cancellation`], progress
+    /// goes nowhere, no identity.
+    pub fn detached(tool: impl Into<Arc<str>>) -> Self {
+        CallContext {
+            tool: tool.into(),
+            cancel: CancellationToken::new(),
+            progress: None,
+            identity: None,
+            request: None,
+            approved: false,
+            input: None,
+        }
+    }
+
+    /// The context of a call that arrived over MCP as `request`: its
+    /// cancellation, its progress token and client, acting as `identity`.
+    pub fn for_request(
+        tool: Arc<str>,
+        request: RequestContext<RoleServer>,
+        identity: Option<Arc<Identity>>,
+    ) -> Self {
+        let progress = request
+            .meta
+            .get_progress_token()
+            .map(|token| (token, request.peer.clone()));
+        CallContext {
+            tool,
+            cancel: request.ct.clone(),
+            progress,
+            identity,
+            request: Some(Arc::new(request)),
+            approved: false,
+            input: None,
+        }
+    }
+
+    /// Sets the identity the handler sees.
+    pub fn with_identity(mut self, identity: Option<Arc<Identity>>) -> Self {
+        self.identity = identity;
+        self
+    }
+
+    /// The tool's name.
+    pub fn tool(&self) -> &str {
+        &self.tool
+    }
+
+    /// Cancelled when the client cancels the call or goes away (over HTTP:
+    /// closes the response stream), or the server shuts down. A handler
+    /// doing long work should watch it.
+    pub fn cancellation(&self) -> &CancellationToken {
+        &self.cancel
+    }
+
+    /// True once the call has been cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+
+    /// Resolves when the call is cancelled.
+    pub async fn cancelled(&self) {
+        self.cancel.cancelled().await
+    }
+
+    /// True when the client asked for progress (sent a progress token).
+    pub fn wants_progress(&self) -> bool {
+        self.progress.is_some()
+    }
+
+    /// Reports progress to the client, if it asked for it; otherwise does
+    /// nothing. `progress` should increase with every report.
+    pub async fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
+        let Some((token, peer)) = &self.progress else {
+            return;
+        };
+        let mut param = ProgressNotificationParam::new(token.clone(), progress);
+        param.total = total;
+        param.message = message.map(str::to_owned);
+        // A client that went away cannot be told; the call's cancellation
+        // token says so, and the handler decides what to do.
+        if let Err(error) = peer.notify_progress(param).await {
+            tracing::debug!(tool = %self.tool, %error, "progress notification not delivered");
+        }
+    }
+
+    /// True when the policy answered `ask` and the person at the client
+    /// approved this very call. Only the surface that ran that round trip
+    /// sets it, once the person said yes ([`CallContext::with_approved`]).
+    pub fn approved(&self) -> bool {
+        self.approved
+    }
+
+    /// Says whether the person at the client approved this call. For the
+    /// surface that asked: it clears the flag on every call it receives
+    /// and sets it only after a yes, so a context built elsewhere never
+    /// arrives approved.
+    pub fn with_approved(mut self, approved: bool) -> Self {
+        self.approved = approved;
+        self
+    }
+
+    /// Where to ask the client for input mid-call, when the client takes
+    /// it through `input_required` round trips (2026-07-28 clients).
+    /// `None` otherwise: an initialize-era client is sent
+    /// requests through [`CallContext::peer`].
+    pub fn input(&self) -> Option<&InputChannel> {
+        self.input.as_ref()
+    }
+
+    /// The context of a run that may be parked behind its client's input:
+    /// its own cancellation (the run outlives the request that started it)
+    /// and an input channel. For the surface that parks it.
+    pub fn parkable(mut self, cancel: CancellationToken, input: InputChannel) -> Self {
+        self.cancel = cancel;
+        self.input = Some(input);
+        self
+    }
+
+    /// The identity configured for the server (sent with app calls), if any.
+    pub fn identity(&self) -> Option<&Identity> {
+        self.identity.as_deref()
+    }
+
+    /// The client, for handlers that need more than progress (logging,
+    /// sampling, elicitation). `None` for a detached call.
+    pub fn peer(&self) -> Option<&Peer<RoleServer>> {
+        self.request.as_ref().map(|r| &r.peer)
+    }
+
+    /// The raw rmcp request context (request `_meta`, HTTP parts in its
+    /// extensions). `None` for a detached call.
+    pub fn request(&self) -> Option<&RequestContext<RoleServer>> {
+        self.request.as_deref()
+    }
+}
+
+impl fmt::Debug for CallContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CallContext")
+            .field("tool", &self.tool)
+            .field("cancelled", &self.cancel.is_cancelled())
+            .field("wants_progress", &self.progress.is_some())
+            .field("approved", &self.approved)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where a handler's mid-call questions go: implemented by the surface that
+/// serves the call and can carry them to its client (see [`InputChannel`]).
+pub trait InputSink: Send + Sync + 'static {
+    /// Puts `request` to the client, under `key` among the round's input
+    /// requests when the surface can keep it, and resolves with the
+    /// client's answer as JSON, or why there is none.
+    fn ask(
+        &self,
+        key: Option<String>,
+        request: InputRequest,
+    ) -> BoxFuture<'static, Result<Value, ErrorData>>;
+
+    /// Notes that the run needed `missing`, capabilities the client did not
+    /// declare (so it was not asked).
+    fn undeclared(&self, missing: ClientCapabilities);
+}
+
+/// A handler's way to ask the client of its call for input mid-call, when
+/// the client takes it through `input_required` round trips. Cheap to
+/// clone; usable from any task.
+#[derive(Clone)]
+pub struct InputChannel {
+    sink: Arc<dyn InputSink>,
+}
+
+impl fmt::Debug for InputChannel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InputChannel").finish_non_exhaustive()
+    }
+}
+
+impl InputChannel {
+    /// A channel whose questions go to `sink`.
+    pub fn new(sink: impl InputSink) -> Self {
+        InputChannel {
+            sink: Arc::new(sink),
+        }
+    }
+
+    /// Asks the client `request` and resolves with its answer (the
+    /// `CreateMessageResult`, `ElicitResult` or `ListRootsResult` as JSON).
+    /// The error says why there is no answer: the call ended, was not
+    /// resumed in time, or took too many rounds (a retry that leaves this
+    /// question out is asked it again).
+    pub fn request(&self, request: InputRequest) -> BoxFuture<'static, Result<Value, ErrorData>> {
+        self.request_keyed(None, request)
+    }
+
+    /// As [`InputChannel::request`], asked under `key` among the round's
+    /// input requests when no other question of the round has it (a proxy
+    /// keeps its server's keys). Questions asked before the first is
+    /// awaited go out in one round.
+    pub fn request_keyed(
+        &self,
+        key: Option<String>,
+        request: InputRequest,
+    ) -> BoxFuture<'static, Result<Value, ErrorData>> {
+        self.sink.ask(key, request)
+    }
+
+    /// Reports that the run needed `missing`, capabilities the client did
+    /// not declare (so it was not asked). Should the run fail, the call
+    /// answers `-32021` (MissingRequiredClientCapability) naming everything
+    /// reported instead of the error result.
+    pub fn undeclared(&self, missing: ClientCapabilities) {
+        self.sink.undeclared(missing);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_detached_context_reports_no_progress_and_can_be_cancelled() {
+        let ctx = CallContext::detached("t");
+        assert!(!ctx.wants_progress());
+        ctx.progress(1.0, None, None).await;
+        assert!(!ctx.is_cancelled());
+        ctx.cancellation().cancel();
+        ctx.cancelled().await;
+        assert!(ctx.is_cancelled());
+    }
+}
