@@ -53,7 +53,6 @@ use std::time::Duration;
 use anyhow::Context as _;
 use portcullis_catalog::catalogue::{EntryKind, Route, StatusRow, WithheldTool};
 use portcullis_catalog::disclosure::{DESCRIBE_TOOL_NAME, describe_tool_definition};
-use portcullis_catalog::fingerprint::Fingerprints;
 use portcullis_catalog::gate::CallDecision;
 use portcullis_catalog::naming::Prefix;
 use portcullis_catalog::server::resolve_server_names;
@@ -66,7 +65,7 @@ use portcullis_handler::{Access, CallContext, Registration, ToolError, ToolHandl
 use portcullis_sources::{
     App, AppOptions, AppSource, GatewayKey, NativePlugin, OpenApiDocument, RouteTable, ToolSource,
 };
-use portcullis_store::{PersistedServer, Store};
+use portcullis_store::{Store, trust};
 use portcullis_upstream::{McpServerConfig, PluginLoad, Toolset, load_agent_plugin};
 use serde_json::Value;
 
@@ -457,17 +456,9 @@ impl SourceCatalogue {
             });
         }
 
-        let mut known: HashMap<String, Fingerprints> = HashMap::new();
-        for identity in &identities {
-            if let Some(baseline) = stored_baseline(store, identity).await? {
-                known.insert(identity.name.clone(), baseline);
-            }
-        }
-
         let mut handlers: HashMap<(String, String), (Access, Arc<dyn ToolHandler>)> =
             HashMap::new();
         let mut listings = Vec::with_capacity(sources.len());
-        let mut listed: HashMap<String, Vec<Tool>> = HashMap::new();
         for (source, identity) in sources.into_iter().zip(&identities) {
             let mut tools = Vec::with_capacity(source.registrations.len());
             for registration in source.registrations {
@@ -477,34 +468,30 @@ impl SourceCatalogue {
                 );
                 tools.push(registration.tool);
             }
-            // Kept for a first trust: the store keeps them as the trusted
-            // definitions `drift` diffs against.
-            listed.insert(identity.name.clone(), tools.clone());
+            // Trust on first use, by the store's one rule for every kind
+            // of source: the listing is the cache, a baseline is proposed
+            // only while none is recorded for this endpoint, and the one
+            // the store returns is enforced.
+            let row = store
+                .get(&identity.name)
+                .await
+                .context("cannot read the trust baselines")?;
+            let proposal = trust::proposal(row.as_ref(), identity, &tools);
+            let first_use = row.as_ref().is_none_or(|r| r.tool_fingerprints.is_none());
+            let in_force = trust::record(store, &identity.name, identity, &tools, proposal)
+                .await
+                .context("cannot record a source's trust baseline")?;
+            if first_use {
+                tracing::info!(source = %identity.name, "trusted on first use; baseline recorded");
+            }
             let mut listing = ServerListing::new(identity.clone(), tools);
-            if let Some(baseline) = known.get(&identity.name) {
-                listing = listing.with_baseline(baseline.clone());
+            if let Some(baseline) = in_force {
+                listing = listing.with_baseline(baseline);
             }
             listings.push(listing);
         }
         let catalogue = Catalogue::project(listings, projection);
         diagnostics.extend(catalogue.diagnostics().iter().cloned());
-
-        for summary in catalogue.servers() {
-            if known.contains_key(&summary.name) {
-                continue;
-            }
-            let row = PersistedServer::new(summary.name.clone(), &summary.identity)
-                .with_tools(listed.remove(&summary.name).unwrap_or_default())
-                .with_fingerprints(summary.fingerprints.clone());
-            store
-                .save(&row)
-                .await
-                .context("cannot record a source's trust baseline")?;
-            tracing::info!(
-                source = %summary.name,
-                "trusted on first use; baseline recorded"
-            );
-        }
 
         let upstream_tools: HashSet<&str> =
             upstream.entries().iter().map(|e| e.name.as_str()).collect();
@@ -722,29 +709,6 @@ impl ToolSource for SourceCatalogue {
 
 /// The source name of the native plugins and apps as a whole.
 pub const NATIVE_SOURCES: &str = "tool plugins and apps";
-
-/// The baseline recorded for `identity` under its effective name, if the row
-/// belongs to the same endpoint.
-async fn stored_baseline(
-    store: &dyn Store,
-    identity: &ServerIdentity,
-) -> anyhow::Result<Option<Fingerprints>> {
-    let Some(row) = store
-        .get(&identity.name)
-        .await
-        .context("cannot read the trust baselines")?
-    else {
-        return Ok(None);
-    };
-    if row.url != PersistedServer::endpoint_key(&identity.endpoint) {
-        tracing::warn!(
-            source = %identity.name,
-            "the stored baseline belongs to another source or server; not applied"
-        );
-        return Ok(None);
-    }
-    Ok(row.tool_fingerprints)
-}
 
 /// One call to a source tool, after the gate at the edge (exposure, the
 /// identity backstop, validation against the listed schema, the policy and

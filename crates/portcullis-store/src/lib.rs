@@ -140,6 +140,7 @@ mod sql;
 pub mod sqlite;
 pub mod store;
 mod time;
+pub mod trust;
 
 pub use audit::{
     ArgumentShape, AuditDecision, AuditLog, AuditOutcome, AuditRecord, argument_shape,

@@ -2,16 +2,11 @@
 //! which stored row belongs to a configured server, which baseline a save
 //! proposes, and the diagnostics for rows that cannot be woken.
 //!
-//! The rules (the store crate's "How the upstream client uses it"):
+//! The rules of trust on first use are the store's
+//! ([`portcullis_store::trust`], written once for every kind of source:
+//! which row belongs to a server, what a save proposes, enforcing the
+//! baseline a save returns). What is the upstream's own is pinning:
 //!
-//! * A row belongs to a server when its id is the server's effective name
-//!   and its `type` and endpoint key match the config.
-//! * A save proposes a baseline only while the row has none recorded: the
-//!   one derived from the row's cached listing (a row from before
-//!   fingerprints), else the fresh listing's own fingerprints (trust on
-//!   first use). The store keeps the first baseline ever recorded, so the
-//!   caller always enforces the baseline `save` **returns** — under a race,
-//!   another replica's.
 //! * A proposal pins the server's prompts, resources and resource templates
 //!   too ([`portcullis_catalog::pins`]), listed live from the server when it
 //!   proposes (so only a first trust, or the first connect after a re-trust,
@@ -23,7 +18,7 @@
 //!   an empty list that would withhold everything the server has.
 
 use portcullis_catalog::definition::{Prompt, Resource, ResourceTemplate};
-use portcullis_catalog::fingerprint::{Fingerprints, fingerprint_listing};
+use portcullis_catalog::fingerprint::Fingerprints;
 use portcullis_catalog::pins::{merge_baseline, pin_all};
 use portcullis_catalog::server::resolve_server_names;
 use portcullis_catalog::{Diagnostic, Rule, ServerIdentity, Tool};
@@ -43,11 +38,7 @@ pub(crate) fn row_ids(servers: &[McpServerConfig]) -> Vec<String> {
     resolve_server_names(&identities).names
 }
 
-/// Whether `row` was written for the server at `identity`'s endpoint.
-pub(crate) fn matches(row: &PersistedServer, identity: &ServerIdentity) -> bool {
-    row.kind == identity.endpoint.transport()
-        && row.url == PersistedServer::endpoint_key(&identity.endpoint)
-}
+pub(crate) use portcullis_store::trust::belongs_to as matches;
 
 /// The baseline in force after a cold start listed `listing`: reads the row,
 /// saves the fresh listing as the cache (proposing a baseline only when none
@@ -65,44 +56,19 @@ pub(crate) async fn settle_cold(
     save(store, id, identity, listing, proposal).await
 }
 
-/// What a cold start's save proposes, given the row stored for the server
-/// (if any): nothing while a baseline is recorded for this endpoint, else
-/// the one derived from the row's cached listing (a row from before
-/// fingerprints), else the fresh listing's own (trust on first use); with
-/// the pins of what the server publishes besides tools.
+/// What a cold start's save proposes (the store's rule,
+/// [`portcullis_store::trust::proposal`]), with the pins of what the server
+/// publishes besides tools.
 pub(crate) async fn cold_proposal(
     row: Option<&PersistedServer>,
     identity: &ServerIdentity,
     listing: &[Tool],
     connection: &Connection,
 ) -> Option<Fingerprints> {
-    let tools = match row.filter(|row| matches(row, identity)) {
-        Some(row) if row.tool_fingerprints.is_some() => None,
-        Some(row) => Some(
-            row.baseline_or_derived()
-                .unwrap_or_else(|| fingerprint_listing(listing)),
-        ),
-        // A row for another endpoint keeps its recorded baseline (the store
-        // never drops one): a server moved to a new URL is held to what was
-        // trusted under its name until an operator re-trusts it.
-        None => Some(fingerprint_listing(listing)),
-    };
-    match tools {
+    match portcullis_store::trust::proposal(row, identity, listing) {
         Some(tools) => Some(with_live_pins(tools, connection).await),
         None => None,
     }
-}
-
-/// The row a save of `listing` writes: the cache, and `proposal`.
-pub(crate) fn row_for(
-    id: &str,
-    identity: &ServerIdentity,
-    listing: &[Tool],
-    proposal: Option<Fingerprints>,
-) -> PersistedServer {
-    let mut row = PersistedServer::new(id, identity).with_tools(listing.to_vec());
-    row.tool_fingerprints = proposal;
-    row
 }
 
 /// `tools` (a proposal's tool fingerprints) with the pins of what the
@@ -176,7 +142,7 @@ async fn live_pins(connection: &Connection) -> Result<Fingerprints, String> {
 }
 
 /// Saves `listing` as the row's cache with `proposal`, returning the
-/// baseline in force.
+/// baseline in force ([`portcullis_store::trust::record`]).
 pub(crate) async fn save(
     store: &dyn Store,
     id: &str,
@@ -184,8 +150,9 @@ pub(crate) async fn save(
     listing: &[Tool],
     proposal: Option<Fingerprints>,
 ) -> Result<Option<Fingerprints>, String> {
-    let row = row_for(id, identity, listing, proposal);
-    store.save(&row).await.map_err(|e| e.to_string())
+    portcullis_store::trust::record(store, id, identity, listing, proposal)
+        .await
+        .map_err(|e| e.to_string())
 }
 
 /// A server dropped because its baseline could not be read or recorded:
