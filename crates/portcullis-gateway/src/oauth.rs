@@ -466,10 +466,32 @@ impl Entry {
         }
     }
 
-    /// The sentence for a call refused with `403 insufficient_scope`.
+    /// The sentence for a call refused with `403 insufficient_scope`, if
+    /// that was the last challenge (taken).
     fn step_up_hint(&self) -> Option<String> {
         let (status, challenge) = self.client.take_challenge()?;
-        if status != 403 || !challenge.insufficient_scope() || challenge.scopes.is_empty() {
+        (status == 403).then(|| self.hint(&challenge)).flatten()
+    }
+
+    /// Acts on the last challenge (taken): a `401` while a grant is held
+    /// (the token was revoked, or expired early) refreshes it now, so a
+    /// refused grant is known at once; a `403 insufficient_scope` gives
+    /// the step-up sentence.
+    async fn answer_challenge(&self) -> Option<String> {
+        let (status, challenge) = self.client.take_challenge()?;
+        match status {
+            401 if self.client.grant().await.is_some() => {
+                // The outcome is in the client's status (see keep_fresh).
+                let _ = self.client.refresh().await;
+                None
+            }
+            403 => self.hint(&challenge),
+            _ => None,
+        }
+    }
+
+    fn hint(&self, challenge: &portcullis_upstream::oauth::Challenge) -> Option<String> {
+        if !challenge.insufficient_scope() || challenge.scopes.is_empty() {
             return None;
         }
         let flags: Vec<String> = challenge
@@ -493,7 +515,7 @@ async fn watch_entry(entry: Weak<Entry>) {
         let Some(entry) = entry.upgrade() else { return };
         entry.pick_up().await;
         entry.keep_fresh().await;
-        if let Some(hint) = entry.step_up_hint() {
+        if let Some(hint) = entry.answer_challenge().await {
             tracing::warn!(upstream = %entry.name, "{hint}");
         }
         entry.update(true).await;
