@@ -90,6 +90,7 @@ pub mod config;
 pub mod connecting;
 pub mod drift;
 pub mod gateway;
+pub mod grants;
 pub mod health;
 pub mod metrics;
 pub mod oauth;

@@ -61,6 +61,7 @@ mod containment;
 pub mod error;
 pub mod files;
 pub mod forward;
+pub mod key_file;
 pub mod native;
 pub mod openapi;
 pub mod route;

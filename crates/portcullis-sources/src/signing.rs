@@ -90,8 +90,7 @@
 mod nonce;
 mod verify;
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
@@ -101,7 +100,9 @@ use sfv::{BareItem, FieldType, InnerList, Item, Key, ListEntry, Parameters};
 use sha2::{Digest, Sha256};
 use thiserror::Error;
 
-use crate::files::{read_regular_to_string, write_regular};
+use crate::files::write_regular;
+use crate::key_file;
+pub use crate::key_file::KeyError;
 
 pub use nonce::{DEFAULT_NONCE_CAPACITY, MemoryNonceStore, NonceStore, NonceStoreError};
 pub use verify::{Verified, Verifier, VerifyError};
@@ -139,38 +140,6 @@ const COVERED: [&str; 5] = [
 /// Random bytes in one nonce: 128 bits never repeat by chance.
 const NONCE_BYTES: usize = 16;
 
-/// Why a key could not be loaded, created or written.
-#[derive(Debug, Error)]
-pub enum KeyError {
-    /// Filesystem trouble.
-    #[error("key file {path}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// What the OS said.
-        source: std::io::Error,
-    },
-    /// The file does not hold a key.
-    #[error("key file {path}: {reason}")]
-    Malformed {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong.
-        reason: String,
-    },
-    /// The private key is readable by others.
-    #[error("key file {path} is accessible by group or others (mode {mode:o}); chmod 600 it")]
-    TooOpen {
-        /// The file.
-        path: PathBuf,
-        /// Its permission bits.
-        mode: u32,
-    },
-    /// The OS random source failed.
-    #[error("no randomness for a new key: {0}")]
-    Random(String),
-}
-
 /// The gateway's signing key.
 #[derive(Clone)]
 pub struct GatewayKey {
@@ -204,45 +173,7 @@ impl GatewayKey {
     /// Loads `<data_dir>/gateway-signing.key`, creating the directory (0700)
     /// and the key (0600) on first use. A key file others can read is refused.
     pub fn load_or_create(data_dir: impl AsRef<Path>) -> Result<Self, KeyError> {
-        let dir = data_dir.as_ref();
-        let path = dir.join(KEY_FILE_NAME);
-        let io = |path: &Path| {
-            let path = path.to_path_buf();
-            move |source| KeyError::Io { path, source }
-        };
-        match read_key_file(&path) {
-            Ok(text) => return Self::parse_private(&path, &text),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io(&path)(e)),
-        }
-        create_private_dir(dir).map_err(io(dir))?;
-        let key = Self::generate()?;
-        let encoded = format!("{}\n", STANDARD.encode(key.signing.to_bytes()));
-        // Written to a private temporary file, then linked into place: the
-        // link fails if another process won the race, and nobody ever reads
-        // a half-written key.
-        let tmp = dir.join(format!(".{KEY_FILE_NAME}.{}.tmp", std::process::id()));
-        let written = write_private(&tmp, encoded.as_bytes());
-        let linked = written.and_then(|()| std::fs::hard_link(&tmp, &path));
-        let _ = std::fs::remove_file(&tmp);
-        match linked {
-            Ok(()) => Ok(key),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                let text = read_key_file(&path).map_err(io(&path))?;
-                Self::parse_private(&path, &text)
-            }
-            Err(e) => Err(io(&path)(e)),
-        }
-    }
-
-    fn parse_private(path: &Path, text: &str) -> Result<Self, KeyError> {
-        check_private_mode(path)?;
-        let bytes = STANDARD
-            .decode(text.trim())
-            .map_err(|e| malformed(path, format!("not base64: {e}")))?;
-        let seed: [u8; 32] = bytes
-            .try_into()
-            .map_err(|_| malformed(path, "not a 32-byte Ed25519 seed".into()))?;
+        let seed = key_file::load_or_create(data_dir.as_ref(), KEY_FILE_NAME)?;
         Ok(Self::from_seed(seed))
     }
 
@@ -379,83 +310,6 @@ pub enum SignError {
     Unsignable(String),
 }
 
-fn malformed(path: &Path, reason: String) -> KeyError {
-    KeyError::Malformed {
-        path: path.to_path_buf(),
-        reason,
-    }
-}
-
-#[cfg(unix)]
-fn create_private_dir(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-}
-
-#[cfg(not(unix))]
-fn create_private_dir(dir: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)
-}
-
-#[cfg(unix)]
-fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)?;
-    file.write_all(bytes)?;
-    file.sync_all()
-}
-
-#[cfg(not(unix))]
-fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(path)?;
-    file.write_all(bytes)?;
-    file.sync_all()
-}
-
-/// A key file's text: a regular file only (a FIFO would block the read),
-/// and small (a key is 45 bytes of base64).
-fn read_key_file(path: &Path) -> std::io::Result<String> {
-    read_regular_to_string(path, MAX_KEY_FILE_BYTES).map_err(Into::into)
-}
-
-/// Far more than a key file holds; anything bigger is not one.
-const MAX_KEY_FILE_BYTES: u64 = 4096;
-
-#[cfg(unix)]
-fn check_private_mode(path: &Path) -> Result<(), KeyError> {
-    use std::os::unix::fs::PermissionsExt;
-    let mode = std::fs::metadata(path)
-        .map_err(|source| KeyError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?
-        .permissions()
-        .mode()
-        & 0o777;
-    if mode & 0o077 != 0 {
-        return Err(KeyError::TooOpen {
-            path: path.to_path_buf(),
-            mode,
-        });
-    }
-    Ok(())
-}
-
-#[cfg(not(unix))]
-fn check_private_mode(_path: &Path) -> Result<(), KeyError> {
-    Ok(())
-}
-
 /// The gateway's public key, as an application holds it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PublicKey(VerifyingKey);
@@ -477,11 +331,14 @@ impl PublicKey {
     /// Reads a key file written by [`GatewayKey::write_public_key`].
     pub fn read_file(path: impl AsRef<Path>) -> Result<Self, KeyError> {
         let path = path.as_ref();
-        let text = read_key_file(path).map_err(|source| KeyError::Io {
+        let text = key_file::read(path).map_err(|source| KeyError::Io {
             path: path.to_path_buf(),
             source,
         })?;
-        Self::from_base64(&text).map_err(|reason| malformed(path, reason))
+        Self::from_base64(&text).map_err(|reason| KeyError::Malformed {
+            path: path.to_path_buf(),
+            reason,
+        })
     }
 
     /// The key as base64 (the key file's content).

@@ -25,9 +25,11 @@
 //!    recorded whatever it is handed, never erases it, and when two savers
 //!    race on a new server records exactly one and returns it to both.
 //!    [`retrust`] is the only way to replace it.
-//! 2. **Nothing that authenticates is stored.** A row has six fields
-//!    ([`PersistedServer`]); a stdio server's command line is stored as a
-//!    hash, a URL's userinfo and query as a digest.
+//! 2. **Nothing that authenticates is stored in the clear.** A row has six
+//!    fields ([`PersistedServer`]); a stdio server's command line is stored
+//!    as a hash, a URL's userinfo and query as a digest. OAuth grants are
+//!    stored only as their keeper sealed them ([`GrantLog`]): the store
+//!    never holds the key.
 //! 3. **A cache that no longer parses is dropped, never thrown**: losing it
 //!    costs one `tools/list`.
 //! 4. **Old databases open.** Schema versions ([`migration`]) run on open,
@@ -125,6 +127,7 @@ pub mod audit;
 mod columns;
 pub mod effects;
 pub mod error;
+pub mod grants;
 pub mod memory;
 pub mod migration;
 #[cfg(feature = "postgres")]
@@ -143,6 +146,7 @@ pub use audit::{
 };
 pub use effects::{EffectLog, Outcome, Recorded, effect_key};
 pub use error::{Backend, StoreError};
+pub use grants::{GrantLog, SealedGrant};
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;

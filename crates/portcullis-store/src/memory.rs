@@ -13,6 +13,7 @@ use portcullis_catalog::fingerprint::Fingerprints;
 use crate::audit::{AuditLog, AuditRecord};
 use crate::effects::{EffectLog, Outcome, Recorded, ensure_recordable};
 use crate::error::{Backend, StoreError};
+use crate::grants::{GrantLog, SealedGrant};
 use crate::row::PersistedServer;
 use crate::store::{Store, defines};
 use crate::time::{from_millis, to_millis};
@@ -24,6 +25,7 @@ struct State {
     effects: BTreeMap<String, Recorded>,
     /// In order of recording.
     audit: Vec<AuditRecord>,
+    grants: BTreeMap<String, SealedGrant>,
 }
 
 /// A store held in process memory; gone when the process ends.
@@ -108,6 +110,10 @@ impl Store for MemoryStore {
     fn audit(&self) -> &dyn AuditLog {
         self
     }
+
+    fn grants(&self) -> &dyn GrantLog {
+        self
+    }
 }
 
 #[async_trait]
@@ -174,5 +180,29 @@ impl AuditLog for MemoryStore {
         let before = state.audit.len();
         state.audit.retain(|r| to_millis(r.time) >= cutoff);
         Ok((before - state.audit.len()) as u64)
+    }
+}
+
+#[async_trait]
+impl GrantLog for MemoryStore {
+    async fn put(&self, grant: &SealedGrant) -> Result<(), StoreError> {
+        let mut stored = grant.clone();
+        // The SQL backends keep milliseconds; so does this one, so every
+        // backend reads back the same value.
+        stored.updated_at = from_millis(to_millis(grant.updated_at));
+        self.state().grants.insert(grant.upstream.clone(), stored);
+        Ok(())
+    }
+
+    async fn get(&self, upstream: &str) -> Result<Option<SealedGrant>, StoreError> {
+        Ok(self.state().grants.get(upstream).cloned())
+    }
+
+    async fn remove(&self, upstream: &str) -> Result<bool, StoreError> {
+        Ok(self.state().grants.remove(upstream).is_some())
+    }
+
+    async fn list(&self) -> Result<Vec<SealedGrant>, StoreError> {
+        Ok(self.state().grants.values().cloned().collect())
     }
 }

@@ -9,6 +9,7 @@
 //! | 1 | `mcp_servers` with both JSON columns and `type IN ('stdio','streamable-http','sse')` |
 //! | 2 | `mcp_trusted_tools` (the definitions a baseline was recorded from) and `mcp_effects` (the effect log) |
 //! | 3 | `mcp_effects.recorded_at` (for retention; rows already there are stamped with the time of the upgrade, so they get a full retention period) and `portcullis_audit` (the audit trail) |
+//! | 4 | `portcullis_oauth_grants` (upstreams' OAuth grants, sealed by the gateway: base64 text the store cannot open) |
 //!
 //! Step 1 differs per backend (adopting a legacy table); every later step
 //! is plain SQL that SQLite and PostgreSQL both accept, and is applied by
@@ -17,7 +18,7 @@
 //! milliseconds since the Unix epoch in a `BIGINT`.
 
 /// The newest schema version this build writes.
-pub const LATEST: i64 = 3;
+pub const LATEST: i64 = 4;
 
 /// The servers table (the legacy table's name, kept so databases that
 /// already hold one open here).
@@ -64,3 +65,10 @@ pub(crate) fn v3_statements(auto_id: &str) -> [String; 4] {
         "CREATE INDEX IF NOT EXISTS portcullis_audit_at ON portcullis_audit (at, id)".to_owned(),
     ]
 }
+
+/// Version 4's table: one sealed grant per upstream.
+pub(crate) const V4_TABLES: [&str; 1] = ["CREATE TABLE IF NOT EXISTS portcullis_oauth_grants (\
+     upstream TEXT PRIMARY KEY NOT NULL, \
+     issuer TEXT NOT NULL, \
+     sealed TEXT NOT NULL, \
+     updated_at BIGINT NOT NULL)"];

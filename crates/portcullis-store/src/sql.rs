@@ -1,5 +1,5 @@
 //! What the SQLite and PostgreSQL backends share: every query of the
-//! `Store`, `EffectLog` and `AuditLog` traits and the migration steps after
+//! `Store`, `EffectLog`, `AuditLog` and `GrantLog` traits and the migration steps after
 //! the first, written once, generic over the sqlx database.
 //!
 //! The two dialects differ here only in what [`Dialect`] says: placeholder
@@ -24,7 +24,8 @@ use crate::audit::{ArgumentShape, AuditDecision, AuditOutcome, AuditRecord};
 use crate::columns::{RawRow, decode, encode};
 use crate::effects::{Outcome, Recorded, decode_outcome, encode_outcome, ensure_recordable};
 use crate::error::{Backend, StoreError};
-use crate::migration::{LATEST, V2_TABLES, v3_statements};
+use crate::grants::SealedGrant;
+use crate::migration::{LATEST, V2_TABLES, V4_TABLES, v3_statements};
 use crate::row::PersistedServer;
 use crate::store::defines;
 use crate::time::{from_millis, to_millis};
@@ -164,6 +165,11 @@ where
                 .bind(to_millis(SystemTime::now()))
                 .execute(&mut *conn)
                 .await?;
+        }
+        if from < 4 {
+            for ddl in V4_TABLES {
+                sqlx::query(ddl).execute(&mut *conn).await?;
+            }
         }
         sqlx::query(&DB::render(
             "UPDATE portcullis_schema SET version = ? WHERE id = 1",
@@ -496,6 +502,99 @@ where
     }
 }
 
+impl<DB> Sql<DB>
+where
+    DB: Dialect,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> String: Encode<'q, DB>,
+    for<'q> i64: Encode<'q, DB>,
+    String: Type<DB> + for<'r> Decode<'r, DB>,
+    i64: Type<DB> + for<'r> Decode<'r, DB>,
+    usize: ColumnIndex<DB::Row>,
+{
+    // -------------------------------------------------------------- grants
+
+    fn grant_row(row: &DB::Row) -> Result<SealedGrant, StoreError> {
+        use base64::Engine as _;
+        let op = || StoreError::database(DB::BACKEND, "read an OAuth grant");
+        let upstream: String = row.try_get(0).map_err(op())?;
+        let sealed: String = row.try_get(2).map_err(op())?;
+        let at: i64 = row.try_get(3).map_err(op())?;
+        // Unreadable base64 reads as an empty seal: its keeper fails to
+        // open it and asks for a new login, as for any damaged grant.
+        let sealed = base64::engine::general_purpose::STANDARD
+            .decode(sealed.as_bytes())
+            .unwrap_or_default();
+        Ok(SealedGrant {
+            issuer: row.try_get(1).map_err(op())?,
+            upstream,
+            sealed,
+            updated_at: from_millis(at),
+        })
+    }
+
+    pub(crate) async fn put_grant(&self, grant: &SealedGrant) -> Result<(), StoreError> {
+        use base64::Engine as _;
+        sqlx::query(&DB::render(
+            "INSERT INTO portcullis_oauth_grants (upstream, issuer, sealed, updated_at) VALUES (?, ?, ?, ?) \
+             ON CONFLICT(upstream) DO UPDATE SET issuer = excluded.issuer, sealed = excluded.sealed, updated_at = excluded.updated_at",
+        ))
+        .bind(grant.upstream.clone())
+        .bind(grant.issuer.clone())
+        .bind(base64::engine::general_purpose::STANDARD.encode(&grant.sealed))
+        .bind(to_millis(grant.updated_at))
+        .execute(&self.pool)
+        .await
+        .map_err(StoreError::database(
+            DB::BACKEND,
+            format!("store the OAuth grant of {:?}", grant.upstream),
+        ))?;
+        Ok(())
+    }
+
+    pub(crate) async fn get_grant(
+        &self,
+        upstream: &str,
+    ) -> Result<Option<SealedGrant>, StoreError> {
+        let row = sqlx::query(&DB::render(
+            "SELECT upstream, issuer, sealed, updated_at FROM portcullis_oauth_grants WHERE upstream = ?",
+        ))
+        .bind(upstream.to_owned())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(StoreError::database(
+            DB::BACKEND,
+            format!("read the OAuth grant of {upstream:?}"),
+        ))?;
+        row.as_ref().map(Self::grant_row).transpose()
+    }
+
+    pub(crate) async fn remove_grant(&self, upstream: &str) -> Result<bool, StoreError> {
+        let done = sqlx::query(&DB::render(
+            "DELETE FROM portcullis_oauth_grants WHERE upstream = ?",
+        ))
+        .bind(upstream.to_owned())
+        .execute(&self.pool)
+        .await
+        .map_err(StoreError::database(
+            DB::BACKEND,
+            format!("forget the OAuth grant of {upstream:?}"),
+        ))?;
+        Ok(DB::rows_affected(&done) > 0)
+    }
+
+    pub(crate) async fn list_grants(&self) -> Result<Vec<SealedGrant>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT upstream, issuer, sealed, updated_at FROM portcullis_oauth_grants ORDER BY upstream",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::database(DB::BACKEND, "list OAuth grants"))?;
+        rows.iter().map(Self::grant_row).collect()
+    }
+}
+
 /// Implements `Store`, `EffectLog` and `AuditLog` for a backend type whose
 /// field `sql` is a [`Sql`] over database `$db`: the one place the trait methods meet the shared
 /// queries. (A generic trait impl would do, but concrete ones let the
@@ -558,6 +657,37 @@ macro_rules! sql_store {
 
             fn audit(&self) -> &dyn $crate::audit::AuditLog {
                 self
+            }
+
+            fn grants(&self) -> &dyn $crate::grants::GrantLog {
+                self
+            }
+        }
+
+        #[async_trait::async_trait]
+        impl $crate::grants::GrantLog for $store {
+            async fn put(
+                &self,
+                grant: &$crate::grants::SealedGrant,
+            ) -> Result<(), $crate::error::StoreError> {
+                self.sql.put_grant(grant).await
+            }
+
+            async fn get(
+                &self,
+                upstream: &str,
+            ) -> Result<Option<$crate::grants::SealedGrant>, $crate::error::StoreError> {
+                self.sql.get_grant(upstream).await
+            }
+
+            async fn remove(&self, upstream: &str) -> Result<bool, $crate::error::StoreError> {
+                self.sql.remove_grant(upstream).await
+            }
+
+            async fn list(
+                &self,
+            ) -> Result<Vec<$crate::grants::SealedGrant>, $crate::error::StoreError> {
+                self.sql.list_grants().await
             }
         }
 

@@ -8,6 +8,7 @@ use portcullis_catalog::pins::split_baseline;
 use crate::audit::AuditLog;
 use crate::effects::EffectLog;
 use crate::error::{Backend, StoreError};
+use crate::grants::GrantLog;
 use crate::row::PersistedServer;
 
 /// Persists connected servers, their catalogue caches, their immutable trust
@@ -69,6 +70,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// The audit trail of calls.
     fn audit(&self) -> &dyn AuditLog;
+
+    /// The upstreams' OAuth grants, sealed by their keeper.
+    fn grants(&self) -> &dyn GrantLog;
 }
 
 /// Clears a server's baseline so the next connect records a new one from

@@ -27,11 +27,12 @@ use suite::{Harness, Raw};
 // ---------------------------------------------------------------- harnesses
 
 /// Every table a store writes, for raw dumps.
-const TABLES: [&str; 4] = [
+const TABLES: [&str; 5] = [
     "mcp_servers",
     "mcp_trusted_tools",
     "mcp_effects",
     "portcullis_audit",
+    "portcullis_oauth_grants",
 ];
 
 async fn memory(_name: &str) -> Option<Harness> {
@@ -224,6 +225,7 @@ macro_rules! suite {
             effect_log_prunes_before_a_cutoff,
             audit_trail_keeps_shapes_newest_first_and_prunes,
             concurrent_prunes_delete_each_record_once,
+            grants_are_kept_one_per_upstream_as_sealed,
             $($extra,)*
         );
     };
@@ -557,6 +559,19 @@ async fn check_v2_migrated(store: &dyn Store, opened_after: SystemTime) {
         .await
         .unwrap_or_else(|e| panic!("the audit table is missing: {e}"));
     assert_eq!(store.audit().recent(5).await.ok(), Some(vec![record]));
+    // Version 4: the grants table exists after the upgrade.
+    let grant = portcullis_store::SealedGrant {
+        upstream: "docs".into(),
+        issuer: "https://auth.example".into(),
+        sealed: vec![1, 2, 3],
+        updated_at: at,
+    };
+    store
+        .grants()
+        .put(&grant)
+        .await
+        .unwrap_or_else(|e| panic!("the grants table is missing: {e}"));
+    assert_eq!(store.grants().get("docs").await.ok(), Some(Some(grant)));
 }
 
 #[tokio::test]

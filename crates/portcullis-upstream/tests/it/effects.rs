@@ -62,6 +62,10 @@ impl Store for Watched {
     fn audit(&self) -> &dyn AuditLog {
         self.inner.audit()
     }
+
+    fn grants(&self) -> &dyn portcullis_store::GrantLog {
+        self.inner.grants()
+    }
 }
 
 #[async_trait]

@@ -713,3 +713,62 @@ pub async fn concurrent_prunes_delete_each_record_once(h: Harness) {
     assert_eq!(left[0].tool, "docs__fetch");
     assert!(ok(h.twin.effects().recorded(&recent_key).await).is_some());
 }
+
+pub async fn grants_are_kept_one_per_upstream_as_sealed(h: Harness) {
+    use portcullis_store::SealedGrant;
+    let grants = h.store.grants();
+    // Whole milliseconds, so every backend reads the time back exactly.
+    let at = UNIX_EPOCH + Duration::from_millis(1_764_500_000_123);
+    // Every byte value, so an encoding that loses some would show.
+    let sealed: Vec<u8> = (0..=255u8).collect();
+    let docs = SealedGrant {
+        upstream: "docs".into(),
+        issuer: "https://auth.example".into(),
+        sealed: sealed.clone(),
+        updated_at: at,
+    };
+    assert_eq!(ok(grants.get("docs").await), None);
+    ok(grants.put(&docs).await);
+    ok(grants
+        .put(&SealedGrant {
+            upstream: "crm".into(),
+            issuer: "https://id.crm.example".into(),
+            sealed: vec![],
+            updated_at: at,
+        })
+        .await);
+    assert_eq!(ok(grants.get("docs").await), Some(docs.clone()));
+    // A twin (another replica on the same database) reads the same grant.
+    assert_eq!(ok(h.twin.grants().get("docs").await), Some(docs.clone()));
+
+    // A new login replaces the grant, issuer included.
+    let relogin = SealedGrant {
+        issuer: "https://other-auth.example".into(),
+        sealed: b"new".to_vec(),
+        updated_at: at + Duration::from_secs(60),
+        ..docs.clone()
+    };
+    ok(grants.put(&relogin).await);
+    let listed = ok(grants.list().await);
+    assert_eq!(
+        listed
+            .iter()
+            .map(|g| g.upstream.as_str())
+            .collect::<Vec<_>>(),
+        ["crm", "docs"]
+    );
+    assert_eq!(listed[1], relogin);
+
+    assert!(ok(grants.remove("docs").await));
+    assert!(!ok(grants.remove("docs").await));
+    assert_eq!(ok(grants.get("docs").await), None);
+    assert_eq!(ok(grants.list().await).len(), 1);
+
+    // The debug form names the upstream and issuer, never the bytes.
+    let shown = format!("{relogin:?}");
+    assert!(
+        shown.contains("docs") && shown.contains("<3 bytes>"),
+        "{shown}"
+    );
+    assert!(!shown.contains("110, 101, 119"), "{shown}");
+}
