@@ -431,8 +431,10 @@ impl Gateway {
             .collect()
     }
 
-    /// Ends every upstream connection; stdio children are killed.
+    /// Ends every upstream connection; stdio children are killed. Every
+    /// change of an OAuth grant is stored first.
     pub async fn close(&self) {
+        self.oauth.flush().await;
         self.toolset.close().await;
     }
 }

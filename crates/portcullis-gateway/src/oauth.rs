@@ -63,8 +63,9 @@ pub trait GrantKeeper: Send + Sync + 'static {
     fn forget<'a>(&'a self, upstream: &'a str) -> BoxFuture<'a, Result<bool, String>>;
 }
 
-/// Where `config`'s gateway keeps grants: `None` when no upstream logs in
-/// (nothing is opened or created then).
+/// Where `config`'s gateway keeps grants: its store, sealed under the key
+/// in `data_dir` ([`crate::grants::Grants`]). `None` when no upstream logs
+/// in (nothing is opened or created then).
 pub fn keeper(
     config: &Config,
     store: &Arc<dyn portcullis_store::Store>,
@@ -72,8 +73,38 @@ pub fn keeper(
     if !config.upstreams.values().any(|u| u.oauth.is_some()) {
         return Ok(None);
     }
-    let _ = store;
-    Ok(None)
+    let grants = crate::grants::Grants::open(&config.gateway.data_dir, store.clone())?;
+    Ok(Some(Arc::new(grants)))
+}
+
+impl GrantKeeper for crate::grants::Grants {
+    fn load<'a>(&'a self, upstream: &'a str) -> BoxFuture<'a, Result<Option<Grant>, String>> {
+        Box::pin(async move {
+            crate::grants::Grants::load(self, upstream)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    fn save<'a>(
+        &'a self,
+        upstream: &'a str,
+        grant: &'a Grant,
+    ) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            crate::grants::Grants::save(self, upstream, grant)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    fn forget<'a>(&'a self, upstream: &'a str) -> BoxFuture<'a, Result<bool, String>> {
+        Box::pin(async move {
+            crate::grants::Grants::forget(self, upstream)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
 }
 
 /// The [`OAuthSettings`] of `upstream` (which has an `oauth` table), with
@@ -171,6 +202,16 @@ struct Entry {
     persisted: Arc<Mutex<Option<String>>>,
     /// Whether an unreadable stored grant was reported already.
     unreadable_reported: AtomicBool,
+    /// The writer task's queue (for [`OAuthUpstreams::flush`]).
+    writer: Mutex<Option<mpsc::UnboundedSender<Write>>>,
+}
+
+/// What the writer task of an entry is handed.
+enum Write {
+    /// A change of grant (`None`: forget it).
+    Change(Option<Box<Grant>>),
+    /// Answer once every change before it is written.
+    Flush(tokio::sync::oneshot::Sender<()>),
 }
 
 /// How many of its own recent access tokens an entry remembers.
@@ -222,10 +263,17 @@ impl OAuthUpstreams {
                 ours: Arc::default(),
                 persisted: Arc::default(),
                 unreadable_reported: AtomicBool::new(false),
+                writer: Mutex::new(None),
             });
             entry.restore().await;
             entry.listen();
-            entry.update(watch).await;
+            // At start the command says it (`missing upstream NAME: needs
+            // a login: run …`, through `Gateway::missing`); the watcher
+            // says it again only when it changes.
+            entry.update(false).await;
+            entry
+                .announced
+                .store(entry.needs_login.load(Ordering::Acquire), Ordering::Release);
             if watch {
                 tokio::spawn(watch_entry(Arc::downgrade(&entry)));
             }
@@ -274,6 +322,25 @@ impl OAuthUpstreams {
             }
         }
         names
+    }
+
+    /// Resolves once every change of grant so far is stored (or failed and
+    /// was logged): before the process exits, so a refreshed token — and
+    /// a refresh token the server rotated — is not lost.
+    pub async fn flush(&self) {
+        for entry in self.entries.values() {
+            let writer = entry
+                .writer
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone();
+            if let Some(writer) = writer {
+                let (done, written) = tokio::sync::oneshot::channel();
+                if writer.send(Write::Flush(done)).is_ok() {
+                    let _ = written.await;
+                }
+            }
+        }
     }
 
     /// What to tell a person about the calls refused for want of scope
@@ -328,9 +395,8 @@ impl Entry {
         if !self.unreadable_reported.swap(true, Ordering::AcqRel) {
             tracing::warn!(
                 upstream = %self.name,
-                "the stored login of upstream \"{}\" cannot be read ({reason}); it needs a login: run `{}`",
-                self.name,
-                login_command(&self.name)
+                "upstream \"{}\" needs a login: {reason}",
+                self.name
             );
         }
     }
@@ -344,21 +410,46 @@ impl Entry {
             }));
             return;
         };
-        let (sender, mut changes) = mpsc::unbounded_channel::<Option<Grant>>();
+        let (sender, mut changes) = mpsc::unbounded_channel::<Write>();
+        *self.writer.lock().unwrap_or_else(PoisonError::into_inner) = Some(sender.clone());
         let name = self.name.clone();
         let persisted = self.persisted.clone();
+        let mine = self.ours.clone();
         // Ends when the client (which holds the listener, and so the
         // sender) is gone.
         tokio::spawn(async move {
-            while let Some(change) = changes.recv().await {
+            while let Some(write) = changes.recv().await {
+                let change = match write {
+                    Write::Change(change) => change,
+                    Write::Flush(done) => {
+                        let _ = done.send(());
+                        continue;
+                    }
+                };
                 let outcome = match &change {
                     Some(grant) => keeper.save(&name, grant).await,
-                    None => keeper.forget(&name).await.map(|_| ()),
+                    None => {
+                        // Our grant was refused; but if another process
+                        // (`auth login`, or a command that refreshed and
+                        // rotated the refresh token) stored a newer one,
+                        // that one is kept (and taken up by the watcher).
+                        let theirs = match keeper.load(&name).await {
+                            Ok(Some(stored)) => !mine
+                                .lock()
+                                .unwrap_or_else(PoisonError::into_inner)
+                                .contains(&stored.access_token),
+                            _ => false,
+                        };
+                        if theirs {
+                            continue;
+                        }
+                        keeper.forget(&name).await.map(|_| ())
+                    }
                 };
                 match outcome {
                     Ok(()) => {
                         *persisted.lock().unwrap_or_else(PoisonError::into_inner) =
-                            change.map(|g| g.access_token);
+                            change.map(|g| g.access_token.clone());
                     }
                     Err(reason) => tracing::warn!(
                         upstream = %name,
@@ -374,7 +465,7 @@ impl Entry {
             if let Some(grant) = grant {
                 remember(&ours, &grant.access_token);
             }
-            let _ = sender.send(grant.cloned());
+            let _ = sender.send(Write::Change(grant.cloned().map(Box::new)));
         }));
     }
 

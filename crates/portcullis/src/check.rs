@@ -276,6 +276,7 @@ pub async fn connect_all(config: &Config) -> anyhow::Result<Vec<Connected>> {
     let catalogue = toolset.catalogue();
     let rows = catalogue.status_rows();
     toolset.close().await;
+    oauth.flush().await;
     Ok(names
         .into_iter()
         .map(|server| Connected {

@@ -264,8 +264,10 @@ fn protected_server(state: Arc<AuthState>) -> axum::Router {
                     Ok::<_, ToolError>(ToolResult::text(format!("echo: {said}")))
                 },
             )
+            // Read-only to this server's own exposure gate (which withholds
+            // writes); the scope is what guards it here.
             .tool(
-                Tool::new("publish"),
+                Tool::new("publish").with_annotations(ToolAnnotations::read_only(true)),
                 |_: Value, _: CallContext| async move {
                     Ok::<_, ToolError>(ToolResult::text("published"))
                 },
@@ -512,13 +514,18 @@ fn login_call_refresh_and_logout_through_the_binary() {
     );
 
     let served = common::serve(&config);
-    served.wait_for_line("upstream \"docs\" needs a login: run `portcullis auth login docs`");
+    // Said once, before it listens.
+    let said = served.before.join("\n");
+    assert!(
+        said.contains("missing upstream docs: needs a login: run `portcullis auth login docs`"),
+        "{said}"
+    );
     let health = healthz(&served);
     assert_eq!(health["upstreams"]["needs_login"], 1, "{health}");
     assert_eq!(health["upstreams"]["down"], 0, "{health}");
     assert_eq!(health["upstreams"]["up"], 1, "{health}");
     assert_eq!(health["status"], "degraded", "{health}");
-    let (failed, said) = call(&served, "demo__echo", json!({"message": "still here"}));
+    let (failed, said) = call(&served, "demo__echo", json!({"text": "still here"}));
     assert!(!failed && said.contains("still here"), "{said}");
 
     let (code, out, err) = printed.run(&config, &["check"]);
@@ -539,6 +546,9 @@ fn login_call_refresh_and_logout_through_the_binary() {
     // `serve` takes the login up and the upstream joins.
     served.wait_for_line("using the login stored by `portcullis auth login docs`");
     served.wait_for_line("upstream \"docs\" connected and joined the tool map");
+    eventually("docs' tools are served", || {
+        common::tool_names(&served.authority()).contains(&"docs__echo".to_owned())
+    });
     eventually("docs is healthy", || {
         healthz(&served)["upstreams"] == json!({"up": 2, "down": 0, "needs_login": 0})
     });
@@ -588,7 +598,7 @@ fn login_call_refresh_and_logout_through_the_binary() {
     eventually("docs needs a login again", || {
         healthz(&served)["upstreams"]["needs_login"] == 1
     });
-    let (failed, said) = call(&served, "demo__echo", json!({"message": "still here"}));
+    let (failed, said) = call(&served, "demo__echo", json!({"text": "still here"}));
     assert!(!failed && said.contains("still here"), "{said}");
 
     assert_no_token_leaked(&provider, &printed, &served, &data);
@@ -613,7 +623,11 @@ fn step_up_then_a_revoked_grant_needs_a_login_not_an_outage() {
         json!({"up": 2, "down": 0, "needs_login": 0})
     );
     let (failed, said) = call(&served, "docs__publish", json!({}));
-    assert!(failed, "{said}");
+    assert!(
+        failed,
+        "{said} {}",
+        text(&portcullis(&["--config", config.to_str().unwrap(), "tools"]).stdout)
+    );
     served.wait_for_line(
         "upstream \"docs\" refused a call for want of scope (notes:write): run `portcullis auth login docs --scope notes:write`",
     );
@@ -646,7 +660,7 @@ fn step_up_then_a_revoked_grant_needs_a_login_not_an_outage() {
     eventually("docs needs a login, not down", || {
         healthz(&served)["upstreams"] == json!({"up": 1, "down": 0, "needs_login": 1})
     });
-    let (failed, said) = call(&served, "demo__echo", json!({"message": "still here"}));
+    let (failed, said) = call(&served, "demo__echo", json!({"text": "still here"}));
     assert!(!failed && said.contains("still here"), "{said}");
     let (code, out, err) = printed.run(&config, &["check"]);
     assert_eq!(code, 1, "{out}{err}");
