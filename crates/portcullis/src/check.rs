@@ -152,7 +152,17 @@ pub fn summarize(config: &Config) -> (String, Vec<Finding>) {
         let timeout = upstream
             .timeout_ms
             .map_or_else(String::new, |ms| format!("; timeout {ms} ms"));
-        let _ = writeln!(out, "  upstream {}: {how}{filter}{timeout}", upstream.name);
+        // Whether it logs in, never with what (the secret stays out).
+        let login = match &upstream.oauth {
+            Some(o) if o.client_id.is_some() => "; logs in with OAuth (pre-registered client)",
+            Some(_) => "; logs in with OAuth",
+            None => "",
+        };
+        let _ = writeln!(
+            out,
+            "  upstream {}: {how}{filter}{timeout}{login}",
+            upstream.name
+        );
         if let UpstreamTransport::Stdio { cwd: Some(cwd), .. } = &upstream.transport
             && !cwd.is_dir()
         {

@@ -536,6 +536,7 @@ fn login_call_refresh_and_logout_through_the_binary() {
     );
     assert!(!err.contains("error: upstream docs"), "{err}");
     assert!(out.contains("connected demo"), "{out}");
+    assert!(out.contains("; logs in with OAuth\n"), "{out}");
 
     login(&provider, &config, &[], &mut printed);
     let authorize = provider.state.authorizations.lock().unwrap()[0].clone();
