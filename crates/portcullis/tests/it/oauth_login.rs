@@ -673,3 +673,51 @@ fn step_up_then_a_revoked_grant_needs_a_login_not_an_outage() {
 
     assert_no_token_leaked(&provider, &printed, &served, &data);
 }
+
+/// A stored grant that does not open (the key in `data_dir` replaced, the
+/// row from another machine) is a login to make again, not a crash: `serve`
+/// starts and says so, `/healthz` and `auth status` count it as needing a
+/// login, and a new login is taken up.
+#[test]
+fn a_grant_sealed_under_another_key_needs_a_login_and_crashes_nothing() {
+    use base64::Engine as _;
+    use std::os::unix::fs::PermissionsExt as _;
+    let provider = Provider::start(3600);
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &provider);
+    let data = dir.path().join("state");
+    let mut printed = Printed::default();
+    login(&provider, &config, &[], &mut printed);
+    let key = data.join("oauth.key");
+    let mode = std::fs::metadata(&key).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "the key file is private");
+    std::fs::remove_file(&key).unwrap();
+    let other = base64::engine::general_purpose::STANDARD.encode([7u8; 32]);
+    std::fs::write(&key, format!("{other}\n")).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+
+    let (code, out, _) = printed.run(&config, &["auth", "status"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("docs: needs login (the stored login cannot be read"),
+        "{out}"
+    );
+
+    let served = common::serve(&config);
+    let said = served.before.join("\n");
+    assert!(
+        said.contains("missing upstream docs: needs a login: run `portcullis auth login docs`"),
+        "{said}"
+    );
+    assert!(said.contains("cannot be read"), "{said}");
+    assert_eq!(healthz(&served)["upstreams"]["needs_login"], 1);
+    let (failed, said) = call(&served, "demo__echo", json!({"text": "still here"}));
+    assert!(!failed && said.contains("still here"), "{said}");
+
+    login(&provider, &config, &[], &mut printed);
+    served.wait_for_line("using the login stored by `portcullis auth login docs`");
+    eventually("docs is logged in", || {
+        healthz(&served)["upstreams"]["needs_login"] == 0
+    });
+    assert_no_token_leaked(&provider, &printed, &served, &data);
+}
