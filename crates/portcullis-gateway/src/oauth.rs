@@ -612,3 +612,69 @@ async fn watch_entry(entry: Weak<Entry>) {
         entry.update(true).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use portcullis_upstream::oauth::{RegisteredClient, TokenAuth};
+
+    /// A grant due for a refresh it cannot get (no refresh token): the
+    /// first use refuses it.
+    fn grant(token: &str) -> Grant {
+        Grant {
+            issuer: "http://127.0.0.1:9".into(),
+            resource: "http://127.0.0.1:9/mcp".into(),
+            token_endpoint: "http://127.0.0.1:9/token".into(),
+            client: RegisteredClient {
+                issuer: "http://127.0.0.1:9".into(),
+                client_id: "c".into(),
+                client_secret: None,
+                auth: TokenAuth::None,
+            },
+            access_token: token.into(),
+            refresh_token: None,
+            expires_at: Some(0),
+            refresh_at: Some(0),
+            scopes: Vec::new(),
+            client_credentials: false,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_refused_grant_is_forgotten_but_never_a_newer_one_another_process_stored() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = format!(
+            "[gateway]\nstore = \"memory\"\ndata_dir = {}\n\n[upstreams.docs]\ntype = \"streamable-http\"\nurl = \"http://127.0.0.1:9/mcp\"\n\n[upstreams.docs.oauth]\n",
+            serde_json::Value::from(dir.path().to_string_lossy().into_owned())
+        );
+        let config =
+            crate::config::parse(&dir.path().join("portcullis.toml"), &text, &|_| None).unwrap();
+        let store = crate::trust::open_store(&config).await.unwrap();
+        let grants = crate::grants::Grants::open(&config.gateway.data_dir, store).unwrap();
+        let keeper: Arc<dyn GrantKeeper> = Arc::new(grants.clone());
+
+        // Alone: the refused grant is forgotten in the store.
+        grants.save("docs", &grant("ours-1")).await.unwrap();
+        let oauth = OAuthUpstreams::open(&config, Some(keeper.clone()), false, None)
+            .await
+            .unwrap();
+        assert!(!oauth.needs_login("docs"));
+        let client = oauth.client("docs").unwrap();
+        assert!(client.access_token().await.is_err());
+        oauth.flush().await;
+        assert!(oauth.needs_login("docs"));
+        assert!(grants.load("docs").await.unwrap().is_none());
+
+        // Another process (`auth login`) stored a new grant meanwhile: it is
+        // kept, for the watcher to take up.
+        grants.save("docs", &grant("ours-2")).await.unwrap();
+        let oauth = OAuthUpstreams::open(&config, Some(keeper), false, None)
+            .await
+            .unwrap();
+        grants.save("docs", &grant("theirs")).await.unwrap();
+        assert!(oauth.client("docs").unwrap().access_token().await.is_err());
+        oauth.flush().await;
+        let kept = grants.load("docs").await.unwrap().map(|g| g.access_token);
+        assert_eq!(kept.as_deref(), Some("theirs"));
+    }
+}

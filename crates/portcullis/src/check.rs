@@ -8,8 +8,11 @@
 //! (something would not load) make `check` exit 2, warnings (it loads, with
 //! a remark) do not. Then every upstream (and every Agent Plugin's server)
 //! is connected once, without retries, and each that fails is named with
-//! why (`check` exits 1); `--offline` skips that. Nothing is written: no
-//! trust baseline is recorded and no signing key is created.
+//! why (`check` exits 1; one that needs an OAuth login is named as such);
+//! `--offline` skips that. Nothing is written — no trust baseline is
+//! recorded and no signing key is created — but an OAuth grant that the
+//! connection refreshed, which is stored again (a rotated refresh token
+//! must not be lost).
 
 use std::fmt::Write as _;
 
