@@ -262,6 +262,47 @@ pub struct Upstream {
     /// besides its own URL's host (`None`: any public host). A host listed
     /// here may also be on loopback, a private network or link-local.
     pub allowed_hosts: Option<Vec<String>>,
+    /// `[upstreams.NAME.oauth]`: the gateway logs in to this (remote)
+    /// upstream with OAuth 2.1 (`portcullis auth login NAME`).
+    pub oauth: Option<UpstreamOAuth>,
+}
+
+/// The redirect port of `portcullis auth login` when `redirect_port` is not
+/// set: fixed, so the redirect URI (`http://127.0.0.1:8766/callback`) can
+/// be registered with an authorization server that matches it exactly;
+/// the gateway's default port plus one.
+pub const DEFAULT_REDIRECT_PORT: u16 = 8766;
+
+/// The JWS algorithm of a `client_key_file` when `client_key_algorithm` is
+/// not set: ECDSA P-256, the most widely supported asymmetric one.
+pub const DEFAULT_CLIENT_KEY_ALGORITHM: &str = "ES256";
+
+/// `[upstreams.NAME.oauth]`: how the gateway presents itself to the
+/// upstream's authorization server. Every key is optional: with none, the
+/// client registers itself (client ID metadata document or dynamic
+/// registration) and asks for the scopes the server names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamOAuth {
+    /// A client registered beforehand at the authorization server.
+    pub client_id: Option<String>,
+    /// Its secret (`${VAR}`), if it has one; never printed.
+    pub client_secret: Option<Secret>,
+    /// The issuer `client_id` belongs to; the client is not presented to
+    /// another one.
+    pub issuer: Option<String>,
+    /// The HTTPS URL of the gateway's client ID metadata document.
+    pub client_metadata_url: Option<String>,
+    /// Scopes to ask for instead of the server's.
+    pub scopes: Vec<String>,
+    /// The loopback port the login's redirect comes back to (`0`: any free
+    /// port).
+    pub redirect_port: u16,
+    /// The pre-registered client's private key (a PEM file, resolved
+    /// against the config's directory): with it the client authenticates
+    /// with signed assertions (`private_key_jwt`) instead of a secret.
+    pub client_key_file: Option<PathBuf>,
+    /// The JWS algorithm of `client_key_file` (`ES256` unless set).
+    pub client_key_algorithm: String,
 }
 
 /// How an upstream is reached.
@@ -468,6 +509,20 @@ struct RawUpstream {
     args: Option<Vec<String>>,
     env: Option<BTreeMap<String, String>>,
     cwd: Option<PathBuf>,
+    oauth: Option<RawUpstreamOAuth>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawUpstreamOAuth {
+    client_id: Option<String>,
+    client_secret: Option<String>,
+    issuer: Option<String>,
+    client_metadata_url: Option<String>,
+    scopes: Option<Vec<String>>,
+    redirect_port: Option<u16>,
+    client_key_file: Option<PathBuf>,
+    client_key_algorithm: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -647,9 +702,23 @@ const KNOWN_KEYS: &[(&str, &[&str])] = &[
             "args",
             "env",
             "cwd",
+            "oauth",
         ],
     ),
     ("upstreams.*.tools", &["allow", "block"]),
+    (
+        "upstreams.*.oauth",
+        &[
+            "client_id",
+            "client_secret",
+            "issuer",
+            "client_metadata_url",
+            "scopes",
+            "redirect_port",
+            "client_key_file",
+            "client_key_algorithm",
+        ],
+    ),
     ("plugins.[]", &["path"]),
     ("tool_plugins.[]", &["path"]),
     (
@@ -796,7 +865,21 @@ impl Validator<'_> {
             ("upstreams" | "apps", Some(name)) => format!("[{table}.{name}]"),
             _ => format!("[{table}]"),
         };
-        let start = self.text.find(&header)?;
+        // A sub-table of its own (`[upstreams.docs.oauth]`), when the
+        // field is in one written as such.
+        let nested = field
+            .rsplit_once('.')
+            .map(|(parent, _)| format!("[{parent}]"))
+            .filter(|h| h.len() > header.len())
+            .and_then(|h| self.text.find(&h));
+        // The field is itself a table written as a header.
+        if let Some(own) = self.text.find(&format!("[{field}]")) {
+            return Some(line_column(self.text, own));
+        }
+        let start = match nested {
+            Some(start) => start,
+            None => self.text.find(&header)?,
+        };
         let leaf = field.rsplit('.').next().unwrap_or(field);
         let within = &self.text[start..];
         let at = within
@@ -1079,6 +1162,7 @@ impl Validator<'_> {
                     ("url", raw.url.is_some()),
                     ("headers", raw.headers.is_some()),
                     ("allowed_hosts", raw.allowed_hosts.is_some()),
+                    ("oauth", raw.oauth.is_some()),
                 ] {
                     if present {
                         return Err(self.error(
@@ -1169,8 +1253,13 @@ impl Validator<'_> {
                 ),
             ));
         }
+        let oauth = match raw.oauth {
+            None => None,
+            Some(oauth) => Some(self.upstream_oauth(name, oauth, &transport)?),
+        };
         Ok(Upstream {
             name: name.to_owned(),
+            oauth,
             transport,
             timeout_ms: raw.timeout_ms,
             tools,
@@ -1181,6 +1270,124 @@ impl Validator<'_> {
             },
             allowed_hosts: raw.allowed_hosts,
         })
+    }
+
+    /// `[upstreams.NAME.oauth]` of a remote upstream, checked.
+    fn upstream_oauth(
+        &self,
+        name: &str,
+        raw: RawUpstreamOAuth,
+        transport: &UpstreamTransport,
+    ) -> Result<UpstreamOAuth, ConfigError> {
+        let at = |key: &str| format!("upstreams.{name}.oauth.{key}");
+        if let UpstreamTransport::Remote { headers, .. } = transport
+            && let Some(key) = headers
+                .keys()
+                .find(|k| k.eq_ignore_ascii_case("authorization"))
+        {
+            return Err(self.error(
+                format!("upstreams.{name}.headers.{key}"),
+                "cannot be used together with [upstreams.NAME.oauth]: the login supplies the Authorization header; remove one of them",
+            ));
+        }
+        let text = |key: &str, value: Option<String>| -> Result<Option<String>, ConfigError> {
+            match value {
+                Some(v) if v.trim().is_empty() => {
+                    Err(self.error(at(key), "must not be empty; remove it instead"))
+                }
+                other => Ok(other),
+            }
+        };
+        let client_id = text("client_id", raw.client_id)?;
+        let client_secret = match raw.client_secret {
+            None => None,
+            Some(raw_secret) => {
+                if client_id.is_none() {
+                    return Err(self.error(
+                        at("client_secret"),
+                        "a client_secret needs the client_id it belongs to",
+                    ));
+                }
+                let secret = self.expand(&at("client_secret"), &raw_secret)?;
+                // Written in the file rather than as `${VAR}`: still never
+                // printed.
+                self.hide(crate::redact::masked(secret.expose()));
+                Some(secret)
+            }
+        };
+        let client_key_file = raw.client_key_file.map(|file| self.path(&file));
+        if client_key_file.is_some() {
+            if client_id.is_none() {
+                return Err(self.error(
+                    at("client_key_file"),
+                    "a client_key_file needs the client_id it belongs to",
+                ));
+            }
+            if client_secret.is_some() {
+                return Err(self.error(
+                    at("client_key_file"),
+                    "a client authenticates with a secret or with a key, not both; remove client_secret or client_key_file",
+                ));
+            }
+        }
+        let client_key_algorithm = match text("client_key_algorithm", raw.client_key_algorithm)? {
+            Some(_) if client_key_file.is_none() => {
+                return Err(self.error(
+                    at("client_key_algorithm"),
+                    "names the algorithm of client_key_file, which is not set",
+                ));
+            }
+            Some(algorithm) => algorithm,
+            None => DEFAULT_CLIENT_KEY_ALGORITHM.to_owned(),
+        };
+        let issuer = text("issuer", raw.issuer)?;
+        if let Some(issuer) = &issuer {
+            self.oauth_url(&at("issuer"), issuer, false)?;
+        }
+        let client_metadata_url = text("client_metadata_url", raw.client_metadata_url)?;
+        if let Some(url) = &client_metadata_url {
+            self.oauth_url(&at("client_metadata_url"), url, true)?;
+        }
+        let scopes = raw.scopes.unwrap_or_default();
+        if let Some(bad) = scopes
+            .iter()
+            .find(|s| s.is_empty() || s.chars().any(|c| c.is_whitespace() || c.is_control()))
+        {
+            return Err(self.error(
+                at("scopes"),
+                format!(
+                    "\"{}\" is not a scope: list each scope on its own, without spaces",
+                    bad.escape_debug()
+                ),
+            ));
+        }
+        Ok(UpstreamOAuth {
+            client_id,
+            client_secret,
+            issuer,
+            client_metadata_url,
+            scopes,
+            redirect_port: raw.redirect_port.unwrap_or(DEFAULT_REDIRECT_PORT),
+            client_key_file,
+            client_key_algorithm,
+        })
+    }
+
+    /// An OAuth URL: `https://` (or, unless `https_only`, `http://` to a
+    /// loopback host), with a host, no credentials and no fragment.
+    fn oauth_url(&self, field: &str, raw: &str, https_only: bool) -> Result<(), ConfigError> {
+        let url = portcullis_upstream::config::check_remote_url(raw)
+            .map_err(|message| self.error(field, message))?;
+        if https_only && url.scheme() != "https" {
+            return Err(self.error(
+                field,
+                format!(
+                    "\"{}\" must be an https URL",
+                    portcullis_catalog::redact::url(raw)
+                ),
+            ));
+        }
+        Ok(())
     }
 
     fn app(&self, name: &str, raw: RawApp) -> Result<App, ConfigError> {
@@ -1281,6 +1488,7 @@ mod tests {
             ("disclosure", keys_of::<RawDisclosure>()),
             ("upstreams.*", keys_of::<RawUpstream>()),
             ("upstreams.*.tools", keys_of::<RawToolFilter>()),
+            ("upstreams.*.oauth", keys_of::<RawUpstreamOAuth>()),
             ("apps.*", keys_of::<RawApp>()),
         ];
         for (place, keys) in expected {
@@ -1332,6 +1540,7 @@ mod tests {
             ("[disclosure]", keys_of::<RawDisclosure>()),
             ("[upstreams.NAME]", keys_of::<RawUpstream>()),
             ("tools", keys_of::<RawToolFilter>()),
+            ("[upstreams.NAME.oauth]", keys_of::<RawUpstreamOAuth>()),
             ("[[plugins]]", keys_of::<RawPathEntry>()),
             ("[apps.NAME]", keys_of::<RawApp>()),
         ];
@@ -1606,6 +1815,99 @@ key_file = ".portcullis/gateway.pub"
 
         let e = error("[gateway\n");
         assert!(e.position.is_some(), "{e}");
+    }
+
+    #[test]
+    fn an_upstream_oauth_table_parses_and_is_checked() {
+        let config = parse_text(
+            "[upstreams.docs]\ntype = \"streamable-http\"\nurl = \"https://docs.example/mcp\"\n\
+             [upstreams.docs.oauth]\nclient_id = \"gw\"\nclient_secret = \"${DOCS_TOKEN}\"\n\
+             issuer = \"https://login.example\"\nscopes = [\"docs:read\", \"offline_access\"]\n\
+             [upstreams.open]\ntype = \"sse\"\nurl = \"https://open.example/sse\"\noauth = {}\n",
+        )
+        .unwrap();
+        let oauth = config.upstreams["docs"].oauth.clone().expect("oauth");
+        assert_eq!(oauth.client_id.as_deref(), Some("gw"));
+        assert_eq!(
+            oauth.client_secret.as_ref().map(Secret::expose),
+            Some("docs-bearer")
+        );
+        assert_eq!(oauth.scopes, ["docs:read", "offline_access"]);
+        assert_eq!(oauth.redirect_port, DEFAULT_REDIRECT_PORT);
+        // The secret is never printed, and is scrubbed from log lines.
+        assert!(!format!("{config:?}").contains("docs-bearer"));
+        assert!(
+            config
+                .redactions
+                .iter()
+                .any(|(v, shown)| v.expose() == "docs-bearer" && shown == "${DOCS_TOKEN}")
+        );
+        let open = config.upstreams["open"].oauth.clone().expect("oauth = {}");
+        assert_eq!(open.client_id, None);
+        // Refused, each with file:line:column and the field.
+        let cases: &[(&str, &str, &str)] = &[
+            (
+                "[upstreams.a]\ntype = \"stdio\"\ncommand = \"x\"\n\n[upstreams.a.oauth]\nclient_id = \"c\"\n",
+                ":5:1: upstreams.a.oauth:",
+                "a stdio upstream has no oauth",
+            ),
+            (
+                "[upstreams.a]\ntype = \"streamable-http\"\nurl = \"https://h/mcp\"\nheaders = { authorization = \"Bearer x\" }\n[upstreams.a.oauth]\n",
+                "upstreams.a.headers.authorization",
+                "cannot be used together with [upstreams.NAME.oauth]",
+            ),
+            (
+                "[upstreams.a]\ntype = \"streamable-http\"\nurl = \"https://h/mcp\"\n\n[upstreams.a.oauth]\nscopes = [\"a\"]\nclient_secret = \"s3cret-value\"\n",
+                ":7:1: upstreams.a.oauth.client_secret:",
+                "needs the client_id",
+            ),
+            (
+                "[upstreams.a]\ntype = \"streamable-http\"\nurl = \"https://h/mcp\"\n[upstreams.a.oauth]\nissuer = \"http://login.example\"\n",
+                "upstreams.a.oauth.issuer",
+                "plain http",
+            ),
+            (
+                "[upstreams.a]\ntype = \"streamable-http\"\nurl = \"https://h/mcp\"\n[upstreams.a.oauth]\nclient_metadata_url = \"http://127.0.0.1/c.json\"\n",
+                "upstreams.a.oauth.client_metadata_url",
+                "must be an https URL",
+            ),
+            (
+                "[upstreams.a]\ntype = \"streamable-http\"\nurl = \"https://h/mcp\"\n[upstreams.a.oauth]\nscopes = [\"a b\"]\n",
+                "upstreams.a.oauth.scopes",
+                "is not a scope",
+            ),
+            (
+                "[upstreams.a]\ntype = \"streamable-http\"\nurl = \"https://h/mcp\"\n[upstreams.a.oauth]\nredirect_port = 70000\n",
+                "redirect_port",
+                "",
+            ),
+            (
+                "[upstreams.a]\ntype = \"streamable-http\"\nurl = \"https://h/mcp\"\n[upstreams.a.oauth]\nclient_ids = \"c\"\n",
+                "upstreams.a.oauth.client_ids",
+                "did you mean `client_id`",
+            ),
+            (
+                "[upstreams.a]\ntype = \"streamable-http\"\nurl = \"https://h/mcp\"\n[upstreams.a.oauth]\nclient_key_file = \"k.pem\"\n",
+                "upstreams.a.oauth.client_key_file",
+                "needs the client_id",
+            ),
+            (
+                "[upstreams.a]\ntype = \"streamable-http\"\nurl = \"https://h/mcp\"\n[upstreams.a.oauth]\nclient_id = \"c\"\nclient_secret = \"s3cret-value\"\nclient_key_file = \"k.pem\"\n",
+                "upstreams.a.oauth.client_key_file",
+                "not both",
+            ),
+            (
+                "[upstreams.a]\ntype = \"streamable-http\"\nurl = \"https://h/mcp\"\n[upstreams.a.oauth]\nclient_id = \"c\"\nclient_key_algorithm = \"ES256\"\n",
+                "upstreams.a.oauth.client_key_algorithm",
+                "client_key_file, which is not set",
+            ),
+        ];
+        for (text, place, message) in cases {
+            let shown = error(text).to_string();
+            assert!(shown.contains(place), "{place}: {shown}");
+            assert!(shown.contains(message), "{message}: {shown}");
+            assert!(!shown.contains("s3cret-value"), "{shown}");
+        }
     }
 
     #[test]

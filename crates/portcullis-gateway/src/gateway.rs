@@ -58,6 +58,9 @@ pub struct Gateway {
     /// The store the connector records baselines and catalogue caches in;
     /// kept so a reload that adds an upstream trusts it in the same store.
     pub store: Arc<dyn portcullis_store::Store>,
+    /// The OAuth clients of the upstreams that log in
+    /// (`[upstreams.NAME.oauth]`), their grants kept in `store`.
+    pub oauth: crate::oauth::OAuthUpstreams,
 }
 
 /// Whether the gateway serves until stopped or answers one command.
@@ -194,6 +197,16 @@ impl Gateway {
         // Trust on first use through the store: the connector records each
         // server's baseline and catalogue cache and enforces what is kept.
         let mut options = connect_options(config).with_store(store.clone());
+        // Upstreams that log in: their grants restored from the store; in
+        // `serve`, watched (a new login, a refresh falling due).
+        let oauth = crate::oauth::OAuthUpstreams::open(
+            config,
+            crate::oauth::keeper(config, &store)?,
+            matches!(lifetime, Lifetime::Serve { .. }),
+            None,
+        )
+        .await?;
+        options = oauth.apply(options);
         let start_deadline = match lifetime {
             Lifetime::OneShot => {
                 options = options.with_reconnect(portcullis_upstream::Backoff::NEVER);
@@ -273,6 +286,7 @@ impl Gateway {
             sources: Arc::new(sources),
             proxy,
             store,
+            oauth,
         })
     }
 
@@ -333,6 +347,7 @@ impl Gateway {
             sources: self.sources.clone(),
             proxy: self.proxy.clone(),
             store: self.store.clone(),
+            oauth: self.oauth.clone(),
         })
     }
 
@@ -349,6 +364,7 @@ impl Gateway {
             sources: self.sources.clone(),
             proxy,
             store: self.store.clone(),
+            oauth: self.oauth.clone(),
         })
     }
 
@@ -364,7 +380,10 @@ impl Gateway {
     /// everything.
     pub async fn reconfigured(&self, config: &Config) -> anyhow::Result<Gateway> {
         let servers = server_configs(config)?;
-        let options = connect_options(config).with_store(self.store.clone());
+        // A client whose upstream's URL and OAuth table did not change is
+        // kept, with its grant.
+        let oauth = self.oauth.reopen(config).await?;
+        let options = oauth.apply(connect_options(config).with_store(self.store.clone()));
         // The connector decides `auto` over the configured upstreams; the
         // passthrough names follow the same decision.
         let prefix = crate::sources::resolve_prefix(options.projection.prefix, servers.len(), 0);
@@ -393,11 +412,33 @@ impl Gateway {
             sources: self.sources.clone(),
             proxy,
             store: self.store.clone(),
+            oauth,
         })
     }
 
-    /// Ends every upstream connection; stdio children are killed.
+    /// The upstreams that could not be connected, each with why ([`missing`]);
+    /// one that needs a login says so and names the command to run.
+    pub fn missing(&self) -> Vec<(String, String)> {
+        missing(&self.toolset)
+            .into_iter()
+            .map(|(server, reason)| {
+                if self.oauth.needs_login(&server) {
+                    let hint = format!(
+                        "needs a login: run `{}`",
+                        crate::oauth::login_command(&server)
+                    );
+                    (server, hint)
+                } else {
+                    (server, reason)
+                }
+            })
+            .collect()
+    }
+
+    /// Ends every upstream connection; stdio children are killed. Every
+    /// change of an OAuth grant is stored first.
     pub async fn close(&self) {
+        self.oauth.flush().await;
         self.toolset.close().await;
     }
 }

@@ -8,12 +8,16 @@
 //! and how many upstreams are connected:
 //!
 //! ```json
-//! {"status":"ok","upstreams":{"up":2,"down":0},"tools":{"available":7,"quarantined":0,"withheld":1}}
+//! {"status":"ok","upstreams":{"up":2,"down":0,"needs_login":0},"tools":{"available":7,"quarantined":0,"withheld":1}}
 //! ```
 //!
 //! `status` is `ok` when every configured upstream is up, `degraded` when
-//! some are down (the answer is still 200: the gateway serves what it has;
-//! alert on `degraded` or on `portcullis_upstream_up`).
+//! some are down or need a login (the answer is still 200: the gateway
+//! serves what it has; alert on `degraded` or on `portcullis_upstream_up`).
+//! An upstream that logs in with OAuth and has no usable grant (never
+//! logged in, the grant revoked or expired past refreshing, the stored one
+//! unreadable) counts under `needs_login`, not `down`: a person must run
+//! `portcullis auth login NAME`; nothing is broken.
 //!
 //! What "down" means ([`upstream_up`]): the upstream failed to connect at
 //! start (or at the reload that added it); its connection ended (a stdio
@@ -94,11 +98,10 @@ pub fn routes(
 
 fn healthz(live: &Live) -> Response {
     let snapshot = live.current().snapshot();
-    let up = snapshot.upstreams.iter().filter(|(_, up)| *up).count();
-    let down = snapshot.upstreams.len() - up;
+    let (up, down, needs_login) = snapshot.upstream_counts();
     let body = json!({
-        "status": if down == 0 { "ok" } else { "degraded" },
-        "upstreams": {"up": up, "down": down},
+        "status": if down == 0 && needs_login == 0 { "ok" } else { "degraded" },
+        "upstreams": {"up": up, "down": down, "needs_login": needs_login},
         "tools": {
             "available": snapshot.available,
             "quarantined": snapshot.quarantined,

@@ -25,6 +25,7 @@
 //! | [`retention`] | old audit records and effects deleted on a schedule |
 //! | [`redact`] | secrets (expanded `${VAR}` values, headers, tokens, URL credentials) kept out of every log line and error |
 //! | [`connecting`] | the progress line while many upstreams connect |
+//! | [`oauth`] | the OAuth clients of the upstreams that need a login: grants restored from the store and written back, refreshed when due, *needs login* told apart from *down* |
 //! | [`drift`] | what changed since a server was trusted, as data (`drift` prints it, `retrust` shows it) |
 //!
 //! Every call passes one gate (`portcullis_catalog::gate`, run by the tool
@@ -92,6 +93,7 @@ pub mod gateway;
 pub mod grants;
 pub mod health;
 pub mod metrics;
+pub mod oauth;
 pub mod proxy;
 pub mod redact;
 pub mod relay;

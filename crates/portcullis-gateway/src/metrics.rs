@@ -10,7 +10,7 @@
 //! | `portcullis_tools` | gauge | `status` (`available`, `quarantined`, `withheld`) |
 //! | `portcullis_tools_quarantined`, `portcullis_tools_withheld` | gauge | — |
 //! | `portcullis_upstream_up` | gauge (1 or 0) | `upstream` |
-//! | `portcullis_upstreams` | gauge | `state` (`up`, `down`) |
+//! | `portcullis_upstreams` | gauge | `state` (`up`, `down`, `needs_login`) |
 //! | `portcullis_reloads_total` | counter | `result` (`applied`, `rejected`) |
 //!
 //! `outcome` is one of [`CallOutcome`]'s names. A call for a name the gateway
@@ -67,6 +67,27 @@ pub struct Snapshot {
     pub withheld: usize,
     /// Each configured upstream and whether it is connected and usable.
     pub upstreams: Vec<(String, bool)>,
+    /// The upstreams that need an OAuth login (counted apart from those
+    /// down: a person must act, nothing is broken).
+    pub needs_login: Vec<String>,
+}
+
+impl Snapshot {
+    /// Upstreams (up, down, needing a login): one that needs a login is
+    /// counted there only, whatever its connection.
+    pub fn upstream_counts(&self) -> (usize, usize, usize) {
+        let mut counts = (0, 0, 0);
+        for (name, up) in &self.upstreams {
+            if self.needs_login.contains(name) {
+                counts.2 += 1;
+            } else if *up {
+                counts.0 += 1;
+            } else {
+                counts.1 += 1;
+            }
+        }
+        counts
+    }
 }
 
 /// One upstream's series, by qualified tool name.
@@ -264,7 +285,7 @@ impl Metrics {
                 u8::from(*up)
             );
         }
-        let up = snapshot.upstreams.iter().filter(|(_, up)| *up).count();
+        let (up, down, needs_login) = snapshot.upstream_counts();
         header(
             &mut out,
             "portcullis_upstreams",
@@ -272,10 +293,10 @@ impl Metrics {
             "Configured upstreams, by state.",
         );
         let _ = writeln!(out, "portcullis_upstreams{{state=\"up\"}} {up}");
+        let _ = writeln!(out, "portcullis_upstreams{{state=\"down\"}} {down}");
         let _ = writeln!(
             out,
-            "portcullis_upstreams{{state=\"down\"}} {}",
-            snapshot.upstreams.len() - up
+            "portcullis_upstreams{{state=\"needs_login\"}} {needs_login}"
         );
         header(
             &mut out,
@@ -331,7 +352,12 @@ mod tests {
             available: 3,
             quarantined: 1,
             withheld: 2,
-            upstreams: vec![("demo".into(), true), ("bro\"ken".into(), false)],
+            upstreams: vec![
+                ("demo".into(), true),
+                ("bro\"ken".into(), false),
+                ("docs".into(), false),
+            ],
+            needs_login: vec!["docs".into()],
         });
         assert!(
             text.contains(
@@ -360,6 +386,7 @@ mod tests {
         assert!(text.contains("portcullis_tools_withheld 2\n"));
         assert!(text.contains("portcullis_upstream_up{upstream=\"bro\\\"ken\"} 0\n"));
         assert!(text.contains("portcullis_upstreams{state=\"down\"} 1\n"));
+        assert!(text.contains("portcullis_upstreams{state=\"needs_login\"} 1\n"));
     }
 
     #[test]

@@ -209,6 +209,13 @@ impl Generation {
             available: count("available"),
             quarantined: count("quarantined"),
             withheld: count("withheld"),
+            needs_login: self
+                .config
+                .upstreams
+                .keys()
+                .filter(|name| self.gateway.oauth.needs_login(name))
+                .cloned()
+                .collect(),
             upstreams,
         }
     }

@@ -753,7 +753,11 @@ impl Connection {
     }
 
     fn service_error(&self, tool: &str, server: &str, error: ServiceError) -> CallError {
-        if let Some(status) = self.health.rejected() {
+        if let Some(status) = self
+            .health
+            .rejected()
+            .or_else(|| self.health.take_rejected_once())
+        {
             return match status {
                 403 => CallError::Forbidden {
                     server: server.to_owned(),

@@ -38,6 +38,15 @@ pub trait AuthResolver: Send + Sync {
     fn challenged(&self, server: &str, status: u16, www_authenticate: Option<&str>) {
         let _ = (server, status, www_authenticate);
     }
+
+    /// Whether a refused credential may be replaced by a good one later
+    /// (an OAuth grant refreshed, stepped up or logged in anew). Then a
+    /// `401` or `403` fails only the request it answered and the
+    /// connection stays usable; otherwise (the default) the server is
+    /// unavailable from then on.
+    fn renewable(&self) -> bool {
+        false
+    }
 }
 
 impl<F, Fut> AuthResolver for F

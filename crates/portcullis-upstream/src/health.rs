@@ -47,6 +47,9 @@ pub(crate) struct ServerHealth {
     reachable: AtomicBool,
     /// 401 or 403 once the server rejected our credentials; 0 otherwise.
     rejected: AtomicU16,
+    /// 401 or 403 of the last request refused a renewable credential (the
+    /// server stays available); 0 otherwise. Taken by the call it failed.
+    rejected_once: AtomicU16,
     failure: Mutex<Option<String>>,
     /// A supervisor reopens this connection when it closes
     /// (`crate::supervisor`); cleared when the toolset or a reload closes
@@ -74,6 +77,7 @@ impl ServerHealth {
             available: AtomicBool::new(true),
             reachable: AtomicBool::new(true),
             rejected: AtomicU16::new(0),
+            rejected_once: AtomicU16::new(0),
             failure: Mutex::new(None),
             supervised: AtomicBool::new(false),
             retry: Mutex::new(None),
@@ -144,6 +148,21 @@ impl ServerHealth {
         self.rejected.store(status, Ordering::Release);
         self.record_failure(rejection_message(&self.server, status));
         self.mark_unavailable();
+    }
+
+    /// Records a 401/403 to a renewable credential: the request failed,
+    /// the server stays available (see `AuthResolver::renewable`).
+    pub(crate) fn reject_once(&self, status: u16) {
+        self.rejected_once.store(status, Ordering::Release);
+    }
+
+    /// The status of a renewable credential's refusal, taken (see
+    /// [`ServerHealth::reject_once`]).
+    pub(crate) fn take_rejected_once(&self) -> Option<u16> {
+        match self.rejected_once.swap(0, Ordering::AcqRel) {
+            0 => None,
+            status => Some(status),
+        }
     }
 
     /// The HTTP status that rejected us, if any.

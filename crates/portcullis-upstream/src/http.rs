@@ -277,6 +277,16 @@ impl GuardedHttp {
                             .get(http::header::WWW_AUTHENTICATE)
                             .and_then(|v| v.to_str().ok());
                         auth.challenged(&shared.server, status.as_u16(), challenge);
+                        // A credential that can be renewed (an OAuth grant
+                        // refreshed, stepped up or logged in anew): this
+                        // request fails, the connection stays usable.
+                        if auth.renewable() && shared.health.is_available() {
+                            shared.health.reject_once(status.as_u16());
+                            return Err(HttpFailure::Rejected(rejection_message(
+                                &shared.server,
+                                status.as_u16(),
+                            )));
+                        }
                     }
                     shared.health.reject(status.as_u16());
                     return Err(HttpFailure::Rejected(rejection_message(

@@ -26,7 +26,7 @@ pub async fn call(
     json: bool,
 ) -> anyhow::Result<Exit> {
     let gateway = Gateway::start_once(config).await?;
-    crate::gateway::report_missing(&crate::gateway::missing(&gateway.toolset));
+    crate::gateway::report_missing(&gateway.missing());
     let time = SystemTime::now();
     let started = Instant::now();
     // Taken before the arguments move on: the trail never holds a value.
@@ -35,6 +35,11 @@ pub async fn call(
     let (audited_tool, report) = (called.tool, called.report.clone());
     // Printing may fail (a closed pipe); the call itself was made.
     let exit = called.print(json);
+    // A call an upstream refused for want of scope: the command that
+    // grants it.
+    for hint in gateway.oauth.step_up_hints() {
+        errln!("{}", crate::redact::text(&hint));
+    }
     let duration = started.elapsed();
     let source = gateway
         .rows()

@@ -8,8 +8,11 @@
 //! (something would not load) make `check` exit 2, warnings (it loads, with
 //! a remark) do not. Then every upstream (and every Agent Plugin's server)
 //! is connected once, without retries, and each that fails is named with
-//! why (`check` exits 1); `--offline` skips that. Nothing is written: no
-//! trust baseline is recorded and no signing key is created.
+//! why (`check` exits 1; one that needs an OAuth login is named as such);
+//! `--offline` skips that. Nothing is written — no trust baseline is
+//! recorded and no signing key is created — but an OAuth grant that the
+//! connection refreshed, which is stored again (a rotated refresh token
+//! must not be lost).
 
 use std::fmt::Write as _;
 
@@ -152,7 +155,17 @@ pub fn summarize(config: &Config) -> (String, Vec<Finding>) {
         let timeout = upstream
             .timeout_ms
             .map_or_else(String::new, |ms| format!("; timeout {ms} ms"));
-        let _ = writeln!(out, "  upstream {}: {how}{filter}{timeout}", upstream.name);
+        // Whether it logs in, never with what (the secret stays out).
+        let login = match &upstream.oauth {
+            Some(o) if o.client_id.is_some() => "; logs in with OAuth (pre-registered client)",
+            Some(_) => "; logs in with OAuth",
+            None => "",
+        };
+        let _ = writeln!(
+            out,
+            "  upstream {}: {how}{filter}{timeout}{login}",
+            upstream.name
+        );
         if let UpstreamTransport::Stdio { cwd: Some(cwd), .. } = &upstream.transport
             && !cwd.is_dir()
         {
@@ -241,11 +254,16 @@ pub struct Connected {
     pub tools: usize,
     /// Why it could not be connected, if it could not.
     pub failure: Option<String>,
+    /// It logs in with OAuth and has no usable grant: a person must run
+    /// `portcullis auth login NAME` (not an outage).
+    pub needs_login: bool,
 }
 
 /// Connects every upstream and Agent Plugin server of `config` once, with
-/// no store (nothing is trusted or recorded) and no retries, and closes
-/// them again.
+/// no retries, and closes them again. Nothing is trusted or recorded; an
+/// upstream that logs in with OAuth uses its stored grant (refreshed and
+/// stored again if it falls due: a refresh token the server rotated must
+/// not be lost).
 pub async fn connect_all(config: &Config) -> anyhow::Result<Vec<Connected>> {
     let mut servers = crate::gateway::server_configs(config)?;
     let loaded = crate::sources::load(config, &Signing::Unsigned);
@@ -253,19 +271,30 @@ pub async fn connect_all(config: &Config) -> anyhow::Result<Vec<Connected>> {
     if servers.is_empty() {
         return Ok(Vec::new());
     }
-    let options =
+    let mut options =
         crate::gateway::connect_options(config).with_reconnect(portcullis_upstream::Backoff::NEVER);
+    let oauth = if config.upstreams.values().any(|u| u.oauth.is_some()) {
+        let store = crate::trust::open_store(config).await?;
+        let keeper = portcullis_gateway::oauth::keeper(config, &store)?;
+        portcullis_gateway::oauth::OAuthUpstreams::open(config, keeper, false, None).await?
+    } else {
+        portcullis_gateway::oauth::OAuthUpstreams::default()
+    };
+    options = oauth.apply(options);
     let names: Vec<String> = servers.iter().map(|s| s.name().to_owned()).collect();
     let toolset = portcullis_upstream::connect(servers, options).await?;
     let missing: std::collections::HashMap<String, String> =
         crate::gateway::missing(&toolset).into_iter().collect();
+    let needing_login = oauth.needing_login().await;
     let catalogue = toolset.catalogue();
     let rows = catalogue.status_rows();
     toolset.close().await;
+    oauth.flush().await;
     Ok(names
         .into_iter()
         .map(|server| Connected {
             tools: rows.iter().filter(|r| r.source == server).count(),
+            needs_login: needing_login.contains(&server),
             failure: missing.get(&server).cloned(),
             server,
         })

@@ -151,6 +151,22 @@ pub enum Command {
                       portcullis client disconnect claude              its own servers back"
     )]
     Client(ClientCommand),
+    /// Log in to an upstream that needs OAuth, see where each login stands, log out.
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  \
+                      portcullis auth login docs                 opens the browser; waits for its redirect\n  \
+                      portcullis auth login docs --no-browser    prints the URL to open instead\n  \
+                      portcullis auth login docs --scope docs:write   step up: ask for more scope\n  \
+                      portcullis auth status                     every upstream with [upstreams.NAME.oauth]\n  \
+                      portcullis auth status -j docs\n  \
+                      portcullis auth logout docs\n\n\
+                      A running `portcullis serve` takes up a new login (or a logout) within a few \
+                      seconds. Exit codes: 0 done (status: every login shown is usable), 1 the login \
+                      failed or was refused (status: one needs a login), 2 configuration error or \
+                      an upstream that does not log in with OAuth."
+    )]
+    Auth(AuthCommand),
     /// Print a shell completion script on stdout (bash, zsh, fish, powershell, elvish).
     #[command(after_help = "Examples:\n  \
                             portcullis completions bash > ~/.local/share/bash-completion/completions/portcullis\n  \
@@ -252,6 +268,53 @@ pub struct CheckArgs {
     /// one that fails makes `check` exit 1.
     #[arg(long)]
     pub offline: bool,
+}
+
+/// `portcullis auth login|status|logout`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum AuthCommand {
+    /// Log in to UPSTREAM in the browser and keep the grant (encrypted, in the store).
+    Login(AuthLoginArgs),
+    /// Where each login stands: issuer, expiry, scopes, refreshable, needs login. Never a token.
+    Status(AuthStatusArgs),
+    /// Forget UPSTREAM's stored login.
+    Logout(AuthLogoutArgs),
+}
+
+/// Arguments of `portcullis auth login`.
+#[derive(Debug, Clone, Args)]
+pub struct AuthLoginArgs {
+    /// The upstream (`[upstreams.NAME]` with an `oauth` table).
+    #[arg(value_name = "UPSTREAM")]
+    pub upstream: String,
+    /// Print the URL to open instead of opening a browser.
+    #[arg(long)]
+    pub no_browser: bool,
+    /// A scope to ask for besides those of the current login (a step-up,
+    /// after a call was refused for want of it); repeat for more.
+    #[arg(long = "scope", value_name = "SCOPE")]
+    pub scopes: Vec<String>,
+}
+
+/// Arguments of `portcullis auth status`.
+#[derive(Debug, Clone, Args)]
+pub struct AuthStatusArgs {
+    /// Print one JSON array, an object per upstream: upstream, logged_in,
+    /// needs_login, issuer, expires_at (seconds since the epoch), scopes,
+    /// refreshable, updated_at, reason.
+    #[arg(short = 'j', long)]
+    pub json: bool,
+    /// One upstream; every upstream that logs in with OAuth when omitted.
+    #[arg(value_name = "UPSTREAM")]
+    pub upstream: Option<String>,
+}
+
+/// Arguments of `portcullis auth logout`.
+#[derive(Debug, Clone, Args)]
+pub struct AuthLogoutArgs {
+    /// The upstream whose stored login is forgotten.
+    #[arg(value_name = "UPSTREAM")]
+    pub upstream: String,
 }
 
 /// `portcullis client connect|disconnect`.

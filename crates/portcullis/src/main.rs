@@ -20,6 +20,7 @@
 //! | `drift`   | lists the server(s) | diffs fingerprints against the baseline | — | prints the diff |
 //! | `retrust` | lists the server | records a new baseline in the store | — | — |
 //! | `check`   | loads plugins, manifests, route tables | reports diagnostics | — | — |
+//! | `auth`    | logs in to an upstream that needs OAuth (browser, loopback redirect), shows or forgets the stored login | — | — | — |
 //! | `import`  | — (translates a desktop client's `mcpServers` config into TOML) | — | — | — |
 //! | `client`  | — (moves a desktop client's servers into the TOML and points the client at `serve --stdio`) | — | — | — |
 //! | `completions`, `man` | — (a shell completion script, the manual page: generated from the clap definition) | — | — | — |
@@ -84,6 +85,7 @@
 #[macro_use]
 mod out;
 
+mod auth_cmd;
 mod call_cmd;
 mod check;
 mod cli;
@@ -233,6 +235,7 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
             Command::Call(a) => call_cmd::call(&config, &a.tool, &a.args, a.json).await,
             Command::Drift(a) => drift_cmd::drift(&config, a.server.as_deref(), a.json).await,
             Command::Retrust(a) => retrust_cmd::retrust(&config, &a.server, a.yes).await,
+            Command::Auth(a) => auth_cmd::auth(&config, a).await,
             _ => Ok(Exit::Usage),
         }
     });
@@ -344,9 +347,25 @@ fn run_check(path: &std::path::Path, offline: bool, format: LogFormat) -> anyhow
     let results = runtime.block_on(check::connect_all(&config));
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     let results = results?;
-    let mut failed = 0;
+    let (mut failed, mut logins) = (0, 0);
     for result in &results {
         match &result.failure {
+            // Not down: a person must log in (the other upstreams are
+            // checked as usual).
+            _ if result.needs_login => {
+                logins += 1;
+                errln!(
+                    "{}",
+                    gateway::missing_line(
+                        "needs login: upstream",
+                        &result.server,
+                        &format!(
+                            "run `{}`",
+                            portcullis_gateway::oauth::login_command(&result.server)
+                        )
+                    )
+                );
+            }
             None => outln!("  connected {}: {} tool(s)", result.server, result.tools),
             Some(reason) => {
                 failed += 1;
@@ -357,13 +376,18 @@ fn run_check(path: &std::path::Path, offline: bool, format: LogFormat) -> anyhow
             }
         }
     }
-    Ok(if failed == 0 {
+    if logins > 0 {
+        errln!("{logins} of {} upstream(s) need a login", results.len());
+    }
+    Ok(if failed == 0 && logins == 0 {
         Exit::Success
     } else {
-        errln!(
-            "{failed} of {} upstream(s) could not be connected",
-            results.len()
-        );
+        if failed > 0 {
+            errln!(
+                "{failed} of {} upstream(s) could not be connected",
+                results.len()
+            );
+        }
         Exit::ToolError
     })
 }

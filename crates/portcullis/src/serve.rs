@@ -83,7 +83,7 @@ pub async fn serve(
     };
     // Which servers are missing, one line each, whatever the log level:
     // the first thing to look at when a client lacks tools.
-    let missing = crate::gateway::missing(&gateway.toolset);
+    let missing = gateway.missing();
     crate::gateway::report_missing(&missing);
     // Those still connecting at `start_timeout_ms`: served without them
     // until they join (each logs when it does, and clients are told).

@@ -12,7 +12,7 @@ use crate::gateway::{Gateway, Row};
 pub async fn tools(config: &Config, json: bool) -> anyhow::Result<Exit> {
     let gateway = Gateway::start_once(config).await?;
     let rows = gateway.rows();
-    let missing = crate::gateway::missing(&gateway.toolset);
+    let missing = gateway.missing();
     gateway.close().await;
     // The catalogue is printed (and the exit is 0) whatever failed: it is
     // what the model would see. Why a server's tools are absent goes to

@@ -853,6 +853,10 @@ impl crate::credentials::AuthResolver for OAuthClient {
         })
     }
 
+    fn renewable(&self) -> bool {
+        true
+    }
+
     fn challenged(&self, _server: &str, status: u16, www_authenticate: Option<&str>) {
         let challenge = www_authenticate
             .and_then(Challenge::parse)

@@ -14,6 +14,7 @@ mod hostile;
 mod interop;
 mod lifecycle;
 mod log_order;
+mod oauth_login;
 mod ops;
 mod progress;
 mod proxy;

@@ -117,7 +117,7 @@ fn healthz_is_open_and_metrics_need_the_token() {
     let health: Value = serde_json::from_str(body(&response)).expect("JSON");
     assert_eq!(
         health,
-        json!({"status": "degraded", "upstreams": {"up": 1, "down": 1},
+        json!({"status": "degraded", "upstreams": {"up": 1, "down": 1, "needs_login": 0},
                "tools": {"available": 3, "quarantined": 0, "withheld": 1}})
     );
     let (status, _) = get(&authority, "/healthz", "evil.example", "");
@@ -592,13 +592,16 @@ impl BehindARemote {
 fn a_remote_upstream_that_stops_is_reported_down_and_up_again_when_back() {
     let mut pair = BehindARemote::start(100);
     let authority = pair.gateway.authority();
-    assert_eq!(health(&authority)["upstreams"], json!({"up": 1, "down": 0}));
+    assert_eq!(
+        health(&authority)["upstreams"],
+        json!({"up": 1, "down": 0, "needs_login": 0})
+    );
     assert!(metrics(&authority).contains("portcullis_upstream_up{upstream=\"remote\"} 1"));
 
     // Stopped: the health check notices without any call being made.
     pair.stop_remote();
     eventually("the stopped upstream is reported down", || {
-        health(&authority)["upstreams"] == json!({"up": 0, "down": 1})
+        health(&authority)["upstreams"] == json!({"up": 0, "down": 1, "needs_login": 0})
     });
     assert_eq!(health(&authority)["status"], "degraded");
     assert!(metrics(&authority).contains("portcullis_upstream_up{upstream=\"remote\"} 0"));
@@ -609,7 +612,7 @@ fn a_remote_upstream_that_stops_is_reported_down_and_up_again_when_back() {
     // Back on the same address: up again, and calls go through.
     let _back = pair.restart_remote();
     eventually("the upstream is reported up again", || {
-        health(&authority)["upstreams"] == json!({"up": 1, "down": 0})
+        health(&authority)["upstreams"] == json!({"up": 1, "down": 0, "needs_login": 0})
     });
     assert!(metrics(&authority).contains("portcullis_upstream_up{upstream=\"remote\"} 1"));
     let (status, response) = pair.echo(2, "welcome back");
@@ -625,17 +628,26 @@ fn with_the_pings_off_a_failed_call_marks_a_remote_upstream_down_and_an_answer_u
 
     pair.stop_remote();
     // No ping is sent, so nothing has noticed yet.
-    assert_eq!(health(&authority)["upstreams"], json!({"up": 1, "down": 0}));
+    assert_eq!(
+        health(&authority)["upstreams"],
+        json!({"up": 1, "down": 0, "needs_login": 0})
+    );
     // The failed call is what tells: down at once.
     let (_, response) = pair.echo(1, "anyone?");
     assert!(response.contains("\"isError\":true"), "{response}");
-    assert_eq!(health(&authority)["upstreams"], json!({"up": 0, "down": 1}));
+    assert_eq!(
+        health(&authority)["upstreams"],
+        json!({"up": 0, "down": 1, "needs_login": 0})
+    );
 
     // Back: the next call is still sent, and its answer marks it up.
     let _back = pair.restart_remote();
     let (_, response) = pair.echo(2, "welcome back");
     assert!(response.contains("welcome back"), "{response}");
-    assert_eq!(health(&authority)["upstreams"], json!({"up": 1, "down": 0}));
+    assert_eq!(
+        health(&authority)["upstreams"],
+        json!({"up": 1, "down": 0, "needs_login": 0})
+    );
     assert!(metrics(&authority).contains("portcullis_upstream_up{upstream=\"remote\"} 1"));
 }
 

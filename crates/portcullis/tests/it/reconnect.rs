@@ -61,7 +61,10 @@ fn a_killed_stdio_upstream_is_restarted_and_serves_again() {
     );
     let served = serve(&config);
     let authority = served.authority();
-    assert_eq!(upstreams(&authority), json!({"up": 1, "down": 0}));
+    assert_eq!(
+        upstreams(&authority),
+        json!({"up": 1, "down": 0, "needs_login": 0})
+    );
     let children = child_pids(served.pid());
     assert_eq!(children.len(), 1, "{children:?}");
     let first = children[0];
@@ -76,7 +79,7 @@ fn a_killed_stdio_upstream_is_restarted_and_serves_again() {
                 .any(|&pid| pid != first && alive(pid))
     });
     eventually("the upstream is reported up again", || {
-        upstreams(&authority) == json!({"up": 1, "down": 0})
+        upstreams(&authority) == json!({"up": 1, "down": 0, "needs_login": 0})
     });
     echo_is_served(&authority, "back again");
 
@@ -93,7 +96,10 @@ fn an_upstream_that_failed_at_start_is_served_once_it_comes_up() {
     );
     let served = serve(&config);
     let authority = served.authority();
-    assert_eq!(upstreams(&authority), json!({"up": 0, "down": 1}));
+    assert_eq!(
+        upstreams(&authority),
+        json!({"up": 0, "down": 1, "needs_login": 0})
+    );
     served.wait_for_line("connect attempt");
 
     // The server's command appears: written aside, then moved in whole.
@@ -107,7 +113,7 @@ fn an_upstream_that_failed_at_start_is_served_once_it_comes_up() {
     std::fs::rename(&aside, dir.path().join("later.sh")).expect("script moved in");
 
     eventually("the upstream joins", || {
-        upstreams(&authority) == json!({"up": 1, "down": 0})
+        upstreams(&authority) == json!({"up": 1, "down": 0, "needs_login": 0})
     });
     // Until the tool server is rebuilt a list may still be refused (a
     // gateway with no tools has no tools/list): asked again until served.
@@ -192,7 +198,10 @@ async fn a_slow_upstream_joins_a_serving_gateway_under_its_names_and_held_to_its
         eventually("the demo upstream's tools are served", || {
             tool_names(&authority).iter().any(|n| n == "demo__echo")
         });
-        assert_eq!(upstreams(&authority), json!({"up": 1, "down": 1}));
+        assert_eq!(
+            upstreams(&authority),
+            json!({"up": 1, "down": 1, "needs_login": 0})
+        );
         let names = tool_names(&authority);
         assert!(!names.iter().any(|n| n.starts_with("late__")), "{names:?}");
     });
@@ -246,7 +255,10 @@ async fn a_slow_upstream_joins_a_serving_gateway_under_its_names_and_held_to_its
         .to_owned();
     assert!(stub.contains("quarantine"), "{stub}");
     tokio::task::block_in_place(|| {
-        assert_eq!(upstreams(&authority), json!({"up": 2, "down": 0}));
+        assert_eq!(
+            upstreams(&authority),
+            json!({"up": 2, "down": 0, "needs_login": 0})
+        );
     });
     let _ = modern.cancel().await;
     tokio::task::block_in_place(|| stop_leaving_no_child(served));

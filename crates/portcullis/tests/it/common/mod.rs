@@ -201,6 +201,8 @@ pub struct Served {
     pub url: String,
     /// The `portcullis: listening on …` line (with the tool summary).
     pub listening: String,
+    /// The stderr lines before it.
+    pub before: Vec<String>,
     stderr: mpsc::Receiver<String>,
 }
 
@@ -344,6 +346,7 @@ fn start_serving(config: &Path, listen: &str, global: &[&str], env: &[(&str, &st
         child,
         url: String::new(),
         listening: String::new(),
+        before: Vec::new(),
         stderr: receiver,
     };
     let deadline = Instant::now() + PATIENCE;
@@ -366,6 +369,7 @@ fn start_serving(config: &Path, listen: &str, global: &[&str], env: &[(&str, &st
         .unwrap_or_default()
         .to_owned();
     served.listening = line;
+    served.before = before;
     served
 }
 

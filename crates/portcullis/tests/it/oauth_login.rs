@@ -1,0 +1,723 @@
+//! Logging in to an upstream that needs OAuth, through the real binary: an
+//! authorization server and a protected MCP server on loopback (the
+//! authorization server approves at once; the test plays the browser,
+//! following the URL `auth login --no-browser` prints), `serve` taking up
+//! the login, refreshing it, asking for a step-up, telling a revoked grant
+//! apart from an outage, and no token anywhere it must not be.
+
+use std::collections::HashMap;
+use std::io::Read as _;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::{Query, Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use crate::common::{self, DEMO, Served, eventually, portcullis, text, write_config};
+
+/// What the authorization server and the protected server share and saw.
+#[derive(Default)]
+struct AuthState {
+    issuer: Mutex<String>,
+    resource: Mutex<String>,
+    /// Lifetime of the access tokens issued, in seconds.
+    expires_in: AtomicU64,
+    /// Authorization requests' query parameters.
+    authorizations: Mutex<Vec<HashMap<String, String>>>,
+    /// Token requests' `grant_type`s.
+    grant_types: Mutex<Vec<String>>,
+    /// code -> (PKCE challenge, scope).
+    codes: Mutex<HashMap<String, (String, String)>>,
+    /// access token -> (scopes, valid until).
+    tokens: Mutex<HashMap<String, (Vec<String>, Instant)>>,
+    /// refresh token -> scopes.
+    refresh: Mutex<HashMap<String, Vec<String>>>,
+    /// Every code, access and refresh token ever issued: none may show up
+    /// where it must not.
+    issued: Mutex<Vec<String>>,
+    /// Bearer tokens the protected server accepted, in order.
+    accepted: Mutex<Vec<String>>,
+    counter: AtomicUsize,
+}
+
+impl AuthState {
+    fn mint(&self, kind: &str) -> String {
+        let n = self.counter.fetch_add(1, Ordering::SeqCst);
+        // Distinctive, so a grep for it cannot match anything else.
+        let value = format!("zq{kind}{n}x{}", std::process::id());
+        self.issued.lock().unwrap().push(value.clone());
+        value
+    }
+
+    /// Revokes every grant (access and refresh tokens).
+    fn revoke(&self) {
+        self.tokens.lock().unwrap().clear();
+        self.refresh.lock().unwrap().clear();
+    }
+
+    fn refreshes(&self) -> usize {
+        self.grant_types
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|g| *g == "refresh_token")
+            .count()
+    }
+}
+
+/// The authorization server and the protected MCP server, on their own
+/// runtime.
+struct Provider {
+    state: Arc<AuthState>,
+    mcp_url: String,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl Provider {
+    /// Tokens live `expires_in` seconds.
+    fn start(expires_in: u64) -> Provider {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let state = Arc::new(AuthState::default());
+        state.expires_in.store(expires_in, Ordering::SeqCst);
+        let (auth, mcp) = runtime.block_on(async {
+            (
+                tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+                tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+            )
+        });
+        let issuer = format!("http://{}", auth.local_addr().unwrap());
+        let mcp_url = format!("http://{}/mcp", mcp.local_addr().unwrap());
+        *state.issuer.lock().unwrap() = issuer;
+        *state.resource.lock().unwrap() = mcp_url.clone();
+        let auth_router = axum::Router::new()
+            .route(
+                "/.well-known/oauth-authorization-server",
+                axum::routing::get(metadata),
+            )
+            .route("/register", axum::routing::post(register))
+            .route("/authorize", axum::routing::get(authorize))
+            .route("/token", axum::routing::post(token))
+            .with_state(state.clone());
+        let mcp_router = protected_server(state.clone());
+        runtime.spawn(async move { axum::serve(auth, auth_router).await });
+        runtime.spawn(async move { axum::serve(mcp, mcp_router).await });
+        Provider {
+            state,
+            mcp_url,
+            runtime,
+        }
+    }
+
+    /// Follows the authorization URL as a browser would (the server
+    /// approves at once and redirects to the loopback listener of `auth
+    /// login`); the listener's page.
+    fn visit(&self, url: &str) -> String {
+        self.runtime.block_on(async {
+            let page = reqwest::get(url).await.expect("the browser got an answer");
+            assert!(page.status().is_success(), "{}", page.status());
+            page.text().await.unwrap_or_default()
+        })
+    }
+}
+
+async fn metadata(State(state): State<Arc<AuthState>>) -> Response {
+    let issuer = state.issuer.lock().unwrap().clone();
+    axum::Json(json!({
+        "issuer": issuer,
+        "authorization_endpoint": format!("{issuer}/authorize"),
+        "token_endpoint": format!("{issuer}/token"),
+        "registration_endpoint": format!("{issuer}/register"),
+        "response_types_supported": ["code"],
+        "grant_types_supported": ["authorization_code", "refresh_token"],
+        "code_challenge_methods_supported": ["S256"],
+        "token_endpoint_auth_methods_supported": ["none"],
+        "scopes_supported": ["notes:read", "notes:write", "offline_access"],
+        "authorization_response_iss_parameter_supported": true,
+    }))
+    .into_response()
+}
+
+async fn register() -> Response {
+    (
+        StatusCode::CREATED,
+        axum::Json(json!({"client_id": "registered-gateway"})),
+    )
+        .into_response()
+}
+
+async fn authorize(
+    State(state): State<Arc<AuthState>>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    state.authorizations.lock().unwrap().push(query.clone());
+    let code = state.mint("code");
+    state.codes.lock().unwrap().insert(
+        code.clone(),
+        (
+            query.get("code_challenge").cloned().unwrap_or_default(),
+            query.get("scope").cloned().unwrap_or_default(),
+        ),
+    );
+    let Some(mut back) = query
+        .get("redirect_uri")
+        .and_then(|r| url::Url::parse(r).ok())
+    else {
+        return StatusCode::BAD_REQUEST.into_response();
+    };
+    back.query_pairs_mut()
+        .append_pair("code", &code)
+        .append_pair("state", query.get("state").map_or("", String::as_str))
+        .append_pair("iss", &state.issuer.lock().unwrap());
+    (StatusCode::FOUND, [(header::LOCATION, back.to_string())]).into_response()
+}
+
+fn token_error(error: &str) -> Response {
+    (StatusCode::BAD_REQUEST, axum::Json(json!({"error": error}))).into_response()
+}
+
+async fn token(
+    State(state): State<Arc<AuthState>>,
+    axum::Form(form): axum::Form<HashMap<String, String>>,
+) -> Response {
+    use base64::Engine as _;
+    use sha2::Digest as _;
+    let grant_type = form.get("grant_type").cloned().unwrap_or_default();
+    state.grant_types.lock().unwrap().push(grant_type.clone());
+    let scopes: Vec<String> = match grant_type.as_str() {
+        "authorization_code" => {
+            let code = form.get("code").cloned().unwrap_or_default();
+            let Some((challenge, scope)) = state.codes.lock().unwrap().remove(&code) else {
+                return token_error("invalid_grant");
+            };
+            let verifier = form.get("code_verifier").cloned().unwrap_or_default();
+            let computed = base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .encode(sha2::Sha256::digest(verifier.as_bytes()));
+            if computed != challenge {
+                return token_error("invalid_grant");
+            }
+            scope
+                .split(' ')
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect()
+        }
+        "refresh_token" => {
+            let presented = form.get("refresh_token").cloned().unwrap_or_default();
+            // Rotated: the old refresh token is spent.
+            match state.refresh.lock().unwrap().remove(&presented) {
+                Some(scopes) => scopes,
+                None => return token_error("invalid_grant"),
+            }
+        }
+        _ => return token_error("unsupported_grant_type"),
+    };
+    let (access, refresh) = (state.mint("access"), state.mint("refresh"));
+    let lifetime = state.expires_in.load(Ordering::SeqCst);
+    state.tokens.lock().unwrap().insert(
+        access.clone(),
+        (
+            scopes.clone(),
+            Instant::now() + Duration::from_secs(lifetime),
+        ),
+    );
+    state
+        .refresh
+        .lock()
+        .unwrap()
+        .insert(refresh.clone(), scopes.clone());
+    axum::Json(json!({
+        "access_token": access,
+        "token_type": "Bearer",
+        "expires_in": lifetime,
+        "refresh_token": refresh,
+        "scope": scopes.join(" "),
+    }))
+    .into_response()
+}
+
+/// An MCP server over Streamable HTTP behind a bearer check against the
+/// authorization server's tokens: `echo` needs `notes:read` (any valid
+/// token), the write tool `publish` needs `notes:write` too (else `403
+/// insufficient_scope`, a step-up).
+fn protected_server(state: Arc<AuthState>) -> axum::Router {
+    use portcullis_catalog::{Tool, ToolAnnotations, ToolResult};
+    use portcullis_server::{CallContext, ToolError, ToolServer};
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+
+    let tools =
+        ToolServer::builder()
+            .tool(
+                Tool::new("echo").with_annotations(ToolAnnotations::read_only(true)),
+                |args: Value, _: CallContext| async move {
+                    let said = args["message"].as_str().unwrap_or_default().to_owned();
+                    Ok::<_, ToolError>(ToolResult::text(format!("echo: {said}")))
+                },
+            )
+            // Read-only to this server's own exposure gate (which withholds
+            // writes); the scope is what guards it here.
+            .tool(
+                Tool::new("publish").with_annotations(ToolAnnotations::read_only(true)),
+                |_: Value, _: CallContext| async move {
+                    Ok::<_, ToolError>(ToolResult::text("published"))
+                },
+            )
+            .build()
+            .unwrap();
+    let service = StreamableHttpService::new(
+        move || Ok(tools.clone()),
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default(),
+    );
+    let metadata_state = state.clone();
+    axum::Router::new()
+        .route_service("/mcp", service)
+        .layer(axum::middleware::from_fn(
+            move |request: Request, next: Next| {
+                let state = state.clone();
+                async move { bearer_check(state, request, next).await }
+            },
+        ))
+        .route(
+            "/.well-known/oauth-protected-resource/mcp",
+            axum::routing::get(move || {
+                let state = metadata_state.clone();
+                async move {
+                    axum::Json(json!({
+                        "resource": state.resource.lock().unwrap().clone(),
+                        "authorization_servers": [state.issuer.lock().unwrap().clone()],
+                        "scopes_supported": ["notes:read", "notes:write"],
+                    }))
+                }
+            }),
+        )
+}
+
+async fn bearer_check(state: Arc<AuthState>, request: Request, next: Next) -> Response {
+    let metadata = state
+        .resource
+        .lock()
+        .unwrap()
+        .replace("/mcp", "/.well-known/oauth-protected-resource/mcp");
+    let token = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_owned);
+    let scopes = token.as_ref().and_then(|t| {
+        state
+            .tokens
+            .lock()
+            .unwrap()
+            .get(t)
+            .filter(|(_, until)| *until > Instant::now())
+            .map(|(scopes, _)| scopes.clone())
+    });
+    let (Some(token), Some(scopes)) = (token, scopes) else {
+        let challenge = format!(
+            "Bearer error=\"invalid_token\", scope=\"notes:read\", resource_metadata=\"{metadata}\""
+        );
+        return (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, challenge)],
+        )
+            .into_response();
+    };
+    state.accepted.lock().unwrap().push(token);
+    let (parts, body) = request.into_parts();
+    let bytes = axum::body::to_bytes(body, 1 << 20)
+        .await
+        .unwrap_or_default();
+    let message: Value = serde_json::from_slice(&bytes).unwrap_or_default();
+    if message["method"] == "tools/call"
+        && message["params"]["name"] == "publish"
+        && !scopes.iter().any(|s| s == "notes:write")
+    {
+        let challenge = format!(
+            "Bearer error=\"insufficient_scope\", scope=\"notes:write\", resource_metadata=\"{metadata}\""
+        );
+        return (
+            StatusCode::FORBIDDEN,
+            [(header::WWW_AUTHENTICATE, challenge)],
+        )
+            .into_response();
+    }
+    next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))
+        .await
+}
+
+/// A gateway config: the stdio demo upstream and `docs`, which logs in.
+fn config(dir: &Path, provider: &Provider) -> std::path::PathBuf {
+    write_config(
+        dir,
+        &format!(
+            "[gateway]\ndata_dir = \"state\"\nallow_write = true\nreconnect_max_ms = 300\nhealth_interval_ms = 0\n\n{DEMO}\n\
+             [upstreams.docs]\ntype = \"streamable-http\"\nurl = \"{}\"\n\n[upstreams.docs.oauth]\nredirect_port = 0\n",
+            provider.mcp_url
+        ),
+    )
+}
+
+/// Everything a run printed, for the secrets check.
+#[derive(Default)]
+struct Printed(Vec<String>);
+
+impl Printed {
+    fn keep(&mut self, output: &std::process::Output) -> (i32, String, String) {
+        let (out, err) = (text(&output.stdout), text(&output.stderr));
+        self.0.push(out.clone());
+        self.0.push(err.clone());
+        (output.status.code().unwrap_or(-1), out, err)
+    }
+
+    fn run(&mut self, config: &Path, args: &[&str]) -> (i32, String, String) {
+        let mut all = vec!["--config", config.to_str().unwrap()];
+        all.extend_from_slice(args);
+        self.keep(&portcullis(&all))
+    }
+}
+
+/// `portcullis auth login docs --no-browser [extra…]`, with the test as
+/// the person's browser: it reads the printed URL and follows it.
+fn login(provider: &Provider, config: &Path, extra: &[&str], printed: &mut Printed) -> String {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .args([
+            "--config",
+            config.to_str().unwrap(),
+            "auth",
+            "login",
+            "docs",
+        ])
+        .arg("--no-browser")
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = common::stderr_lines(&mut child);
+    let mut said = Vec::new();
+    let url = loop {
+        let line = lines
+            .recv_timeout(common::PATIENCE)
+            .unwrap_or_else(|_| panic!("auth login printed no URL: {said:?}"));
+        said.push(line.clone());
+        if let Some(url) = line.trim().strip_prefix("http://") {
+            break format!("http://{url}");
+        }
+    };
+    let page = provider.visit(&url);
+    assert!(page.contains("Logged in"), "{page}");
+    let status = child.wait().unwrap();
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    said.extend(lines.try_iter());
+    printed.0.push(out.clone());
+    printed.0.push(said.join("\n"));
+    assert!(status.success(), "auth login failed: {out}\n{said:?}");
+    assert!(
+        out.contains("logged in to docs: issuer http://127.0.0.1:"),
+        "{out}"
+    );
+    url
+}
+
+fn healthz(served: &Served) -> Value {
+    let authority = served.authority();
+    let (status, response) = common::http(
+        &authority,
+        &format!("GET /healthz HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n"),
+    );
+    assert_eq!(status, 200, "{response}");
+    serde_json::from_str(response.split("\r\n\r\n").nth(1).unwrap_or_default()).unwrap()
+}
+
+/// A call through the gateway: (is an error, its text).
+fn call(served: &Served, tool: &str, args: Value) -> (bool, String) {
+    let (status, response) = common::mcp(
+        &served.authority(),
+        &json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                "params": {"name": tool, "arguments": args}}),
+    );
+    assert_eq!(status, 200, "{response}");
+    let body = response.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let answer: Value = serde_json::from_str(body).unwrap_or_default();
+    let result = &answer["result"];
+    let said = result["content"][0]["text"]
+        .as_str()
+        .map(str::to_owned)
+        .unwrap_or_else(|| answer.to_string());
+    (result["isError"] == true, said)
+}
+
+/// No token or code the authorization server issued appears in anything
+/// printed, in the audit trail, or in any file of the data directory (the
+/// store keeps grants encrypted).
+fn assert_no_token_leaked(provider: &Provider, printed: &Printed, served: &Served, data: &Path) {
+    let lines = served.lines_so_far(Duration::from_millis(300));
+    let trail = provider
+        .runtime
+        .block_on(common::audit_trail(data))
+        .iter()
+        .map(|r| format!("{r:?}"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let issued = provider.state.issued.lock().unwrap().clone();
+    assert!(issued.len() >= 3, "{issued:?}");
+    for secret in &issued {
+        for (i, out) in printed.0.iter().enumerate() {
+            assert!(!out.contains(secret), "output {i} holds a token: {out}");
+        }
+        for line in &lines {
+            assert!(!line.contains(secret), "a log line holds a token: {line}");
+        }
+        assert!(!trail.contains(secret), "the audit trail holds a token");
+        common::assert_nowhere_in(data, secret);
+    }
+}
+
+/// The whole life of a login: none yet (needs login, not down, the other
+/// upstream served; `check` and `auth status` say so), `auth login` with
+/// the browser's redirect, `serve` taking it up and calling with it,
+/// refreshing it before it expires while idle, `auth status`, `auth
+/// logout` (taken up by `serve` too), and no token anywhere.
+#[test]
+fn login_call_refresh_and_logout_through_the_binary() {
+    // Tokens live 6 s: refreshed half-way, by `serve` itself while idle.
+    let provider = Provider::start(6);
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &provider);
+    let data = dir.path().join("state");
+    let mut printed = Printed::default();
+
+    let (code, out, _) = printed.run(&config, &["auth", "status"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("docs: needs login (not logged in): run `portcullis auth login docs`"),
+        "{out}"
+    );
+
+    let served = common::serve(&config);
+    // Said once, before it listens.
+    let said = served.before.join("\n");
+    assert!(
+        said.contains("missing upstream docs: needs a login: run `portcullis auth login docs`"),
+        "{said}"
+    );
+    let health = healthz(&served);
+    assert_eq!(health["upstreams"]["needs_login"], 1, "{health}");
+    assert_eq!(health["upstreams"]["down"], 0, "{health}");
+    assert_eq!(health["upstreams"]["up"], 1, "{health}");
+    assert_eq!(health["status"], "degraded", "{health}");
+    let (failed, said) = call(&served, "demo__echo", json!({"text": "still here"}));
+    assert!(!failed && said.contains("still here"), "{said}");
+
+    let (code, out, err) = printed.run(&config, &["check"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("needs login: upstream docs: run `portcullis auth login docs`"),
+        "{err}"
+    );
+    assert!(!err.contains("error: upstream docs"), "{err}");
+    assert!(out.contains("connected demo"), "{out}");
+    assert!(out.contains("; logs in with OAuth\n"), "{out}");
+
+    login(&provider, &config, &[], &mut printed);
+    let authorize = provider.state.authorizations.lock().unwrap()[0].clone();
+    assert_eq!(authorize["code_challenge_method"], "S256");
+    assert_eq!(authorize["resource"], provider.mcp_url);
+    assert_eq!(authorize["scope"], "notes:read offline_access");
+
+    // `serve` takes the login up and the upstream joins.
+    served.wait_for_line("using the login stored by `portcullis auth login docs`");
+    served.wait_for_line("upstream \"docs\" connected and joined the tool map");
+    eventually("docs' tools are served", || {
+        common::tool_names(&served.authority()).contains(&"docs__echo".to_owned())
+    });
+    eventually("docs is healthy", || {
+        healthz(&served)["upstreams"] == json!({"up": 2, "down": 0, "needs_login": 0})
+    });
+    let (failed, said) = call(&served, "docs__echo", json!({"message": "hi"}));
+    assert!(!failed && said.contains("echo: hi"), "{said}");
+
+    // Idle past the token's lifetime: `serve` refreshed it before expiry,
+    // with no call asking, and the next call is served with the new token.
+    let refreshes = provider.state.refreshes();
+    std::thread::sleep(Duration::from_secs(7));
+    assert!(
+        provider.state.refreshes() > refreshes,
+        "no refresh while idle"
+    );
+    let (failed, said) = call(&served, "docs__echo", json!({"message": "after idle"}));
+    assert!(!failed && said.contains("echo: after idle"), "{said}");
+    let first = provider.state.accepted.lock().unwrap()[0].clone();
+    let last = provider.state.accepted.lock().unwrap().last().cloned();
+    assert_ne!(Some(first), last, "the upstream saw no refreshed token");
+
+    let (code, out, _) = printed.run(&config, &["auth", "status", "docs"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("docs: logged in; issuer http://127.0.0.1:"),
+        "{out}"
+    );
+    assert!(out.contains("scopes [notes:read offline_access]"), "{out}");
+    assert!(out.contains("refreshable"), "{out}");
+    let (code, out, _) = printed.run(&config, &["auth", "status", "--json"]);
+    assert_eq!(code, 0, "{out}");
+    let rows: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(rows[0]["upstream"], "docs");
+    assert_eq!(rows[0]["needs_login"], false);
+    assert_eq!(rows[0]["refreshable"], true);
+    let (code, out, _) = printed.run(&config, &["tools", "--json"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("docs__echo"), "{out}");
+
+    // Logout: forgotten in the store, and `serve` stops using it.
+    let (code, out, _) = printed.run(&config, &["auth", "logout", "docs"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("forgot the stored login of docs"), "{out}");
+    let (code, out, _) = printed.run(&config, &["auth", "status"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("docs: needs login (not logged in)"), "{out}");
+    served.wait_for_line("its stored login was forgotten");
+    eventually("docs needs a login again", || {
+        healthz(&served)["upstreams"]["needs_login"] == 1
+    });
+    let (failed, said) = call(&served, "demo__echo", json!({"text": "still here"}));
+    assert!(!failed && said.contains("still here"), "{said}");
+
+    assert_no_token_leaked(&provider, &printed, &served, &data);
+}
+
+/// A call refused for want of scope names the step-up command; the step-up
+/// asks for the scopes held plus the new one and the call then passes. A
+/// grant the authorization server revoked is reported as needing a login
+/// in `/healthz` and `check`, while the other upstream keeps working.
+#[test]
+fn step_up_then_a_revoked_grant_needs_a_login_not_an_outage() {
+    let provider = Provider::start(3600);
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &provider);
+    let data = dir.path().join("state");
+    let mut printed = Printed::default();
+    login(&provider, &config, &[], &mut printed);
+
+    let served = common::serve(&config);
+    assert_eq!(
+        healthz(&served)["upstreams"],
+        json!({"up": 2, "down": 0, "needs_login": 0})
+    );
+    let (failed, said) = call(&served, "docs__publish", json!({}));
+    assert!(
+        failed,
+        "{said} {}",
+        text(&portcullis(&["--config", config.to_str().unwrap(), "tools"]).stdout)
+    );
+    served.wait_for_line(
+        "upstream \"docs\" refused a call for want of scope (notes:write): run `portcullis auth login docs --scope notes:write`",
+    );
+
+    login(
+        &provider,
+        &config,
+        &["--scope", "notes:write"],
+        &mut printed,
+    );
+    let last = provider
+        .state
+        .authorizations
+        .lock()
+        .unwrap()
+        .last()
+        .cloned()
+        .unwrap();
+    assert_eq!(last["scope"], "notes:read offline_access notes:write");
+    served.wait_for_line("using the login stored by `portcullis auth login docs`");
+    let (failed, said) = call(&served, "docs__publish", json!({}));
+    assert!(!failed && said.contains("published"), "{said}");
+
+    // Revoked at the authorization server; the access token stops working
+    // and so does refreshing it.
+    provider.state.revoke();
+    let (failed, _) = call(&served, "docs__echo", json!({"message": "hi"}));
+    assert!(failed);
+    served.wait_for_line("upstream \"docs\" needs a login: run `portcullis auth login docs`");
+    eventually("docs needs a login, not down", || {
+        healthz(&served)["upstreams"] == json!({"up": 1, "down": 0, "needs_login": 1})
+    });
+    let (failed, said) = call(&served, "demo__echo", json!({"text": "still here"}));
+    assert!(!failed && said.contains("still here"), "{said}");
+    let (code, out, err) = printed.run(&config, &["check"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("needs login: upstream docs: run `portcullis auth login docs`"),
+        "{err}"
+    );
+    assert!(out.contains("connected demo"), "{out}");
+
+    assert_no_token_leaked(&provider, &printed, &served, &data);
+}
+
+/// A stored grant that does not open (the key in `data_dir` replaced, the
+/// row from another machine) is a login to make again, not a crash: `serve`
+/// starts and says so, `/healthz` and `auth status` count it as needing a
+/// login, and a new login is taken up.
+#[test]
+fn a_grant_sealed_under_another_key_needs_a_login_and_crashes_nothing() {
+    use base64::Engine as _;
+    use std::os::unix::fs::PermissionsExt as _;
+    let provider = Provider::start(3600);
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &provider);
+    let data = dir.path().join("state");
+    let mut printed = Printed::default();
+    login(&provider, &config, &[], &mut printed);
+    let key = data.join("oauth.key");
+    let mode = std::fs::metadata(&key).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "the key file is private");
+    std::fs::remove_file(&key).unwrap();
+    let other = base64::engine::general_purpose::STANDARD.encode([7u8; 32]);
+    std::fs::write(&key, format!("{other}\n")).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+
+    let (code, out, _) = printed.run(&config, &["auth", "status"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("docs: needs login (the stored login cannot be read"),
+        "{out}"
+    );
+
+    let served = common::serve(&config);
+    let said = served.before.join("\n");
+    assert!(
+        said.contains("missing upstream docs: needs a login: run `portcullis auth login docs`"),
+        "{said}"
+    );
+    assert!(said.contains("cannot be read"), "{said}");
+    assert_eq!(healthz(&served)["upstreams"]["needs_login"], 1);
+    let (failed, said) = call(&served, "demo__echo", json!({"text": "still here"}));
+    assert!(!failed && said.contains("still here"), "{said}");
+
+    login(&provider, &config, &[], &mut printed);
+    served.wait_for_line("using the login stored by `portcullis auth login docs`");
+    eventually("docs is logged in", || {
+        healthz(&served)["upstreams"]["needs_login"] == 0
+    });
+    assert_no_token_leaked(&provider, &printed, &served, &data);
+}
