@@ -8,7 +8,9 @@
 //! `server__prompt` and URIs `portcullis://server/<uri>`, and every request
 //! is routed back to its server under its own names. URIs inside answers
 //! (`resources/read` contents, resources embedded in prompt messages,
-//! `resources/updated`) are rewritten the same way.
+//! `resources/updated`) are rewritten the same way. The answers are
+//! sealed after that, at the tool server's exit (budget, cleaning, URI
+//! rule; a read framed), not here.
 //!
 //! Pins: prompts, resources and templates are compared with the pins of the
 //! server's baseline in force (kept beside its tool fingerprints in the

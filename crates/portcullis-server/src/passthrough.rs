@@ -13,6 +13,12 @@
 //! `subscriptions/listen` for prompt or resource changes and resource URIs
 //! is handed to [`PassthroughProvider::listen`].
 //!
+//! What a provider answers to `resources/read` and `prompts/get` does not
+//! reach the client as it is: the tool server seals it on the way out
+//! with the tool results' budget and rules (a read framed like a tool's
+//! output, a prompt cleaned and capped but not framed; see
+//! `portcullis_catalog::framing::seal_resource` and `seal_prompt`).
+//!
 //! The gateway binary implements the provider over its upstreams; this
 //! crate knows nothing about them.
 

@@ -5,6 +5,15 @@
 //! (configure your `tracing` subscriber with `.with_writer(std::io::stderr)`).
 //! rmcp serves both lifecycles on one pipe: legacy `initialize`, or a
 //! 2026-07-28 client's `server/discover` followed by per-request `_meta`.
+//!
+//! Lines are read and parsed by rmcp's transport (`AsyncRwTransport`),
+//! which ignores a line that is not JSON (deliberately: answering garbage
+//! can start an error storm with a peer that echoes it) and answers JSON
+//! that is not a message with `-32600` and no id. A line that begins with
+//! JSON and goes on with garbage (`123abc`) is read by serde as JSON of
+//! the wrong shape and so gets that `-32600` rather than `-32700`. The
+//! rule lives in rmcp; answering `-32700` here would mean owning the line
+//! framing, its length cap and its compatibility rules, so it is left.
 
 use rmcp::{ServerHandler, ServiceExt};
 use tokio::io::{AsyncRead, AsyncWrite};

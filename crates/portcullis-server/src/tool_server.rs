@@ -16,6 +16,10 @@
 //! Every answer leaves through one function, `ToolServer::leave`
 //! (`framing::seal`): a handler's result and a handler's failure are framed
 //! and capped there, the server's own refusals pass there as they are.
+//! What a passthrough provider answers leaves through the same rules
+//! (`Inner::leave_passthrough`): a resource read framed and capped like
+//! a tool's output (`framing::seal_resource`), a prompt capped and cleaned
+//! but not framed (`framing::seal_prompt`).
 //! `mcp__describe_tool` answers as for an unknown tool when asked about a
 //! tool this server withholds, whichever handler serves it. Every answer
 //! comes with a [`CallReport`]: what the gate decided and how the call
@@ -34,7 +38,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use futures::FutureExt;
 use portcullis_catalog::disclosure::{DESCRIBE_TOOL_NAME, unknown_tool_message};
-use portcullis_catalog::framing::{DEFAULT_MAX_OUTPUT_LENGTH, Exit, seal};
+use portcullis_catalog::framing::{
+    DEFAULT_MAX_OUTPUT_LENGTH, Exit, seal, seal_prompt, seal_resource,
+};
 use portcullis_catalog::gate::{CallDecision, CallOutcome, CallReport, Gate, GateCall, Ruling};
 use portcullis_catalog::policy::{DeniedResult, Policy};
 use portcullis_catalog::validation::normalize_arguments;
@@ -687,6 +693,26 @@ impl Inner {
         }
     }
 
+    /// The way out for a passthrough answer (a resource read, a prompt):
+    /// sealed as JSON by `seal` and read back; an answer that cannot be
+    /// sealed is an error, never passed as it came.
+    fn leave_passthrough<T: serde::Serialize + DeserializeOwned>(
+        &self,
+        answer: T,
+        seal: impl FnOnce(serde_json::Map<String, Value>) -> serde_json::Map<String, Value>,
+    ) -> Result<T, ErrorData> {
+        let unsealable = |e: serde_json::Error| {
+            ErrorData::internal_error(format!("the answer could not be sealed: {e}"), None)
+        };
+        let Value::Object(object) = serde_json::to_value(answer).map_err(unsealable)? else {
+            return Err(ErrorData::internal_error(
+                "the answer is not an object",
+                None,
+            ));
+        };
+        serde_json::from_value(Value::Object(seal(object))).map_err(unsealable)
+    }
+
     /// The one way out of this server toward the model: a handler's result
     /// framed and capped, a handler's failure mapped (only an `ERR_…` code
     /// passes, its words framed; anything else is logged and becomes
@@ -1139,7 +1165,17 @@ impl ServerHandler for ToolServer {
         let snapshot = self.snapshot();
         let inner = &snapshot.inner;
         match &inner.passthrough {
-            Some(p) => p.read_resource(request, context).await,
+            Some(p) => {
+                let uri = request.uri.clone();
+                match p.read_resource(request, context).await? {
+                    rmcp::model::ReadResourceResponse::Complete(read) => inner
+                        .leave_passthrough(read, |read| {
+                            seal_resource(&uri, read, inner.max_output_length)
+                        })
+                        .map(Into::into),
+                    other => Ok(other),
+                }
+            }
             None => Err(ErrorData::method_not_found::<
                 rmcp::model::ReadResourceRequestMethod,
             >()),
@@ -1201,7 +1237,14 @@ impl ServerHandler for ToolServer {
         let snapshot = self.snapshot();
         let inner = &snapshot.inner;
         match &inner.passthrough {
-            Some(p) => p.get_prompt(request, context).await,
+            Some(p) => match p.get_prompt(request, context).await? {
+                rmcp::model::GetPromptResponse::Complete(prompt) => inner
+                    .leave_passthrough(prompt, |prompt| {
+                        seal_prompt(prompt, inner.max_output_length)
+                    })
+                    .map(Into::into),
+                other => Ok(other),
+            },
             None => Err(ErrorData::method_not_found::<
                 rmcp::model::GetPromptRequestMethod,
             >()),

@@ -30,7 +30,7 @@ use crate::health::ServerHealth;
 use crate::hosts::{GuardedResolver, HostGuard, Reach};
 use crate::http::{CallCredential, GuardedHttp, GuardedHttpParts, HttpFailure};
 use crate::progress::UpstreamHandler;
-use crate::relay::{answer_inputs, answerable, note_refusal};
+use crate::relay::{ClientRelay, answer_inputs, answerable, for_one_call, note_refusal};
 use crate::report::DiagnosticSink;
 use crate::sse::LegacySseTransport;
 use crate::toolset::CallContext;
@@ -613,6 +613,8 @@ impl Connection {
             meta.set_client_capabilities(answerable(context.relay.as_ref()));
             params.meta = Some(meta);
         }
+        // Counted across every round of this call.
+        let relay = for_one_call(context.relay.as_ref());
         for _ in 0..=MAX_INPUT_ROUNDS {
             let direct = self
                 .direct
@@ -640,8 +642,15 @@ impl Connection {
                 // make every call's future as large as theirs (it is moved
                 // into boxes and tasks whole).
                 None => {
-                    Box::pin(self.call_once(tool, server, params.clone(), context, token.clone()))
-                        .await?
+                    Box::pin(self.call_once(
+                        tool,
+                        server,
+                        params.clone(),
+                        context,
+                        relay.as_ref(),
+                        token.clone(),
+                    ))
+                    .await?
                 }
             };
             let required = match answer {
@@ -666,7 +675,7 @@ impl Connection {
             };
             let requests = required.input_requests.unwrap_or_default();
             let answers = tokio::select! {
-                answers = Box::pin(answer_inputs(context.relay.as_ref(), requests, &context.cancel)) => answers,
+                answers = Box::pin(answer_inputs(relay.as_ref(), requests, &context.cancel)) => answers,
                 _ = context.cancel.cancelled() => {
                     return Err(CallError::Cancelled { tool: tool.to_owned() });
                 }
@@ -684,13 +693,15 @@ impl Connection {
     }
 
     /// One round of `tools/call`: sent with the call's credential, relay
-    /// slot and progress route, cancelled when the caller cancels.
+    /// slot (for `relay`, the call's client) and progress route, cancelled
+    /// when the caller cancels.
     async fn call_once(
         &self,
         tool: &str,
         server: &str,
         params: CallToolRequestParams,
         context: &CallContext,
+        relay: Option<&Arc<dyn ClientRelay>>,
         token: Option<String>,
     ) -> Result<ServerResult, CallError> {
         let mut options = PeerRequestOptions::with_timeout(self.timeout);
@@ -702,7 +713,7 @@ impl Connection {
         }
         // Opened before the request is sent, so a server that asks the
         // client something at once finds the call (see `relay`).
-        let slot = self.handler.relays.open(context.relay.clone());
+        let slot = self.handler.relays.open(relay.cloned());
         let handle = self
             .peer
             .send_request_with_option(ClientRequest::CallToolRequest(request), options)
@@ -725,7 +736,7 @@ impl Connection {
                 return Err(CallError::Cancelled { tool: tool.to_owned() });
             }
         };
-        note_refusal(context.relay.as_ref(), &answer);
+        note_refusal(relay, &answer);
         answer.map_err(|e| self.service_error(tool, server, e))
     }
 

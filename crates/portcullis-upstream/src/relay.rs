@@ -13,6 +13,11 @@
 //!   on (rmcp's `InboundStreamOrigin`): that call's slot answers.
 //! * Transports that cannot tell (stdio, legacy SSE, the standalone GET
 //!   stream) fall back to the only call in flight.
+//! * At most [`MAX_RELAYED_PER_CALL`] requests of one call reach its client
+//!   (every kind, every `input_required` round counted): a server that asks
+//!   again and again would otherwise flood the person and the model behind
+//!   the call. Past that, each request is answered to the server with a
+//!   JSON-RPC error (`-32600`) saying so; the call itself goes on.
 //! * No call in flight, several calls and no way to choose, a call made
 //!   without a client (`portcullis call`), or a client that did not declare
 //!   the capability: the server gets a JSON-RPC error saying which. The
@@ -35,6 +40,7 @@
 #![allow(deprecated)]
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::future::BoxFuture;
@@ -72,6 +78,56 @@ pub trait ClientRelay: Send + Sync + 'static {
     fn undeclared(&self, missing: ClientCapabilities) {
         let _ = missing;
     }
+}
+
+/// Requests (sampling, elicitation, roots) one tool call may relay to its
+/// client; each one past it is refused to the server. Each may put a
+/// question to a person or a prompt to a model: a hundred is far more than
+/// a tool that asks in good faith needs, and bounds one that does not.
+pub const MAX_RELAYED_PER_CALL: usize = 100;
+
+/// One call's client, counting what is put to it (see
+/// [`MAX_RELAYED_PER_CALL`]).
+struct Capped {
+    client: Arc<dyn ClientRelay>,
+    relayed: AtomicUsize,
+}
+
+impl ClientRelay for Capped {
+    fn capabilities(&self) -> ClientCapabilities {
+        self.client.capabilities()
+    }
+
+    fn request(
+        &self,
+        request: ServerRequest,
+        cancel: CancellationToken,
+    ) -> BoxFuture<'static, Result<ClientResult, ErrorData>> {
+        if self.relayed.fetch_add(1, Ordering::Relaxed) >= MAX_RELAYED_PER_CALL {
+            let refusal = Refusal::TooMany {
+                method: method_of(&request),
+                limit: MAX_RELAYED_PER_CALL,
+            };
+            return Box::pin(async move { Err(refusal.into()) });
+        }
+        self.client.request(request, cancel)
+    }
+
+    fn undeclared(&self, missing: ClientCapabilities) {
+        self.client.undeclared(missing);
+    }
+}
+
+/// The client of one call as the call relays to it: at most
+/// [`MAX_RELAYED_PER_CALL`] requests reach it. Made once per call, so the
+/// count spans every round of the call.
+pub(crate) fn for_one_call(relay: Option<&Arc<dyn ClientRelay>>) -> Option<Arc<dyn ClientRelay>> {
+    relay.map(|client| {
+        Arc::new(Capped {
+            client: client.clone(),
+            relayed: AtomicUsize::new(0),
+        }) as Arc<dyn ClientRelay>
+    })
 }
 
 /// The key a 2026 server gave a request among its `input_required` input
@@ -156,6 +212,16 @@ pub(crate) enum Refusal {
         /// The request's method.
         method: &'static str,
     },
+    /// The call already relayed as many requests as one call may.
+    #[error(
+        "portcullis cannot relay {method}: a tool call may relay at most {limit} requests to its client, and this one has"
+    )]
+    TooMany {
+        /// The request's method.
+        method: &'static str,
+        /// [`MAX_RELAYED_PER_CALL`].
+        limit: usize,
+    },
     /// The client did not declare the capability the request needs.
     #[error("portcullis cannot relay {method}: the calling client did not declare that capability")]
     Undeclared {
@@ -171,6 +237,8 @@ impl From<Refusal> for ErrorData {
             Refusal::Undeclared { .. } | Refusal::NoClient { .. } => ErrorCode::METHOD_NOT_FOUND,
             // SEP-2260: a request not tied to an outbound one is invalid.
             Refusal::NoCall { .. } | Refusal::Ambiguous { .. } => ErrorCode::INVALID_REQUEST,
+            // One request too many: refused, like one not tied to a call.
+            Refusal::TooMany { .. } => ErrorCode::INVALID_REQUEST,
         };
         ErrorData::new(code, refusal.to_string(), None)
     }
@@ -491,6 +559,38 @@ mod tests {
         assert!(relays.find(Some(&to_second), "roots/list").is_ok());
         drop(first);
         assert!(relays.find(None, "roots/list").is_err());
+    }
+
+    #[tokio::test]
+    async fn a_call_relays_at_most_the_cap_and_the_rest_is_refused() {
+        let client = relay(roots());
+        let capped = for_one_call(client.as_ref()).unwrap();
+        let ask = || {
+            capped.request(
+                ServerRequest::ListRootsRequest(ListRootsRequest::default()),
+                CancellationToken::new(),
+            )
+        };
+        for _ in 0..MAX_RELAYED_PER_CALL {
+            assert!(ask().await.is_ok());
+        }
+        let refused = ask().await.unwrap_err();
+        assert_eq!(refused.code, ErrorCode::INVALID_REQUEST);
+        assert!(
+            refused.message.contains("at most 100"),
+            "{}",
+            refused.message
+        );
+        // Another call starts its own count.
+        let next = for_one_call(client.as_ref()).unwrap();
+        assert!(
+            next.request(
+                ServerRequest::ListRootsRequest(ListRootsRequest::default()),
+                CancellationToken::new()
+            )
+            .await
+            .is_ok()
+        );
     }
 
     #[test]

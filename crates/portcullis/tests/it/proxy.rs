@@ -88,6 +88,12 @@ fn text(contents: &ResourceContents) -> &str {
     }
 }
 
+/// `text` in the frame of untrusted output from `source`.
+fn framed(source: &str, text: &str) -> String {
+    use portcullis_catalog::framing::{UNTRUSTED_NOTICE, UNTRUSTED_TAG};
+    format!("<{UNTRUSTED_TAG} tool=\"{source}\">\n{text}\n</{UNTRUSTED_TAG}>\n{UNTRUSTED_NOTICE}")
+}
+
 fn uri(contents: &ResourceContents) -> &str {
     match contents {
         ResourceContents::TextResourceContents { uri, .. }
@@ -127,9 +133,13 @@ async fn one_upstream_passes_resources_prompts_completions_and_logs_unchanged() 
         .read_resource(ReadResourceRequestParams::new("test://static-text"))
         .await
         .expect("resources/read");
+    // Its text is untrusted content, framed like a tool's output.
     assert_eq!(
         text(&read.contents[0]),
-        "This is the content of the static text resource."
+        framed(
+            "test://static-text",
+            "This is the content of the static text resource."
+        )
     );
     let templates = client
         .list_all_resource_templates()
@@ -248,7 +258,10 @@ async fn two_upstreams_are_qualified_and_route_back() {
     assert_eq!(uri(&read.contents[0]), "portcullis://b/test://static-text");
     assert_eq!(
         text(&read.contents[0]),
-        "This is the content of the static text resource."
+        framed(
+            "portcullis://b/test://static-text",
+            "This is the content of the static text resource."
+        )
     );
     let templates = client
         .list_all_resource_templates()

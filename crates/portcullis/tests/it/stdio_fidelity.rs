@@ -15,6 +15,12 @@
 use crate::common;
 
 use common::{toml_string, write_config};
+use portcullis_catalog::framing::{UNTRUSTED_NOTICE, UNTRUSTED_TAG};
+
+/// `text` in the frame of untrusted output from `tool`.
+fn framed(tool: &str, text: &str) -> String {
+    format!("<{UNTRUSTED_TAG} tool=\"{tool}\">\n{text}\n</{UNTRUSTED_TAG}>\n{UNTRUSTED_NOTICE}")
+}
 use serde_json::{Value, json};
 
 /// The Python SDK client: for each mode, everything a client does with
@@ -120,7 +126,8 @@ fn assert_session(out: &Value, mode: &str) {
     );
     assert_eq!(out["error"]["isError"], true, "{mode}: {}", out["error"]);
 
-    // Resources: listed and read under their own URIs.
+    // Resources: listed and read under their own URIs, a read's text framed
+    // as untrusted data like a tool's.
     assert_eq!(
         strings(&out["resources"]),
         [
@@ -138,7 +145,11 @@ fn assert_session(out: &Value, mode: &str) {
     let read = &out["static_text"]["contents"][0];
     assert_eq!(read["uri"], "test://static-text", "{mode}: {read}");
     assert_eq!(
-        read["text"], "This is the content of the static text resource.",
+        read["text"],
+        framed(
+            "test://static-text",
+            "This is the content of the static text resource."
+        ),
         "{mode}: {read}"
     );
     let blob = &out["static_binary"]["contents"][0];
