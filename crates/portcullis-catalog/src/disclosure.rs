@@ -248,8 +248,9 @@ fn deferred_schema_utf16_len(schema: Option<&Value>) -> usize {
             units += 1;
         }
         // "name":{"type":"T"}
-        units +=
-            json_utf16_len(name) + r#":{"type":}"#.len() + json_utf16_len(deferred_type(property));
+        units += string_json_utf16_len(name)
+            + r#":{"type":}"#.len()
+            + string_json_utf16_len(deferred_type(property));
     }
     if let Some(required) = schema
         .and_then(|s| s.get("required"))
@@ -273,29 +274,82 @@ fn deferred_type(property: &Value) -> &str {
     }
 }
 
-/// The UTF-16 length of `value` as compact JSON, without building the text.
-fn json_utf16_len<T: Serialize + ?Sized>(value: &T) -> usize {
-    struct Utf16Counter(usize);
-    impl std::io::Write for Utf16Counter {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            // Count code units from UTF-8 bytes: continuation bytes add
-            // nothing, a 4-byte lead byte adds two (a surrogate pair).
-            for &b in buf {
-                self.0 += match b {
-                    0x80..=0xBF => 0,
-                    0xF0..=0xFF => 2,
-                    _ => 1,
-                };
-            }
-            Ok(buf.len())
+/// The UTF-16 length of `value` as compact JSON (exactly what
+/// `serde_json::to_string` writes), counted by walking the value: the tier
+/// decision measures every schema of a server on every projection, and
+/// running each through the serialiser only to count its output was most
+/// of the decision's cost.
+fn json_utf16_len(value: &Value) -> usize {
+    match value {
+        Value::Null | Value::Bool(true) => 4,
+        Value::Bool(false) => 5,
+        Value::Number(n) => number_len(n),
+        Value::String(s) => string_json_utf16_len(s),
+        Value::Array(items) => {
+            2 + items.len().saturating_sub(1) + items.iter().map(json_utf16_len).sum::<usize>()
         }
-        fn flush(&mut self) -> std::io::Result<()> {
+        Value::Object(map) => {
+            2 + map.len().saturating_sub(1)
+                + map
+                    .iter()
+                    .map(|(key, value)| string_json_utf16_len(key) + 1 + json_utf16_len(value))
+                    .sum::<usize>()
+        }
+    }
+}
+
+/// What one byte of a string adds to its JSON text, in UTF-16 code units:
+/// `"` and `\` and the short control escapes take two, other control
+/// characters six (`\u001f`); a UTF-8 continuation byte adds nothing, a
+/// 4-byte lead two (a surrogate pair). serde_json escapes nothing else.
+const JSON_UNITS: [u8; 256] = {
+    let mut units = [1u8; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        units[b] = 6;
+        b += 1;
+    }
+    units[0x08] = 2;
+    units[0x09] = 2;
+    units[0x0A] = 2;
+    units[0x0C] = 2;
+    units[0x0D] = 2;
+    units[b'"' as usize] = 2;
+    units[b'\\' as usize] = 2;
+    let mut b = 0x80;
+    while b < 0x100 {
+        units[b] = match b {
+            0x80..=0xBF => 0,
+            0xF0..=0xFF => 2,
+            _ => 1,
+        };
+        b += 1;
+    }
+    units
+};
+
+/// The UTF-16 length of `text` as a JSON string, quotes included.
+fn string_json_utf16_len(text: &str) -> usize {
+    2 + text
+        .bytes()
+        .map(|b| usize::from(JSON_UNITS[usize::from(b)]))
+        .sum::<usize>()
+}
+
+/// The length of a number as serde_json writes it (its `Display` is the
+/// same text: itoa for integers, ryu for the finite floats a `Value` holds);
+/// counted through a formatter, so nothing is allocated.
+fn number_len(n: &serde_json::Number) -> usize {
+    struct Count(usize);
+    impl std::fmt::Write for Count {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            self.0 += s.len();
             Ok(())
         }
     }
-    let mut counter = Utf16Counter(0);
-    let _ = serde_json::to_writer(&mut counter, value);
-    counter.0
+    let mut count = Count(0);
+    let _ = std::fmt::Write::write_fmt(&mut count, format_args!("{n}"));
+    count.0
 }
 
 /// The names-tier schema: `{type:"object", properties:{p:{type:T}}, required?}`.
@@ -565,6 +619,34 @@ mod tests {
                 built.encode_utf16().count(),
                 "{built}"
             );
+        }
+    }
+
+    #[test]
+    fn json_length_is_the_serialisers() {
+        let values = [
+            json!(null),
+            json!(true),
+            json!(false),
+            json!(0),
+            json!(-0.0),
+            json!(1.0),
+            json!(0.1),
+            json!(-1.5e-300),
+            json!(1.5e300),
+            json!(u64::MAX),
+            json!(i64::MIN),
+            json!(""),
+            json!("plain"),
+            json!("\"\\/\u{8}\u{9}\n\u{c}\r\u{0}\u{1f}\u{7f}é€😀\u{2028}"),
+            json!([]),
+            json!([1, [2, {}], {"a": []}]),
+            json!({"é😀\n": {"x": [null, "\u{1}"]}, "b": 2.5}),
+            fat_tool(3).input_schema.unwrap(),
+        ];
+        for value in &values {
+            let text = serde_json::to_string(value).unwrap();
+            assert_eq!(json_utf16_len(value), text.encode_utf16().count(), "{text}");
         }
     }
 

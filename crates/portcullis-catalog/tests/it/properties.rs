@@ -576,6 +576,22 @@ fn odd_json() -> impl Strategy<Value = Value> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2048))]
 
+    /// The disclosure estimate counts each schema without serialising it:
+    /// its count is the serialiser's to the code unit. (Tokens are code
+    /// units / 4 rounded up, so the text is padded to each residue: one
+    /// unit too many or too few then changes the token count.)
+    #[test]
+    fn the_inline_estimate_is_the_serialised_schemas_length(schema in odd_json(), description in odd_text()) {
+        use portcullis_catalog::disclosure::{choose_tier, estimate_tokens};
+        let serialised = serde_json::to_string(&schema).unwrap_or_default();
+        for pad in 0..4 {
+            let description = format!("{description}{}", "x".repeat(pad));
+            let tool = Tool::new("t").with_description(description.clone()).with_input_schema(schema.clone());
+            let decision = choose_tier("s", &[tool], &Default::default());
+            prop_assert_eq!(decision.inline_tokens, estimate_tokens(&format!("{description}\n{serialised}")));
+        }
+    }
+
     /// Canonical JSON is byte for byte the reference rendering, for odd
     /// text, odd numbers and nesting.
     #[test]
