@@ -54,7 +54,21 @@ pub fn estimate_tokens(text: &str) -> usize {
 }
 
 fn utf16_len(text: &str) -> usize {
-    text.chars().map(char::len_utf16).sum()
+    // Most text is ASCII, one unit a byte, and `is_ascii` checks a word at
+    // a time; decoding every character of every description was most of
+    // the tier decision's cost.
+    if text.is_ascii() {
+        return text.len();
+    }
+    // From the UTF-8 bytes: a continuation byte adds nothing, a 4-byte
+    // lead byte two (a surrogate pair).
+    text.bytes()
+        .map(|b| match b {
+            0x80..=0xBF => 0,
+            0xF0..=0xFF => 2,
+            _ => 1,
+        })
+        .sum()
 }
 
 /// A per-server token budget.
@@ -619,6 +633,21 @@ mod tests {
                 built.encode_utf16().count(),
                 "{built}"
             );
+        }
+    }
+
+    #[test]
+    fn utf16_length_counts_code_units() {
+        for text in [
+            "",
+            "plain ascii",
+            "é",
+            "€uro",
+            "😀😀",
+            "a\u{0}b\u{7f}",
+            "mixed é 😀 \u{ffff}",
+        ] {
+            assert_eq!(utf16_len(text), text.encode_utf16().count(), "{text:?}");
         }
     }
 
