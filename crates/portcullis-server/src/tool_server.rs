@@ -932,23 +932,23 @@ fn to_wire_result(tool: &str, result: ToolResult) -> CallToolResult {
 
 /// The methods rmcp reads into typed requests: a request naming one that
 /// reaches [`ServerHandler::on_custom_request`] had `params` rmcp could not
-/// read as that method's.
+/// read as that method's. Not listed: the methods 2026-07-28 removed
+/// (`initialize`, `logging/setLevel`, `resources/subscribe`,
+/// `resources/unsubscribe`), which reach it on that revision's stateless
+/// path whatever their params, and must be answered method not found
+/// (`-32601`, HTTP 404) there.
 const TYPED_METHODS: &[&str] = {
     use rmcp::model::ConstString as C;
     &[
         <rmcp::model::PingRequestMethod as C>::VALUE,
-        <rmcp::model::InitializeResultMethod as C>::VALUE,
         <rmcp::model::DiscoverRequestMethod as C>::VALUE,
         <rmcp::model::CompleteRequestMethod as C>::VALUE,
-        <rmcp::model::SetLevelRequestMethod as C>::VALUE,
         <rmcp::model::GetPromptRequestMethod as C>::VALUE,
         <rmcp::model::ListPromptsRequestMethod as C>::VALUE,
         <rmcp::model::ListResourcesRequestMethod as C>::VALUE,
         <rmcp::model::ListResourceTemplatesRequestMethod as C>::VALUE,
         <rmcp::model::ReadResourceRequestMethod as C>::VALUE,
         <rmcp::model::SubscriptionsListenRequestMethod as C>::VALUE,
-        <rmcp::model::SubscribeRequestMethod as C>::VALUE,
-        <rmcp::model::UnsubscribeRequestMethod as C>::VALUE,
         <rmcp::model::CallToolRequestMethod as C>::VALUE,
         <rmcp::model::ListToolsRequestMethod as C>::VALUE,
         <rmcp::model::GetTaskMethod as C>::VALUE,

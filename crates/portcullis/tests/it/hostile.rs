@@ -873,6 +873,27 @@ mod jsonrpc {
     }
 
     #[test]
+    fn a_method_2026_removed_is_not_found_on_the_stateless_path() {
+        // Whatever its params: these are not "a known method with the
+        // wrong params" there, they do not exist.
+        let shared = shared();
+        for method in [
+            "initialize",
+            "logging/setLevel",
+            "resources/subscribe",
+            "resources/unsubscribe",
+        ] {
+            let body =
+                json!({"jsonrpc": "2.0", "id": 9, "method": method, "params": {"_meta": meta()}})
+                    .to_string();
+            let (status, response) = post(&shared.authority, method, body.as_bytes(), "");
+            let id = assert_jsonrpc_error(status, &response, 404, -32601, "Method not found");
+            assert_eq!(id, 9, "{method}: {response}");
+        }
+        shared.still_serving();
+    }
+
+    #[test]
     fn an_unknown_tool() {
         let shared = shared();
         let (status, response) = post(
