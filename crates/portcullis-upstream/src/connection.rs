@@ -10,8 +10,9 @@ use std::time::Duration;
 use portcullis_catalog::redact::urls_in_text;
 use portcullis_catalog::{Tool, ToolResult};
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientRequest, JsonObject,
-    PaginatedRequestParams, ProtocolVersion, ServerResult, SubscriptionFilter,
+    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
+    ClientRequest, JsonObject, PaginatedRequestParams, ProtocolVersion, ServerResult,
+    SubscriptionFilter,
 };
 use rmcp::service::{ClientInitializeError, PeerRequestOptions, RunningService, ServiceError};
 use rmcp::transport::StreamableHttpClientTransport;
@@ -386,6 +387,25 @@ fn init_failure(name: &str, error: &ClientInitializeError) -> String {
     format!("MCP server \"{name}\" could not be connected: {detail}")
 }
 
+/// A server's tool result as the catalogue's [`ToolResult`], each content
+/// block turned into JSON once. The same value a serialisation of the whole
+/// result read back would give (an explicit `null` structured content is
+/// absent, a missing `isError` false), without building the whole result as
+/// JSON and taking it apart again on every call.
+fn tool_result(result: CallToolResult) -> Result<ToolResult, serde_json::Error> {
+    let content = result
+        .content
+        .iter()
+        .map(serde_json::to_value)
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(ToolResult {
+        content,
+        structured_content: result.structured_content.filter(|value| !value.is_null()),
+        is_error: result.is_error.unwrap_or(false),
+        meta: result.meta.map(|meta| meta.0),
+    })
+}
+
 /// The innermost cause of a transport error: rmcp's wrappers name Rust
 /// types, which tell a person nothing ("Connection refused" does).
 fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
@@ -655,12 +675,10 @@ impl Connection {
             };
             let required = match answer {
                 ServerResult::CallToolResult(result) => {
-                    return serde_json::to_value(&result)
-                        .and_then(serde_json::from_value::<ToolResult>)
-                        .map_err(|e| CallError::Transport {
-                            server: server.to_owned(),
-                            reason: format!("unreadable tool result: {e}"),
-                        });
+                    return tool_result(result).map_err(|e| CallError::Transport {
+                        server: server.to_owned(),
+                        reason: format!("unreadable tool result: {e}"),
+                    });
                 }
                 // A result with no content at all arrives as an empty result.
                 ServerResult::EmptyResult(_) => return Ok(ToolResult::default()),
@@ -843,6 +861,38 @@ impl Connection {
         let client = self.client.lock().await.take();
         if let Some(mut client) = client {
             let _ = client.close_with_timeout(CLOSE_GRACE).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// The one-step conversion gives exactly what the whole result written
+    /// as JSON and read back gave (the path it replaced).
+    #[test]
+    fn tool_results_convert_as_their_json_would() {
+        let answers = [
+            json!({"content": [{"type": "text", "text": "hi"}]}),
+            json!({"content": [{"type": "text", "text": "x", "annotations": {"priority": 0.5}}],
+                   "isError": true}),
+            json!({"content": [], "isError": false, "structuredContent": null}),
+            json!({"content": [{"type": "image", "data": "AAAA", "mimeType": "image/png"}],
+                   "structuredContent": {"n": 1, "list": [1, "two", null]},
+                   "_meta": {"k": "v"}}),
+            json!({"content": [{"type": "resource",
+                                "resource": {"uri": "file:///a", "text": "t"}}],
+                   "resultType": "complete"}),
+            json!({"structuredContent": [1, 2]}),
+        ];
+        for answer in answers {
+            let result: CallToolResult = serde_json::from_value(answer.clone()).unwrap();
+            let through_json = serde_json::to_value(&result)
+                .and_then(serde_json::from_value::<ToolResult>)
+                .unwrap();
+            assert_eq!(tool_result(result).unwrap(), through_json, "{answer}");
         }
     }
 }
