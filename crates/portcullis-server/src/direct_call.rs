@@ -42,7 +42,7 @@ use std::task::{Context, Poll};
 
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
-use http::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE};
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use http::{HeaderMap, Method, Request, StatusCode};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ClientCapabilities, ErrorCode, Implementation,
@@ -54,6 +54,8 @@ use rmcp::transport::Transport;
 use rmcp::{Peer, RoleServer, ServerHandler};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
+
+use crate::media_type::{accepts_json_and_events, essence};
 
 const PROTOCOL_VERSION_HEADER: &str = "mcp-protocol-version";
 const METHOD_HEADER: &str = "mcp-method";
@@ -278,33 +280,6 @@ fn sole<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
         Some(_) => None,
         None => value.to_str().ok(),
     }
-}
-
-fn essence(media_type: &str) -> String {
-    media_type
-        .split(';')
-        .next()
-        .unwrap_or_default()
-        .trim()
-        .to_ascii_lowercase()
-}
-
-fn accepts_json_and_events(headers: &HeaderMap) -> bool {
-    let mut json = false;
-    let mut events = false;
-    for value in headers.get_all(ACCEPT) {
-        let Ok(value) = value.to_str() else {
-            return false;
-        };
-        for media_type in value.split(',') {
-            match essence(media_type).as_str() {
-                "application/json" => json = true,
-                "text/event-stream" => events = true,
-                _ => {}
-            }
-        }
-    }
-    json && events
 }
 
 /// The body of a JSON-RPC `tools/call`, read as exactly that. (rmcp reads

@@ -82,6 +82,7 @@ pub mod http;
 pub mod input;
 mod malformed;
 pub mod mcp_server;
+mod media_type;
 pub mod oauth;
 pub mod passthrough;
 mod sessions;

@@ -31,10 +31,12 @@ use axum::middleware::Next;
 use axum::response::Response;
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt as _;
-use http::header::{ACCEPT, CONTENT_TYPE};
+use http::header::CONTENT_TYPE;
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
 use rmcp::model::ErrorCode;
 use serde_json::{Value, json};
+
+use crate::media_type::{accepts_json_and_events, essence};
 
 /// The layer (see the module docs); its state is the body limit.
 pub(crate) async fn answer_malformed(
@@ -198,40 +200,12 @@ fn error(status: StatusCode, id: Value, code: ErrorCode, message: &str) -> Respo
     response
 }
 
-fn essence(media_type: &str) -> String {
-    media_type
-        .split(';')
-        .next()
-        .unwrap_or_default()
-        .trim()
-        .to_ascii_lowercase()
-}
-
 /// A `Content-Type` of JSON, as rmcp checks it (the first value).
 fn json_content(headers: &HeaderMap) -> bool {
     headers
         .get(CONTENT_TYPE)
         .and_then(|value| value.to_str().ok())
         .is_some_and(|value| essence(value) == "application/json")
-}
-
-/// An `Accept` naming both JSON and event streams, as rmcp asks.
-fn accepts_json_and_events(headers: &HeaderMap) -> bool {
-    let mut json = false;
-    let mut events = false;
-    for value in headers.get_all(ACCEPT) {
-        let Ok(value) = value.to_str() else {
-            continue;
-        };
-        for media_type in value.split(',') {
-            match essence(media_type).as_str() {
-                "application/json" => json = true,
-                "text/event-stream" => events = true,
-                _ => {}
-            }
-        }
-    }
-    json && events
 }
 
 #[cfg(test)]
