@@ -1,5 +1,6 @@
-//! `portcullis import`: an existing `mcpServers` config (Claude Desktop,
-//! Cursor, VS Code) becomes Portcullis TOML.
+//! An existing `mcpServers` config (Claude Desktop, Cursor, VS Code)
+//! becomes Portcullis TOML: what `portcullis import` and `client connect`
+//! print and write.
 //!
 //! The entries are read by the upstream crate's parser, which applies the
 //! same checks `connect` does, so a server that would be refused at connect
@@ -83,49 +84,6 @@ struct Entry {
     env: BTreeMap<String, String>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     headers: BTreeMap<String, String>,
-}
-
-/// The one entry to put in the client's config in place of the servers
-/// that were imported, so the client starts Portcullis (over stdio, with
-/// `config`) and Portcullis starts them: a JSON member the user pastes as
-/// it is. `program` is the `portcullis` binary (a desktop client may not
-/// share the shell's `PATH`, so an absolute path is best). `variables` are
-/// the secrets the config refers to: a desktop app does not inherit the
-/// shell's exports, so the entry carries an `env` block naming each, with
-/// a `<VAR>` placeholder for the user to replace by the value.
-pub fn client_entry(
-    client: crate::cli::Client,
-    program: &str,
-    config: &Path,
-    variables: &[String],
-) -> String {
-    let args = serde_json::json!(["serve", "--stdio", "--config", config.display().to_string()]);
-    let mut entry = serde_json::json!({"command": program, "args": args});
-    if !variables.is_empty() {
-        let env: serde_json::Map<String, Value> = variables
-            .iter()
-            .map(|v| (v.clone(), Value::String(format!("<{v}>"))))
-            .collect();
-        entry["env"] = Value::Object(env);
-    }
-    match client {
-        crate::cli::Client::Vscode => {
-            let mut typed = serde_json::json!({"type": "stdio"});
-            if let (Some(typed), Some(entry)) = (typed.as_object_mut(), entry.as_object()) {
-                typed.extend(entry.clone());
-            }
-            format!(
-                "\"servers\": {}",
-                serde_json::json!({ "portcullis": typed })
-            )
-        }
-        crate::cli::Client::Claude | crate::cli::Client::Cursor => {
-            format!(
-                "\"mcpServers\": {}",
-                serde_json::json!({ "portcullis": entry })
-            )
-        }
-    }
 }
 
 /// What one server's conversion needs to write into.
@@ -593,46 +551,6 @@ mod tests {
         "broken": {"url": "http://example.com/mcp"}
       }
     }"#;
-
-    #[test]
-    fn the_entry_to_put_back_starts_portcullis_over_stdio() {
-        use crate::cli::Client;
-        let config = Path::new("/srv/gateway/portcullis.toml");
-        let claude = client_entry(Client::Claude, "/usr/local/bin/portcullis", config, &[]);
-        assert_eq!(
-            claude,
-            r#""mcpServers": {"portcullis":{"command":"/usr/local/bin/portcullis","args":["serve","--stdio","--config","/srv/gateway/portcullis.toml"]}}"#
-        );
-        let parsed: serde_json::Value =
-            serde_json::from_str(&format!("{{{claude}}}")).expect("a JSON member");
-        assert_eq!(parsed["mcpServers"]["portcullis"]["args"][1], "--stdio");
-        let cursor = client_entry(Client::Cursor, "portcullis", config, &[]);
-        assert!(
-            cursor.starts_with(r#""mcpServers": {"portcullis":{"#)
-                && cursor.contains(r#""command":"portcullis""#),
-            "{cursor}"
-        );
-        let vscode = client_entry(Client::Vscode, "portcullis", config, &[]);
-        let parsed: serde_json::Value =
-            serde_json::from_str(&format!("{{{vscode}}}")).expect("a JSON member");
-        assert_eq!(parsed["servers"]["portcullis"]["type"], "stdio");
-        // With secrets to set, an `env` block names each: a desktop app
-        // does not inherit the shell's exports.
-        let vars = ["DOCS_API_KEY".to_owned(), "GITHUB_TOKEN".to_owned()];
-        for client in [Client::Claude, Client::Cursor, Client::Vscode] {
-            let entry = client_entry(client, "portcullis", config, &vars);
-            let parsed: serde_json::Value =
-                serde_json::from_str(&format!("{{{entry}}}")).expect("a JSON member");
-            let outer = if client == Client::Vscode {
-                "servers"
-            } else {
-                "mcpServers"
-            };
-            let env = &parsed[outer]["portcullis"]["env"];
-            assert_eq!(env["DOCS_API_KEY"], "<DOCS_API_KEY>", "{entry}");
-            assert_eq!(env["GITHUB_TOKEN"], "<GITHUB_TOKEN>", "{entry}");
-        }
-    }
 
     /// Eleven secrets of the kinds real configs carry, each planted once.
     const PLANTED: &str = r#"{"mcpServers": {

@@ -92,6 +92,7 @@ pub mod drift;
 pub mod gateway;
 pub mod grants;
 pub mod health;
+pub mod import;
 pub mod metrics;
 pub mod oauth;
 pub mod proxy;

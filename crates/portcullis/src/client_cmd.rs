@@ -370,3 +370,85 @@ pub fn disconnect(client: Client, client_file: &Path) -> anyhow::Result<Exit> {
     );
     Ok(Exit::Success)
 }
+
+/// The one entry to put in the client's config in place of the servers
+/// that were imported, so the client starts Portcullis (over stdio, with
+/// `config`) and Portcullis starts them: a JSON member the user pastes as
+/// it is. `program` is the `portcullis` binary (a desktop client may not
+/// share the shell's `PATH`, so an absolute path is best). `variables` are
+/// the secrets the config refers to: a desktop app does not inherit the
+/// shell's exports, so the entry carries an `env` block naming each, with
+/// a `<VAR>` placeholder for the user to replace by the value.
+pub fn client_entry(client: Client, program: &str, config: &Path, variables: &[String]) -> String {
+    let args = serde_json::json!(["serve", "--stdio", "--config", config.display().to_string()]);
+    let mut entry = serde_json::json!({"command": program, "args": args});
+    if !variables.is_empty() {
+        let env: serde_json::Map<String, Value> = variables
+            .iter()
+            .map(|v| (v.clone(), Value::String(format!("<{v}>"))))
+            .collect();
+        entry["env"] = Value::Object(env);
+    }
+    match client {
+        Client::Vscode => {
+            let mut typed = serde_json::json!({"type": "stdio"});
+            if let (Some(typed), Some(entry)) = (typed.as_object_mut(), entry.as_object()) {
+                typed.extend(entry.clone());
+            }
+            format!(
+                "\"servers\": {}",
+                serde_json::json!({ "portcullis": typed })
+            )
+        }
+        Client::Claude | Client::Cursor => {
+            format!(
+                "\"mcpServers\": {}",
+                serde_json::json!({ "portcullis": entry })
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_entry_to_put_back_starts_portcullis_over_stdio() {
+        let config = Path::new("/srv/gateway/portcullis.toml");
+        let claude = client_entry(Client::Claude, "/usr/local/bin/portcullis", config, &[]);
+        assert_eq!(
+            claude,
+            r#""mcpServers": {"portcullis":{"command":"/usr/local/bin/portcullis","args":["serve","--stdio","--config","/srv/gateway/portcullis.toml"]}}"#
+        );
+        let parsed: serde_json::Value =
+            serde_json::from_str(&format!("{{{claude}}}")).expect("a JSON member");
+        assert_eq!(parsed["mcpServers"]["portcullis"]["args"][1], "--stdio");
+        let cursor = client_entry(Client::Cursor, "portcullis", config, &[]);
+        assert!(
+            cursor.starts_with(r#""mcpServers": {"portcullis":{"#)
+                && cursor.contains(r#""command":"portcullis""#),
+            "{cursor}"
+        );
+        let vscode = client_entry(Client::Vscode, "portcullis", config, &[]);
+        let parsed: serde_json::Value =
+            serde_json::from_str(&format!("{{{vscode}}}")).expect("a JSON member");
+        assert_eq!(parsed["servers"]["portcullis"]["type"], "stdio");
+        // With secrets to set, an `env` block names each: a desktop app
+        // does not inherit the shell's exports.
+        let vars = ["DOCS_API_KEY".to_owned(), "GITHUB_TOKEN".to_owned()];
+        for client in [Client::Claude, Client::Cursor, Client::Vscode] {
+            let entry = client_entry(client, "portcullis", config, &vars);
+            let parsed: serde_json::Value =
+                serde_json::from_str(&format!("{{{entry}}}")).expect("a JSON member");
+            let outer = if client == Client::Vscode {
+                "servers"
+            } else {
+                "mcpServers"
+            };
+            let env = &parsed[outer]["portcullis"]["env"];
+            assert_eq!(env["DOCS_API_KEY"], "<DOCS_API_KEY>", "{entry}");
+            assert_eq!(env["GITHUB_TOKEN"], "<GITHUB_TOKEN>", "{entry}");
+        }
+    }
+}

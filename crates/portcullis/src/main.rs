@@ -93,14 +93,14 @@ mod client_cmd;
 mod demo_upstream;
 mod diff;
 mod drift_cmd;
-mod import;
 mod retrust_cmd;
 mod serve;
 mod tools_cmd;
 
 // The gateway's rooms, named here so the subcommands reach them as `crate::…`.
 use portcullis_gateway::{
-    audit, config, connecting, gateway, health, metrics, redact, reload, retention, sources, trust,
+    audit, config, connecting, gateway, health, import, metrics, redact, reload, retention,
+    sources, trust,
 };
 
 use std::process::ExitCode;
@@ -492,7 +492,7 @@ fn run_import(args: &cli::ImportArgs) -> anyhow::Result<Exit> {
     errln!(
         "then, in {}, replace those servers with this one entry (Portcullis starts them):\n  {}",
         file.display(),
-        import::client_entry(args.client, &program, &config, &variables)
+        client_cmd::client_entry(args.client, &program, &config, &variables)
     );
     if !variables.is_empty() {
         errln!(
