@@ -22,9 +22,8 @@ use std::time::SystemTime;
 use aws_lc_rs::aead::{AES_256_GCM, Aad, NONCE_LEN, Nonce, RandomizedNonceKey};
 use portcullis_sources::key_file::{self, KeyError};
 use portcullis_store::{SealedGrant, Store, StoreError};
-use portcullis_upstream::oauth::{Grant, GrantListener};
+use portcullis_upstream::oauth::Grant;
 use thiserror::Error;
-use tokio::sync::{mpsc, oneshot};
 
 /// The key's file name under `data_dir`.
 pub const KEY_FILE_NAME: &str = "oauth.key";
@@ -71,20 +70,13 @@ pub struct GrantSummary {
     pub updated_at: SystemTime,
 }
 
-/// One change for the writer task, or a request to say when all earlier
-/// ones are written.
-enum Write {
-    Change(String, Option<Box<Grant>>),
-    Flush(oneshot::Sender<()>),
-}
-
 /// Seals, stores, opens and forgets upstreams' OAuth grants. Clones share
-/// one key, one store and one writer.
+/// one key and one store. (Who writes a client's changes in order, and
+/// when, is [`crate::oauth`]'s job.)
 #[derive(Clone)]
 pub struct Grants {
     key: Arc<RandomizedNonceKey>,
     store: Arc<dyn Store>,
-    writer: Arc<std::sync::OnceLock<mpsc::UnboundedSender<Write>>>,
 }
 
 impl std::fmt::Debug for Grants {
@@ -114,7 +106,6 @@ impl Grants {
         Grants {
             key: Arc::new(key),
             store,
-            writer: Arc::default(),
         }
     }
 
@@ -160,70 +151,6 @@ impl Grants {
                 updated_at: g.updated_at,
             })
             .collect())
-    }
-
-    /// A listener for [`portcullis_upstream::oauth::OAuthClient::on_grant`]:
-    /// every login, refresh, refusal and logout is written to the store in
-    /// the order it happened, by one writer task (started on first use;
-    /// call this inside a Tokio runtime). A write that fails is logged
-    /// (never with the grant) and the next change is still written.
-    pub fn listener(&self) -> GrantListener {
-        let writer = self.writer().clone();
-        Arc::new(move |upstream: &str, grant: Option<&Grant>| {
-            let change = Write::Change(upstream.to_owned(), grant.cloned().map(Box::new));
-            // Fails only once the writer is gone, i.e. at shutdown.
-            let _ = writer.send(change);
-        })
-    }
-
-    /// Resolves once every change handed to a [`Grants::listener`] so far is
-    /// written (or failed and was logged). Call it before the process exits
-    /// so a refreshed token is not lost.
-    pub async fn flush(&self) {
-        let Some(writer) = self.writer.get() else {
-            return;
-        };
-        let (done, written) = oneshot::channel();
-        if writer.send(Write::Flush(done)).is_ok() {
-            let _ = written.await;
-        }
-    }
-
-    fn writer(&self) -> &mpsc::UnboundedSender<Write> {
-        self.writer.get_or_init(|| {
-            let (tx, mut rx) = mpsc::unbounded_channel::<Write>();
-            let grants = self.clone_without_writer();
-            tokio::spawn(async move {
-                while let Some(write) = rx.recv().await {
-                    match write {
-                        Write::Change(upstream, Some(grant)) => {
-                            if let Err(error) = grants.save(&upstream, &grant).await {
-                                tracing::warn!(upstream, %error, "could not store the refreshed OAuth grant; the next start may need `portcullis auth login`");
-                            }
-                        }
-                        Write::Change(upstream, None) => {
-                            if let Err(error) = grants.forget(&upstream).await {
-                                tracing::warn!(upstream, %error, "could not forget the OAuth grant");
-                            }
-                        }
-                        Write::Flush(done) => {
-                            let _ = done.send(());
-                        }
-                    }
-                }
-            });
-            tx
-        })
-    }
-
-    /// A clone for the writer task that does not keep the writer's own
-    /// channel alive (so the task ends when the last keeper is dropped).
-    fn clone_without_writer(&self) -> Grants {
-        Grants {
-            key: self.key.clone(),
-            store: self.store.clone(),
-            writer: Arc::default(),
-        }
     }
 
     fn seal(&self, upstream: &str, grant: &Grant) -> Result<Vec<u8>, GrantError> {
@@ -420,24 +347,5 @@ mod tests {
             assert!(!err.to_string().contains(secret));
         }
         assert!(!format!("{other:?}").contains("7, 7"));
-    }
-
-    #[tokio::test]
-    async fn the_listener_writes_changes_in_order() {
-        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-        let grants = Grants::with_key(&[1; 32], store);
-        let listener = grants.listener();
-        let mut refreshed = grant("https://auth.example");
-        listener("docs", Some(&refreshed));
-        refreshed.access_token = "second".into();
-        listener("docs", Some(&refreshed));
-        listener("crm", Some(&refreshed));
-        listener("crm", None);
-        grants.flush().await;
-        assert!(same(
-            &grants.load("docs").await.unwrap().unwrap(),
-            &refreshed
-        ));
-        assert!(grants.load("crm").await.unwrap().is_none());
     }
 }
