@@ -7,7 +7,8 @@
 # private cluster (not the system one) under $PORTCULLIS_PG_DIR, starts it if
 # it is not running, creates the test role and database, and prints one line
 # on stdout: `export PORTCULLIS_TEST_POSTGRES_URL=…`. Everything else goes to
-# stderr. Safe to run again: each step is skipped when already done.
+# stderr. Safe to run again: each step but the last is skipped when already
+# done; the test database is dropped and made afresh every time.
 #
 # The cluster lives under /tmp, not in the work tree, because the server runs
 # as the `postgres` user (PostgreSQL refuses to run as root) and a checkout
@@ -72,9 +73,11 @@ psql_admin() {
 if [[ "$(psql_admin -c "SELECT 1 FROM pg_roles WHERE rolname = '$user'")" != 1 ]]; then
   psql_admin -c "CREATE ROLE $user LOGIN PASSWORD '$password'" >&2
 fi
-if [[ "$(psql_admin -c "SELECT 1 FROM pg_database WHERE datname = '$database'")" != 1 ]]; then
-  psql_admin -c "CREATE DATABASE $database OWNER $user" >&2
-fi
+# A fresh database every run: one left behind by another checkout (a branch
+# with a newer schema step, say) would fail the store's "refuses a newer
+# schema" guard, or hide a migration bug behind tables this build did not make.
+psql_admin -c "DROP DATABASE IF EXISTS $database WITH (FORCE)" >&2
+psql_admin -c "CREATE DATABASE $database OWNER $user" >&2
 
 log "ready"
 echo "export PORTCULLIS_TEST_POSTGRES_URL=postgres://$user:$password@127.0.0.1:$port/$database"
