@@ -36,7 +36,7 @@ use crate::filter::ToolFilter;
 use crate::fingerprint::Fingerprints;
 use crate::naming::Prefix;
 use crate::policy::DeniedResult;
-use crate::server::{ServerIdentity, resolve_server_names};
+use crate::server::{ServerIdentity, resolve_server_names_keeping};
 use crate::tool::Tool;
 
 /// One server's listing, as handed to the catalogue.
@@ -93,6 +93,16 @@ pub struct ProjectionOptions {
     pub disclosure: DisclosureOptions,
     /// Whether names carry their server's name.
     pub prefix: Prefix,
+    /// Every configured source, connected or not. Names are decided over
+    /// these and the listings together — `Prefix::Auto` by their count,
+    /// collision suffixes by their names — so a source that is down
+    /// renames none of its siblings' tools, and nothing renames when it
+    /// joins. Empty: the listings are all there is.
+    pub configured: Vec<ServerIdentity>,
+    /// The sources that keep their plain name against namesakes that are
+    /// not listed here (an operator's `[upstreams.NAME]` against a plugin's
+    /// server or an app): see `server::resolve_server_names_keeping`.
+    pub keep_names: Vec<ServerIdentity>,
 }
 
 /// What an entry is.
@@ -306,13 +316,33 @@ impl Catalogue {
     /// Projects `listings` into one tool map. Never fails: everything a
     /// server can get wrong becomes a diagnostic or a withheld tool.
     pub fn project(listings: Vec<ServerListing>, options: &ProjectionOptions) -> Catalogue {
-        let identities: Vec<ServerIdentity> = listings.iter().map(|l| l.identity.clone()).collect();
-        let resolved = resolve_server_names(&identities);
+        // The configured sources, then any listing not among them; each
+        // identity once (a second copy of one would read as a collision).
+        let mut named: Vec<ServerIdentity> = Vec::with_capacity(options.configured.len());
+        for identity in &options.configured {
+            if !named.contains(identity) {
+                named.push(identity.clone());
+            }
+        }
+        let mut positions = Vec::with_capacity(listings.len());
+        for listing in &listings {
+            match named.iter().position(|id| *id == listing.identity) {
+                Some(at) => positions.push(at),
+                None => {
+                    positions.push(named.len());
+                    named.push(listing.identity.clone());
+                }
+            }
+        }
+        let resolved = resolve_server_names_keeping(&named, &options.keep_names);
         let mut diagnostics = resolved.diagnostics;
-        let prefixed = options.prefix.applies(listings.len());
+        let prefixed = options.prefix.applies(named.len());
 
-        let mut ordered: Vec<(String, ServerListing)> =
-            resolved.names.into_iter().zip(listings).collect();
+        let mut ordered: Vec<(String, ServerListing)> = positions
+            .into_iter()
+            .map(|at| resolved.names[at].clone())
+            .zip(listings)
+            .collect();
         ordered.sort_by(|(a, la), (b, lb)| {
             a.cmp(b).then_with(|| {
                 la.identity
@@ -649,6 +679,39 @@ mod tests {
             .filter(|d| d.rule == Rule::ServerNameCollision)
             .collect();
         assert_eq!(collisions.len(), 1);
+    }
+
+    #[test]
+    fn names_are_decided_over_the_configured_sources_not_the_connected_ones() {
+        let a = listing("local", "http://127.0.0.1:1/mcp", &["whoami"]);
+        let b = listing("local", "http://127.0.0.1:2/mcp", &["whoami"]);
+        let docs = listing("docs", "https://d/mcp", &["search"]);
+        let options = ProjectionOptions {
+            configured: vec![
+                a.identity.clone(),
+                b.identity.clone(),
+                docs.identity.clone(),
+            ],
+            ..Default::default()
+        };
+        let all = Catalogue::project(vec![a.clone(), b, docs.clone()], &options);
+        // One of the two namesakes down, and one server alone: every name
+        // that is still listed stays what it was with everything up.
+        let one_down = Catalogue::project(vec![a, docs.clone()], &options);
+        let alone = Catalogue::project(vec![docs], &options);
+        for catalogue in [&one_down, &alone] {
+            for entry in catalogue.entries() {
+                assert!(all.get(&entry.name).is_some(), "{} renamed", entry.name);
+            }
+        }
+        assert!(alone.get("docs__search").is_some());
+        assert_eq!(names(&one_down).len(), 2);
+        let suffixed = one_down
+            .entries()
+            .iter()
+            .find(|e| e.remote_name == "whoami")
+            .unwrap();
+        assert!(suffixed.server.starts_with("local_"), "{}", suffixed.server);
     }
 
     #[test]

@@ -160,6 +160,29 @@ pub struct ServerNames {
 /// assert_eq!(resolved.diagnostics.len(), 1);
 /// ```
 pub fn resolve_server_names(servers: &[ServerIdentity]) -> ServerNames {
+    resolve_server_names_keeping(servers, &[])
+}
+
+/// [`resolve_server_names`], except that a server in `keep` (an operator's
+/// own `[upstreams.NAME]`) keeps its plain name against namesakes that are
+/// not in `keep` (a plugin's server, a native plugin, an app): only they
+/// are suffixed. So adding a plugin never renames the operator's server,
+/// and never moves the trust baseline kept under its name. Two or more
+/// namesakes in `keep` are all suffixed, as without it.
+///
+/// ```
+/// use portcullis_catalog::server::{resolve_server_names_keeping, ServerIdentity};
+///
+/// let mine = ServerIdentity::streamable_http("files", "https://files.example/mcp");
+/// let plugin = ServerIdentity::stdio("files", "./plugin/server", &[]);
+/// let resolved = resolve_server_names_keeping(&[plugin, mine.clone()], &[mine]);
+/// assert!(resolved.names[0].starts_with("files_"));
+/// assert_eq!(resolved.names[1], "files");
+/// ```
+pub fn resolve_server_names_keeping(
+    servers: &[ServerIdentity],
+    keep: &[ServerIdentity],
+) -> ServerNames {
     let mut by_name: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (i, server) in servers.iter().enumerate() {
         by_name.entry(server.name.as_str()).or_default().push(i);
@@ -170,21 +193,34 @@ pub fn resolve_server_names(servers: &[ServerIdentity]) -> ServerNames {
         if members.len() < 2 {
             continue;
         }
+        let kept: Vec<usize> = members
+            .iter()
+            .copied()
+            .filter(|&i| keep.contains(&servers[i]))
+            .collect();
+        let keeper = (kept.len() == 1).then(|| kept[0]);
         let mut renamed = Vec::with_capacity(members.len());
         for &i in &members {
-            names[i] = servers[i].suffixed_name();
-            renamed.push(names[i].clone());
+            if Some(i) != keeper {
+                names[i] = servers[i].suffixed_name();
+                renamed.push(names[i].clone());
+            }
         }
         renamed.sort();
-        diagnostics.push(Diagnostic::new(
-            Rule::ServerNameCollision,
-            name,
+        let message = if keeper.is_some() {
+            format!(
+                "{} sources are named \"{name}\"; the configured upstream keeps the name, and the others are projected under suffixed names ({}). Rename one of them to get the plain name back.",
+                members.len(),
+                renamed.join(", ")
+            )
+        } else {
             format!(
                 "{} MCP servers are named \"{name}\"; each is projected under its own suffixed name ({}) so no tool name depends on load order. Rename one of them to get the plain name back.",
                 members.len(),
                 renamed.join(", ")
-            ),
-        ));
+            )
+        };
+        diagnostics.push(Diagnostic::new(Rule::ServerNameCollision, name, message));
     }
     ServerNames { names, diagnostics }
 }
@@ -206,6 +242,31 @@ mod tests {
                 .endpoint
                 .identity(),
             "http://127.0.0.1/sse"
+        );
+    }
+
+    #[test]
+    fn a_kept_name_stays_with_its_one_keeper_whatever_the_order() {
+        let mine = ServerIdentity::streamable_http("files", "https://f.example/mcp");
+        let plugin = ServerIdentity::stdio("files", "./plugin/server", &[]);
+        let app = ServerIdentity::streamable_http("files", "http://127.0.0.1:8/");
+        let keep = [mine.clone()];
+        let forward =
+            resolve_server_names_keeping(&[mine.clone(), plugin.clone(), app.clone()], &keep);
+        let backward =
+            resolve_server_names_keeping(&[app.clone(), plugin.clone(), mine.clone()], &keep);
+        assert_eq!(forward.names[0], "files");
+        assert_eq!(backward.names[2], "files");
+        assert_eq!(forward.names[1], backward.names[1]);
+        assert_eq!(forward.names[2], backward.names[0]);
+        assert!(forward.names[1].starts_with("files_") && forward.names[2].starts_with("files_"));
+        assert_eq!(forward.diagnostics, backward.diagnostics);
+        // Two keepers of one name: neither wins.
+        let both = resolve_server_names_keeping(&[mine.clone(), app.clone()], &[mine, app]);
+        assert!(
+            both.names.iter().all(|n| n.starts_with("files_")),
+            "{:?}",
+            both.names
         );
     }
 

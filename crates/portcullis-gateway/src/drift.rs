@@ -358,27 +358,13 @@ pub async fn published(toolset: &Toolset, server: &str) -> Result<Published, Str
 /// server connects only that one: its siblings are left out, and so are
 /// plugins and apps. `None` (connect everything) when `server` is not an
 /// upstream of the config (an Agent Plugin's server, a native plugin, an
-/// app) or when leaving the others out would change the name the store
-/// keeps its baseline under (a name collision gave it a suffix). The prefix
-/// mode stays the one decided over every configured source, so the tools'
-/// names are the ones `serve` shows.
+/// app). An upstream's name, and so the row its baseline is kept under,
+/// never depends on its siblings: it keeps its plain name against any
+/// namesake (`resolve_server_names_keeping`). The prefix mode stays the
+/// one decided over every configured source, so the tools' names are the
+/// ones `serve` shows.
 pub fn narrowed(config: &Config, server: &str) -> Option<Config> {
-    use portcullis_catalog::server::resolve_server_names;
-    let upstream = config.upstreams.get(server)?;
-    let all = crate::gateway::server_configs(config).ok()?;
-    let identities: Vec<_> = all.iter().map(|s| s.identity()).collect();
-    let position = all.iter().position(|s| s.name() == upstream.name)?;
-    let among_all = resolve_server_names(&identities)
-        .names
-        .get(position)?
-        .clone();
-    let alone = resolve_server_names(&identities[position..=position])
-        .names
-        .first()?
-        .clone();
-    if among_all != alone {
-        return None;
-    }
+    config.upstreams.get(server)?;
     let mut narrow = config.clone();
     narrow.gateway.prefix = crate::sources::resolve_prefix(
         config.gateway.prefix,

@@ -23,7 +23,9 @@ use portcullis_catalog::catalogue::EntryKind;
 use portcullis_catalog::diagnostic::Rule;
 use portcullis_catalog::disclosure::DisclosureOptions;
 use portcullis_catalog::policy::{Decision, Policy, PolicyRequest};
-use portcullis_catalog::{Catalogue, ProjectionOptions, Tool, ToolAnnotations, ToolResult};
+use portcullis_catalog::{
+    Catalogue, ProjectionOptions, ServerIdentity, Tool, ToolAnnotations, ToolResult,
+};
 use portcullis_handler::{CallContext, Registration, ToolError, ToolFuture, ToolSource};
 use portcullis_server::{Exposure, Identity, ToolServer};
 use portcullis_upstream::{
@@ -186,6 +188,10 @@ impl Gateway {
         lifetime: Lifetime,
     ) -> anyhow::Result<Gateway> {
         let mut servers = server_configs(config)?;
+        // The operator's own upstreams keep their names against a plugin's
+        // or an app's namesake (and with them their trust baselines).
+        let keep_names: Vec<ServerIdentity> =
+            servers.iter().map(McpServerConfig::identity).collect();
         // Plugins, tool plugins and apps: a broken one is reported and
         // skipped. Agent Plugins' servers join the upstreams.
         let loaded = crate::sources::load(config, &crate::sources::signing(config));
@@ -230,16 +236,40 @@ impl Gateway {
                 });
             only_while_starting
         });
+        // The native plugins and apps, trusted through the same store, are
+        // projected with the upstreams in one pass: one naming, one
+        // catalogue.
+        let upstream_identities: Vec<ServerIdentity> =
+            servers.iter().map(McpServerConfig::identity).collect();
+        options.projection.configured = loaded.unloaded.clone();
+        options.projection.keep_names = keep_names;
+        let named: Vec<ServerIdentity> = upstream_identities
+            .iter()
+            .chain(&loaded.unloaded)
+            .cloned()
+            .collect();
+        let sources = crate::sources::SourceCatalogue::trust(
+            loaded.sources,
+            &named,
+            &options.projection.keep_names,
+            store.as_ref(),
+        )
+        .await?;
+        for diagnostic in sources.diagnostics() {
+            tracing::warn!(rule = %diagnostic.rule, origin = %diagnostic.origin, "{}", diagnostic.message);
+        }
+        for listing in sources.listings() {
+            options = options.with_other_source(listing.clone());
+        }
         let native = config.tool_plugins.len() + config.apps.len();
         let prefix = crate::sources::resolve_prefix(config.gateway.prefix, servers.len(), native);
-        // With native sources the mode is decided here, over them too;
-        // without, the connector decides it over the configured upstreams
-        // and decides again when a reload reconfigures them.
+        // With native sources the mode is decided here, counting those
+        // that failed to load too (a tool plugin's name is in its
+        // manifest); without, the connector decides it over the configured
+        // upstreams and decides again when a reload reconfigures them.
         if native > 0 {
             options.projection.prefix = prefix;
         }
-        let mut projection = options.projection.clone();
-        projection.prefix = prefix;
         let toolset = connect(servers.clone(), options)
             .await
             .context("cannot connect the upstreams")?;
@@ -261,21 +291,9 @@ impl Gateway {
             }
             tracing::warn!(rule = %diagnostic.rule, origin = %diagnostic.origin, "{}", diagnostic.message);
         }
-        let upstream_names = servers.iter().map(|s| s.name().to_owned()).collect();
-        let sources = crate::sources::SourceCatalogue::project(
-            loaded.sources,
-            &upstream_names,
-            &toolset.catalogue(),
-            &projection,
-            store.as_ref(),
-        )
-        .await?;
-        for diagnostic in sources.diagnostics() {
-            tracing::warn!(rule = %diagnostic.rule, origin = %diagnostic.origin, "{}", diagnostic.message);
-        }
         let proxy = match previous {
-            Some(previous) => previous.successor(&toolset, projection.prefix, None).await,
-            None => crate::proxy::Proxy::start(&toolset, projection.prefix).await,
+            Some(previous) => previous.successor(&toolset, prefix, None).await,
+            None => crate::proxy::Proxy::start(&toolset, prefix).await,
         };
         let catalogue = toolset.catalogue();
         let tools = build_tool_server(config, &toolset, &catalogue, &sources, &proxy)?;
@@ -299,11 +317,10 @@ impl Gateway {
             .iter()
             .map(|w| (w.id.as_str(), w.reason.as_str()))
             .collect();
-        let upstream = self.toolset.catalogue();
-        upstream
+        self.toolset
+            .catalogue()
             .status_rows()
             .into_iter()
-            .chain(self.sources.status_rows(upstream.has_describe_tool()))
             .map(|row| {
                 let tier = serde_json::to_value(row.tier)
                     .ok()
@@ -529,6 +546,8 @@ pub fn connect_options(config: &Config) -> ConnectOptions {
                 .collect::<BTreeSet<_>>(),
         },
         prefix: config.gateway.prefix,
+        configured: Vec::new(),
+        keep_names: Vec::new(),
     });
     for upstream in config.upstreams.values() {
         if let Some(ms) = upstream.timeout_ms {
@@ -597,9 +616,8 @@ pub fn exposure(config: &Config) -> Exposure {
     }
 }
 
-/// The tool server over every source: the upstreams and the native
-/// plugins and apps, each published through [`ToolSource`], and the joint
-/// `mcp__describe_tool` when both kinds are there.
+/// The tool server over the one catalogue: the upstreams' entries and the
+/// native plugins' and apps', each kind published through [`ToolSource`].
 fn build_tool_server(
     config: &Config,
     toolset: &Toolset,
@@ -607,18 +625,12 @@ fn build_tool_server(
     sources: &crate::sources::SourceCatalogue,
     proxy: &crate::proxy::Proxy,
 ) -> anyhow::Result<ToolServer> {
-    // With sources beside the upstreams, one describe tool answers from
-    // both catalogues in place of the connector's.
-    let joint_describe = sources.needs_joint_describe(catalogue);
-    let mut upstreams = UpstreamTools::new(toolset.clone(), catalogue.clone());
-    if joint_describe {
-        upstreams = upstreams.without_describe();
-    }
-    let published: [&dyn ToolSource; 2] = [&upstreams, sources];
+    let upstreams = UpstreamTools::new(toolset.clone(), catalogue.clone());
+    let natives = sources.published(catalogue);
+    let published: [&dyn ToolSource; 2] = [&upstreams, &natives];
     ToolServer::builder()
         .register_all(published.into_iter().flat_map(ToolSource::registrations))
         .policy(ApprovalPolicy(config.gateway.approval.clone()))
-        .register_all(joint_describe.then(|| sources.describe_registration(toolset.clone())))
         .exposure(exposure(config))
         .max_output_length(config.gateway.max_output_length)
         .approval_timeout(config.gateway.approval_timeout)
@@ -633,34 +645,24 @@ fn build_tool_server(
 pub const UPSTREAMS_SOURCE: &str = "upstreams";
 
 /// The connected upstream MCP servers as one [`ToolSource`]: the connector
-/// projects them together (one catalogue, one naming pass over the
-/// configured servers), so they publish together. Every catalogue entry is
-/// a registration (quarantine stubs included: the toolset refuses them),
-/// named after its server and forwarding to the toolset under its
-/// qualified name; the change signal is the toolset's catalogue swaps.
+/// projects them (with the native sources beside them: one catalogue, one
+/// naming pass over every configured source), so they publish together.
+/// Every upstream entry is a registration (quarantine stubs included: the
+/// toolset refuses them), named after its server and forwarding to the
+/// toolset under its qualified name, and so is `mcp__describe_tool`, which
+/// answers for every source; the change signal is the toolset's catalogue
+/// swaps.
 #[derive(Clone)]
 pub struct UpstreamTools {
     toolset: Toolset,
     catalogue: Arc<Catalogue>,
-    describe: bool,
 }
 
 impl UpstreamTools {
-    /// The tools of `catalogue` (the toolset's catalogue in force), called
-    /// through `toolset`.
+    /// The upstreams' entries of `catalogue` (the toolset's catalogue in
+    /// force), called through `toolset`.
     pub fn new(toolset: Toolset, catalogue: Arc<Catalogue>) -> Self {
-        UpstreamTools {
-            toolset,
-            catalogue,
-            describe: true,
-        }
-    }
-
-    /// Leaves the connector's `mcp__describe_tool` out: a joint one answers
-    /// for every source.
-    pub fn without_describe(mut self) -> Self {
-        self.describe = false;
-        self
+        UpstreamTools { toolset, catalogue }
     }
 }
 
@@ -668,7 +670,6 @@ impl fmt::Debug for UpstreamTools {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("UpstreamTools")
             .field("entries", &self.catalogue.entries().len())
-            .field("describe", &self.describe)
             .finish_non_exhaustive()
     }
 }
@@ -679,10 +680,21 @@ impl ToolSource for UpstreamTools {
     }
 
     fn registrations(&self) -> Vec<Registration> {
+        let native: Vec<&ServerIdentity> = self
+            .toolset
+            .other_sources()
+            .iter()
+            .map(|o| &o.identity)
+            .collect();
+        let upstream = |server: &str| {
+            self.catalogue
+                .server(server)
+                .is_none_or(|s| !native.contains(&&s.identity))
+        };
         self.catalogue
             .entries()
             .iter()
-            .filter(|entry| self.describe || entry.kind != EntryKind::DescribeTool)
+            .filter(|entry| entry.kind == EntryKind::DescribeTool || upstream(&entry.server))
             .map(|entry| {
                 let toolset = self.toolset.clone();
                 let name: Arc<str> = entry.name.as_str().into();

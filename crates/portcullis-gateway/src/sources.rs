@@ -13,30 +13,20 @@
 //!   skipped server entry is a finding; the other plugins and servers load.
 //! - A **native plugin** or an **app** is loaded with `portcullis-sources`
 //!   into tool registrations (a command handler per tool, or an HTTP
-//!   forwarder per route, signed with the gateway key). Their tools are
-//!   projected through [`Catalogue::project`], the same function that
-//!   projects the upstreams' listings, with the same [`ProjectionOptions`]
-//!   (prefix, disclosure budget, `always_load`): names, collisions between
-//!   sources, trust baseline, quarantine stubs and disclosure tiers follow
-//!   exactly the upstreams' rules. [`SourceCatalogue::registrations`] then
-//!   wraps each tool's handler in the upstream call path's order (policy and
-//!   approval, quarantine refusal, validation against the full schema) and
-//!   hands them to the same `ToolServer`, so the exposure gate, framing and
-//!   the output budget apply once, at the edge.
+//!   forwarder per route, signed with the gateway key), trusted on first
+//!   use ([`SourceCatalogue::trust`]) and handed to the connector as a
+//!   listing to project beside the servers
+//!   (`ConnectOptions::other_sources`).
 //!
-//! Two catalogues exist (the connector's and this one) because the connector
-//! projects inside `connect`; what makes them one map:
-//!
-//! - under `prefix = "auto"` the caller resolves the prefix once, counting
-//!   every configured source (upstreams, plugin servers, native plugins,
-//!   apps), and hands the resolved mode to both projections;
-//! - a source whose name is an upstream's is projected under its suffixed
-//!   name (`name_<hash>`) with a `server-name-collision` diagnostic; the
-//!   upstream keeps its name, so adding a plugin never renames an upstream's
-//!   tools or moves its trust baseline;
-//! - a source tool whose projected name an upstream tool already has is
-//!   withheld with the reason, as the catalogue does inside one projection;
-//! - one `mcp__describe_tool` answers from both catalogues.
+//! So there is one catalogue and one naming pass over every configured
+//! source (upstreams, plugin servers, native plugins, apps, an app that
+//! failed to load included): the same prefix decision, collision suffixes
+//! on both sides of a shared name, the same name-taken rule, one
+//! `mcp__describe_tool`, one set of `tools --json` rows. The tool server
+//! registers the upstreams' entries through the toolset and the sources'
+//! entries through their own handlers ([`SourceCatalogue::published`]),
+//! each run after the gate at the edge: validation against the full
+//! schema, then the handler; a quarantine stub is refused without running.
 //!
 //! Trust: a source's tool fingerprints are recorded in the store on first
 //! use under its effective name, exactly like an upstream's, and enforced on
@@ -44,29 +34,28 @@
 //! the changed tools and withholds added ones. A native plugin's identity is
 //! its directory, an app's its `base_url`.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use portcullis_catalog::catalogue::{EntryKind, Route, StatusRow, WithheldTool};
-use portcullis_catalog::disclosure::{DESCRIBE_TOOL_NAME, describe_tool_definition};
+use portcullis_catalog::catalogue::{EntryKind, Route};
 use portcullis_catalog::gate::CallDecision;
 use portcullis_catalog::naming::Prefix;
-use portcullis_catalog::server::resolve_server_names;
+use portcullis_catalog::server::resolve_server_names_keeping;
 use portcullis_catalog::validation::normalize_arguments;
 use portcullis_catalog::{
-    ArgumentValidator, Catalogue, Diagnostic, Endpoint, ProjectionOptions, Rule, ServerIdentity,
-    ServerListing, Tool, ToolAnnotations, ToolResult,
+    ArgumentValidator, Catalogue, Diagnostic, Endpoint, Rule, ServerIdentity, ServerListing,
+    ToolResult,
 };
 use portcullis_handler::{Access, CallContext, Registration, ToolError, ToolHandler};
 use portcullis_sources::{
     App, AppOptions, AppSource, GatewayKey, NativePlugin, OpenApiDocument, RouteTable, ToolSource,
 };
 use portcullis_store::{Store, trust};
-use portcullis_upstream::{McpServerConfig, PluginLoad, Toolset, load_agent_plugin};
+use portcullis_upstream::{McpServerConfig, PluginLoad, load_agent_plugin};
 use serde_json::Value;
 
 use crate::config::{AppDescription, Config};
@@ -214,6 +203,10 @@ pub struct Loaded {
     pub plugin_servers: Vec<McpServerConfig>,
     /// The native plugins and apps that loaded.
     pub sources: Vec<Source>,
+    /// The apps that did not load, as the projection names them: a source
+    /// that is down still takes part in naming, so its return renames
+    /// nothing. (A tool plugin whose manifest does not load has no name.)
+    pub unloaded: Vec<ServerIdentity>,
     /// Every finding, in config order.
     pub findings: Vec<Finding>,
 }
@@ -330,7 +323,27 @@ pub fn load(config: &Config, signing: &Signing) -> Loaded {
             registrations: source.registrations(),
         });
     }
+    for app in config.apps.values() {
+        let identity = app_identity(&app.name, &app.base_url);
+        let present = loaded
+            .sources
+            .iter()
+            .any(|s| s.kind == SourceKind::App && s.name == app.name);
+        if !present {
+            loaded.unloaded.push(identity);
+        }
+    }
     loaded
+}
+
+/// What makes an app this source: its name and base URL.
+fn app_identity(name: &str, base_url: &str) -> ServerIdentity {
+    ServerIdentity {
+        name: name.to_owned(),
+        endpoint: Endpoint::StreamableHttp {
+            url: base_url.to_owned(),
+        },
+    }
 }
 
 enum Described {
@@ -349,46 +362,44 @@ fn canonical(dir: &Path) -> String {
 
 /// One source tool as the gateway calls it.
 struct SourceTool {
-    /// Compiled from the full input schema, whatever the tier disclosed.
+    /// Compiled from the full input schema, whatever the tier disclosed,
+    /// under the name the model calls it by.
     validator: Option<ArgumentValidator>,
     /// The source's own handler.
     handler: Arc<dyn ToolHandler>,
 }
 
-/// A source entry as it will be registered.
-struct Entry {
-    definition: Tool,
-    source: String,
+/// One source tool as it was loaded.
+struct LoadedTool {
+    /// Its full input schema; `None` when this gateway cannot compile it
+    /// (reported when the source was trusted: arguments pass unchecked).
+    schema: Option<Value>,
+    /// The source's own handler.
+    handler: Arc<dyn ToolHandler>,
+    /// Who may call it.
     access: Access,
-    call: EntryCall,
 }
 
-enum EntryCall {
-    Tool(Arc<SourceTool>),
-    /// A quarantine stub: refused with this result, never run.
-    Refused(ToolResult),
-}
-
-/// The native plugins' and apps' tools, projected by the catalogue's rules.
+/// The native plugins and apps, trusted and ready to be projected with the
+/// upstreams in one pass (their listings go to the connector as
+/// `ConnectOptions::other_sources`), and the handler of each of their tools.
 pub struct SourceCatalogue {
-    catalogue: Catalogue,
-    entries: Vec<Entry>,
-    /// Source tools whose name an upstream tool already has.
-    taken: Vec<WithheldTool>,
+    listings: Vec<ServerListing>,
+    /// By source identity, then the tool's own name.
+    tools: HashMap<ServerIdentity, HashMap<String, LoadedTool>>,
     diagnostics: Vec<Diagnostic>,
 }
 
 impl fmt::Debug for SourceCatalogue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let names: Vec<&str> = self
-            .entries
+            .listings
             .iter()
-            .map(|e| e.definition.name.as_str())
+            .map(|l| l.identity.name.as_str())
             .collect();
         f.debug_struct("SourceCatalogue")
-            .field("entries", &names)
-            .field("taken", &self.taken)
-            .finish()
+            .field("sources", &names)
+            .finish_non_exhaustive()
     }
 }
 
@@ -396,314 +407,206 @@ impl SourceCatalogue {
     /// No sources.
     pub fn empty() -> Self {
         SourceCatalogue {
-            catalogue: Catalogue::default(),
-            entries: Vec::new(),
-            taken: Vec::new(),
+            listings: Vec::new(),
+            tools: HashMap::new(),
             diagnostics: Vec::new(),
         }
     }
 
-    /// Projects `sources` beside the connected `upstream` toolset: names
-    /// (against `upstream_names`, every declared upstream and plugin server
-    /// name), trust baselines from `store` (recorded on first use), tiers,
-    /// and the name-taken rule against the upstream tools.
-    pub async fn project(
+    /// Trusts `sources` on first use through `store` (each under the name
+    /// the one projection gives it among `named`, the upstreams and every
+    /// other configured source, with `keep_names` keeping theirs) and
+    /// keeps their handlers. Names, tiers and
+    /// quarantine are the projection's, done with the upstreams'.
+    pub async fn trust(
         sources: Vec<Source>,
-        upstream_names: &BTreeSet<String>,
-        upstream: &Catalogue,
-        projection: &ProjectionOptions,
+        named: &[ServerIdentity],
+        keep_names: &[ServerIdentity],
         store: &dyn Store,
     ) -> anyhow::Result<Self> {
-        if sources.is_empty() {
-            return Ok(Self::empty());
-        }
-        let declared: Vec<ServerIdentity> = sources
+        let identities: Vec<ServerIdentity> = sources
             .iter()
             .map(|s| ServerIdentity {
                 name: s.name.clone(),
                 endpoint: s.endpoint.clone(),
             })
             .collect();
-        // Among sources, a name clash suffixes both; against an
-        // upstream, the source alone gives way (see the module doc).
-        let resolved = resolve_server_names(&declared);
-        let mut diagnostics = resolved.diagnostics;
-        let mut identities = Vec::with_capacity(declared.len());
-        let taken_by_upstreams: HashSet<&str> = upstream
-            .servers()
-            .iter()
-            .map(|s| s.name.as_str())
-            .chain(upstream_names.iter().map(String::as_str))
-            .collect();
-        for (identity, name) in declared.iter().zip(resolved.names) {
-            let name = if taken_by_upstreams.contains(name.as_str()) {
-                let suffixed = identity.suffixed_name();
-                diagnostics.push(Diagnostic::new(
-                    Rule::ServerNameCollision,
-                    identity.name.clone(),
-                    format!(
-                        "source \"{}\" has the name of an upstream MCP server; its tools are projected under \"{suffixed}\". Rename one of the two to get the plain name back.",
-                        identity.name
-                    ),
-                ));
-                suffixed
-            } else {
-                name
-            };
-            identities.push(ServerIdentity {
-                name,
-                endpoint: identity.endpoint.clone(),
-            });
+        let mut everyone: Vec<ServerIdentity> = Vec::with_capacity(named.len() + sources.len());
+        for identity in named.iter().chain(&identities) {
+            if !everyone.contains(identity) {
+                everyone.push(identity.clone());
+            }
         }
-
-        let mut handlers: HashMap<(String, String), (Access, Arc<dyn ToolHandler>)> =
-            HashMap::new();
+        let names = resolve_server_names_keeping(&everyone, keep_names).names;
+        let mut tools = HashMap::new();
         let mut listings = Vec::with_capacity(sources.len());
-        for (source, identity) in sources.into_iter().zip(&identities) {
-            let mut tools = Vec::with_capacity(source.registrations.len());
+        let mut diagnostics = Vec::new();
+        for (source, identity) in sources.into_iter().zip(identities) {
+            let id = everyone
+                .iter()
+                .position(|n| *n == identity)
+                .map_or_else(|| identity.name.clone(), |at| names[at].clone());
+            let mut listed = Vec::with_capacity(source.registrations.len());
+            let mut handlers = HashMap::new();
             for registration in source.registrations {
+                let schema = registration
+                    .tool
+                    .input_schema
+                    .clone()
+                    .unwrap_or_else(|| serde_json::json!({"type": "object"}));
+                let schema = match ArgumentValidator::compile(&registration.tool.name, &schema) {
+                    Ok(_) => Some(schema),
+                    Err(e) => {
+                        diagnostics.push(Diagnostic::new(
+                            Rule::ServerEntryInvalid,
+                            id.clone(),
+                            format!("{e}; its arguments are passed on unchecked."),
+                        ));
+                        None
+                    }
+                };
                 handlers.insert(
-                    (identity.name.clone(), registration.tool.name.clone()),
-                    (registration.access, registration.handler),
+                    registration.tool.name.clone(),
+                    LoadedTool {
+                        schema,
+                        handler: registration.handler,
+                        access: registration.access,
+                    },
                 );
-                tools.push(registration.tool);
+                listed.push(registration.tool);
             }
             // Trust on first use, by the store's one rule for every kind
             // of source: the listing is the cache, a baseline is proposed
             // only while none is recorded for this endpoint, and the one
             // the store returns is enforced.
             let row = store
-                .get(&identity.name)
+                .get(&id)
                 .await
                 .context("cannot read the trust baselines")?;
-            let proposal = trust::proposal(row.as_ref(), identity, &tools);
+            let proposal = trust::proposal(row.as_ref(), &identity, &listed);
             let first_use = row.as_ref().is_none_or(|r| r.tool_fingerprints.is_none());
-            let in_force = trust::record(store, &identity.name, identity, &tools, proposal)
+            let in_force = trust::record(store, &id, &identity, &listed, proposal)
                 .await
                 .context("cannot record a source's trust baseline")?;
             if first_use {
-                tracing::info!(source = %identity.name, "trusted on first use; baseline recorded");
+                tracing::info!(source = %id, "trusted on first use; baseline recorded");
             }
-            let mut listing = ServerListing::new(identity.clone(), tools);
+            let mut listing = ServerListing::new(identity.clone(), listed);
             if let Some(baseline) = in_force {
                 listing = listing.with_baseline(baseline);
             }
             listings.push(listing);
-        }
-        let catalogue = Catalogue::project(listings, projection);
-        diagnostics.extend(catalogue.diagnostics().iter().cloned());
-
-        let upstream_tools: HashSet<&str> =
-            upstream.entries().iter().map(|e| e.name.as_str()).collect();
-        let mut entries = Vec::new();
-        let mut taken = Vec::new();
-        for entry in catalogue.entries() {
-            if entry.kind == EntryKind::DescribeTool {
-                continue;
-            }
-            if upstream_tools.contains(entry.name.as_str()) {
-                diagnostics.push(Diagnostic::new(
-                    Rule::ServerEntryInvalid,
-                    entry.server.clone(),
-                    format!(
-                        "tool \"{}\" of source \"{}\" projects to \"{}\", which an upstream tool already has; the source tool is skipped.",
-                        entry.remote_name, entry.server, entry.name
-                    ),
-                ));
-                taken.push(WithheldTool {
-                    name: entry.name.clone(),
-                    server: entry.server.clone(),
-                    remote_name: entry.remote_name.clone(),
-                    reason: format!(
-                        "its name \"{}\" is already taken by an upstream tool",
-                        entry.name
-                    ),
-                });
-                continue;
-            }
-            let call = match (entry.kind, catalogue.route(&entry.name)) {
-                (EntryKind::Quarantined, Route::Refused(denied)) => {
-                    EntryCall::Refused(denied.to_tool_result())
-                }
-                _ => {
-                    let Some((access, handler)) =
-                        handlers.get(&(entry.server.clone(), entry.remote_name.clone()))
-                    else {
-                        continue;
-                    };
-                    let validator =
-                        match ArgumentValidator::compile(&entry.name, entry.full_input_schema()) {
-                            Ok(validator) => Some(validator),
-                            Err(e) => {
-                                diagnostics.push(Diagnostic::new(
-                                    Rule::ServerEntryInvalid,
-                                    entry.server.clone(),
-                                    format!("{e}; its arguments are passed on unchecked."),
-                                ));
-                                None
-                            }
-                        };
-                    let tool = SourceTool {
-                        validator,
-                        handler: handler.clone(),
-                    };
-                    entries.push(Entry {
-                        definition: entry.definition.clone(),
-                        source: entry.server.clone(),
-                        access: access.clone(),
-                        call: EntryCall::Tool(Arc::new(tool)),
-                    });
-                    continue;
-                }
-            };
-            entries.push(Entry {
-                definition: crate::gateway::quarantine_stub_definition(entry.definition.clone()),
-                source: entry.server.clone(),
-                access: Access::open(),
-                call,
-            });
+            tools.insert(identity, handlers);
         }
         Ok(SourceCatalogue {
-            catalogue,
-            entries,
-            taken,
+            listings,
+            tools,
             diagnostics,
         })
     }
 
-    /// The sources' own projection, for `drift` and `retrust` (which read
-    /// a source's drift as they read an upstream's).
-    pub fn catalogue(&self) -> &Catalogue {
-        &self.catalogue
+    /// The sources' listings, each with the baseline in force, for the one
+    /// projection (`ConnectOptions::other_sources`).
+    pub fn listings(&self) -> &[ServerListing] {
+        &self.listings
     }
 
-    /// Whether any source contributed a tool (available or not).
+    /// Whether any source loaded.
     pub fn is_empty(&self) -> bool {
-        self.catalogue.servers().is_empty()
+        self.listings.is_empty()
     }
 
-    /// What the projection reported.
+    /// What trusting the sources reported (schemas this gateway cannot
+    /// compile).
     pub fn diagnostics(&self) -> &[Diagnostic] {
         &self.diagnostics
     }
 
-    /// Whether the describe tool must answer from both catalogues: any
-    /// source present while either side defers a schema.
-    pub fn needs_joint_describe(&self, upstream: &Catalogue) -> bool {
-        !self.is_empty() && (self.catalogue.has_describe_tool() || upstream.has_describe_tool())
+    /// The sources' entries of `catalogue` (the one projection) as a
+    /// [`ToolSource`].
+    pub fn published<'a>(&'a self, catalogue: &'a Catalogue) -> PublishedSources<'a> {
+        PublishedSources {
+            sources: self,
+            catalogue,
+        }
     }
 
-    /// One registration per source tool, each running validation against
-    /// the full schema, then the source's handler (the gate at the edge ran
-    /// first); a quarantine stub is refused without running.
-    pub fn registrations(&self) -> Vec<Registration> {
-        self.entries
-            .iter()
-            .map(|entry| {
-                let registration = match &entry.call {
-                    EntryCall::Tool(tool) => {
-                        let tool = tool.clone();
-                        Registration::new(
-                            entry.definition.clone(),
-                            move |args: Value, ctx: CallContext| run(tool.clone(), args, ctx),
-                        )
-                    }
-                    EntryCall::Refused(result) => {
-                        let result = result.clone();
-                        Registration::new(
-                            entry.definition.clone(),
-                            move |_args: Value, _ctx: CallContext| {
-                                let refusal =
-                                    ToolError::refused(CallDecision::Quarantined, result.clone());
-                                async move { Err::<ToolResult, _>(refusal) }
-                            },
-                        )
-                    }
-                };
-                // A schema this gateway cannot compile was reported as
-                // passed on unchecked; it must not fail the whole server.
-                registration
-                    .with_source(entry.source.clone())
-                    .with_access(entry.access.clone())
-                    .with_foreign_schema()
-            })
-            .collect()
-    }
-
-    /// `mcp__describe_tool` answering from the upstream catalogue and this
-    /// one: registered in place of the connector's when
-    /// [`Self::needs_joint_describe`].
-    pub fn describe_registration(&self, upstream: Toolset) -> Registration {
-        let sources = self.catalogue.clone();
-        let definition =
-            describe_tool_definition().with_annotations(ToolAnnotations::read_only(true));
-        Registration::new(definition, move |args: Value, _ctx: CallContext| {
-            let tool = args
-                .get("tool")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned();
-            let answer = match upstream.catalogue().describe(&tool) {
-                Ok(schema) => Ok(schema.clone()),
-                Err(message) => sources.describe(&tool).cloned().map_err(|_| message),
+    /// One registration per source entry of `catalogue`, each running
+    /// validation against the full schema, then the source's handler (the
+    /// gate at the edge ran first); a quarantine stub is refused without
+    /// running.
+    fn registrations(&self, catalogue: &Catalogue) -> Vec<Registration> {
+        let mut registrations = Vec::new();
+        for entry in catalogue.entries() {
+            let Some(tools) = catalogue
+                .server(&entry.server)
+                .and_then(|summary| self.tools.get(&summary.identity))
+            else {
+                continue;
             };
-            async move {
-                Ok::<_, ToolError>(match answer {
-                    Ok(schema) => {
-                        let mut result = ToolResult::text(schema.to_string());
-                        result.structured_content = Some(schema);
-                        result
-                    }
-                    Err(message) => ToolResult::error_text(message),
-                })
-            }
-        })
-        .with_source("portcullis")
-    }
-
-    /// The rows of `tools --json` for the sources: the catalogue's rows,
-    /// minus what an upstream name took (listed as withheld instead), minus
-    /// the describe tool when the upstream rows list it already.
-    pub fn status_rows(&self, upstream_has_describe: bool) -> Vec<StatusRow> {
-        let taken: HashSet<&str> = self.taken.iter().map(|w| w.name.as_str()).collect();
-        let mut rows: Vec<StatusRow> = self
-            .catalogue
-            .status_rows()
-            .into_iter()
-            .filter(|row| !(row.status != "withheld" && taken.contains(row.name.as_str())))
-            .filter(|row| !(upstream_has_describe && row.name == DESCRIBE_TOOL_NAME))
-            .collect();
-        rows.extend(self.taken.iter().map(|w| {
-            StatusRow {
-                name: w.name.clone(),
-                source: w.server.clone(),
-                tier: self
-                    .catalogue
-                    .server(&w.server)
-                    .map_or(portcullis_catalog::Tier::Inline, |s| s.tier),
-                status: "withheld",
-                reason: Some(w.reason.clone()),
-                access: None,
-                classified_by: None,
-            }
-        }));
-        rows
+            let registration = match (entry.kind, catalogue.route(&entry.name)) {
+                (EntryKind::Quarantined, Route::Refused(denied)) => {
+                    let result = denied.to_tool_result();
+                    Registration::new(
+                        crate::gateway::quarantine_stub_definition(entry.definition.clone()),
+                        move |_args: Value, _ctx: CallContext| {
+                            let refusal =
+                                ToolError::refused(CallDecision::Quarantined, result.clone());
+                            async move { Err::<ToolResult, _>(refusal) }
+                        },
+                    )
+                }
+                (EntryKind::Remote, _) => {
+                    let Some(loaded) = tools.get(&entry.remote_name) else {
+                        continue;
+                    };
+                    let tool = Arc::new(SourceTool {
+                        validator: loaded
+                            .schema
+                            .as_ref()
+                            .and_then(|s| ArgumentValidator::compile(&entry.name, s).ok()),
+                        handler: loaded.handler.clone(),
+                    });
+                    let access = loaded.access.clone();
+                    Registration::new(
+                        entry.definition.clone(),
+                        move |args: Value, ctx: CallContext| run(tool.clone(), args, ctx),
+                    )
+                    .with_access(access)
+                }
+                _ => continue,
+            };
+            // A schema this gateway cannot compile was reported as passed
+            // on unchecked; it must not fail the whole server.
+            registrations.push(
+                registration
+                    .with_source(entry.server.clone())
+                    .with_foreign_schema(),
+            );
+        }
+        registrations
     }
 }
 
-/// The native plugins and apps, projected, as one source beside the
-/// upstreams' (each registration names its own plugin or app).
-impl ToolSource for SourceCatalogue {
+/// The native plugins' and apps' entries of the one catalogue, as one
+/// [`ToolSource`] beside the upstreams' (each registration names its own
+/// plugin or app).
+pub struct PublishedSources<'a> {
+    sources: &'a SourceCatalogue,
+    catalogue: &'a Catalogue,
+}
+
+impl ToolSource for PublishedSources<'_> {
     fn source_name(&self) -> &str {
         NATIVE_SOURCES
     }
 
     fn registrations(&self) -> Vec<Registration> {
-        SourceCatalogue::registrations(self)
+        self.sources.registrations(self.catalogue)
     }
 
     fn diagnostics(&self) -> &[Diagnostic] {
-        SourceCatalogue::diagnostics(self)
+        self.sources.diagnostics()
     }
 }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use portcullis_catalog::classification::Classification;
 use portcullis_catalog::fingerprint::Fingerprints;
 use portcullis_catalog::policy::{AllowAll, Policy};
-use portcullis_catalog::{ProjectionOptions, ServerIdentity, ToolFilter};
+use portcullis_catalog::{ProjectionOptions, ServerIdentity, ServerListing, ToolFilter};
 use portcullis_store::Store;
 
 use crate::credentials::{Auth, AuthResolver};
@@ -88,6 +88,14 @@ pub struct ConnectOptions {
     /// like any server that failed to connect. Names never depend on it:
     /// they are decided over the configured servers.
     pub start_deadline: Option<Duration>,
+    /// Tool sources the toolset does not connect to (a gateway's native
+    /// plugins and apps), each listed with the baseline in force: projected
+    /// in the same pass as the servers, so every name is decided once over
+    /// all of them (prefix, collision suffixes, taken names) and one
+    /// catalogue describes them all. Their entries are listed, never routed:
+    /// a call to one through the toolset is refused as an unknown tool, and
+    /// the caller serves them itself.
+    pub other_sources: Vec<ServerListing>,
 }
 
 /// The delays between attempts to reopen a closed connection: `initial`
@@ -171,6 +179,7 @@ impl Default for ConnectOptions {
             http: None,
             reconnect: Backoff::DEFAULT,
             start_deadline: None,
+            other_sources: Vec::new(),
         }
     }
 }
@@ -265,6 +274,13 @@ impl ConnectOptions {
     /// Sets the projection options.
     pub fn with_projection(mut self, projection: ProjectionOptions) -> Self {
         self.projection = projection;
+        self
+    }
+
+    /// Projects `listing` beside the servers: see
+    /// [`ConnectOptions::other_sources`].
+    pub fn with_other_source(mut self, listing: ServerListing) -> Self {
+        self.other_sources.push(listing);
         self
     }
 

@@ -52,7 +52,8 @@ impl Toolset {
     ) -> Result<Reconfigured, WiringError> {
         check_wiring(options)?;
         let inner = &self.inner;
-        let ids = row_ids(&servers);
+        let ids = row_ids(&servers, &inner.projection, &inner.other_sources);
+        let identities = servers.iter().map(McpServerConfig::identity).collect();
         let desired: Vec<(McpServerConfig, String)> = servers.into_iter().zip(ids).collect();
         // Servers still retried since they failed are connected here (a
         // retry that already joined is kept like any connection), and
@@ -122,9 +123,10 @@ impl Toolset {
             }
             kept.extend(connected);
             *sources = kept;
-            inner
+            *inner
                 .configured
-                .store(desired.len(), std::sync::atomic::Ordering::Release);
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = identities;
             inner.reproject(&sources);
         }
         // Calls that waited for a woken server route on the new map.

@@ -225,6 +225,7 @@ fn links(catalogue: &Catalogue, sources: &[Source], waking: &[Waking]) -> Links 
 pub(crate) fn project(
     sources: &[Source],
     waking: &[Waking],
+    others: &[ServerListing],
     options: &ProjectionOptions,
     diagnostics: &DiagnosticSink,
     previous: Option<&Snapshot>,
@@ -233,6 +234,7 @@ pub(crate) fn project(
         .iter()
         .map(Source::listing)
         .chain(waking.iter().map(Waking::listing))
+        .chain(others.iter().cloned())
         .collect();
     let catalogue = Catalogue::project(listings, options);
     let already: &[Diagnostic] = previous.map(|p| p.catalogue.diagnostics()).unwrap_or(&[]);

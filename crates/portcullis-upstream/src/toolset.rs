@@ -2,7 +2,7 @@
 //! call path through every guard.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -14,7 +14,9 @@ use portcullis_catalog::fingerprint::Fingerprints;
 use portcullis_catalog::gate::CallDecision;
 use portcullis_catalog::policy::{Decision, DeniedResult, Policy, PolicyRequest};
 use portcullis_catalog::validation::normalize_arguments;
-use portcullis_catalog::{Catalogue, Diagnostic, ProjectionOptions, Rule, Tool, ToolResult};
+use portcullis_catalog::{
+    Catalogue, Diagnostic, ProjectionOptions, Rule, ServerIdentity, ServerListing, Tool, ToolResult,
+};
 use portcullis_store::Store;
 use serde_json::Value;
 use tokio::sync::{mpsc, watch};
@@ -149,9 +151,13 @@ pub(crate) struct Inner {
     pub(crate) waking: Mutex<Vec<Waking>>,
     /// The projection options as given (`prefix` possibly `Auto`).
     pub(crate) projection: ProjectionOptions,
-    /// How many servers are configured, connected or not: `Prefix::Auto`
-    /// is decided by this count, so a server that is down renames nothing.
-    pub(crate) configured: AtomicUsize,
+    /// Every configured server, connected or not: names are decided over
+    /// these (and `other_sources`), so a server that is down renames
+    /// nothing. A reconfigure replaces them.
+    pub(crate) configured: Mutex<Vec<ServerIdentity>>,
+    /// Sources projected beside the servers and never called through the
+    /// toolset ([`ConnectOptions::other_sources`]).
+    pub(crate) other_sources: Vec<ServerListing>,
     pub(crate) store: Option<Arc<dyn Store>>,
     pub(crate) diagnostics: DiagnosticSink,
     policy: Arc<dyn Policy>,
@@ -237,10 +243,18 @@ impl Inner {
     /// sources lock held.
     pub(crate) fn swap(&self, sources: &[Source], announce: bool) {
         let previous = self.snapshot();
-        let projection = resolved(&self.projection, self.configured.load(Ordering::Acquire));
+        let projection = resolved(
+            &self.projection,
+            &self
+                .configured
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+            &self.other_sources,
+        );
         let next = state::project(
             sources,
             &self.waking(),
+            &self.other_sources,
             &projection,
             &self.diagnostics,
             Some(&previous),
@@ -415,11 +429,16 @@ pub(crate) fn source(
     }
 }
 
-/// `projection` with its prefix mode decided for `configured` servers.
-fn resolved(projection: &ProjectionOptions, configured: usize) -> ProjectionOptions {
-    let mut projection = projection.clone();
-    projection.prefix = projection.prefix.for_sources(configured);
-    projection
+/// `projection` with names decided over the `configured` servers and the
+/// `others` beside them, connected or not.
+fn resolved(
+    projection: &ProjectionOptions,
+    configured: &[ServerIdentity],
+    others: &[ServerListing],
+) -> ProjectionOptions {
+    let mut resolved = projection.clone();
+    resolved.configured = crate::trust::naming_set(configured, projection, others);
+    resolved
 }
 
 /// Projects the sources (and, for a wake, the servers still waking) into a
@@ -428,13 +447,20 @@ fn resolved(projection: &ProjectionOptions, configured: usize) -> ProjectionOpti
 pub(crate) fn assemble(
     sources: Vec<Source>,
     waking: Vec<Waking>,
-    configured: usize,
+    configured: Vec<ServerIdentity>,
     options: &ConnectOptions,
     diagnostics: DiagnosticSink,
     reconciled: watch::Receiver<bool>,
 ) -> Toolset {
-    let projection = resolved(&options.projection, configured);
-    let snapshot = state::project(&sources, &waking, &projection, &diagnostics, None);
+    let projection = resolved(&options.projection, &configured, &options.other_sources);
+    let snapshot = state::project(
+        &sources,
+        &waking,
+        &options.other_sources,
+        &projection,
+        &diagnostics,
+        None,
+    );
     let (changes, _) = watch::channel(snapshot.catalogue.clone());
     let toolset = Toolset {
         inner: Arc::new(Inner {
@@ -442,7 +468,8 @@ pub(crate) fn assemble(
             sources: Mutex::new(sources),
             waking: Mutex::new(waking),
             projection: options.projection.clone(),
-            configured: AtomicUsize::new(configured),
+            configured: Mutex::new(configured),
+            other_sources: options.other_sources.clone(),
             store: options.store.clone(),
             diagnostics,
             policy: options.policy.clone(),
@@ -569,8 +596,9 @@ pub async fn connect(
     check_wiring(&options)?;
     let diagnostics = DiagnosticSink::new(options.on_diagnostic.clone());
     let http = http_client(&options);
-    let ids = crate::trust::row_ids(&servers);
+    let ids = crate::trust::row_ids(&servers, &options.projection, &options.other_sources);
     let names: Vec<String> = servers.iter().map(|s| s.name().to_owned()).collect();
+    let identities: Vec<ServerIdentity> = servers.iter().map(McpServerConfig::identity).collect();
     let tracker = crate::options::ConnectTracker::new(options.on_connect.clone(), &names);
 
     let configured: Vec<(McpServerConfig, String)> = servers.into_iter().zip(ids).collect();
@@ -638,7 +666,7 @@ pub async fn connect(
     let toolset = assemble(
         sources,
         Vec::new(),
-        count,
+        identities,
         &options,
         diagnostics,
         reconciled,
@@ -674,6 +702,13 @@ impl Toolset {
             .iter()
             .cloned()
             .collect()
+    }
+
+    /// The sources projected beside the servers
+    /// ([`ConnectOptions::other_sources`]): their entries are in the
+    /// catalogue, and their calls are the caller's to serve.
+    pub fn other_sources(&self) -> &[ServerListing] {
+        &self.inner.other_sources
     }
 
     /// The definitions the model sees, sorted by name.
@@ -838,7 +873,19 @@ impl Toolset {
         let unavailable = || CallError::Unavailable {
             server: server.clone(),
         };
-        let connection = state.connections.get(&server).ok_or_else(unavailable)?;
+        let Some(connection) = state.connections.get(&server) else {
+            // Listed beside the servers, served by whoever put it there.
+            let elsewhere = state
+                .catalogue
+                .server(&server)
+                .is_some_and(|s| inner.other_sources.iter().any(|o| o.identity == s.identity));
+            if elsewhere {
+                return Err(CallError::UnknownTool {
+                    tool: name.to_owned(),
+                });
+            }
+            return Err(unavailable());
+        };
         if inner.closed.load(Ordering::Acquire) {
             return Err(unavailable());
         }

@@ -20,8 +20,10 @@
 use portcullis_catalog::definition::{Prompt, Resource, ResourceTemplate};
 use portcullis_catalog::fingerprint::Fingerprints;
 use portcullis_catalog::pins::{merge_baseline, pin_all};
-use portcullis_catalog::server::resolve_server_names;
-use portcullis_catalog::{Diagnostic, Rule, ServerIdentity, Tool};
+use portcullis_catalog::server::resolve_server_names_keeping;
+use portcullis_catalog::{
+    Diagnostic, ProjectionOptions, Rule, ServerIdentity, ServerListing, Tool,
+};
 use portcullis_store::{PersistedServer, Store};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -31,11 +33,50 @@ use crate::connection::Connection;
 
 /// The effective name of every configured server, parallel to `servers`:
 /// the ids of their rows. Computed over every configured server (not only
-/// those that connect) so a row keeps its id whether or not a sibling of the
-/// same name is reachable today.
-pub(crate) fn row_ids(servers: &[McpServerConfig]) -> Vec<String> {
+/// those that connect) and the other sources projected beside them
+/// ([`crate::ConnectOptions::other_sources`]), exactly as the catalogue
+/// names them, so a row keeps its id whether or not a sibling of the same
+/// name is reachable today.
+pub(crate) fn row_ids(
+    servers: &[McpServerConfig],
+    projection: &ProjectionOptions,
+    others: &[ServerListing],
+) -> Vec<String> {
     let identities: Vec<ServerIdentity> = servers.iter().map(McpServerConfig::identity).collect();
-    resolve_server_names(&identities).names
+    let named = naming_set(&identities, projection, others);
+    let names = resolve_server_names_keeping(&named, &projection.keep_names).names;
+    identities
+        .iter()
+        .map(|identity| {
+            named
+                .iter()
+                .position(|n| n == identity)
+                .map_or_else(|| identity.name.clone(), |at| names[at].clone())
+        })
+        .collect()
+}
+
+/// Everything names are decided over, each identity once: the caller's
+/// configured sources ([`ProjectionOptions::configured`], e.g. a gateway's
+/// apps that failed to load), the configured `servers`, and the `others`
+/// projected beside them ([`crate::ConnectOptions::other_sources`]).
+pub(crate) fn naming_set(
+    servers: &[ServerIdentity],
+    projection: &ProjectionOptions,
+    others: &[ServerListing],
+) -> Vec<ServerIdentity> {
+    let mut named: Vec<ServerIdentity> = Vec::new();
+    let all = projection
+        .configured
+        .iter()
+        .chain(servers)
+        .chain(others.iter().map(|o| &o.identity));
+    for identity in all {
+        if !named.contains(identity) {
+            named.push(identity.clone());
+        }
+    }
+    named
 }
 
 pub(crate) use portcullis_store::trust::belongs_to as matches;

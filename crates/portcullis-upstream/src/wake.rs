@@ -3,6 +3,7 @@
 //! connects them all in the background ([`crate::Toolset::reconciled`]); a
 //! call to a server waits for its connection and the drift guard's check.
 
+use portcullis_catalog::ServerIdentity;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -61,7 +62,7 @@ pub async fn rebuild_from_store(
     options: ConnectOptions,
 ) -> Result<Toolset, WiringError> {
     check_wiring(&options)?;
-    let configured = servers.len();
+    let configured: Vec<ServerIdentity> = servers.iter().map(McpServerConfig::identity).collect();
     let Some(store) = options.store.clone() else {
         return Err(WiringError::StoreRequired);
     };
@@ -72,7 +73,7 @@ pub async fn rebuild_from_store(
             reason: e.to_string(),
         })?;
     let diagnostics = DiagnosticSink::new(options.on_diagnostic.clone());
-    let ids = row_ids(&servers);
+    let ids = row_ids(&servers, &options.projection, &options.other_sources);
 
     let mut waking = Vec::with_capacity(rows.len());
     for row in rows {

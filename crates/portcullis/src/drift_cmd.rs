@@ -56,15 +56,11 @@ pub use portcullis_gateway::drift::*;
 pub fn known_server(config: &Config, gateway: &Gateway, server: &str) -> Result<(), String> {
     let catalogue = gateway.toolset.catalogue();
     let mut known: Vec<&str> = config.upstreams.keys().map(String::as_str).collect();
+    // Every source of the one catalogue (upstreams, native plugins,
+    // apps), by its effective name and its configured one.
     for summary in catalogue.servers() {
         known.push(&summary.name);
         known.push(&summary.identity.name);
-    }
-    // A source is known by its effective name only: one named like an
-    // upstream is projected under a suffixed name, and the plain one is
-    // the upstream's.
-    for summary in gateway.sources.catalogue().servers() {
-        known.push(&summary.name);
     }
     known.sort_unstable();
     known.dedup();
@@ -93,22 +89,22 @@ pub async fn collect(
 ) -> anyhow::Result<Report> {
     let upstream = gateway.toolset.catalogue();
     let mut report = Report::default();
+    // The native plugins and apps as loaded now (their definitions are
+    // files and documents: nothing to connect).
+    let loaded = if gateway.sources.is_empty() {
+        Vec::new()
+    } else {
+        crate::sources::load(config, &crate::sources::signing(config)).sources
+    };
     add_catalogue(
         &mut report,
         &upstream,
         store,
         only,
-        Some(&gateway.toolset),
-        &[],
+        &gateway.toolset,
+        &loaded,
     )
     .await?;
-    // The native plugins and apps, as loaded now (their definitions are
-    // files and documents: nothing to connect).
-    let sources = gateway.sources.catalogue();
-    if !sources.servers().is_empty() {
-        let loaded = crate::sources::load(config, &crate::sources::signing(config));
-        add_catalogue(&mut report, sources, store, only, None, &loaded.sources).await?;
-    }
     let diagnostics = gateway.toolset.diagnostics();
     for name in config.upstreams.keys() {
         if only.is_some_and(|s| s != name) {
@@ -144,31 +140,31 @@ async fn add_catalogue(
     catalogue: &Catalogue,
     store: &dyn Store,
     only: Option<&str>,
-    toolset: Option<&Toolset>,
+    toolset: &Toolset,
     loaded: &[crate::sources::Source],
 ) -> anyhow::Result<()> {
     for summary in catalogue.servers() {
-        // An upstream answers to its configured name too (an Agent Plugin
-        // server's may be suffixed); a source only to its effective one
-        // (see `known_server`).
-        let configured = toolset.is_some() && only == Some(summary.identity.name.as_str());
+        // A source answers to its configured name too (an Agent Plugin
+        // server's, or one sharing another's name, is suffixed).
+        let configured = only == Some(summary.identity.name.as_str());
         if only.is_some_and(|s| s != summary.name) && !configured {
             continue;
         }
         let mut drift = server_drift(catalogue, summary, store).await?;
-        match toolset {
-            Some(toolset) => {
-                let listed = published(toolset, &summary.name).await;
-                add_pins(&mut drift, toolset.baseline(&summary.name), listed);
-            }
-            None => {
-                drift.listing = loaded
-                    .iter()
-                    .find(|s| {
-                        s.name == summary.identity.name && s.endpoint == summary.identity.endpoint
-                    })
-                    .map(|s| s.registrations.iter().map(|r| r.tool.clone()).collect());
-            }
+        let native = toolset
+            .other_sources()
+            .iter()
+            .any(|o| o.identity == summary.identity);
+        if native {
+            drift.listing = loaded
+                .iter()
+                .find(|s| {
+                    s.name == summary.identity.name && s.endpoint == summary.identity.endpoint
+                })
+                .map(|s| s.registrations.iter().map(|r| r.tool.clone()).collect());
+        } else {
+            let listed = published(toolset, &summary.name).await;
+            add_pins(&mut drift, toolset.baseline(&summary.name), listed);
         }
         report.servers.push(drift);
     }

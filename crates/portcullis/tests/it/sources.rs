@@ -519,9 +519,12 @@ async fn a_source_named_like_an_upstream_gives_way() {
         &config,
         "[gateway]\nstore = \"memory\"\n\n[upstreams.demo]\ntype = \"stdio\"\ncommand = \"portcullis\"\nargs = [\"demo-upstream\"]\n\n[[tool_plugins]]\npath = \"tools/demo\"\n",
     );
-    let out = portcullis(&["tools", "--json", "--config", config.to_str().unwrap()]).await;
+    let path = config.to_str().unwrap();
+    let out = portcullis(&["tools", "--json", "--config", path]).await;
     let listed = rows(&out);
-    // The upstream keeps its name; the plugin takes its suffixed one.
+    // One naming pass over every source, in which the operator's upstream
+    // keeps its name (and the baseline kept under it); the plugin takes
+    // its suffixed one.
     assert_eq!(row(&listed, "demo__echo")["source"], "demo");
     let greet = listed
         .iter()
@@ -530,11 +533,116 @@ async fn a_source_named_like_an_upstream_gives_way() {
     let source = greet["source"].as_str().unwrap();
     assert!(source.starts_with("demo_") && source.len() > 5, "{greet}");
     assert_eq!(greet["name"], format!("{source}__greet"));
+    assert_eq!(greet["status"], "available", "{greet}");
     assert!(
         text(&out.stderr).contains("server-name-collision"),
         "{}",
         text(&out.stderr)
     );
+    // Each name reaches its own backend.
+    let greeted = portcullis(&[
+        "call",
+        "--config",
+        path,
+        &format!("{source}__greet"),
+        r#"{"name":"ada"}"#,
+    ])
+    .await;
+    assert_eq!(greeted.status.code(), Some(0), "{}", text(&greeted.stderr));
+    assert!(
+        text(&greeted.stdout).contains("hi"),
+        "{}",
+        text(&greeted.stdout)
+    );
+    let echoed = portcullis(&[
+        "call",
+        "--config",
+        path,
+        "demo__echo",
+        r#"{"text":"from the upstream"}"#,
+    ])
+    .await;
+    assert_eq!(echoed.status.code(), Some(0), "{}", text(&echoed.stderr));
+    assert!(
+        text(&echoed.stdout).contains("from the upstream"),
+        "{}",
+        text(&echoed.stdout)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_plugin_server_named_like_an_upstream_gives_way() {
+    let dir = tempfile::tempdir().unwrap();
+    // A plugin directory declaring a server under the name of one of the
+    // operator's upstreams: were both suffixed, adding the plugin would
+    // rename the upstream's tools and move it to a row with no baseline,
+    // trusted afresh as it answers that day.
+    let acme = dir.path().join("plugins/acme");
+    write(
+        &acme.join("plugin.json"),
+        r#"{"$schema": "https://agent-plugins.org/schemas/1.0.0/plugin.schema.json", "name": "acme", "version": "1.0.0"}"#,
+    );
+    write(
+        &acme.join("mcp.json"),
+        r#"{"$schema": "https://agent-plugins.org/schemas/1.0.0/mcp.schema.json",
+            "mcpServers": {"notes": {"type": "stdio", "command": "./run.sh", "args": []}}}"#,
+    );
+    write(
+        &acme.join("run.sh"),
+        &format!(
+            "#!/bin/sh\nexec '{}' demo-upstream\n",
+            env!("CARGO_BIN_EXE_portcullis")
+        ),
+    );
+    executable(&acme.join("run.sh"));
+    let config = dir.path().join("portcullis.toml");
+    write(
+        &config,
+        "[gateway]\nstore = \"memory\"\n\n[upstreams.notes]\ntype = \"stdio\"\ncommand = \"portcullis\"\nargs = [\"demo-upstream\"]\n\n[[plugins]]\npath = \"plugins/acme\"\n",
+    );
+    let out = portcullis(&["tools", "--json", "--config", config.to_str().unwrap()]).await;
+    let listed = rows(&out);
+    assert_eq!(row(&listed, "notes__echo")["source"], "notes");
+    let theirs: Vec<&Value> = listed
+        .iter()
+        .filter(|r| r["name"].as_str().is_some_and(|n| n.ends_with("__echo")))
+        .filter(|r| r["source"] != "notes")
+        .collect();
+    assert_eq!(theirs.len(), 1, "{listed:?}");
+    let source = theirs[0]["source"].as_str().unwrap();
+    assert!(source.starts_with("notes_"), "{}", theirs[0]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_app_that_fails_to_load_renames_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = dir.path().join("tools/demo");
+    write(
+        &plugin.join("mcp-plugin.json"),
+        &GREETER_MANIFEST.replace(r#""name": "greeter""#, r#""name": "demo""#),
+    );
+    write(
+        &plugin.join("greet.sh"),
+        "#!/bin/sh\ncat >/dev/null\necho hi\n",
+    );
+    executable(&plugin.join("greet.sh"));
+    let config = dir.path().join("portcullis.toml");
+    // A tool plugin and an app of the same name, the app's route table
+    // missing: the plugin keeps the suffixed name it has when the app
+    // loads, so nothing renames when the app comes back.
+    write(
+        &config,
+        "[gateway]\nstore = \"memory\"\n\n[[tool_plugins]]\npath = \"tools/demo\"\n\n[apps.demo]\nroutes = \"apps/demo/missing.json\"\nbase_url = \"http://127.0.0.1:9\"\n",
+    );
+    let out = portcullis(&["tools", "--json", "--config", config.to_str().unwrap()]).await;
+    let listed = rows(&out);
+    let greet = listed
+        .iter()
+        .find(|r| r["name"].as_str().is_some_and(|n| n.ends_with("__greet")))
+        .unwrap_or_else(|| panic!("{listed:?}"));
+    let source = greet["source"].as_str().unwrap();
+    assert!(source.starts_with("demo_") && source.len() > 5, "{greet}");
+    assert_eq!(greet["name"], format!("{source}__greet"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
