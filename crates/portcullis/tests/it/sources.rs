@@ -501,10 +501,10 @@ async fn the_sources_example_runs_offline() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_source_named_like_an_upstream_gives_way() {
-    let dir = tempfile::tempdir().unwrap();
-    let plugin = dir.path().join("tools/demo");
+/// A native plugin named `demo` in `dir/tools/demo`, whose one tool
+/// `greet` answers `hi`.
+fn demo_plugin(dir: &Path) {
+    let plugin = dir.join("tools/demo");
     write(
         &plugin.join("mcp-plugin.json"),
         &GREETER_MANIFEST.replace(r#""name": "greeter""#, r#""name": "demo""#),
@@ -514,6 +514,12 @@ async fn a_source_named_like_an_upstream_gives_way() {
         "#!/bin/sh\ncat >/dev/null\necho hi\n",
     );
     executable(&plugin.join("greet.sh"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_named_like_an_upstream_gives_way() {
+    let dir = tempfile::tempdir().unwrap();
+    demo_plugin(dir.path());
     let config = dir.path().join("portcullis.toml");
     write(
         &config,
@@ -616,16 +622,7 @@ async fn an_agent_plugin_server_named_like_an_upstream_gives_way() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_app_that_fails_to_load_renames_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let plugin = dir.path().join("tools/demo");
-    write(
-        &plugin.join("mcp-plugin.json"),
-        &GREETER_MANIFEST.replace(r#""name": "greeter""#, r#""name": "demo""#),
-    );
-    write(
-        &plugin.join("greet.sh"),
-        "#!/bin/sh\ncat >/dev/null\necho hi\n",
-    );
-    executable(&plugin.join("greet.sh"));
+    demo_plugin(dir.path());
     let config = dir.path().join("portcullis.toml");
     // A tool plugin and an app of the same name, the app's route table
     // missing: the plugin keeps the suffixed name it has when the app
