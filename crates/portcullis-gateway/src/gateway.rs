@@ -188,10 +188,6 @@ impl Gateway {
         lifetime: Lifetime,
     ) -> anyhow::Result<Gateway> {
         let mut servers = server_configs(config)?;
-        // The operator's own upstreams keep their names against a plugin's
-        // or an app's namesake (and with them their trust baselines).
-        let keep_names: Vec<ServerIdentity> =
-            servers.iter().map(McpServerConfig::identity).collect();
         // Plugins, tool plugins and apps: a broken one is reported and
         // skipped. Agent Plugins' servers join the upstreams.
         let loaded = crate::sources::load(config, &crate::sources::signing(config));
@@ -242,7 +238,6 @@ impl Gateway {
         let upstream_identities: Vec<ServerIdentity> =
             servers.iter().map(McpServerConfig::identity).collect();
         options.projection.configured = loaded.unloaded.clone();
-        options.projection.keep_names = keep_names;
         let named: Vec<ServerIdentity> = upstream_identities
             .iter()
             .chain(&loaded.unloaded)
@@ -547,7 +542,12 @@ pub fn connect_options(config: &Config) -> ConnectOptions {
         },
         prefix: config.gateway.prefix,
         configured: Vec::new(),
-        keep_names: Vec::new(),
+        // The operator's own upstreams keep their names against a plugin's
+        // or an app's namesake, and with them the store rows their
+        // baselines are kept under.
+        keep_names: server_configs(config)
+            .map(|servers| servers.iter().map(McpServerConfig::identity).collect())
+            .unwrap_or_default(),
     });
     for upstream in config.upstreams.values() {
         if let Some(ms) = upstream.timeout_ms {
