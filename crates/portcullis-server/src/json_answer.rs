@@ -109,12 +109,14 @@ where
                     return Ok(StatusCode::BAD_REQUEST.into_response());
                 }
             };
-            let id = request_id(&bytes);
-            let request = Request::from_parts(parts, Body::from(bytes));
+            let request = Request::from_parts(parts, Body::from(bytes.clone()));
             let response = inner.call(request).await?.into_response();
-            Ok(match id {
-                Some(id) if is_event_stream(&response) => hold(response, &id).await,
-                _ => response,
+            if !is_event_stream(&response) {
+                return Ok(response);
+            }
+            Ok(match request_id(&bytes) {
+                Some(id) => hold(response, &id).await,
+                None => response,
             })
         })
     }
@@ -359,6 +361,17 @@ fn data_of(event: &Bytes, ranges: &[(usize, usize)]) -> Bytes {
 
 /// `message` is the JSON-RPC response or error to the request `id`.
 fn answers(message: &[u8], id: &Value) -> bool {
+    // rmcp writes a response as `{"jsonrpc":"2.0","id":ID,"result":…}` (or
+    // `"error"`), its id written as serde_json writes the request's: told
+    // by that beginning without reading the whole result. Anything else is
+    // read in full.
+    const HEAD: &[u8] = br#"{"jsonrpc":"2.0","id":"#;
+    if let (Some(rest), Ok(id)) = (message.strip_prefix(HEAD), serde_json::to_vec(id))
+        && let Some(rest) = rest.strip_prefix(id.as_slice())
+        && (rest.starts_with(br#","result":"#) || rest.starts_with(br#","error":"#))
+    {
+        return true;
+    }
     #[derive(Deserialize)]
     struct Reply {
         id: Option<Value>,
@@ -437,6 +450,14 @@ mod tests {
             &id
         ));
         assert!(!answers(b"not json", &id));
+        // Keys in another order are read in full.
+        assert!(answers(br#"{"result":{},"id":7,"jsonrpc":"2.0"}"#, &id));
+        assert!(!answers(br#"{"method":"x","id":7,"jsonrpc":"2.0"}"#, &id));
+        // A string id as serde_json writes it, escapes included.
+        let id = Value::from("a\"b\u{1}é");
+        let written = r#"{"jsonrpc":"2.0","id":"a\"b\u0001é","result":{}}"#;
+        assert!(answers(written.as_bytes(), &id));
+        assert!(!answers(br#"{"jsonrpc":"2.0","id":"a","result":{}}"#, &id));
     }
 
     #[test]
