@@ -8,7 +8,9 @@
 //! stateless 2026-07-28 clients (`server/discover`, per-request `_meta`,
 //! `subscriptions/listen`, the `Mcp-Method`/`Mcp-Name` headers): rmcp
 //! chooses per request. Legacy sessions can be switched on for clients that
-//! need server-to-client requests (sampling, elicitation) in the 2025 era.
+//! need server-to-client requests (sampling, elicitation) in the 2025 era;
+//! on a session, too, a request whose only event is its response is
+//! answered plain JSON (`crate::json_answer`), the rest as rmcp's streams.
 //! A plain stateless 2026-07-28 `tools/call` is answered in front of rmcp's
 //! service, with the same rules, by `crate::direct_call`; a body that is not
 //! one JSON-RPC message gets a JSON-RPC error saying why from
