@@ -474,6 +474,87 @@ mod tests {
         assert_eq!(request_id(b"[]"), None);
     }
 
+    const PRIMING: &str = "data: \nid: 0/0\nretry: 3000\n\n";
+
+    /// rmcp's answer: an event stream of `frames`, with a session header.
+    fn sse(frames: &[&str]) -> Response {
+        let frames: Vec<Result<Bytes, Infallible>> = frames
+            .iter()
+            .map(|f| Ok(Bytes::copy_from_slice(f.as_bytes())))
+            .collect();
+        let mut response = Response::new(Body::from_stream(futures::stream::iter(frames)));
+        let headers = response.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+        headers.insert("mcp-session-id", HeaderValue::from_static("s-1"));
+        response
+    }
+
+    async fn held(frames: &[&str]) -> (String, HeaderMap, String) {
+        let response = hold(sse(frames), &Value::from(7)).await;
+        let headers = response.headers().clone();
+        let kind = headers[CONTENT_TYPE].to_str().unwrap().to_owned();
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        (kind, headers, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn the_response_alone_becomes_the_json_answer() {
+        let response = r#"{"jsonrpc":"2.0","id":7,"result":{"ok":true}}"#;
+        let event = format!("data: {response}\nid: 0/1\n\n");
+        let (kind, headers, body) = held(&[PRIMING, &event]).await;
+        assert_eq!(kind, "application/json");
+        assert_eq!(body, response);
+        assert_eq!(headers[CONTENT_LENGTH], response.len().to_string().as_str());
+        assert_eq!(headers["mcp-session-id"], "s-1");
+    }
+
+    #[tokio::test]
+    async fn anything_else_gives_back_the_stream_unchanged() {
+        let progress =
+            "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{}}\n\n";
+        let result = "data: {\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{}}\n\n";
+        let other = "data: {\"jsonrpc\":\"2.0\",\"id\":8,\"result\":{}}\n\n";
+        let large = format!(
+            "data: {{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{{\"text\":\"{}\"}}}}\n\n",
+            "x".repeat(MAX_HELD_BYTES)
+        );
+        for frames in [
+            // progress first, then the result
+            vec![PRIMING, progress, result],
+            // a keep-alive before anything
+            vec![PRIMING, ":\n\n", result],
+            // the stream ends with no event (a server-closed stream)
+            vec![PRIMING],
+            // another request's response
+            vec![PRIMING, other],
+            // more than the bound
+            vec![PRIMING, large.as_str()],
+            // an event split across frames, then something after it
+            vec![
+                PRIMING,
+                "data: {\"jsonrpc\":\"2.0\",",
+                "\"id\":7,\"result\":{}}\n\n: x\n\n",
+            ],
+        ] {
+            let (kind, headers, body) = held(&frames).await;
+            assert_eq!(kind, "text/event-stream", "{frames:?}");
+            assert_eq!(body, frames.concat(), "{frames:?}");
+            assert!(!headers.contains_key(CONTENT_LENGTH));
+            assert_eq!(headers["mcp-session-id"], "s-1");
+        }
+        // Split across frames but whole at the end: still the JSON answer.
+        let (kind, _, body) = held(&[
+            PRIMING,
+            "data: {\"jsonrpc\":\"2.0\",",
+            "\"id\":7,\"result\":{}}\n\n",
+        ])
+        .await;
+        assert_eq!(kind, "application/json");
+        assert_eq!(body, r#"{"jsonrpc":"2.0","id":7,"result":{}}"#);
+    }
+
     #[test]
     fn a_zero_quality_refuses_json() {
         let accept = |value: &'static str| {
