@@ -8,7 +8,9 @@
 //! stateless 2026-07-28 clients (`server/discover`, per-request `_meta`,
 //! `subscriptions/listen`, the `Mcp-Method`/`Mcp-Name` headers): rmcp
 //! chooses per request. Legacy sessions can be switched on for clients that
-//! need server-to-client requests (sampling, elicitation) in the 2025 era.
+//! need server-to-client requests (sampling, elicitation) in the 2025 era;
+//! on a session, too, a request whose only event is its response is
+//! answered plain JSON (`crate::json_answer`), the rest as rmcp's streams.
 //! A plain stateless 2026-07-28 `tools/call` is answered in front of rmcp's
 //! service, with the same rules, by `crate::direct_call`; a body that is not
 //! one JSON-RPC message gets a JSON-RPC error saying why from
@@ -33,6 +35,7 @@ use crate::connections::Limits;
 use crate::direct_call::DirectCall;
 use crate::error::ServerError;
 use crate::guard::{Guard, MCP_PATH, guard_layer};
+use crate::json_answer::JsonAnswer;
 use crate::oauth::{METADATA_PATH, OAuthOptions, ResourceServer};
 use crate::sessions::BoundedSessions;
 
@@ -51,6 +54,9 @@ pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// (under the 90 s clients such as reqwest keep idle connections, so the
 /// server, not the client, usually closes them, between requests).
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Default keep-alive interval of an SSE stream (rmcp's own default).
+pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// Default cap on legacy sessions alive at once (each costs tens of KiB).
 pub const DEFAULT_MAX_SESSIONS: usize = 256;
@@ -81,8 +87,16 @@ pub struct HttpOptions {
     /// requests such as sampling or elicitation in the 2025 era). Off by
     /// default: stateless.
     pub legacy_sessions: bool,
-    /// Answer with plain JSON when nothing needs streaming (default on).
+    /// Answer with plain JSON when nothing needs streaming (default on):
+    /// a request whose only event is its response is answered
+    /// `application/json`, with or without a session; one that gets
+    /// progress, log messages or server requests first, an SSE stream.
     pub json_response: bool,
+    /// How long an SSE stream may go without an event before it gets a
+    /// keep-alive comment (`None`: never); default 15 s. It also bounds
+    /// how long a session request's answer is held back to see whether it
+    /// can be plain JSON.
+    pub keep_alive: Option<Duration>,
     /// Install SIGINT/SIGTERM handlers that drain and exit 0. Off by
     /// default: a library never takes over signals unless asked.
     pub handle_signals: bool,
@@ -125,6 +139,7 @@ impl Default for HttpOptions {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             legacy_sessions: false,
             json_response: true,
+            keep_alive: Some(DEFAULT_KEEP_ALIVE),
             handle_signals: false,
             shutdown_grace: Duration::from_secs(10),
             extra_routes: Vec::new(),
@@ -148,6 +163,7 @@ impl std::fmt::Debug for HttpOptions {
             .field("max_body_bytes", &self.max_body_bytes)
             .field("legacy_sessions", &self.legacy_sessions)
             .field("json_response", &self.json_response)
+            .field("keep_alive", &self.keep_alive)
             .field("handle_signals", &self.handle_signals)
             .field("shutdown_grace", &self.shutdown_grace)
             .field(
@@ -361,6 +377,7 @@ where
         .disable_allowed_origins()
         .with_legacy_session_mode(options.legacy_sessions)
         .with_json_response(options.json_response)
+        .with_sse_keep_alive(options.keep_alive)
         .with_max_request_body_bytes(options.max_body_bytes)
         .with_cancellation_token(streams.clone());
     // Plain 2026-07-28 `tools/call` requests skip rmcp's per-request
@@ -375,8 +392,12 @@ where
     });
     let mcp = if let Some(sessions) = &sessions {
         let rmcp = StreamableHttpService::new(factory, sessions.clone(), config);
+        // rmcp answers every session request with a stream; with JSON
+        // answers on, one that needs none is answered plain JSON (see
+        // `crate::json_answer`).
         match direct {
-            Some(handler) => Router::new().route_service(MCP_PATH, DirectCall::new(handler, rmcp)),
+            Some(handler) => Router::new()
+                .route_service(MCP_PATH, DirectCall::new(handler, JsonAnswer::new(rmcp))),
             None => Router::new().route_service(MCP_PATH, rmcp),
         }
     } else {

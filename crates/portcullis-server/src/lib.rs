@@ -14,6 +14,7 @@
 //! | [`oauth`] | the opt-in resource-server mode: access tokens of one issuer checked against its keys, the protected-resource metadata, the [`oauth::Caller`] a token names |
 //! | [`http`] / [`stdio`] | the surfaces: rmcp's Streamable HTTP service (stateless by default; both protocol eras) and stdin/stdout |
 //! | `sessions` (private) | legacy sessions: rmcp's in-memory manager with a cap, the idlest closed first |
+//! | `json_answer` (private) | a session request whose only event is its response answered plain JSON instead of rmcp's SSE stream; anything that needs the stream keeps it |
 //! | `direct_call` (private) | a plain stateless 2026-07-28 `tools/call` answered in the HTTP handler's task, skipping rmcp's per-request service; everything else goes to rmcp |
 //! | [`exposure`] | which tools exist at all: read-only by default, `allow_write`, `allow_tools`, identity and permissions |
 //! | [`tool_server`] | the rmcp `ServerHandler`: lookup, the catalogue's gate (backstop, validation, policy), the handler, error mapping, framing, a `CallReport` per call; a live server's tool set replaced in place on reload |
@@ -80,6 +81,7 @@ pub mod guard;
 pub mod handler;
 pub mod http;
 pub mod input;
+mod json_answer;
 mod malformed;
 pub mod mcp_server;
 mod media_type;

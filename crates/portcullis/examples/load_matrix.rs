@@ -13,12 +13,14 @@
 //! call on its connection):
 //! * `2025-sse`: a 2025-11-25 client with a session: `initialize`,
 //!   `notifications/initialized`, then `tools/call` POSTs carrying
-//!   `Mcp-Session-Id`, answered as SSE streams (what most deployed clients
-//!   do, and the path that once stalled 40 ms on delayed ACKs).
+//!   `Mcp-Session-Id`, answered directly as SSE streams (what most deployed
+//!   clients do, and the path that once stalled 40 ms on delayed ACKs).
 //! * `2025-json`: the same client, but talking directly to a stateless
 //!   server that answers `initialize` and every call with plain JSON and
 //!   no session. The gateway keeps a session for every initialize-era
-//!   client, so through it the same client gets a session and SSE.
+//!   client, so through it the same client gets a session; both eras get
+//!   plain JSON from the gateway when a call's only event is its result
+//!   (SSE before 2026-12-01).
 //! * `2026`: a stateless 2026-07-28 client: one POST per call, the protocol
 //!   in `_meta` and the standard headers, a JSON answer.
 //!

@@ -150,11 +150,13 @@ async fn open_session(http: &reqwest::Client, server: &HttpServer) -> String {
 /// while the one before is unacknowledged waits for the client's delayed
 /// ACK (40 ms), so a keep-alive client stalls on about every other call:
 /// 200 calls take over 4 s. Without the stall they take a fraction of the
-/// bound.
+/// bound. JSON answers are off here: a call answered plain JSON is one
+/// write and would not show the stall; a call that streams still is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sequential_session_calls_do_not_wait_for_delayed_acks() {
     let options = HttpOptions {
         legacy_sessions: true,
+        json_response: false,
         ..HttpOptions::default()
     };
     let server = serve(tools(), options).await;
@@ -1523,6 +1525,313 @@ async fn a_session_delete_answers_no_content() {
         .unwrap();
     assert_eq!(deleted.status(), StatusCode::NO_CONTENT);
     assert_ne!(session_list(&http, &server, &session).await, StatusCode::OK);
+    server.close().await;
+}
+
+/// Both answers, as 2025-11-25 clients send it.
+const ACCEPT_BOTH: &str = "application/json, text/event-stream";
+
+fn with_sessions() -> HttpOptions {
+    HttpOptions {
+        legacy_sessions: true,
+        ..HttpOptions::default()
+    }
+}
+
+/// A POST of `message` on `session` (none for `initialize`) with `accept`;
+/// the response as it came (headers read, body not yet).
+async fn session_request(
+    http: &reqwest::Client,
+    server: &HttpServer,
+    session: Option<&str>,
+    accept: &str,
+    message: &Value,
+) -> reqwest::Response {
+    let mut request = http
+        .post(server.url())
+        .header("content-type", "application/json")
+        .header("accept", accept)
+        .body(message.to_string());
+    if let Some(session) = session {
+        request = request
+            .header("mcp-session-id", session)
+            .header("mcp-protocol-version", "2025-11-25");
+    }
+    request.send().await.unwrap()
+}
+
+fn content_type(response: &reqwest::Response) -> String {
+    response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// The events of an SSE body: each event's `data` (empty for none) and
+/// whether it carried an `id`, comments left out.
+fn sse_events(body: &str) -> Vec<(String, bool)> {
+    body.split("\n\n")
+        .filter(|event| event.lines().any(|l| !l.starts_with(':')))
+        .map(|event| {
+            let data = event
+                .lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .map(str::trim)
+                .collect::<Vec<_>>()
+                .join("\n");
+            (data, event.lines().any(|l| l.starts_with("id:")))
+        })
+        .collect()
+}
+
+/// A session request whose only event is its response is answered plain
+/// JSON, as a stateless server answers the same client: exactly that
+/// message as the body, with its length, and on `initialize` the session
+/// id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_request_answered_by_its_response_alone_is_plain_json() {
+    let server = serve(tools(), with_sessions()).await;
+    let http = reqwest::Client::new();
+    let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "test", "version": "1"}}});
+    let response = session_request(&http, &server, None, ACCEPT_BOTH, &initialize).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(content_type(&response), "application/json");
+    let session = response.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let length: usize = response.headers()["content-length"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let body = response.bytes().await.unwrap();
+    assert_eq!(length, body.len());
+    let message: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(message["id"], 0, "{message}");
+    assert_eq!(message["result"]["protocolVersion"], "2025-11-25");
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let response = session_request(&http, &server, Some(&session), ACCEPT_BOTH, &initialized).await;
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+
+    let call = |id: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"text": "plain"}}})
+    };
+    let json = session_request(&http, &server, Some(&session), ACCEPT_BOTH, &call("c-1")).await;
+    assert_eq!(json.status(), StatusCode::OK);
+    assert_eq!(content_type(&json), "application/json");
+    let json_session = json.headers().get("mcp-session-id").cloned();
+    let length: usize = json.headers()["content-length"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let body = json.bytes().await.unwrap();
+    assert_eq!(length, body.len());
+    let message: Value = serde_json::from_slice(&body).unwrap();
+    let mut keys: Vec<&String> = message.as_object().unwrap().keys().collect();
+    keys.sort();
+    assert_eq!(keys, ["id", "jsonrpc", "result"], "{message}");
+    assert_eq!(message["id"], "c-1");
+    assert!(
+        message["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("\nplain\n"),
+        "{message}"
+    );
+
+    server.close().await;
+
+    // With JSON answers off, the same requests get rmcp's streams (priming
+    // event, then the response), with the same headers otherwise.
+    let options = HttpOptions {
+        json_response: false,
+        ..with_sessions()
+    };
+    let server = serve(tools(), options).await;
+    let response = session_request(&http, &server, None, ACCEPT_BOTH, &initialize).await;
+    assert!(content_type(&response).starts_with("text/event-stream"));
+    let session = response.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    session_request(&http, &server, Some(&session), ACCEPT_BOTH, &initialized).await;
+    let streamed = session_request(&http, &server, Some(&session), ACCEPT_BOTH, &call("c-1")).await;
+    assert_eq!(streamed.status(), StatusCode::OK);
+    assert!(content_type(&streamed).starts_with("text/event-stream"));
+    // rmcp sets a session header on a call's answer or not; the JSON
+    // answer keeps what it sets.
+    assert_eq!(
+        streamed.headers().get("mcp-session-id").is_some(),
+        json_session.is_some()
+    );
+    let events = sse_events(&streamed.text().await.unwrap());
+    assert_eq!(events.len(), 2, "{events:?}");
+    assert_eq!(events[0], (String::new(), true), "the priming event first");
+    let result: Value = serde_json::from_str(&events[1].0).unwrap();
+    assert_eq!(result, message);
+    server.close().await;
+}
+
+/// A call that reports progress before its result keeps the stream: the
+/// priming event, each progress notification, then the result, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_call_that_reports_progress_first_is_streamed_in_order() {
+    let builder =
+        ToolServer::builder().tool(ro("steps"), |_: Value, ctx: CallContext| async move {
+            for step in 1..=3 {
+                ctx.progress(f64::from(step), Some(3.0), None).await;
+            }
+            Ok::<_, ToolError>(ToolResult::text("done"))
+        });
+    let server = serve(builder, with_sessions()).await;
+    let http = reqwest::Client::new();
+    let session = open_session(&http, &server).await;
+    let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "steps", "arguments": {}, "_meta": {"progressToken": "tok"}}});
+    let response = session_request(&http, &server, Some(&session), ACCEPT_BOTH, &call).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert!(content_type(&response).starts_with("text/event-stream"));
+    let body = response.text().await.unwrap();
+    let events = sse_events(&body);
+    assert_eq!(
+        events[0],
+        (String::new(), true),
+        "the priming event first: {body}"
+    );
+    let messages: Vec<Value> = events[1..]
+        .iter()
+        .map(|(data, _)| serde_json::from_str(data).unwrap())
+        .collect();
+    let order: Vec<String> = messages
+        .iter()
+        .map(|m| match m["method"].as_str() {
+            Some(method) => format!("{method} {}", m["params"]["progress"]),
+            None => format!("result {}", m["id"]),
+        })
+        .collect();
+    assert_eq!(
+        order,
+        [
+            "notifications/progress 1.0",
+            "notifications/progress 2.0",
+            "notifications/progress 3.0",
+            "result 3"
+        ],
+        "{body}"
+    );
+
+    // Without a token the same call has nothing to stream: plain JSON.
+    let quiet = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+        "params": {"name": "steps", "arguments": {}}});
+    let response = session_request(&http, &server, Some(&session), ACCEPT_BOTH, &quiet).await;
+    assert_eq!(content_type(&response), "application/json");
+    server.close().await;
+}
+
+/// A session-era POST must accept both answers: a client that does not
+/// name JSON, or refuses it (`q=0`), is refused as before, never held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_does_not_take_json_is_refused_as_before() {
+    let server = serve(tools(), with_sessions()).await;
+    let http = reqwest::Client::new();
+    let session = open_session(&http, &server).await;
+    for accept in [
+        "text/event-stream",
+        "application/json;q=0, text/event-stream",
+    ] {
+        let response = session_request(&http, &server, Some(&session), accept, &list_body()).await;
+        assert_eq!(response.status(), StatusCode::NOT_ACCEPTABLE, "{accept}");
+        assert_eq!(content_type(&response), "application/json", "{accept}");
+    }
+    server.close().await;
+}
+
+/// A call that sends nothing for a keep-alive interval is not held back
+/// longer: the client gets the response headers, the priming event's id and
+/// keep-alive comments while the call runs, and after losing the stream it
+/// resumes it with `Last-Event-ID` and gets the result there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_session_call_is_streamed_after_one_keep_alive_and_can_be_resumed() {
+    use futures::StreamExt as _;
+    let release = Arc::new(tokio::sync::Notify::new());
+    let gate = release.clone();
+    let builder = ToolServer::builder().tool(ro("slow"), move |_: Value, _ctx: CallContext| {
+        let gate = gate.clone();
+        async move {
+            gate.notified().await;
+            Ok::<_, ToolError>(ToolResult::text("late"))
+        }
+    });
+    let options = HttpOptions {
+        keep_alive: Some(Duration::from_millis(200)),
+        ..with_sessions()
+    };
+    let server = serve(builder, options).await;
+    let http = reqwest::Client::new();
+    let session = open_session(&http, &server).await;
+    let call = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+        "params": {"name": "slow", "arguments": {}}});
+    // The headers come while the tool is still waiting.
+    let response = tokio::time::timeout(
+        HANG,
+        session_request(&http, &server, Some(&session), ACCEPT_BOTH, &call),
+    )
+    .await
+    .expect("no response headers while the call runs");
+    assert_eq!(response.status(), StatusCode::OK);
+    assert!(content_type(&response).starts_with("text/event-stream"));
+    let mut body = response.bytes_stream();
+    let mut seen = String::new();
+    while !seen.contains("\n:") && !seen.starts_with(':') || !seen.contains("id:") {
+        let chunk = tokio::time::timeout(HANG, body.next())
+            .await
+            .expect("no keep-alive")
+            .expect("the stream ended")
+            .unwrap();
+        seen.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+    let last_event_id = seen
+        .lines()
+        .find_map(|l| l.strip_prefix("id:"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    // The client loses the stream; the call runs on.
+    drop(body);
+    let resumed = http
+        .get(server.url())
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", "2025-11-25")
+        .header("last-event-id", &last_event_id)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resumed.status(), StatusCode::OK);
+    assert!(content_type(&resumed).starts_with("text/event-stream"));
+    release.notify_one();
+    let mut body = resumed.bytes_stream();
+    let mut seen = String::new();
+    while !seen.contains("late") {
+        let chunk = tokio::time::timeout(HANG, body.next())
+            .await
+            .expect("the result never came")
+            .expect("the resumed stream ended without the result")
+            .unwrap();
+        seen.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+    let result = sse_events(&seen)
+        .into_iter()
+        .find_map(|(data, _)| serde_json::from_str::<Value>(&data).ok())
+        .unwrap();
+    assert_eq!(result["id"], 9, "{seen}");
     server.close().await;
 }
 

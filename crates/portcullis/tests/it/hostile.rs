@@ -718,12 +718,18 @@ mod jsonrpc {
             .unwrap_or_else(|| panic!("no session: {response}"))
     }
 
-    /// The JSON-RPC message in an event-stream answer's `data:` lines.
+    /// The JSON-RPC message of a session answer: its body (a plain JSON
+    /// answer) or the first in an event stream's `data:` lines.
     fn event_message(response: &str) -> Value {
-        response
-            .lines()
-            .filter_map(|l| l.strip_prefix("data: "))
-            .find_map(|data| serde_json::from_str::<Value>(data).ok())
+        let body = response.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+        serde_json::from_str::<Value>(body)
+            .ok()
+            .or_else(|| {
+                response
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("data: "))
+                    .find_map(|data| serde_json::from_str::<Value>(data).ok())
+            })
             .unwrap_or_else(|| panic!("no JSON-RPC message in: {response}"))
     }
 
