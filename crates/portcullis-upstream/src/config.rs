@@ -422,6 +422,13 @@ fn string_map(fields: &Map<String, Value>, key: &str) -> Result<BTreeMap<String,
     }
 }
 
+/// The message for a stdio config in a build without the `stdio` feature.
+pub(crate) fn unsupported_stdio_message(server: &str) -> String {
+    format!(
+        "MCP server \"{server}\" uses the stdio transport, which this build of portcullis-upstream does not include: enable the `stdio` cargo feature (on by default) to spawn local servers; remote transports (streamable-http, sse) work without it."
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

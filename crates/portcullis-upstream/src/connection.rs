@@ -25,6 +25,7 @@ use tokio::sync::Mutex;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 
+use crate::call_context::CallContext;
 use crate::config::{McpServerConfig, RemoteConfig, check_remote_url};
 use crate::error::CallError;
 use crate::health::ServerHealth;
@@ -34,7 +35,6 @@ use crate::progress::UpstreamHandler;
 use crate::relay::{ClientRelay, answer_inputs, answerable, for_one_call, note_refusal};
 use crate::report::DiagnosticSink;
 use crate::sse::LegacySseTransport;
-use crate::toolset::CallContext;
 
 mod direct;
 
@@ -77,7 +77,7 @@ pub(crate) struct ConnectPlan {
     /// The notices of the connection this one replaces (a reconnect), so
     /// whoever listens to the server's notices, and where its log messages
     /// go, carry over to the new connection.
-    pub(crate) notices: Option<crate::passthrough::Notices>,
+    pub(crate) notices: Option<crate::notifications::Notices>,
 }
 
 /// A live connection to one server.
@@ -298,7 +298,7 @@ async fn guarded(
     // whose resolver dials only the addresses its guard admits.
     let client = match &plan.http {
         Some(client) => client.clone(),
-        None => crate::toolset::guarded_client(GuardedResolver {
+        None => crate::hosts::guarded_client(GuardedResolver {
             guard: guard.clone(),
             server: name.clone(),
         })
@@ -373,7 +373,7 @@ async fn open_stdio(
     _handler: &UpstreamHandler,
 ) -> Result<(Client, Option<u32>, CancellationToken), String> {
     // `connect` reports `unsupported-transport` before getting here.
-    Err(crate::toolset::unsupported_stdio_message(&stdio.name))
+    Err(crate::config::unsupported_stdio_message(&stdio.name))
 }
 
 fn init_failure(name: &str, error: &ClientInitializeError) -> String {
@@ -555,7 +555,7 @@ impl Connection {
     }
 
     /// Where the client handler publishes the server's notices.
-    pub(crate) fn notices(&self) -> &crate::passthrough::Notices {
+    pub(crate) fn notices(&self) -> &crate::notifications::Notices {
         &self.handler.notices
     }
 
@@ -862,6 +862,36 @@ impl Connection {
         if let Some(mut client) = client {
             let _ = client.close_with_timeout(CLOSE_GRACE).await;
         }
+    }
+}
+
+impl Connection {
+    /// Sends an MCP `ping` and records whether the server answered within
+    /// `limit`. Any answer counts, an error included (a server that says
+    /// it does not know `ping` is still there).
+    pub(crate) async fn ping(&self, limit: Duration) -> bool {
+        if !self.is_available() {
+            return false;
+        }
+        let options = PeerRequestOptions::with_timeout(limit.min(self.request_timeout()));
+        let ping = rmcp::model::ClientRequest::PingRequest(rmcp::model::PingRequest {
+            method: Default::default(),
+            extensions: Default::default(),
+        });
+        let answered = match self.peer().send_request_with_option(ping, options).await {
+            Ok(handle) => match handle.await_response().await {
+                Ok(_) | Err(ServiceError::McpError(_)) => true,
+                Err(_) => false,
+            },
+            Err(ServiceError::McpError(_)) => true,
+            Err(_) => false,
+        };
+        // The failure text the transport recorded belongs to no call.
+        if !answered {
+            let _ = self.health().take_failure();
+        }
+        self.health().set_reachable(answered);
+        answered && self.is_available()
     }
 }
 

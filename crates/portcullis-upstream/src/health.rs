@@ -32,12 +32,6 @@ use std::sync::PoisonError;
 use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
-use rmcp::model::{ClientRequest, PingRequest};
-use rmcp::service::{PeerRequestOptions, ServiceError};
-
-use crate::connection::Connection;
-use crate::toolset::Toolset;
-
 /// Shared by a connection and its transport.
 #[derive(Debug)]
 pub(crate) struct ServerHealth {
@@ -202,67 +196,6 @@ pub(crate) fn rejection_message(server: &str, status: u16) -> String {
 /// The longest a health check waits for a server's `ping` answer (shorter
 /// when the server's own timeout is).
 pub const PING_TIMEOUT: Duration = Duration::from_secs(10);
-
-impl Connection {
-    /// Sends an MCP `ping` and records whether the server answered within
-    /// `limit`. Any answer counts, an error included (a server that says
-    /// it does not know `ping` is still there).
-    pub(crate) async fn ping(&self, limit: Duration) -> bool {
-        if !self.is_available() {
-            return false;
-        }
-        let options = PeerRequestOptions::with_timeout(limit.min(self.request_timeout()));
-        let ping = ClientRequest::PingRequest(PingRequest {
-            method: Default::default(),
-            extensions: Default::default(),
-        });
-        let answered = match self.peer().send_request_with_option(ping, options).await {
-            Ok(handle) => match handle.await_response().await {
-                Ok(_) | Err(ServiceError::McpError(_)) => true,
-                Err(_) => false,
-            },
-            Err(ServiceError::McpError(_)) => true,
-            Err(_) => false,
-        };
-        // The failure text the transport recorded belongs to no call.
-        if !answered {
-            let _ = self.health().take_failure();
-        }
-        self.health().set_reachable(answered);
-        answered && self.is_available()
-    }
-}
-
-impl Toolset {
-    /// Whether the server of that effective name is up: connected, its
-    /// connection open (a stdio child that exited closes it), and — for a
-    /// remote server — reachable at its last call or check. A server that
-    /// failed to connect is not up, nor is one whose closed connection is
-    /// being reopened, until the new connection is swapped in.
-    pub fn is_up(&self, server: &str) -> bool {
-        self.inner
-            .snapshot()
-            .connections
-            .get(server)
-            .is_some_and(|c| c.is_available() && c.health().is_reachable())
-    }
-
-    /// Pings every connected remote server (Streamable HTTP, SSE) at once,
-    /// each bounded by ten seconds and its own timeout, and records
-    /// which answered ([`Toolset::is_up`]). Stdio servers are left out:
-    /// their child process is watched instead.
-    pub async fn check_remotes(&self) {
-        let remotes: Vec<_> = self
-            .inner
-            .snapshot()
-            .connections
-            .values()
-            .filter(|c| c.pid().is_none() && c.is_available())
-            .cloned()
-            .collect();
-        futures::future::join_all(remotes.iter().map(|c| c.ping(PING_TIMEOUT))).await;
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -377,6 +377,20 @@ fn classify_v4(v4: &Ipv4Addr) -> AddressClass {
 
 /// Loopback addresses the unit tests treat as public, so that a real
 /// server on loopback can stand in for one on the internet.
+fn default_builder() -> reqwest::ClientBuilder {
+    reqwest::Client::builder()
+        // Redirects are followed by hand, per hop, by the guard.
+        .redirect(reqwest::redirect::Policy::none())
+        .connect_timeout(Duration::from_secs(10))
+        .tcp_nodelay(true)
+}
+
+/// The default client for one remote server: its names are resolved by
+/// `resolver`, which dials only the addresses the server's guard admits.
+pub(crate) fn guarded_client(resolver: GuardedResolver) -> Result<reqwest::Client, reqwest::Error> {
+    default_builder().dns_resolver(resolver).build()
+}
+
 #[cfg(test)]
 pub(crate) static PRETEND_PUBLIC: Mutex<Vec<IpAddr>> = Mutex::new(Vec::new());
 

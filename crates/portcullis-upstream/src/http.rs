@@ -786,7 +786,7 @@ mod tests {
         use crate::hosts::{GuardedResolver, Reach};
         let url = Url::parse(&format!("http://{origin}/mcp")).unwrap();
         let guard = HostGuard::new(None, Reach::of(&url).await);
-        let client = crate::toolset::guarded_client(GuardedResolver {
+        let client = crate::hosts::guarded_client(GuardedResolver {
             guard: guard.clone(),
             server: "remote".into(),
         })
@@ -877,7 +877,7 @@ mod tests {
         let url = format!("http://{addr}/mcp");
         let parsed = Url::parse(&url).unwrap();
         let guard = HostGuard::new(None, Reach::of(&parsed).await);
-        let client = crate::toolset::guarded_client(GuardedResolver {
+        let client = crate::hosts::guarded_client(GuardedResolver {
             guard: guard.clone(),
             server: "old".into(),
         })

@@ -125,6 +125,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod call_context;
 pub mod config;
 mod connection;
 pub mod credentials;
@@ -155,6 +156,7 @@ pub mod toolset;
 mod trust;
 pub mod wake;
 
+pub use call_context::CallContext;
 pub use config::{
     CwdRoot, McpServerConfig, ParsedServers, PluginLaunch, RemoteConfig, StdioConfig,
     parse_mcp_servers_json,
@@ -170,5 +172,5 @@ pub use progress::Progress;
 pub use reconfigure::Reconfigured;
 pub use relay::ClientRelay;
 pub use report::DiagnosticCallback;
-pub use toolset::{CallAnswer, CallContext, Toolset, connect};
+pub use toolset::{CallAnswer, Toolset, connect};
 pub use wake::rebuild_from_store;

@@ -22,13 +22,96 @@
 // and client still uses it: it is proxied.
 #![allow(deprecated)]
 
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use futures::future::BoxFuture;
 use rmcp::model::{JsonRpcMessage, JsonRpcNotification, LoggingMessageNotificationParam};
 use rmcp::model::{ServerJsonRpcMessage, ServerNotification};
 
-use crate::passthrough::{Notice, Notices};
+use std::collections::{BTreeSet, HashMap};
+
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+/// How many notices a connection holds for slow receivers.
+const NOTICE_CAPACITY: usize = 256;
+
+/// Something a server said without being asked.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Notice {
+    /// `notifications/message`.
+    Log(LoggingMessageNotificationParam),
+    /// `notifications/resources/updated` for this URI (the server's own).
+    ResourceUpdated(String),
+    /// `notifications/resources/list_changed`.
+    ResourcesChanged,
+    /// `notifications/prompts/list_changed`.
+    PromptsChanged,
+}
+
+/// A [`Notice`] and the server (effective name) it came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerNotice {
+    /// The server's effective name.
+    pub server: String,
+    /// What it said.
+    pub notice: Notice,
+}
+
+/// The per-connection end of notices: the client handler publishes on it,
+/// it keeps the 2026 listens the passthrough opened, and the sink log
+/// messages go to.
+#[derive(Clone)]
+pub(crate) struct Notices {
+    sender: broadcast::Sender<Notice>,
+    state: Arc<Mutex<ListenState>>,
+    logs: LogRoute,
+}
+
+#[derive(Default)]
+pub(crate) struct ListenState {
+    /// A `subscriptions/listen` for list changes is open (2026 servers).
+    pub(crate) lists: bool,
+    /// One listen per subscribed URI (2026 servers), by URI.
+    pub(crate) uris: HashMap<String, CancellationToken>,
+    /// A list-changes listen was asked for, so a reconnect opens it again.
+    pub(crate) lists_wanted: bool,
+    /// The URIs subscribed to and not unsubscribed (either era), so a
+    /// reconnect subscribes them again.
+    pub(crate) subscribed: BTreeSet<String>,
+}
+
+impl Default for Notices {
+    fn default() -> Self {
+        Notices {
+            sender: broadcast::channel(NOTICE_CAPACITY).0,
+            state: Arc::default(),
+            logs: LogRoute::default(),
+        }
+    }
+}
+
+impl Notices {
+    /// Publishes a notice; nobody listening is not an error.
+    pub(crate) fn publish(&self, notice: Notice) {
+        let _ = self.sender.send(notice);
+    }
+
+    /// A receiver of every notice published from now on.
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<Notice> {
+        self.sender.subscribe()
+    }
+
+    /// Where this connection's log messages go.
+    pub(crate) fn logs(&self) -> &LogRoute {
+        &self.logs
+    }
+
+    pub(crate) fn state(&self) -> std::sync::MutexGuard<'_, ListenState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
 
 /// Where an upstream's log messages go as they arrive: the gateway hands
 /// them to its downstream sessions.

@@ -21,16 +21,15 @@
 // but every 2025-era server and client still uses them: they are proxied.
 #![allow(deprecated)]
 
-use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use rmcp::model::{
     ClientRequest, CompleteRequest, CompleteRequestParams, CompleteResult, GetPromptRequest,
     GetPromptRequestParams, GetPromptResponse, InputRequiredResult, ListPromptsRequest,
-    ListResourceTemplatesRequest, ListResourcesRequest, LoggingLevel,
-    LoggingMessageNotificationParam, PaginatedRequestParams, Prompt, ProtocolVersion,
-    ReadResourceRequest, ReadResourceRequestParams, ReadResourceResponse, Resource,
-    ResourceTemplate, ResultType, ServerCapabilities, ServerNotification, ServerResult,
+    ListResourceTemplatesRequest, ListResourcesRequest, LoggingLevel, PaginatedRequestParams,
+    Prompt, ProtocolVersion, ReadResourceRequest, ReadResourceRequestParams, ReadResourceResponse,
+    Resource, ResourceTemplate, ResultType, ServerCapabilities, ServerNotification, ServerResult,
     SetLevelRequest, SetLevelRequestParams, SubscribeRequest, SubscribeRequestParams,
     SubscriptionFilter, UnsubscribeRequest, UnsubscribeRequestParams,
 };
@@ -41,7 +40,9 @@ use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::connection::Connection;
-use crate::notifications::{LogRoute, LogSink};
+use crate::notifications::LogSink;
+pub(crate) use crate::notifications::Notices;
+pub use crate::notifications::{Notice, ServerNotice};
 use crate::toolset::Toolset;
 
 /// Pages followed before giving up on a server that keeps handing out
@@ -50,9 +51,6 @@ const MAX_PAGES: usize = 1000;
 
 /// JSON-RPC "method not found".
 const METHOD_NOT_FOUND: i32 = -32601;
-
-/// Notices buffered per connection before a slow reader loses the oldest.
-const NOTICE_CAPACITY: usize = 256;
 
 /// Why a request to an upstream produced no answer.
 #[derive(Debug, Clone, PartialEq, Error)]
@@ -115,79 +113,6 @@ pub enum PassthroughError {
         /// What broke.
         reason: String,
     },
-}
-
-/// Something a server said without being asked.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub enum Notice {
-    /// `notifications/message`.
-    Log(LoggingMessageNotificationParam),
-    /// `notifications/resources/updated` for this URI (the server's own).
-    ResourceUpdated(String),
-    /// `notifications/resources/list_changed`.
-    ResourcesChanged,
-    /// `notifications/prompts/list_changed`.
-    PromptsChanged,
-}
-
-/// A [`Notice`] and the server (effective name) it came from.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ServerNotice {
-    /// The server's effective name.
-    pub server: String,
-    /// What it said.
-    pub notice: Notice,
-}
-
-/// The per-connection end of notices: the client handler publishes on it,
-/// it keeps the 2026 listens this module opened, and the sink log messages
-/// go to ([`crate::notifications`]).
-#[derive(Clone)]
-pub(crate) struct Notices {
-    sender: broadcast::Sender<Notice>,
-    state: Arc<Mutex<ListenState>>,
-    logs: LogRoute,
-}
-
-#[derive(Default)]
-struct ListenState {
-    /// A `subscriptions/listen` for list changes is open (2026 servers).
-    lists: bool,
-    /// One listen per subscribed URI (2026 servers), by URI.
-    uris: HashMap<String, CancellationToken>,
-    /// A list-changes listen was asked for, so a reconnect opens it again
-    /// ([`resume`]).
-    lists_wanted: bool,
-    /// The URIs subscribed to and not unsubscribed (either era), so a
-    /// reconnect subscribes them again ([`resume`]).
-    subscribed: BTreeSet<String>,
-}
-
-impl Default for Notices {
-    fn default() -> Self {
-        Notices {
-            sender: broadcast::channel(NOTICE_CAPACITY).0,
-            state: Arc::default(),
-            logs: LogRoute::default(),
-        }
-    }
-}
-
-impl Notices {
-    /// Publishes a notice; nobody listening is not an error.
-    pub(crate) fn publish(&self, notice: Notice) {
-        let _ = self.sender.send(notice);
-    }
-
-    /// Where this connection's log messages go.
-    pub(crate) fn logs(&self) -> &LogRoute {
-        &self.logs
-    }
-
-    fn state(&self) -> std::sync::MutexGuard<'_, ListenState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
 }
 
 /// Requests other than tools, to the toolset's servers by effective name.
@@ -619,7 +544,7 @@ fn forward(
     connection: &Arc<Connection>,
     sender: mpsc::UnboundedSender<ServerNotice>,
 ) {
-    let mut notices = connection.notices().sender.subscribe();
+    let mut notices = connection.notices().subscribe();
     tokio::spawn(async move {
         loop {
             tokio::select! {

@@ -78,7 +78,7 @@ pub(crate) struct UpstreamHandler {
     pub(crate) tools_changed: Arc<Notify>,
     /// Log messages, resource updates and list changes, for
     /// [`crate::passthrough`].
-    pub(crate) notices: crate::passthrough::Notices,
+    pub(crate) notices: crate::notifications::Notices,
 }
 
 impl UpstreamHandler {
@@ -157,7 +157,7 @@ fn deliver(routes: &Routes, params: &ProgressNotificationParam) {
 pub(crate) struct Tapped<T> {
     inner: T,
     routes: Routes,
-    notices: crate::passthrough::Notices,
+    notices: crate::notifications::Notices,
 }
 
 impl<T: Transport<RoleClient>> Transport<RoleClient> for Tapped<T> {
@@ -267,17 +267,17 @@ impl ClientHandler for UpstreamHandler {
         _context: NotificationContext<RoleClient>,
     ) {
         self.notices
-            .publish(crate::passthrough::Notice::ResourceUpdated(params.uri));
+            .publish(crate::notifications::Notice::ResourceUpdated(params.uri));
     }
 
     async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.notices
-            .publish(crate::passthrough::Notice::ResourcesChanged);
+            .publish(crate::notifications::Notice::ResourcesChanged);
     }
 
     async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.notices
-            .publish(crate::passthrough::Notice::PromptsChanged);
+            .publish(crate::notifications::Notice::PromptsChanged);
     }
 
     fn get_info(&self) -> ClientConfig {
@@ -314,7 +314,7 @@ impl UpstreamHandler {
     /// the answer that follows them), the rest as rmcp's service would hand
     /// them to this handler.
     pub(crate) async fn observe(&self, notification: ServerNotification) {
-        use crate::passthrough::Notice;
+        use crate::notifications::Notice;
         match notification {
             ServerNotification::ProgressNotification(n) => deliver(&self.routes, &n.params),
             ServerNotification::LoggingMessageNotification(n) => {

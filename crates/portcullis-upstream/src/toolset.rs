@@ -4,7 +4,6 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
-use std::time::Duration;
 
 use futures::StreamExt as _;
 use futures::future::{BoxFuture, join_all};
@@ -19,7 +18,7 @@ use portcullis_catalog::{
 };
 use portcullis_store::Store;
 use serde_json::Value;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -29,84 +28,10 @@ use crate::credentials::Auth;
 use crate::error::{CallError, WiringError};
 use crate::hosts::AllowedHosts;
 use crate::options::ConnectOptions;
-use crate::progress::Progress;
-use crate::relay::ClientRelay;
 use crate::report::DiagnosticSink;
 use crate::state::{self, Snapshot, Source, Waking};
 
-/// What one call carries besides its name and arguments.
-#[derive(Clone, Default)]
-pub struct CallContext {
-    /// The caller's session; required when the toolset has `auth`.
-    pub session: Option<String>,
-    /// Cancels the call; the server is told.
-    pub cancel: CancellationToken,
-    /// Receives the server's progress notifications for this call.
-    pub progress: Option<mpsc::UnboundedSender<Progress>>,
-    /// A person approved this call (the policy answered `ask` earlier).
-    pub approved: bool,
-    /// The client that made the call, to answer the server's sampling,
-    /// elicitation and roots requests (see [`crate::relay`]). Without one,
-    /// such requests are refused with an error.
-    pub relay: Option<Arc<dyn ClientRelay>>,
-    /// The caller's idempotency key: with a store, a call repeated under
-    /// the same key (and arguments) replays the recorded outcome instead of
-    /// reaching the server again (see `crate::effects`).
-    pub idempotency_key: Option<String>,
-}
-
-impl CallContext {
-    /// A context for `session`.
-    pub fn for_session(session: impl Into<String>) -> Self {
-        CallContext {
-            session: Some(session.into()),
-            ..Default::default()
-        }
-    }
-
-    /// Sets the cancellation token.
-    pub fn with_cancel(mut self, cancel: CancellationToken) -> Self {
-        self.cancel = cancel;
-        self
-    }
-
-    /// Sets the progress sink.
-    pub fn with_progress(mut self, progress: mpsc::UnboundedSender<Progress>) -> Self {
-        self.progress = Some(progress);
-        self
-    }
-
-    /// Sets the client that answers the server's requests during the call.
-    pub fn with_relay(mut self, relay: Arc<dyn ClientRelay>) -> Self {
-        self.relay = Some(relay);
-        self
-    }
-
-    /// Marks the call as approved by a person.
-    pub fn approved(mut self) -> Self {
-        self.approved = true;
-        self
-    }
-
-    /// Sets the idempotency key.
-    pub fn with_idempotency_key(mut self, key: impl Into<String>) -> Self {
-        self.idempotency_key = Some(key.into());
-        self
-    }
-}
-
-impl std::fmt::Debug for CallContext {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CallContext")
-            .field("session", &self.session)
-            .field("cancelled", &self.cancel.is_cancelled())
-            .field("progress", &self.progress.is_some())
-            .field("approved", &self.approved)
-            .field("relay", &self.relay.is_some())
-            .field("idempotency_key", &self.idempotency_key.is_some())
-            .finish()
-    }
-}
+pub use crate::call_context::CallContext;
 
 /// What [`Toolset::call_answer`] answers: the server's result, or the
 /// toolset's own refusal (never sent to the server) with its decision.
@@ -274,29 +199,6 @@ impl Inner {
     }
 }
 
-/// The message for a stdio config in a build without the `stdio` feature.
-pub(crate) fn unsupported_stdio_message(server: &str) -> String {
-    format!(
-        "MCP server \"{server}\" uses the stdio transport, which this build of portcullis-upstream does not include: enable the `stdio` cargo feature (on by default) to spawn local servers; remote transports (streamable-http, sse) work without it."
-    )
-}
-
-fn default_builder() -> reqwest::ClientBuilder {
-    reqwest::Client::builder()
-        // Redirects are followed by hand, per hop, by the guard.
-        .redirect(reqwest::redirect::Policy::none())
-        .connect_timeout(Duration::from_secs(10))
-        .tcp_nodelay(true)
-}
-
-/// The default client for one remote server: its names are resolved by
-/// `resolver`, which dials only the addresses the server's guard admits.
-pub(crate) fn guarded_client(
-    resolver: crate::hosts::GuardedResolver,
-) -> Result<reqwest::Client, reqwest::Error> {
-    default_builder().dns_resolver(resolver).build()
-}
-
 /// The option combinations refused before anything connects.
 pub(crate) fn check_wiring(options: &ConnectOptions) -> Result<(), WiringError> {
     if options.session.is_none() {
@@ -327,7 +229,7 @@ pub(crate) async fn try_open(
     options: &ConnectOptions,
     diagnostics: &DiagnosticSink,
     http: Option<reqwest::Client>,
-    notices: Option<crate::passthrough::Notices>,
+    notices: Option<crate::notifications::Notices>,
 ) -> Result<Connected, Diagnostic> {
     let name = config.name().to_owned();
     let failure = |message: String| Diagnostic::new(Rule::ConnectionFailure, name.clone(), message);
@@ -335,7 +237,7 @@ pub(crate) async fn try_open(
         return Err(Diagnostic::new(
             Rule::UnsupportedTransport,
             name.clone(),
-            unsupported_stdio_message(&name),
+            crate::config::unsupported_stdio_message(&name),
         ));
     }
     // A plugin's server is held to its plugin before it may start: a
@@ -1050,5 +952,37 @@ impl std::fmt::Debug for Toolset {
             .field("servers", &state.connections.len())
             .field("closed", &self.inner.closed.load(Ordering::Relaxed))
             .finish()
+    }
+}
+
+impl Toolset {
+    /// Whether the server of that effective name is up: connected, its
+    /// connection open (a stdio child that exited closes it), and — for a
+    /// remote server — reachable at its last call or check. A server that
+    /// failed to connect is not up, nor is one whose closed connection is
+    /// being reopened, until the new connection is swapped in.
+    pub fn is_up(&self, server: &str) -> bool {
+        self.inner
+            .snapshot()
+            .connections
+            .get(server)
+            .is_some_and(|c| c.is_available() && c.health().is_reachable())
+    }
+
+    /// Pings every connected remote server (Streamable HTTP, SSE) at once,
+    /// each bounded by ten seconds and its own timeout, and records
+    /// which answered ([`Toolset::is_up`]). Stdio servers are left out:
+    /// their child process is watched instead.
+    pub async fn check_remotes(&self) {
+        let remotes: Vec<_> = self
+            .inner
+            .snapshot()
+            .connections
+            .values()
+            .filter(|c| c.pid().is_none() && c.is_available())
+            .cloned()
+            .collect();
+        futures::future::join_all(remotes.iter().map(|c| c.ping(crate::health::PING_TIMEOUT)))
+            .await;
     }
 }

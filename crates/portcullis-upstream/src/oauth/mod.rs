@@ -281,7 +281,7 @@ impl OAuthHttp {
         allowed: Option<Vec<String>>,
     ) -> Result<OAuthHttp, OAuthError> {
         let guard = HostGuard::new(allowed, Reach::of(url).await);
-        let http = crate::toolset::guarded_client(GuardedResolver {
+        let http = crate::hosts::guarded_client(GuardedResolver {
             guard: guard.clone(),
             server: server.to_owned(),
         })
