@@ -12,17 +12,20 @@ use std::process::Stdio;
 
 use portcullis_catalog::log_line::{DEFAULT_MAX_LINE_BYTES, LineSplitter};
 use process_wrap::tokio::{CommandWrap, KillOnDrop, ProcessGroup};
-use rmcp::transport::TokioChildProcess;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 use crate::config::StdioConfig;
 
+mod transport;
+
+pub(crate) use transport::ChildTransport;
+
 /// Variables a child inherits from the host, when set there.
 pub const AMBIENT_ALLOWLIST: &[&str] = &["PATH", "HOME", "TMPDIR", "LANG", "LC_ALL"];
 
-/// A spawned child: the rmcp transport over its pipes and its pid.
+/// A spawned child: the transport over its pipes and its pid.
 pub(crate) struct Spawned {
-    pub(crate) transport: TokioChildProcess,
+    pub(crate) transport: ChildTransport,
     pub(crate) pid: Option<u32>,
 }
 
@@ -55,14 +58,23 @@ pub(crate) fn spawn(config: &StdioConfig) -> std::io::Result<Spawned> {
     }
     let mut wrapped = CommandWrap::from(command);
     wrapped.wrap(ProcessGroup::leader()).wrap(KillOnDrop);
-    let (transport, stderr) = TokioChildProcess::builder(wrapped)
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let pid = transport.id();
-    if let Some(stderr) = stderr {
-        let server = config.name.clone();
-        tokio::spawn(drain_stderr(stderr, server));
+    wrapped
+        .command_mut()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = wrapped.spawn()?;
+    let taken = std::io::Error::other;
+    let stdin = child.stdin().take().ok_or_else(|| taken("no stdin pipe"))?;
+    let stdout = child
+        .stdout()
+        .take()
+        .ok_or_else(|| taken("no stdout pipe"))?;
+    if let Some(stderr) = child.stderr().take() {
+        tokio::spawn(drain_stderr(stderr, config.name.clone()));
     }
+    let pid = child.id();
+    let transport = ChildTransport::new(child, stdin, stdout, config.name.clone());
     Ok(Spawned { transport, pid })
 }
 

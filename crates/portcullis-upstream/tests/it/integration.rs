@@ -1352,6 +1352,90 @@ mod stdio {
         toolset.close().await;
     }
 
+    /// A stdio server (a shell script) whose answers to some calls no
+    /// MCP reader can read: `deep` answers with structured content nested
+    /// 200 levels deep (past `serde_json`'s recursion limit of 128),
+    /// `both` with a result and an error in one answer, `mangled` with an
+    /// error that is not an object. `ok` answers normally.
+    const UNREADABLE_ANSWERS: &str = r#"
+while IFS= read -r line; do
+  case $line in *'"id":'*) ;; *) continue ;; esac
+  rest=${line#*\"id\":}; id=${rest%%[,\}]*}
+  rest=${line#*\"method\":\"}; method=${rest%%\"*}
+  case $method in
+    initialize)
+      printf '{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"odd","version":"1"}}}\n' "$id" ;;
+    tools/list)
+      printf '{"jsonrpc":"2.0","id":%s,"result":{"tools":[' "$id"
+      for name in deep both mangled ok; do
+        [ $name = deep ] || printf ','
+        printf '{"name":"%s","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}}' $name
+      done
+      printf ']}}\n' ;;
+    tools/call)
+      case $line in
+        *'"name":"deep"'*)
+          printf '{"jsonrpc":"2.0","id":%s,"result":{"content":[],"structuredContent":DEEP}}\n' "$id" ;;
+        *'"name":"both"'*)
+          printf '{"jsonrpc":"2.0","id":%s,"result":{"content":[]},"error":{"code":-32000,"message":"SERVER TEXT"}}\n' "$id" ;;
+        *'"name":"mangled"'*)
+          printf '{"jsonrpc":"2.0","id":%s,"error":"SERVER TEXT"}\n' "$id" ;;
+        *)
+          printf '{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"fine"}]}}\n' "$id" ;;
+      esac ;;
+    *)
+      printf '{"jsonrpc":"2.0","id":%s,"error":{"code":-32601,"message":"no such method"}}\n' "$id" ;;
+  esac
+done
+"#;
+
+    /// Connects to the [`UNREADABLE_ANSWERS`] server with a 30 s timeout,
+    /// calls each of `tools`, and checks that every call fails at once
+    /// (an unreadable answer used to be dropped, and the call waited out
+    /// its timeout) with a clear error that repeats none of the server's
+    /// text, and that the connection keeps serving.
+    async fn each_fails_at_once(tools: &[&str]) {
+        let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+        let script = UNREADABLE_ANSWERS.replace("DEEP", &deep);
+        let toolset = connect(
+            vec![McpServerConfig::stdio("odd", "sh", ["-c", script.as_str()])],
+            options().with_timeout(Duration::from_secs(30)),
+        )
+        .await
+        .unwrap();
+        assert!(
+            toolset.diagnostics().is_empty(),
+            "{:?}",
+            toolset.diagnostics()
+        );
+        for tool in tools {
+            let started = std::time::Instant::now();
+            let error = call(&toolset, tool, json!({})).await.unwrap_err();
+            let took = started.elapsed();
+            assert!(took < Duration::from_secs(10), "{tool} took {took:?}");
+            let message = error.to_string();
+            assert!(
+                matches!(error, CallError::Protocol { .. })
+                    && message.contains("answer could not be read"),
+                "{tool}: {message}"
+            );
+            assert!(!message.contains("SERVER TEXT"), "{message}");
+            let fine = call(&toolset, "odd__ok", json!({})).await.unwrap();
+            assert_eq!(text(&fine), "fine");
+        }
+        toolset.close().await;
+    }
+
+    #[tokio::test]
+    async fn an_answer_nested_past_the_recursion_limit_fails_its_call_at_once() {
+        each_fails_at_once(&["odd__deep"]).await;
+    }
+
+    #[tokio::test]
+    async fn an_answer_of_the_wrong_shape_fails_its_call_at_once() {
+        each_fails_at_once(&["odd__mangled", "odd__both"]).await;
+    }
+
     #[tokio::test]
     async fn a_stdio_server_that_never_answers_times_out() {
         // `sleep` reads nothing and writes nothing: a server that hangs.
