@@ -22,6 +22,7 @@
 //! | [`audit`] | one audit record per call, written to the store |
 //! | [`reload`] | the config re-read on change or SIGHUP, unchanged connections kept |
 //! | [`health`] / [`metrics`] | `/healthz` and `/metrics` beside `/mcp` |
+//! | [`liveness`] | whether an upstream is up (connected, answering, its child running) |
 //! | [`retention`] | old audit records and effects deleted on a schedule |
 //! | [`redact`] | secrets (expanded `${VAR}` values, headers, tokens, URL credentials) kept out of every log line and error |
 //! | [`connecting`] | the progress line while many upstreams connect |
@@ -93,6 +94,7 @@ pub mod gateway;
 pub mod grants;
 pub mod health;
 pub mod import;
+pub mod liveness;
 pub mod metrics;
 pub mod oauth;
 pub mod proxy;
