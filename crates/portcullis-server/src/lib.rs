@@ -71,6 +71,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod answer;
 pub mod approval;
 mod connections;
 mod direct_call;
