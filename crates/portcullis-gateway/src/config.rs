@@ -28,6 +28,9 @@ use portcullis_sources::files::read_regular_to_string;
 use serde::Deserialize;
 use serde_json::Value;
 
+// The redaction rules own the type; the config is where secrets come from.
+pub use crate::redact::Secret;
+
 /// The default HTTP listen address: loopback only.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8765";
 
@@ -352,28 +355,6 @@ pub enum AppDescription {
     Routes(PathBuf),
     /// An OpenAPI document, absolute.
     OpenApi(PathBuf),
-}
-
-/// A value that may be a credential: usable, never printed by `Debug`.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wraps a value that may be a credential.
-    pub fn new(value: impl Into<String>) -> Self {
-        Secret(value.into())
-    }
-
-    /// The value itself. Call only where it is sent, never where it is logged.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret(***)")
-    }
 }
 
 /// Why a config cannot be used: where, which field, what to do.
@@ -904,12 +885,14 @@ impl Validator<'_> {
             }
             found
         };
-        expand_env(value, &recording).map(Secret).map_err(|var| {
-            self.error(
-                field,
-                format!("environment variable {var} is not set (referenced as ${{{var}}})"),
-            )
-        })
+        expand_env(value, &recording)
+            .map(Secret::new)
+            .map_err(|var| {
+                self.error(
+                    field,
+                    format!("environment variable {var} is not set (referenced as ${{{var}}})"),
+                )
+            })
     }
 
     /// Records a value never to print.

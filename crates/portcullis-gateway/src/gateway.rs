@@ -37,6 +37,8 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::config::{Approval, Config, Upstream, UpstreamTransport};
+// The sources register stubs too, so it lives below both; kept at its old path.
+pub use crate::quarantine::quarantine_stub_definition;
 
 /// The `command` of a stdio upstream that means "this very binary", so a
 /// config can run `portcullis demo-upstream` without anything on `PATH`.
@@ -737,15 +739,6 @@ impl ToolSource for UpstreamTools {
         })
         .boxed()
     }
-}
-
-/// A quarantine stub as the exposure gate sees it: read-only. It never
-/// reaches the server (calling it returns the drift guard's denial), and a
-/// stub the gate hid would leave the model unable to tell the user that the
-/// tool is quarantined, which is the stub's whole purpose. An `allow_tools`
-/// list still hides it like any other tool.
-pub fn quarantine_stub_definition(definition: Tool) -> Tool {
-    definition.with_annotations(ToolAnnotations::read_only(true))
 }
 
 /// Most progress reports held for a client that reads slower than the

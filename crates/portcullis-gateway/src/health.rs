@@ -41,9 +41,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get};
 use portcullis_server::guard::Guard;
 use portcullis_server::oauth::ResourceServer;
-use portcullis_upstream::Toolset;
 use serde_json::json;
 
+pub use crate::liveness::{child_alive, upstream_up};
 use crate::reload::Live;
 
 /// The path of the health probe.
@@ -127,13 +127,6 @@ fn metrics(live: &Live) -> Response {
         .into_response()
 }
 
-/// Whether the upstream of that effective name is up: connected and
-/// reachable (see the module doc), and, for a stdio upstream, its child
-/// still running.
-pub fn upstream_up(toolset: &Toolset, server: &str) -> bool {
-    toolset.is_up(server) && toolset.child_pid(server).is_none_or(child_alive)
-}
-
 /// How often the health check looks at the config again while
 /// `health_interval_ms = 0` has the pings off.
 const CHECK_CONFIG_EVERY: Duration = Duration::from_secs(5);
@@ -153,28 +146,4 @@ pub async fn watch_upstreams(live: Arc<Live>) {
         let toolset = live.current().gateway.toolset.clone();
         toolset.check_remotes().await;
     }
-}
-
-/// Whether the stdio child `pid` is still running (not gone, not a
-/// zombie). Where `/proc` cannot tell, the child is taken to be alive.
-#[cfg(target_os = "linux")]
-pub fn child_alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state is the first field after the parenthesised command name.
-        Ok(stat) => !stat
-            .rsplit(')')
-            .next()
-            .unwrap_or_default()
-            .trim_start()
-            .starts_with(['Z', 'X']),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
-        Err(_) => true,
-    }
-}
-
-/// Whether the stdio child `pid` is still running: without `/proc`, the
-/// child is taken to be alive.
-#[cfg(not(target_os = "linux"))]
-pub fn child_alive(_pid: u32) -> bool {
-    true
 }

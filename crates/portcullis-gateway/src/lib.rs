@@ -16,12 +16,14 @@
 //! | [`config`] | the TOML config: parsed, checked (every error, with file:line:column and did-you-mean), `${VAR}` expanded, secrets kept out of messages |
 //! | [`gateway`] | connects every source and builds the one `ToolServer` the surfaces serve: names, exposure, policy, approval, output framing |
 //! | [`sources`] | native tool plugins and apps (route tables, OpenAPI) projected beside the upstreams, with their trust baselines |
+//! | [`quarantine`] | a quarantined tool as registered, whatever its source: a read-only stub that never runs |
 //! | [`trust`] | opens the store that holds trust baselines, catalogues, the effect log and the audit trail |
 //! | [`proxy`] | resources, prompts, completions, logging and subscriptions passed through, pinned like tools |
 //! | [`relay`] | a server's sampling, elicitation and roots requests relayed to the calling client |
 //! | [`audit`] | one audit record per call, written to the store |
 //! | [`reload`] | the config re-read on change or SIGHUP, unchanged connections kept |
 //! | [`health`] / [`metrics`] | `/healthz` and `/metrics` beside `/mcp` |
+//! | [`liveness`] | whether an upstream is up (connected, answering, its child running) |
 //! | [`retention`] | old audit records and effects deleted on a schedule |
 //! | [`redact`] | secrets (expanded `${VAR}` values, headers, tokens, URL credentials) kept out of every log line and error |
 //! | [`connecting`] | the progress line while many upstreams connect |
@@ -93,9 +95,11 @@ pub mod gateway;
 pub mod grants;
 pub mod health;
 pub mod import;
+pub mod liveness;
 pub mod metrics;
 pub mod oauth;
 pub mod proxy;
+pub mod quarantine;
 pub mod redact;
 pub mod relay;
 pub mod reload;

@@ -12,14 +12,37 @@
 //!
 //! An expansion is shown as the `${VAR}` it came from, so a message still
 //! says which variable is wrong; anything else as `***`.
+//!
+//! Each such value is held as a [`Secret`], whose `Debug` never prints it.
 
 use std::borrow::Cow;
+use std::fmt;
 use std::io::Write;
 use std::sync::{PoisonError, RwLock};
 
 use portcullis_catalog::redact::{MASK, urls_in_text};
 
-use crate::config::Secret;
+/// A value that may be a credential: usable, never printed by `Debug`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a value that may be a credential.
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+
+    /// The value itself. Call only where it is sent, never where it is logged.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
 
 /// Values shorter than this are not treated as secrets: replacing `1` or
 /// `on` wherever it appears would garble every line, and no credential is

@@ -201,7 +201,7 @@ impl Generation {
                     .servers()
                     .iter()
                     .find(|s| &s.identity.name == name)
-                    .is_some_and(|s| crate::health::upstream_up(&self.gateway.toolset, &s.name));
+                    .is_some_and(|s| crate::liveness::upstream_up(&self.gateway.toolset, &s.name));
                 (name.clone(), connected)
             })
             .collect();

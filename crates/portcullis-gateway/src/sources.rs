@@ -548,7 +548,7 @@ impl SourceCatalogue {
                 (EntryKind::Quarantined, Route::Refused(denied)) => {
                     let result = denied.to_tool_result();
                     Registration::new(
-                        crate::gateway::quarantine_stub_definition(entry.definition.clone()),
+                        crate::quarantine::quarantine_stub_definition(entry.definition.clone()),
                         move |_args: Value, _ctx: CallContext| {
                             let refusal =
                                 ToolError::refused(CallDecision::Quarantined, result.clone());

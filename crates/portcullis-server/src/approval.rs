@@ -58,7 +58,6 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::handler::CallContext;
-use crate::input::Parked;
 
 /// How long the person has to answer, by default.
 pub const DEFAULT_APPROVAL_TIMEOUT: Duration = Duration::from_secs(120);
@@ -103,24 +102,26 @@ pub(crate) struct Retry {
 }
 
 /// One question asked by round trip and not answered yet.
-struct Pending {
+struct Pending<P> {
     tool: String,
     args: [u8; 32],
     deadline: Instant,
     /// A call parked behind the client's input (`None`: an approval).
-    parked: Option<Parked>,
+    parked: Option<P>,
 }
 
 /// The approval state of one tool server (shared by every clone and every
-/// stateless request).
-pub(crate) struct Approvals {
+/// stateless request). `P` is a call parked behind its client's input
+/// (the input module's run), held here until its retry claims it; dropping
+/// one cancels it.
+pub(crate) struct Approvals<P> {
     timeout: Duration,
     /// Shared with the timers that cancel parked calls not resumed.
-    pending: Arc<Mutex<HashMap<String, Pending>>>,
+    pending: Arc<Mutex<HashMap<String, Pending<P>>>>,
     ids: Ids,
 }
 
-impl Approvals {
+impl<P: Send + 'static> Approvals<P> {
     pub(crate) fn new(timeout: Duration) -> Self {
         Approvals {
             timeout,
@@ -303,7 +304,7 @@ impl Approvals {
 
     /// Takes the approval `state` names (never a parked call: those are
     /// claimed before the policy runs, see [`Approvals::claim`]).
-    fn take(&self, state: &str) -> Option<Pending> {
+    fn take(&self, state: &str) -> Option<Pending<P>> {
         let mut pending = lock(&self.pending);
         if pending.get(state).is_some_and(|p| p.parked.is_some()) {
             return None;
@@ -321,7 +322,7 @@ impl Approvals {
         state: &str,
         tool: &str,
         args: &Value,
-    ) -> Result<Option<Parked>, ErrorData> {
+    ) -> Result<Option<P>, ErrorData> {
         let mut pending = lock(&self.pending);
         let Some(entry) = pending.get(state) else {
             return Err(ErrorData::invalid_params(
@@ -344,7 +345,7 @@ impl Approvals {
     /// Parks a call behind its client's input for at most the approval
     /// timeout and returns the handle; after that the call is dropped,
     /// which cancels it. Handed back when too many already wait.
-    pub(crate) fn park(&self, tool: &str, args: &Value, parked: Parked) -> Result<String, Parked> {
+    pub(crate) fn park(&self, tool: &str, args: &Value, parked: P) -> Result<String, P> {
         let id = self.ids.next();
         let now = Instant::now();
         {
@@ -379,7 +380,7 @@ impl Approvals {
                     "a call parked for its client's input was not resumed in time; cancelled"
                 );
             }
-            // Dropping it cancels the call (see `Parked`'s drop).
+            // Dropping it cancels the call (a parked run cancels on drop).
             drop(expired);
         });
         Ok(id)

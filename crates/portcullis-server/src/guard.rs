@@ -59,7 +59,7 @@ use http::{HeaderValue, StatusCode, header};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::oauth::{Caller, ResourceServer, SessionOwners, TokenError};
+use crate::oauth::{Caller, ResourceServer, SessionOwners, TokenError, bearer_token};
 use crate::throttle::{LogThrottle, escape};
 
 /// The MCP endpoint's path.
@@ -628,11 +628,6 @@ fn with_cors(mut response: Response, origin: Option<HeaderValue>) -> Response {
     );
     headers.append(header::VARY, HeaderValue::from_static("Origin"));
     response
-}
-
-pub(crate) fn bearer_token(authorization: &str) -> Option<&str> {
-    let (scheme, token) = authorization.trim().split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
 fn digest(value: &str) -> [u8; 32] {

@@ -52,10 +52,10 @@ use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use crate::answer::Answer;
 use crate::approval::Approvals;
 use crate::handler::{CallContext, InputSink};
 // The handler's end is part of the contract with tool sources.
-use crate::tool_server::Answer;
 pub use portcullis_handler::context::InputChannel;
 
 /// Rounds of `input_required` one call may take; a handler still asking
@@ -205,7 +205,7 @@ pub(crate) fn parkable(ctx: &CallContext) -> bool {
 /// a cancellation of its own, then is driven until it finishes or asks.
 /// The error is a refusal of the call.
 pub(crate) async fn start(
-    approvals: &Approvals,
+    approvals: &Approvals<Parked>,
     tool: &str,
     args: &Value,
     ctx: CallContext,
@@ -233,7 +233,7 @@ pub(crate) async fn resume(
     mut parked: Parked,
     responses: Option<InputResponses>,
     ctx: &CallContext,
-    approvals: &Approvals,
+    approvals: &Approvals<Parked>,
     tool: &str,
     args: &Value,
 ) -> Result<Step, ErrorData> {
@@ -305,7 +305,7 @@ fn finish(parked: &mut Parked, result: Answer) -> Result<Step, ErrorData> {
 async fn drive(
     mut parked: Parked,
     attached: &CancellationToken,
-    approvals: &Approvals,
+    approvals: &Approvals<Parked>,
     tool: &str,
     args: &Value,
 ) -> Result<Step, ErrorData> {

@@ -72,6 +72,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod answer;
 pub mod approval;
 mod connections;
 mod direct_call;

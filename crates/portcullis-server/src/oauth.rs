@@ -272,6 +272,14 @@ pub fn caller_of(context: &RequestContext<RoleServer>) -> Option<&Caller> {
         .get::<Caller>()
 }
 
+/// The token of an `Authorization` header value in the `Bearer` scheme
+/// (RFC 6750, the scheme's name in any case): how an access token is
+/// presented, and the surface's static token too.
+pub(crate) fn bearer_token(authorization: &str) -> Option<&str> {
+    let (scheme, token) = authorization.trim().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
 /// Why a request's token was refused. Says which check failed, never the
 /// token.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -428,7 +436,7 @@ impl ResourceServer {
     /// value): the caller it names, or why it is refused.
     pub async fn authenticate(&self, authorization: Option<&str>) -> Result<Caller, TokenError> {
         let token = authorization
-            .and_then(crate::guard::bearer_token)
+            .and_then(bearer_token)
             .filter(|t| !t.is_empty())
             .ok_or(TokenError::Missing)?;
         let header = jsonwebtoken::decode_header(token).map_err(|_| TokenError::Malformed)?;

@@ -58,6 +58,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio::sync::watch;
 
+use crate::answer::Answer;
 use crate::approval::{Approvals, DEFAULT_APPROVAL_TIMEOUT, Retry, Verdict};
 use crate::error::ServerError;
 use crate::exposure::{Access, Exposure, Identity, Withheld, check_call};
@@ -335,7 +336,7 @@ struct Inner {
     server_info: Implementation,
     policy: Option<Arc<dyn Policy>>,
     cancel_grace: Duration,
-    approvals: Approvals,
+    approvals: Approvals<input::Parked>,
     passthrough: Option<Arc<dyn PassthroughProvider>>,
 }
 
@@ -352,26 +353,6 @@ impl From<input::Step> for Outcome {
         match step {
             input::Step::Done(answer) => Outcome::Done(answer),
             input::Step::Ask(ask) => Outcome::InputRequired(ask),
-        }
-    }
-}
-
-/// A call on its way out: the exit to seal, and what the gate decided.
-pub(crate) struct Answer {
-    /// What leaves through [`ToolServer::leave`].
-    pub(crate) exit: Exit,
-    /// What the gate (or a guard behind the handler) decided.
-    pub(crate) decision: CallDecision,
-    /// The caller cancelled the call before it was answered.
-    pub(crate) cancelled: bool,
-}
-
-impl Answer {
-    fn refused(decision: CallDecision, answer: ToolResult) -> Self {
-        Answer {
-            exit: Exit::Own(answer),
-            decision,
-            cancelled: false,
         }
     }
 }

@@ -1,0 +1,3 @@
+//! The crate's integration tests, as one binary.
+
+mod module_cycles;
