@@ -126,6 +126,7 @@
 #![warn(missing_docs)]
 
 mod call_context;
+mod cold_start;
 pub mod config;
 mod connection;
 pub mod credentials;
@@ -136,6 +137,7 @@ pub mod hosts;
 mod http;
 pub mod notifications;
 pub mod oauth;
+mod open;
 pub mod options;
 mod output;
 pub mod passthrough;
@@ -144,6 +146,7 @@ pub mod progress;
 mod reconcile;
 pub mod reconfigure;
 pub mod relay;
+mod relist;
 mod report;
 mod sse;
 mod state;
@@ -157,6 +160,7 @@ mod trust;
 pub mod wake;
 
 pub use call_context::CallContext;
+pub use cold_start::connect;
 pub use config::{
     CwdRoot, McpServerConfig, ParsedServers, PluginLaunch, RemoteConfig, StdioConfig,
     parse_mcp_servers_json,
@@ -172,5 +176,5 @@ pub use progress::Progress;
 pub use reconfigure::Reconfigured;
 pub use relay::ClientRelay;
 pub use report::DiagnosticCallback;
-pub use toolset::{CallAnswer, Toolset, connect};
+pub use toolset::{CallAnswer, Toolset};
 pub use wake::rebuild_from_store;

@@ -22,15 +22,13 @@
 // and client still uses it: it is proxied.
 #![allow(deprecated)]
 
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use futures::future::BoxFuture;
 use rmcp::model::{JsonRpcMessage, JsonRpcNotification, LoggingMessageNotificationParam};
 use rmcp::model::{ServerJsonRpcMessage, ServerNotification};
-
-use std::collections::{BTreeSet, HashMap};
-
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
 /// How many notices a connection holds for slow receivers.
@@ -111,6 +109,16 @@ impl Notices {
     pub(crate) fn state(&self) -> std::sync::MutexGuard<'_, ListenState> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+/// Who listens to the toolset's servers through the passthrough: the log
+/// sink (`Passthrough::route_logs`) and the receivers of
+/// `Passthrough::notices`, so a server that joins the toolset later
+/// (`crate::passthrough`) is wired like those connected at the start.
+#[derive(Default)]
+pub(crate) struct Listeners {
+    pub(crate) logs: Option<Arc<dyn LogSink>>,
+    pub(crate) notices: Vec<mpsc::UnboundedSender<ServerNotice>>,
 }
 
 /// Where an upstream's log messages go as they arrive: the gateway hands

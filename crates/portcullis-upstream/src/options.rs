@@ -12,6 +12,7 @@ use portcullis_catalog::{ProjectionOptions, ServerIdentity, ServerListing, ToolF
 use portcullis_store::Store;
 
 use crate::credentials::{Auth, AuthResolver};
+use crate::error::WiringError;
 use crate::hosts::AllowedHosts;
 use crate::report::DiagnosticCallback;
 
@@ -427,4 +428,17 @@ impl std::fmt::Debug for ConnectOptions {
             .field("start_deadline", &self.start_deadline)
             .finish_non_exhaustive()
     }
+}
+
+/// The option combinations refused before anything connects.
+pub(crate) fn check_wiring(options: &ConnectOptions) -> Result<(), WiringError> {
+    if options.session.is_none() {
+        if options.auth.is_some() {
+            return Err(WiringError::AuthWithoutSession);
+        }
+        if matches!(options.allowed_hosts, AllowedHosts::Resolver(_)) {
+            return Err(WiringError::HostResolverWithoutSession);
+        }
+    }
+    Ok(())
 }

@@ -498,14 +498,12 @@ impl Passthrough {
     }
 }
 
-/// Who listens to the toolset's servers through the passthrough: the log
-/// sink ([`Passthrough::route_logs`]) and the receivers of
-/// [`Passthrough::notices`], so a server that joins the toolset later
-/// ([`adopt`]) is wired like those connected at the start.
-#[derive(Default)]
-pub(crate) struct Listeners {
-    logs: Option<Arc<dyn LogSink>>,
-    notices: Vec<mpsc::UnboundedSender<ServerNotice>>,
+impl Toolset {
+    /// Everything the servers serve besides tools (resources, prompts,
+    /// completions, logging, subscriptions), over the same connections.
+    pub fn passthrough(&self) -> Passthrough {
+        Passthrough::new(self.clone())
+    }
 }
 
 /// Wires a server that joined the toolset after the start (see

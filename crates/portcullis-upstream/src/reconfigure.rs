@@ -11,9 +11,11 @@ use futures::future::join_all;
 use crate::config::McpServerConfig;
 use crate::connection::Connection;
 use crate::error::WiringError;
+use crate::open::{cold_source, http_client};
 use crate::options::ConnectOptions;
+use crate::options::check_wiring;
 use crate::state::Source;
-use crate::toolset::{Toolset, check_wiring, cold_source, http_client};
+use crate::toolset::Toolset;
 use crate::trust::row_ids;
 
 /// What a reconfigure did, by effective server name (the store's row ids).

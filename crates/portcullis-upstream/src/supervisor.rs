@@ -58,8 +58,9 @@ use tokio_util::sync::CancellationToken;
 use crate::config::McpServerConfig;
 use crate::connection::Connection;
 use crate::health::Retry;
+use crate::open::{Attempted, http_client, try_cold_source, try_open};
 use crate::options::Backoff;
-use crate::toolset::{Attempted, Inner, http_client, try_cold_source, try_open};
+use crate::toolset::Inner;
 
 /// Starts the supervisor of the source `id`, whose connection is
 /// `connection`. Does nothing when reconnecting is off.
@@ -452,7 +453,7 @@ async fn reopen(inner: &Arc<Inner>, id: &str, old: &Arc<Connection>) -> Attempt 
     };
     let connection = Arc::new(connected.connection);
     let fresh = connected.tools;
-    let settled = crate::reconcile::settle(
+    let settled = crate::relist::settle(
         inner,
         id,
         &identity,
@@ -463,7 +464,7 @@ async fn reopen(inner: &Arc<Inner>, id: &str, old: &Arc<Connection>) -> Attempt 
         &connection,
     )
     .await;
-    let installed = crate::reconcile::apply(
+    let installed = crate::relist::apply(
         inner,
         id,
         Some((old, &connection)),

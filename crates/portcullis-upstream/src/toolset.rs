@@ -1,20 +1,18 @@
-//! `connect` and the [`Toolset`] it returns: the projected tool map and the
-//! call path through every guard.
+//! The [`Toolset`] that [`crate::connect`] returns: the projected tool map
+//! and the call path through every guard.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
-use futures::StreamExt as _;
-use futures::future::{BoxFuture, join_all};
-use futures::stream::FuturesUnordered;
+use futures::future::join_all;
 use portcullis_catalog::catalogue::Route;
 use portcullis_catalog::fingerprint::Fingerprints;
 use portcullis_catalog::gate::CallDecision;
 use portcullis_catalog::policy::{Decision, DeniedResult, Policy, PolicyRequest};
 use portcullis_catalog::validation::normalize_arguments;
 use portcullis_catalog::{
-    Catalogue, Diagnostic, ProjectionOptions, Rule, ServerIdentity, ServerListing, Tool, ToolResult,
+    Catalogue, Diagnostic, ProjectionOptions, ServerIdentity, ServerListing, Tool, ToolResult,
 };
 use portcullis_store::Store;
 use serde_json::Value;
@@ -22,11 +20,9 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::McpServerConfig;
-use crate::connection::{ConnectPlan, Connected, Connection, connect as connect_one};
+use crate::connection::Connection;
 use crate::credentials::Auth;
-use crate::error::{CallError, WiringError};
-use crate::hosts::AllowedHosts;
+use crate::error::CallError;
 use crate::options::ConnectOptions;
 use crate::report::DiagnosticSink;
 use crate::state::{self, Snapshot, Source, Waking};
@@ -85,11 +81,11 @@ pub(crate) struct Inner {
     pub(crate) other_sources: Vec<ServerListing>,
     pub(crate) store: Option<Arc<dyn Store>>,
     pub(crate) diagnostics: DiagnosticSink,
-    policy: Arc<dyn Policy>,
-    auth: Option<Auth>,
+    pub(crate) policy: Arc<dyn Policy>,
+    pub(crate) auth: Option<Auth>,
     /// Per-server resolvers (`ConnectOptions::server_auth`).
-    server_auth: HashMap<String, Auth>,
-    session: Option<String>,
+    pub(crate) server_auth: HashMap<String, Auth>,
+    pub(crate) session: Option<String>,
     pub(crate) closed: AtomicBool,
     /// `true` once every cached listing was checked against its server.
     pub(crate) reconciled: watch::Receiver<bool>,
@@ -111,7 +107,7 @@ pub(crate) struct Inner {
     pub(crate) starting: Mutex<std::collections::BTreeSet<String>>,
     /// The passthrough's log sink and notice receivers, for servers that
     /// join later.
-    pub(crate) listeners: Mutex<crate::passthrough::Listeners>,
+    pub(crate) listeners: Mutex<crate::notifications::Listeners>,
 }
 
 impl Drop for Inner {
@@ -130,7 +126,7 @@ impl Inner {
     }
 
     /// The passthrough's listeners, locked.
-    pub(crate) fn listeners(&self) -> MutexGuard<'_, crate::passthrough::Listeners> {
+    pub(crate) fn listeners(&self) -> MutexGuard<'_, crate::notifications::Listeners> {
         self.listeners
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -199,141 +195,9 @@ impl Inner {
     }
 }
 
-/// The option combinations refused before anything connects.
-pub(crate) fn check_wiring(options: &ConnectOptions) -> Result<(), WiringError> {
-    if options.session.is_none() {
-        if options.auth.is_some() {
-            return Err(WiringError::AuthWithoutSession);
-        }
-        if matches!(options.allowed_hosts, AllowedHosts::Resolver(_)) {
-            return Err(WiringError::HostResolverWithoutSession);
-        }
-    }
-    Ok(())
-}
-
-/// The caller's own HTTP client, which remote servers then share; without
-/// one each remote server gets its own guarded client when it connects
-/// (`connection::guarded`).
-pub(crate) fn http_client(options: &ConnectOptions) -> Option<reqwest::Client> {
-    options.http.clone()
-}
-
-/// Opens one server: the stdio feature and plugin launch checks, the
-/// handshake credential, then the connection and its `tools/list`. The
-/// failure is handed back (a reconnect logs its failed attempts rather
-/// than piling up diagnostics). `notices` carries a replaced connection's
-/// notices over.
-pub(crate) async fn try_open(
-    config: &McpServerConfig,
-    options: &ConnectOptions,
-    diagnostics: &DiagnosticSink,
-    http: Option<reqwest::Client>,
-    notices: Option<crate::notifications::Notices>,
-) -> Result<Connected, Diagnostic> {
-    let name = config.name().to_owned();
-    let failure = |message: String| Diagnostic::new(Rule::ConnectionFailure, name.clone(), message);
-    if config.transport() == portcullis_catalog::TransportKind::Stdio && !cfg!(feature = "stdio") {
-        return Err(Diagnostic::new(
-            Rule::UnsupportedTransport,
-            name.clone(),
-            crate::config::unsupported_stdio_message(&name),
-        ));
-    }
-    // A plugin's server is held to its plugin before it may start: a
-    // writable PLUGIN_DATA, and command and cwd inside their roots with
-    // symlinks resolved. A failure skips only this server.
-    if let McpServerConfig::Stdio(stdio) = config {
-        crate::plugins::prepare_launch(stdio)?;
-    }
-    // The server's own resolver first (no session needed), else the
-    // per-session one.
-    let server_auth = options.server_auth.get(&name).cloned();
-    let auth = server_auth.clone().or_else(|| options.auth.clone());
-    let session = match &server_auth {
-        Some(_) => Some(options.session.clone().unwrap_or_default()),
-        None => options.session.clone(),
-    };
-    let bearer = match (&auth, &session) {
-        (Some(auth), Some(session)) => match auth.token(name.clone(), session.clone()).await {
-            Ok(token) => Some(token),
-            Err(reason) => {
-                return Err(failure(format!(
-                    "Resolving credentials for MCP server \"{name}\" failed: {reason}"
-                )));
-            }
-        },
-        _ => None,
-    };
-    let plan = ConnectPlan {
-        allowed: match options.server_allowed_hosts.get(&name) {
-            Some(hosts) => Some(hosts.clone()),
-            None => options
-                .allowed_hosts
-                .resolve(&name, options.session.as_deref()),
-        },
-        http,
-        bearer,
-        auth,
-        diagnostics: diagnostics.clone(),
-        timeout: options
-            .server_timeouts
-            .get(&name)
-            .copied()
-            .unwrap_or(options.timeout),
-        config: config.clone(),
-        notices: notices.clone(),
-    };
-    match connect_one(plan).await {
-        Ok(connected) => {
-            // A reconnect reports unreadable tools only when its listing
-            // moved (`crate::reconcile::apply`).
-            if notices.is_none() {
-                for raw in &connected.unreadable {
-                    diagnostics.report(Diagnostic::new(
-                        Rule::ServerEntryInvalid,
-                        name.clone(),
-                        format!("MCP tool \"{raw}\" of server \"{name}\" has a definition that cannot be read; the tool is skipped."),
-                    ));
-                }
-            }
-            Ok(connected)
-        }
-        Err(message) => Err(failure(message)),
-    }
-}
-
-/// A connected server as a source, with the configured filter.
-pub(crate) fn source(
-    id: String,
-    config: McpServerConfig,
-    options: &ConnectOptions,
-    connection: Connection,
-    tools: Vec<Tool>,
-    baseline: Option<Fingerprints>,
-    recorded: bool,
-) -> Source {
-    let filter = options
-        .server_tools
-        .get(config.name())
-        .cloned()
-        .unwrap_or_else(|| options.tools.clone());
-    Source {
-        id,
-        identity: config.identity(),
-        classification: options.classification_of(config.name()),
-        config,
-        filter,
-        tools,
-        baseline,
-        recorded,
-        connection: Arc::new(connection),
-    }
-}
-
 /// `projection` with names decided over the `configured` servers and the
 /// `others` beside them, connected or not.
-fn resolved(
+pub(crate) fn resolved(
     projection: &ProjectionOptions,
     configured: &[ServerIdentity],
     others: &[ServerListing],
@@ -341,255 +205,6 @@ fn resolved(
     let mut resolved = projection.clone();
     resolved.configured = crate::trust::naming_set(configured, projection, others);
     resolved
-}
-
-/// Projects the sources (and, for a wake, the servers still waking) into a
-/// toolset. `reconciled` says whether the tool map is already checked
-/// against every server (a cold start) or a reconcile will report it.
-pub(crate) fn assemble(
-    sources: Vec<Source>,
-    waking: Vec<Waking>,
-    configured: Vec<ServerIdentity>,
-    options: &ConnectOptions,
-    diagnostics: DiagnosticSink,
-    reconciled: watch::Receiver<bool>,
-) -> Toolset {
-    let projection = resolved(&options.projection, &configured, &options.other_sources);
-    let snapshot = state::project(
-        &sources,
-        &waking,
-        &options.other_sources,
-        &projection,
-        &diagnostics,
-        None,
-    );
-    let (changes, _) = watch::channel(snapshot.catalogue.clone());
-    let toolset = Toolset {
-        inner: Arc::new(Inner {
-            state: RwLock::new(Arc::new(snapshot)),
-            sources: Mutex::new(sources),
-            waking: Mutex::new(waking),
-            projection: options.projection.clone(),
-            configured: Mutex::new(configured),
-            other_sources: options.other_sources.clone(),
-            store: options.store.clone(),
-            diagnostics,
-            policy: options.policy.clone(),
-            auth: options.auth.clone(),
-            server_auth: options.server_auth.clone(),
-            session: options.session.clone(),
-            closed: AtomicBool::new(false),
-            reconciled,
-            changes,
-            reopen: Mutex::new(options.clone()),
-            supervisors: TaskTracker::new(),
-            stop: CancellationToken::new(),
-            pending: Mutex::new(HashMap::new()),
-            starting: Mutex::default(),
-            listeners: Mutex::default(),
-        }),
-    };
-    crate::supervisor::supervise_all(&toolset.inner);
-    toolset
-}
-
-/// One server of a cold start: connected and listed, its listing saved to
-/// the store (when there is one) and the baseline the store keeps enforced;
-/// without a store, [`ConnectOptions::baselines`] applies. A failure is
-/// reported and gives `None`.
-pub(crate) async fn cold_source(
-    config: McpServerConfig,
-    id: String,
-    options: &ConnectOptions,
-    diagnostics: &DiagnosticSink,
-    http: Option<reqwest::Client>,
-) -> Option<Source> {
-    match try_cold_source(config, id, options, diagnostics, http).await {
-        Ok(source) => Some(source),
-        Err(diagnostic) => {
-            diagnostics.report(diagnostic);
-            None
-        }
-    }
-}
-
-/// [`cold_source`], handing the failure back instead of reporting it (a
-/// server retried in the background, `crate::supervisor::join_later`).
-pub(crate) async fn try_cold_source(
-    config: McpServerConfig,
-    id: String,
-    options: &ConnectOptions,
-    diagnostics: &DiagnosticSink,
-    http: Option<reqwest::Client>,
-) -> Result<Source, Diagnostic> {
-    let connected = try_open(&config, options, diagnostics, http, None).await?;
-    let identity = config.identity();
-    let (baseline, recorded) = match &options.store {
-        Some(store) => {
-            let settled = crate::trust::settle_cold(
-                store.as_ref(),
-                &id,
-                &identity,
-                &connected.tools,
-                &connected.connection,
-            );
-            match settled.await {
-                Ok(in_force) => (in_force, true),
-                Err(reason) => {
-                    connected.connection.close().await;
-                    return Err(crate::trust::store_failure(config.name(), &reason));
-                }
-            }
-        }
-        None => (options.baselines.get(&identity).cloned(), false),
-    };
-    Ok(source(
-        id,
-        config,
-        options,
-        connected.connection,
-        connected.tools,
-        baseline,
-        recorded,
-    ))
-}
-
-/// One server's first connection attempt, as [`connect`] runs it:
-/// `outcome` is `None` when it was stopped before it ended.
-pub(crate) struct Attempted {
-    /// Its place among the configured servers.
-    index: usize,
-    pub(crate) config: McpServerConfig,
-    pub(crate) id: String,
-    pub(crate) outcome: Option<Result<Source, Diagnostic>>,
-}
-
-/// Connects every server concurrently, lists their tools and projects them
-/// (a cold start).
-///
-/// Never fails because of a server: one that cannot be reached, refuses our
-/// credentials, names a blocked host or times out becomes a
-/// `connection-failure` diagnostic and is skipped while the others connect;
-/// unless [`ConnectOptions::reconnect`] is off, it is then retried in the
-/// background and joins the tool map when it connects.
-/// Only wiring mistakes are errors (`auth` or a resolver `allowed_hosts`
-/// without a session).
-///
-/// With [`ConnectOptions::start_deadline`] it returns at the deadline with
-/// the servers ready by then; the others keep connecting in the background
-/// and join the tool map one by one, each settled against its baseline
-/// first ([`Toolset::starting`] names them meanwhile).
-///
-/// With a store ([`ConnectOptions::with_store`]) every server that lists is
-/// persisted — the fresh listing as the catalogue cache, and on first use its
-/// fingerprints as the trust baseline — and the baseline the store holds is
-/// enforced (a recorded one, else one derived from a pre-fingerprint row's
-/// cached listing, else the first one recorded, possibly by a replica that
-/// raced this one). Each server is settled as soon as it has answered (a
-/// start deadline must not wait for the slowest to settle the others). A
-/// server whose baseline cannot be read or recorded is not connected:
-/// serving it would serve a possibly drifted listing as trusted. stdio servers are
-/// persisted too, keyed by a hash of their command line. Without a store,
-/// [`ConnectOptions::baselines`] applies.
-pub async fn connect(
-    servers: Vec<McpServerConfig>,
-    options: ConnectOptions,
-) -> Result<Toolset, WiringError> {
-    check_wiring(&options)?;
-    let diagnostics = DiagnosticSink::new(options.on_diagnostic.clone());
-    let http = http_client(&options);
-    let ids = crate::trust::row_ids(&servers, &options.projection, &options.other_sources);
-    let names: Vec<String> = servers.iter().map(|s| s.name().to_owned()).collect();
-    let identities: Vec<ServerIdentity> = servers.iter().map(McpServerConfig::identity).collect();
-    let tracker = crate::options::ConnectTracker::new(options.on_connect.clone(), &names);
-
-    let configured: Vec<(McpServerConfig, String)> = servers.into_iter().zip(ids).collect();
-    let count = configured.len();
-    // Owned by each attempt, so one still running at the start deadline
-    // can go on in the background; each has a token a reconfigure (or the
-    // toolset's end) stops it with.
-    let shared = Arc::new(options.clone());
-    let mut running: FuturesUnordered<BoxFuture<'static, Attempted>> = FuturesUnordered::new();
-    let mut tokens = Vec::with_capacity(count);
-    for (index, (config, id)) in configured.iter().cloned().enumerate() {
-        let token = CancellationToken::new();
-        tokens.push(token.clone());
-        let options = shared.clone();
-        let diagnostics = diagnostics.clone();
-        let http = http.clone();
-        let tracker = tracker.clone();
-        running.push(Box::pin(async move {
-            let name = config.name().to_owned();
-            let attempt = try_cold_source(config.clone(), id.clone(), &options, &diagnostics, http);
-            let outcome = tokio::select! {
-                () = token.cancelled() => None,
-                outcome = tracker.track(name, attempt) => Some(outcome),
-            };
-            Attempted {
-                index,
-                config,
-                id,
-                outcome,
-            }
-        }));
-    }
-    let deadline = options
-        .start_deadline
-        .map(|wait| tokio::time::Instant::now() + wait);
-    let mut finished = Vec::with_capacity(count);
-    loop {
-        let next = match deadline {
-            Some(at) => match tokio::time::timeout_at(at, running.next()).await {
-                Ok(next) => next,
-                Err(_) => break,
-            },
-            None => running.next().await,
-        };
-        let Some(attempted) = next else { break };
-        if let Some(Err(diagnostic)) = &attempted.outcome {
-            diagnostics.report(diagnostic.clone());
-        }
-        finished.push(attempted);
-    }
-    // In the configured order, as if every server had been awaited.
-    finished.sort_by_key(|a| a.index);
-    let mut sources = Vec::with_capacity(finished.len());
-    let mut failed = Vec::new();
-    let mut done = vec![false; count];
-    for attempted in finished {
-        done[attempted.index] = true;
-        match attempted.outcome {
-            Some(Ok(source)) => sources.push(source),
-            _ => failed.push((attempted.config, attempted.id)),
-        }
-    }
-    // Every listing is live: nothing is left to reconcile.
-    let (_, reconciled) = watch::channel(true);
-    let toolset = assemble(
-        sources,
-        Vec::new(),
-        identities,
-        &options,
-        diagnostics,
-        reconciled,
-    );
-    // A server that failed now is tried again in the background and joins
-    // the tool map when it connects.
-    for (config, id) in failed {
-        crate::supervisor::join_later(&toolset.inner, id, config);
-    }
-    // Those still connecting at the deadline go on in the background.
-    let late: Vec<(String, String, CancellationToken)> = configured
-        .iter()
-        .zip(tokens)
-        .zip(&done)
-        .filter(|(_, done)| !**done)
-        .map(|(((config, id), token), _)| (id.clone(), config.name().to_owned(), token))
-        .collect();
-    if !late.is_empty() {
-        crate::supervisor::finish_later(&toolset.inner, running, late);
-    }
-    Ok(toolset)
 }
 
 impl Toolset {
@@ -678,12 +293,6 @@ impl Toolset {
                 .find(|w| &w.identity == identity)
                 .and_then(|w| w.baseline.clone()),
         }
-    }
-
-    /// Everything the servers serve besides tools (resources, prompts,
-    /// completions, logging, subscriptions), over the same connections.
-    pub fn passthrough(&self) -> crate::passthrough::Passthrough {
-        crate::passthrough::Passthrough::new(self.clone())
     }
 
     /// The process id of a connected stdio server's child, by effective

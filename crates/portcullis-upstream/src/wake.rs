@@ -7,12 +7,14 @@ use portcullis_catalog::ServerIdentity;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use crate::cold_start::assemble;
 use crate::config::McpServerConfig;
 use crate::error::WiringError;
 use crate::options::ConnectOptions;
+use crate::options::check_wiring;
 use crate::report::DiagnosticSink;
 use crate::state::Waking;
-use crate::toolset::{Toolset, assemble, check_wiring};
+use crate::toolset::Toolset;
 use crate::trust::{config_mismatch, matches, no_matching_config, row_ids};
 
 /// Rebuilds a toolset from the store in `options` (a wake).
