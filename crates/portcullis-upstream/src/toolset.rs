@@ -267,20 +267,31 @@ pub(crate) fn unsupported_stdio_message(server: &str) -> String {
     )
 }
 
-fn default_builder() -> reqwest::ClientBuilder {
+fn default_builder(tls: rustls::ClientConfig) -> reqwest::ClientBuilder {
     reqwest::Client::builder()
         // Redirects are followed by hand, per hop, by the guard.
         .redirect(reqwest::redirect::Policy::none())
         .connect_timeout(Duration::from_secs(10))
         .tcp_nodelay(true)
+        // Built once per process (`crate::tls`), not once per client.
+        .tls_backend_preconfigured(tls)
 }
 
 /// The default client for one remote server: its names are resolved by
 /// `resolver`, which dials only the addresses the server's guard admits.
 pub(crate) fn guarded_client(
     resolver: crate::hosts::GuardedResolver,
-) -> Result<reqwest::Client, reqwest::Error> {
-    default_builder().dns_resolver(resolver).build()
+) -> Result<reqwest::Client, crate::tls::ClientBuildError> {
+    guarded_client_with(resolver, crate::tls::shared()?)
+}
+
+/// [`guarded_client`] with the TLS configuration `tls` (the tests' own
+/// roots added, say).
+pub(crate) fn guarded_client_with(
+    resolver: crate::hosts::GuardedResolver,
+    tls: rustls::ClientConfig,
+) -> Result<reqwest::Client, crate::tls::ClientBuildError> {
+    Ok(default_builder(tls).dns_resolver(resolver).build()?)
 }
 
 /// The option combinations refused before anything connects.
