@@ -377,18 +377,31 @@ fn classify_v4(v4: &Ipv4Addr) -> AddressClass {
 
 /// Loopback addresses the unit tests treat as public, so that a real
 /// server on loopback can stand in for one on the internet.
-fn default_builder() -> reqwest::ClientBuilder {
+fn default_builder(tls: rustls::ClientConfig) -> reqwest::ClientBuilder {
     reqwest::Client::builder()
         // Redirects are followed by hand, per hop, by the guard.
         .redirect(reqwest::redirect::Policy::none())
         .connect_timeout(Duration::from_secs(10))
         .tcp_nodelay(true)
+        // Built once per process (`crate::tls`), not once per client.
+        .tls_backend_preconfigured(tls)
 }
 
 /// The default client for one remote server: its names are resolved by
 /// `resolver`, which dials only the addresses the server's guard admits.
-pub(crate) fn guarded_client(resolver: GuardedResolver) -> Result<reqwest::Client, reqwest::Error> {
-    default_builder().dns_resolver(resolver).build()
+pub(crate) fn guarded_client(
+    resolver: GuardedResolver,
+) -> Result<reqwest::Client, crate::tls::ClientBuildError> {
+    guarded_client_with(resolver, crate::tls::shared()?)
+}
+
+/// [`guarded_client`] with the TLS configuration `tls` (the tests' own
+/// roots added, say).
+pub(crate) fn guarded_client_with(
+    resolver: GuardedResolver,
+    tls: rustls::ClientConfig,
+) -> Result<reqwest::Client, crate::tls::ClientBuildError> {
+    Ok(default_builder(tls).dns_resolver(resolver).build()?)
 }
 
 #[cfg(test)]

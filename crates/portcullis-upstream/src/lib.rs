@@ -155,6 +155,7 @@ pub mod stdio;
 #[cfg(any(test, feature = "strategies"))]
 pub mod strategies;
 mod supervisor;
+mod tls;
 pub mod toolset;
 mod trust;
 pub mod wake;
