@@ -110,20 +110,9 @@ async fn start_app(key_file: PathBuf) -> SocketAddr {
     addr
 }
 
-/// A tempdir holding the config and every source; returns the config path.
-fn layout(dir: &Path, app: SocketAddr) -> PathBuf {
-    // The native plugin: the handler answers with the request it was given,
-    // so the test sees the arguments arrive.
-    let plugin = dir.join("tools/greeter");
-    write(&plugin.join("mcp-plugin.json"), GREETER_MANIFEST);
-    write(
-        &plugin.join("greet.sh"),
-        "#!/bin/sh\nrequest=$(cat)\nprintf 'hello from the plugin: %s\\n' \"$request\"\n",
-    );
-    executable(&plugin.join("greet.sh"));
-
-    // The Agent Plugins directory: one stdio server, the demo upstream
-    // again, started through a script inside the plugin root.
+/// The Agent Plugins directory `dir/plugins/acme`: one stdio server named
+/// `notes`, the demo upstream started through a script in the plugin root.
+fn acme_plugin(dir: &Path) {
     let acme = dir.join("plugins/acme");
     write(
         &acme.join("plugin.json"),
@@ -142,6 +131,23 @@ fn layout(dir: &Path, app: SocketAddr) -> PathBuf {
         ),
     );
     executable(&acme.join("run.sh"));
+}
+
+/// A tempdir holding the config and every source; returns the config path.
+fn layout(dir: &Path, app: SocketAddr) -> PathBuf {
+    // The native plugin: the handler answers with the request it was given,
+    // so the test sees the arguments arrive.
+    let plugin = dir.join("tools/greeter");
+    write(&plugin.join("mcp-plugin.json"), GREETER_MANIFEST);
+    write(
+        &plugin.join("greet.sh"),
+        "#!/bin/sh\nrequest=$(cat)\nprintf 'hello from the plugin: %s\\n' \"$request\"\n",
+    );
+    executable(&plugin.join("greet.sh"));
+
+    // The Agent Plugins directory: one stdio server, the demo upstream
+    // again, started through a script inside the plugin root.
+    acme_plugin(dir);
 
     // The app's route table.
     write(
@@ -583,24 +589,7 @@ async fn an_agent_plugin_server_named_like_an_upstream_gives_way() {
     // operator's upstreams: were both suffixed, adding the plugin would
     // rename the upstream's tools and move it to a row with no baseline,
     // trusted afresh as it answers that day.
-    let acme = dir.path().join("plugins/acme");
-    write(
-        &acme.join("plugin.json"),
-        r#"{"$schema": "https://agent-plugins.org/schemas/1.0.0/plugin.schema.json", "name": "acme", "version": "1.0.0"}"#,
-    );
-    write(
-        &acme.join("mcp.json"),
-        r#"{"$schema": "https://agent-plugins.org/schemas/1.0.0/mcp.schema.json",
-            "mcpServers": {"notes": {"type": "stdio", "command": "./run.sh", "args": []}}}"#,
-    );
-    write(
-        &acme.join("run.sh"),
-        &format!(
-            "#!/bin/sh\nexec '{}' demo-upstream\n",
-            env!("CARGO_BIN_EXE_portcullis")
-        ),
-    );
-    executable(&acme.join("run.sh"));
+    acme_plugin(dir.path());
     let config = dir.path().join("portcullis.toml");
     write(
         &config,
