@@ -343,13 +343,20 @@ impl Catalogue {
             .map(|at| resolved.names[at].clone())
             .zip(listings)
             .collect();
+        // The operator's own servers first, so under the name-taken rule a
+        // plugin's or an app's tool never shadows one of theirs; then by
+        // name, so the order of the input never matters.
+        let kept = |listing: &ServerListing| options.keep_names.contains(&listing.identity);
         ordered.sort_by(|(a, la), (b, lb)| {
-            a.cmp(b).then_with(|| {
-                la.identity
-                    .endpoint
-                    .identity()
-                    .cmp(&lb.identity.endpoint.identity())
-            })
+            kept(lb)
+                .cmp(&kept(la))
+                .then_with(|| a.cmp(b))
+                .then_with(|| {
+                    la.identity
+                        .endpoint
+                        .identity()
+                        .cmp(&lb.identity.endpoint.identity())
+                })
         });
 
         let mut taken: HashSet<String> = HashSet::new();
@@ -712,6 +719,27 @@ mod tests {
             .find(|e| e.remote_name == "whoami")
             .unwrap();
         assert!(suffixed.server.starts_with("local_"), "{}", suffixed.server);
+    }
+
+    #[test]
+    fn without_prefixes_an_operators_server_keeps_a_tool_name_a_plugin_also_has() {
+        let plugin = listing("aaa", "./plugin/server", &["write_file"]);
+        let mine = listing("files", "https://files.example/mcp", &["write_file"]);
+        let options = ProjectionOptions {
+            prefix: Prefix::Never,
+            keep_names: vec![mine.identity.clone()],
+            ..Default::default()
+        };
+        for order in [
+            vec![plugin.clone(), mine.clone()],
+            vec![mine.clone(), plugin.clone()],
+        ] {
+            let catalogue = Catalogue::project(order, &options);
+            assert_eq!(names(&catalogue), ["write_file"]);
+            assert_eq!(catalogue.get("write_file").unwrap().server, "files");
+            assert_eq!(catalogue.withheld().len(), 1);
+            assert_eq!(catalogue.withheld()[0].server, "aaa");
+        }
     }
 
     #[test]
