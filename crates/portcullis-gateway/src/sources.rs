@@ -404,15 +404,6 @@ impl fmt::Debug for SourceCatalogue {
 }
 
 impl SourceCatalogue {
-    /// No sources.
-    pub fn empty() -> Self {
-        SourceCatalogue {
-            listings: Vec::new(),
-            tools: HashMap::new(),
-            diagnostics: Vec::new(),
-        }
-    }
-
     /// Trusts `sources` on first use through `store` (each under the name
     /// the one projection gives it among `named`, the upstreams and every
     /// other configured source, with `keep_names` keeping theirs) and
