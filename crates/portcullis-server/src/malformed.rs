@@ -74,7 +74,7 @@ pub(crate) async fn answer_malformed(
     // The media types were checked above, so rmcp's 415 here can only mean
     // that it could not read the body as a client message.
     if response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE {
-        let (code, message, id) = unreadable(&bytes);
+        let (code, message, id) = unreadable(&bytes, "request body");
         return error(StatusCode::BAD_REQUEST, id, code, &message);
     }
     if response.status().is_client_error() && !json_content(response.headers()) {
@@ -129,8 +129,9 @@ async fn read_body(body: Body, limit: usize) -> Result<Bytes, Response> {
 
 /// Why a body is not one JSON-RPC message rmcp reads: the error code, the
 /// message, and the `id` to answer with (`null` unless the body has a
-/// string or integer one).
-pub(crate) fn unreadable(body: &[u8]) -> (ErrorCode, String, Value) {
+/// string or integer one). `what` names the body in the message (`request
+/// body` over HTTP, `line` on stdio, which answers the same way).
+pub(crate) fn unreadable(body: &[u8], what: &str) -> (ErrorCode, String, Value) {
     let invalid = |message: &str, id: Value| {
         (
             ErrorCode::INVALID_REQUEST,
@@ -144,7 +145,7 @@ pub(crate) fn unreadable(body: &[u8]) -> (ErrorCode, String, Value) {
             // serde's words name a position and a kind, never the input.
             return (
                 ErrorCode::PARSE_ERROR,
-                format!("Parse error: the request body is not JSON ({e})"),
+                format!("Parse error: the {what} is not JSON ({e})"),
                 Value::Null,
             );
         }
@@ -157,7 +158,12 @@ pub(crate) fn unreadable(body: &[u8]) -> (ErrorCode, String, Value) {
                 Value::Null,
             );
         }
-        _ => return invalid("the body must be a JSON-RPC object", Value::Null),
+        _ => {
+            return invalid(
+                &format!("the {what} must be a JSON-RPC object"),
+                Value::Null,
+            );
+        }
     };
     let id = message.get("id");
     let usable_id = match id {
@@ -191,13 +197,18 @@ pub(crate) fn unreadable(body: &[u8]) -> (ErrorCode, String, Value) {
 
 /// A JSON-RPC error response with `status`.
 fn error(status: StatusCode, id: Value, code: ErrorCode, message: &str) -> Response {
-    let body = json!({"jsonrpc": "2.0", "id": id, "error": {"code": code.0, "message": message}});
-    let mut response = Response::new(Body::from(body.to_string()));
+    let mut response = Response::new(Body::from(error_body(id, code, message).to_string()));
     *response.status_mut() = status;
     response
         .headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response
+}
+
+/// A JSON-RPC error message (its `id` `null` when it answers no readable
+/// one), as both surfaces write it.
+pub(crate) fn error_body(id: Value, code: ErrorCode, message: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code.0, "message": message}})
 }
 
 /// A `Content-Type` of JSON, as rmcp checks it (the first value).
@@ -213,7 +224,7 @@ mod tests {
     use super::*;
 
     fn code(body: &str) -> (i32, Value) {
-        let (code, _, id) = unreadable(body.as_bytes());
+        let (code, _, id) = unreadable(body.as_bytes(), "request body");
         (code.0, id)
     }
 
@@ -264,7 +275,7 @@ mod tests {
 
     #[test]
     fn the_parse_error_never_quotes_the_body() {
-        let (_, message, _) = unreadable(b"secret-looking-words");
+        let (_, message, _) = unreadable(b"secret-looking-words", "request body");
         assert!(!message.contains("secret"), "{message}");
     }
 }

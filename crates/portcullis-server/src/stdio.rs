@@ -6,14 +6,13 @@
 //! rmcp serves both lifecycles on one pipe: legacy `initialize`, or a
 //! 2026-07-28 client's `server/discover` followed by per-request `_meta`.
 //!
-//! Lines are read and parsed by rmcp's transport (`AsyncRwTransport`),
-//! which ignores a line that is not JSON (deliberately: answering garbage
-//! can start an error storm with a peer that echoes it) and answers JSON
-//! that is not a message with `-32600` and no id. A line that begins with
-//! JSON and goes on with garbage (`123abc`) is read by serde as JSON of
-//! the wrong shape and so gets that `-32600` rather than `-32700`. The
-//! rule lives in rmcp; answering `-32700` here would mean owning the line
-//! framing, its length cap and its compatibility rules, so it is left.
+//! Lines are read by this crate's own transport (`stdio/transport.rs`):
+//! every message as rmcp reads it, and every line that is not one answered
+//! with the JSON-RPC error the HTTP surface gives the same body (`-32700`,
+//! `-32600`, `-32602`), so a client is never left waiting on a request
+//! that was dropped.
+
+mod transport;
 
 use rmcp::{ServerHandler, ServiceExt};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -37,7 +36,11 @@ where
     R: AsyncRead + Send + Unpin + 'static,
     W: AsyncWrite + Send + Unpin + 'static,
 {
-    let running = match handler.serve(io).await {
+    let (read, write) = io;
+    let running = match handler
+        .serve(transport::StdioTransport::new(read, write))
+        .await
+    {
         Ok(running) => running,
         // A 2026-07-28 client never sends `initialize`: it discovers, calls
         // statelessly and closes the pipe, which rmcp reports as a close

@@ -1864,8 +1864,14 @@ mod stdio {
         /// `relay` and `ok`, its resources and prompts served); the client
         /// declares `capabilities`.
         fn start_with(hostile: bool, capabilities: Value) -> Raw {
+            Raw::start_configured(hostile, capabilities, "")
+        }
+
+        /// [`Raw::start_with`], `gateway` (TOML lines) added to `[gateway]`.
+        fn start_configured(hostile: bool, capabilities: Value, gateway: &str) -> Raw {
             let dir = tempfile::tempdir().expect("tempdir");
-            let mut text = format!("[gateway]\nstore = \"memory\"\nprefix = \"never\"\n\n{DEMO}");
+            let mut text =
+                format!("[gateway]\nstore = \"memory\"\nprefix = \"never\"\n{gateway}\n{DEMO}");
             if hostile {
                 std::fs::write(dir.path().join("hostile.sh"), HOSTILE_SH).expect("script");
                 let tools: Vec<Value> = ["relay", "ok"]
@@ -1964,23 +1970,36 @@ mod stdio {
             }
         }
 
-        /// The line just written was answered with a JSON-RPC error (its
-        /// id may be lost with the line), and an ordinary call after it
-        /// answers.
-        fn answered_with_an_error(&mut self) {
-            self.write(
-                json!({"jsonrpc": "2.0", "id": 99, "method": "tools/call",
-                       "params": {"name": "echo", "arguments": {"text": "still here"}}})
-                .to_string()
-                .as_bytes(),
-            );
-            let seen = self.until(99);
+        /// The next message, which must be a JSON-RPC error of `code` for
+        /// `id` whose message names `words` and never repeats `secret`
+        /// (the offending line). A right answer comes in milliseconds, so
+        /// the wait is short: before, such a line got no answer at all.
+        fn refused(&self, code: i64, id: Value, words: &str, secret: &str) -> Value {
+            let answer = self
+                .lines
+                .recv_timeout(Duration::from_secs(5))
+                .unwrap_or_else(|_| panic!("no answer to the line (wanted {code})"));
+            assert_eq!(answer["jsonrpc"], "2.0", "{answer}");
+            assert_eq!(answer["error"]["code"], code, "{answer}");
+            assert_eq!(answer.get("id"), Some(&id), "{answer}");
+            let message = answer["error"]["message"].as_str().unwrap_or_default();
             assert!(
-                seen.iter().any(|m| m.get("error").is_some()),
-                "no error answer: {seen:?}"
+                message.to_lowercase().contains(&words.to_lowercase()),
+                "{words:?} missing from: {answer}"
             );
-            let last = seen.last().expect("the call's answer");
-            assert!(last.to_string().contains("still here"), "{last}");
+            assert!(!message.contains(secret), "the line echoed: {answer}");
+            answer
+        }
+
+        /// Peak resident memory of the gateway so far, in kB.
+        fn peak_rss_kb(&self) -> u64 {
+            let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+                .expect("the gateway's /proc status");
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+                .expect("VmHWM")
         }
 
         /// An ordinary call answers (id 99).
@@ -2000,17 +2019,59 @@ mod stdio {
         }
     }
 
+    /// Before, a line that is not JSON was dropped without a word: a
+    /// client waiting on it hung. Now it is answered as the HTTP surface
+    /// answers such a body: `-32700`, id null, the line not repeated.
     #[test]
-    fn a_line_that_is_not_json_is_ignored() {
+    fn a_line_that_is_not_json_is_a_parse_error() {
         let mut raw = Raw::start();
         raw.write(b"this is not JSON {");
+        raw.refused(-32700, Value::Null, "not JSON", "this is not");
         raw.still_serving();
+    }
+
+    #[test]
+    fn a_truncated_request_is_a_parse_error() {
+        let mut raw = Raw::start();
+        raw.write(br#"{"jsonrpc":"2.0","id":2,"method":"tools/list""#);
+        raw.refused(-32700, Value::Null, "not JSON", "tools/list");
+        raw.still_serving();
+    }
+
+    /// JSON with a readable id but no request in it: `-32600` for that id,
+    /// so the client's wait for it ends.
+    #[test]
+    fn a_method_that_is_a_number_is_an_invalid_request_for_its_id() {
+        let mut raw = Raw::start();
+        raw.write(br#"{"jsonrpc":"2.0","id":7,"method":42}"#);
+        raw.refused(-32600, json!(7), "\"method\" must be a string", "42");
+        raw.still_serving();
+    }
+
+    /// Blank lines between messages are no messages: nothing answers them.
+    #[test]
+    fn blank_lines_are_ignored() {
+        let mut raw = Raw::start();
+        raw.write(b"");
+        raw.write(b"   \t\r");
+        raw.write(
+            json!({"jsonrpc": "2.0", "id": 8, "method": "ping"})
+                .to_string()
+                .as_bytes(),
+        );
+        let first = raw
+            .lines
+            .recv_timeout(Duration::from_secs(5))
+            .expect("the ping's answer");
+        assert_eq!(first["id"], 8, "{first}");
+        assert!(first.get("error").is_none(), "{first}");
     }
 
     #[test]
     fn a_line_of_invalid_utf8() {
         let mut raw = Raw::start();
         raw.write(b"{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/list\",\"x\":\"\xff\xfe\"}");
+        raw.refused(-32700, Value::Null, "invalid unicode", "tools/list");
         raw.still_serving();
     }
 
@@ -2020,6 +2081,12 @@ mod stdio {
         raw.write(
             br#"[{"jsonrpc":"2.0","id":5,"method":"tools/list"},{"jsonrpc":"2.0","id":6,"method":"ping"}]"#,
         );
+        raw.refused(
+            -32600,
+            Value::Null,
+            "batches are not supported",
+            "tools/list",
+        );
         raw.still_serving();
     }
 
@@ -2027,7 +2094,13 @@ mod stdio {
     fn a_wrong_version_is_an_invalid_request() {
         let mut raw = Raw::start();
         raw.write(br#"{"jsonrpc":"1.0","id":5,"method":"tools/list"}"#);
-        raw.answered_with_an_error();
+        raw.refused(
+            -32600,
+            json!(5),
+            "\"jsonrpc\" must be \"2.0\"",
+            "tools/list",
+        );
+        raw.still_serving();
     }
 
     #[test]
@@ -2039,17 +2112,78 @@ mod stdio {
             "]".repeat(100_000)
         );
         raw.write(line.as_bytes());
+        raw.refused(-32700, Value::Null, "recursion limit exceeded", "[[[");
         raw.still_serving();
     }
 
+    /// A line past the limit (16 MiB) is answered `-32700` once, as soon
+    /// as it crosses the limit, and the rest of it is skipped as it
+    /// arrives: 64 MiB sent never make the gateway hold 64 MiB.
     #[test]
-    fn a_line_over_16_mb_is_dropped_not_buffered() {
+    fn a_line_over_16_mb_is_answered_once_not_buffered() {
         let mut raw = Raw::start();
+        let before = raw.peak_rss_kb();
         let line = format!(
             r#"{{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"{}"}}}}}}"#,
-            "a".repeat(17 * 1024 * 1024)
+            "a".repeat(64 * 1024 * 1024)
         );
         raw.write(line.as_bytes());
+        drop(line);
+        raw.refused(-32700, Value::Null, "longer than", "aaaa");
+        // Once: nothing else comes before the next call's answer.
+        raw.write(
+            json!({"jsonrpc": "2.0", "id": 99, "method": "tools/call",
+                   "params": {"name": "echo", "arguments": {"text": "still here"}}})
+            .to_string()
+            .as_bytes(),
+        );
+        let seen = raw.until(99);
+        assert_eq!(seen.len(), 1, "{seen:?}");
+        assert!(seen[0].to_string().contains("still here"), "{seen:?}");
+        let grown = raw.peak_rss_kb().saturating_sub(before);
+        assert!(grown < 48 * 1024, "the gateway grew by {grown} kB");
+    }
+
+    /// An answer to the gateway's approval question that cannot be read
+    /// (another `jsonrpc`): before, it was dropped and the call waited out
+    /// `approval_timeout_ms` (a minute here). Now the client hears `-32600`
+    /// with id null (the id is the gateway's, not the client's) and the
+    /// call is refused at once; the tool never ran.
+    #[test]
+    fn an_unreadable_answer_to_an_approval_refuses_the_call_at_once() {
+        let mut raw = Raw::start_configured(
+            false,
+            json!({"elicitation": {}}),
+            "allow_write = true\napproval = \"writes\"\napproval_timeout_ms = 60000\n",
+        );
+        raw.write(
+            json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                   "params": {"name": "write_note", "arguments": {"text": "never saved"}}})
+            .to_string()
+            .as_bytes(),
+        );
+        let question = raw
+            .lines
+            .recv_timeout(PATIENCE)
+            .expect("the approval question");
+        assert_eq!(question["method"], "elicitation/create", "{question}");
+        raw.write(
+            json!({"jsonrpc": "1.0", "id": question["id"], "result": {"action": "accept",
+                   "content": {"approve": true}}})
+            .to_string()
+            .as_bytes(),
+        );
+        raw.refused(-32600, Value::Null, "\"jsonrpc\" must be \"2.0\"", "accept");
+        let answer = raw
+            .lines
+            .recv_timeout(Duration::from_secs(5))
+            .expect("the call's answer, at once");
+        assert_eq!(answer["id"], 7, "{answer}");
+        assert_eq!(answer["result"]["isError"], true, "{answer}");
+        assert_eq!(
+            answer["result"]["structuredContent"]["__denied"], true,
+            "{answer}"
+        );
         raw.still_serving();
     }
 
@@ -2228,7 +2362,8 @@ mod stdio {
     fn params_of_the_wrong_type_on_stdio() {
         let mut raw = Raw::start();
         raw.write(br#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":"echo"}"#);
-        raw.answered_with_an_error();
+        raw.refused(-32602, json!(5), "\"params\" must be an object", "echo");
+        raw.still_serving();
     }
 }
 

@@ -1,0 +1,521 @@
+//! The stdio surface's transport: one JSON-RPC message a line on the
+//! client's pipe, and every line that is not one answered.
+//!
+//! rmcp's own transport drops a line that is not JSON without a word (the
+//! client waiting on that request's id hangs), and answers JSON that is no
+//! message with `-32600` and no id, even when the line has a readable one.
+//! Here each such line gets the JSON-RPC error the HTTP surface gives the
+//! same body (`crate::malformed`): `-32700` when it is not JSON, `-32600`
+//! when it is JSON but no message (a batch among them), `-32602` for
+//! `params` that are not an object; with the line's `id` when it has a
+//! usable one, else `null`. Neither the answer nor the warning logged
+//! repeats the line (its head, capped and escaped, is logged at debug). A
+//! peer that echoes the answer back does not start an error storm: an
+//! error is a readable message, which rmcp's service drops unanswered.
+//!
+//! A line that is an answer (no `method`, a `result` or an `error`) to one
+//! of the server's requests (an approval's elicitation) and cannot be read
+//! is answered with id `null` (the id is the server's, not one the client
+//! waits on), and its request fails at once instead of waiting out its
+//! timeout.
+//!
+//! Blank lines are skipped. A line longer than [`MAX_LINE_BYTES`] is
+//! answered `-32700` once, when it crosses the limit, and the rest of it
+//! is skipped as it arrives, never held. Every line that is a message is
+//! read exactly as rmcp reads it (its compatibility rules included), and
+//! messages are written as rmcp writes them: one serialised message and a
+//! newline.
+
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use portcullis_catalog::log_line::LineSplitter;
+use rmcp::RoleServer;
+use rmcp::model::{ClientJsonRpcMessage, ErrorCode, ErrorData, RequestId, ServerJsonRpcMessage};
+use rmcp::transport::Transport;
+use rmcp::transport::async_rw::JsonRpcMessageCodec;
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::Mutex;
+use tokio::task::JoinHandle;
+use tokio_util::codec::Decoder;
+
+use crate::malformed::{error_body, unreadable};
+
+/// The longest line (one JSON-RPC message, its newline included) read from
+/// the client: the same 16 MiB as rmcp's transport, which this replaces.
+pub(crate) const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
+
+/// A line buffer grown past this by a large message is let go afterwards,
+/// so an idle session does not keep megabytes.
+const KEEP_LINE_CAPACITY: usize = 1024 * 1024;
+
+/// How much of an unreadable line the log shows.
+const LOGGED_BYTES: usize = 256;
+
+/// What one line from the client comes to.
+#[derive(Debug)]
+enum Incoming {
+    /// A message for rmcp's service.
+    Message(ClientJsonRpcMessage),
+    /// No message: the error to answer the client with (one JSON-RPC
+    /// error), and, for an unreadable answer to a request of the server's,
+    /// the error that fails that request.
+    Refuse(Value, Option<ClientJsonRpcMessage>),
+    /// Nothing: a blank line, or a notification rmcp ignores.
+    Skip,
+}
+
+/// Reads one line (its newline taken off).
+fn read(line: &[u8]) -> Incoming {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return Incoming::Skip;
+    }
+    // rmcp's reading: a byte order mark ignored, then the message.
+    let json = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
+    match serde_json::from_slice::<ClientJsonRpcMessage>(json) {
+        Ok(message) => Incoming::Message(message),
+        Err(_) if ignored_by_rmcp(line) => Incoming::Skip,
+        Err(error) => refuse(json, &error),
+    }
+}
+
+/// Whether rmcp skips this unreadable line rather than refusing it (a
+/// notification that is not MCP's, such as another protocol's). Asked of
+/// rmcp's own codec, so the rule stays rmcp's.
+fn ignored_by_rmcp(line: &[u8]) -> bool {
+    let mut frame = BytesMut::with_capacity(line.len() + 1);
+    frame.extend_from_slice(line);
+    frame.extend_from_slice(b"\n");
+    matches!(
+        JsonRpcMessageCodec::<ClientJsonRpcMessage>::default().decode(&mut frame),
+        Ok(None)
+    )
+}
+
+/// The answer to a line that is no message (see the module docs).
+fn refuse(line: &[u8], error: &serde_json::Error) -> Incoming {
+    let (code, message, mut id) = unreadable(line, "line");
+    let failed = answered_request(line).map(|request| {
+        id = Value::Null;
+        ClientJsonRpcMessage::error(
+            ErrorData::invalid_request("the client's answer could not be read", None),
+            Some(request),
+        )
+    });
+    // The warning names no text of the line: a cut-off `tools/call` would
+    // put argument values in the log. Its head, capped and escaped, is
+    // there at debug level for whoever asks.
+    tracing::warn!(
+        "answered a line on stdin that is not a JSON-RPC message with {} ({}; {} bytes)",
+        code.0,
+        describe(error),
+        line.len(),
+    );
+    tracing::debug!("the unreadable line began: {}", logged(line));
+    Incoming::Refuse(error_body(id, code, &message), failed)
+}
+
+/// The id of a line shaped as an answer (no `method`; a `result` or an
+/// `error`), when it is one rmcp could name.
+fn answered_request(line: &[u8]) -> Option<RequestId> {
+    let Ok(Value::Object(message)) = serde_json::from_slice::<Value>(line) else {
+        return None;
+    };
+    if message.contains_key("method")
+        || !(message.contains_key("result") || message.contains_key("error"))
+    {
+        return None;
+    }
+    serde_json::from_value(message.get("id")?.clone()).ok()
+}
+
+/// Where a line failed, without any of its text (serde's own messages can
+/// quote it).
+fn describe(error: &serde_json::Error) -> String {
+    let what = match error.classify() {
+        serde_json::error::Category::Io => "unreadable",
+        serde_json::error::Category::Syntax => "not JSON, or nested too deep",
+        serde_json::error::Category::Data => "not of the expected shape",
+        serde_json::error::Category::Eof => "cut short",
+    };
+    match error.line() {
+        // serde names no position for a shape it could not take.
+        0 => what.to_owned(),
+        line => format!("{what}, at line {line} column {}", error.column()),
+    }
+}
+
+/// The head of `line`, capped and escaped for the log.
+fn logged(line: &[u8]) -> String {
+    let mut splitter = LineSplitter::new(LOGGED_BYTES);
+    let mut out = String::new();
+    splitter.feed(&line[..line.len().min(4 * LOGGED_BYTES)], |l| {
+        out = l.to_string();
+    });
+    if let Some(l) = splitter.finish() {
+        out = l.to_string();
+    }
+    if line.len() > 4 * LOGGED_BYTES {
+        out.push_str(&format!(" … [{} bytes in all]", line.len()));
+    }
+    out
+}
+
+/// The outcome of reading toward the next line.
+enum LineRead {
+    /// A whole line (its newline included) is in the line buffer.
+    Line,
+    /// A line past [`MAX_LINE_BYTES`] crossed the limit and is being
+    /// skipped.
+    Oversized,
+    /// The client closed the pipe (or reading it failed).
+    Closed,
+}
+
+/// The stdio transport (see the module docs), over any byte pipe.
+pub(crate) struct StdioTransport<R, W> {
+    read: BufReader<R>,
+    /// The line read so far. Kept here, not in `receive`: rmcp polls
+    /// `receive` in a `select!` and drops it whenever another branch is
+    /// ready, and a partial line must survive that.
+    line: Vec<u8>,
+    /// Skipping the rest of an oversized line, until its newline.
+    discarding: bool,
+    write: Arc<Mutex<Option<W>>>,
+    /// The answer to an unreadable line, being written on a task of its
+    /// own (a half-written line, were `receive` dropped, would garble the
+    /// stream): awaited before the next line is read, so answers keep the
+    /// order of the lines.
+    answering: Option<JoinHandle<bool>>,
+    /// The error that fails a request of the server's whose answer could
+    /// not be read, handed on once the client's answer is written (so the
+    /// client hears of its line before the call's outcome).
+    failing: Option<ClientJsonRpcMessage>,
+}
+
+impl<R, W> StdioTransport<R, W>
+where
+    R: AsyncRead + Send + Unpin + 'static,
+    W: AsyncWrite + Send + Unpin + 'static,
+{
+    /// A transport reading `read` and writing `write`.
+    pub(crate) fn new(read: R, write: W) -> Self {
+        StdioTransport {
+            read: BufReader::new(read),
+            line: Vec::new(),
+            discarding: false,
+            write: Arc::new(Mutex::new(Some(write))),
+            answering: None,
+            failing: None,
+        }
+    }
+
+    /// Reads up to the next newline without ever holding more than
+    /// [`MAX_LINE_BYTES`] of a line. Cancellation-safe: bytes are moved
+    /// from the reader's buffer into `line` and consumed with no await in
+    /// between.
+    async fn read_line(&mut self) -> LineRead {
+        loop {
+            let chunk = match self.read.fill_buf().await {
+                Ok(chunk) => chunk,
+                Err(error) => {
+                    tracing::error!("Error reading from stream: {error}");
+                    return LineRead::Closed;
+                }
+            };
+            if chunk.is_empty() {
+                // A last line without its newline is incomplete: dropped.
+                return LineRead::Closed;
+            }
+            let newline = chunk.iter().position(|&b| b == b'\n');
+            let used = newline.map_or(chunk.len(), |at| at + 1);
+            let outcome = if self.discarding {
+                self.discarding = newline.is_none();
+                None
+            } else if self.line.len().saturating_add(used) > MAX_LINE_BYTES {
+                self.line = Vec::new();
+                self.discarding = newline.is_none();
+                Some(LineRead::Oversized)
+            } else {
+                self.line.extend_from_slice(&chunk[..used]);
+                newline.map(|_| LineRead::Line)
+            };
+            self.read.consume(used);
+            if let Some(outcome) = outcome {
+                return outcome;
+            }
+        }
+    }
+
+    /// Writes `answer` as one line, on a task of its own.
+    fn answer(&mut self, answer: &Value) {
+        let mut bytes = answer.to_string().into_bytes();
+        bytes.push(b'\n');
+        let write = self.write.clone();
+        self.answering = Some(tokio::spawn(async move {
+            write_line(&write, &bytes).await.is_ok()
+        }));
+    }
+}
+
+/// Writes one line (its newline included) whole.
+async fn write_line<W: AsyncWrite + Unpin>(
+    write: &Mutex<Option<W>>,
+    line: &[u8],
+) -> std::io::Result<()> {
+    let mut write = write.lock().await;
+    let Some(pipe) = write.as_mut() else {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::NotConnected,
+            "Transport is closed",
+        ));
+    };
+    pipe.write_all(line).await?;
+    pipe.flush().await
+}
+
+impl<R, W> Transport<RoleServer> for StdioTransport<R, W>
+where
+    R: AsyncRead + Send + Unpin + 'static,
+    W: AsyncWrite + Send + Unpin + 'static,
+{
+    type Error = std::io::Error;
+
+    fn send(
+        &mut self,
+        item: ServerJsonRpcMessage,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        let write = self.write.clone();
+        async move {
+            let mut line = serde_json::to_vec(&item)?;
+            line.push(b'\n');
+            write_line(&write, &line).await
+        }
+    }
+
+    async fn receive(&mut self) -> Option<ClientJsonRpcMessage> {
+        loop {
+            if let Some(answering) = self.answering.as_mut() {
+                // A client that can no longer be answered is gone.
+                let written = answering.await.unwrap_or(false);
+                self.answering = None;
+                if !written {
+                    return None;
+                }
+            }
+            if let Some(failing) = self.failing.take() {
+                return Some(failing);
+            }
+            match self.read_line().await {
+                LineRead::Line => {}
+                LineRead::Oversized => {
+                    tracing::warn!(
+                        "answered a line on stdin longer than {MAX_LINE_BYTES} bytes with -32700; \
+                         its rest is skipped"
+                    );
+                    self.answer(&error_body(
+                        Value::Null,
+                        ErrorCode::PARSE_ERROR,
+                        &format!("Parse error: the line is longer than {MAX_LINE_BYTES} bytes"),
+                    ));
+                    continue;
+                }
+                LineRead::Closed => return None,
+            }
+            let line = self.line.strip_suffix(b"\n").unwrap_or(&self.line);
+            let incoming = read(line);
+            self.line.clear();
+            if self.line.capacity() > KEEP_LINE_CAPACITY {
+                self.line = Vec::new();
+            }
+            match incoming {
+                Incoming::Message(message) => return Some(message),
+                Incoming::Refuse(answer, failed) => {
+                    self.answer(&answer);
+                    self.failing = failed;
+                }
+                Incoming::Skip => {}
+            }
+        }
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        drop(self.write.lock().await.take());
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rmcp::model::JsonRpcMessage;
+    use serde_json::json;
+    use tokio::io::AsyncReadExt;
+
+    fn refusal(line: &[u8]) -> (Value, Option<ClientJsonRpcMessage>) {
+        match read(line) {
+            Incoming::Refuse(answer, failed) => (answer, failed),
+            other => panic!("{line:?}: expected a refusal, got {other:?}"),
+        }
+    }
+
+    /// Each unreadable line gets the code and id the HTTP surface gives
+    /// the same body, and its text never comes back.
+    #[test]
+    fn unreadable_lines_get_the_http_surfaces_error() {
+        for (line, code, id) in [
+            (&b"this is not json"[..], -32700, Value::Null),
+            (
+                br#"{"jsonrpc":"2.0","id":2,"method":"tools/list""#,
+                -32700,
+                Value::Null,
+            ),
+            (b"\xff\xfe", -32700, Value::Null),
+            (br#"{"jsonrpc":"2.0","id":7,"method":42}"#, -32600, json!(7)),
+            (
+                br#"{"jsonrpc":"1.0","id":"a","method":"ping"}"#,
+                -32600,
+                json!("a"),
+            ),
+            (
+                br#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#,
+                -32600,
+                Value::Null,
+            ),
+            (b"42", -32600, Value::Null),
+            (
+                br#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":"x"}"#,
+                -32602,
+                json!(5),
+            ),
+        ] {
+            let (answer, failed) = refusal(line);
+            assert_eq!(answer["error"]["code"], code, "{line:?}: {answer}");
+            assert_eq!(answer.get("id"), Some(&id), "{line:?}: {answer}");
+            assert_eq!(answer["jsonrpc"], "2.0");
+            assert!(failed.is_none());
+            let message = answer["error"]["message"].as_str().unwrap_or_default();
+            assert!(
+                !message.contains("not json") && !message.contains("ping"),
+                "{message}"
+            );
+        }
+    }
+
+    #[test]
+    fn blank_lines_and_notifications_rmcp_ignores_are_skipped() {
+        for line in [
+            &b""[..],
+            b"\r",
+            b"  \t ",
+            br#"{"jsonrpc":"2.0","method":"notifications/unknown","params":"x"}"#,
+            br#"{"jsonrpc":"2.0","method":"$/lsp","params":7}"#,
+        ] {
+            assert!(matches!(read(line), Incoming::Skip), "{line:?}");
+        }
+    }
+
+    #[test]
+    fn messages_read_as_rmcp_reads_them() {
+        for line in [
+            json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}),
+            json!({"jsonrpc": "2.0", "id": "x", "method": "tools/list", "params": {}}),
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 3}}),
+            json!({"jsonrpc": "2.0", "id": 4, "result": {"action": "decline"}}),
+        ] {
+            let text = line.to_string();
+            let rmcp = serde_json::from_str::<ClientJsonRpcMessage>(&text).unwrap();
+            for bytes in [
+                text.clone().into_bytes(),
+                format!("\u{feff}{text}\r").into_bytes(),
+            ] {
+                match read(&bytes) {
+                    Incoming::Message(ours) => assert_eq!(
+                        serde_json::to_value(&ours).unwrap(),
+                        serde_json::to_value(&rmcp).unwrap()
+                    ),
+                    other => panic!("{text}: {other:?}"),
+                }
+            }
+        }
+    }
+
+    /// An unreadable answer to a request of the server's: the client hears
+    /// of it with id null (the id is the server's), and the request fails.
+    #[test]
+    fn an_unreadable_answer_fails_the_servers_request() {
+        let (answer, failed) =
+            refusal(br#"{"jsonrpc":"2.0","id":3,"result":{"action":"accept"},"error":7}"#);
+        assert_eq!(answer["id"], Value::Null, "{answer}");
+        assert_eq!(answer["error"]["code"], -32600, "{answer}");
+        match failed {
+            Some(JsonRpcMessage::Error(error)) => {
+                assert_eq!(error.id, Some(RequestId::Number(3)));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_log_gets_a_capped_escaped_head() {
+        let line = format!("\u{1b}[2J{}", "x".repeat(50_000));
+        let logged = logged(line.as_bytes());
+        assert!(logged.starts_with("\\u{1b}[2J"), "{logged}");
+        assert!(logged.len() < 400, "{}", logged.len());
+        assert!(logged.ends_with("[50004 bytes in all]"), "{logged}");
+    }
+
+    /// Over a real pipe: an over-long line is answered once and skipped,
+    /// and the next line is read.
+    #[tokio::test]
+    async fn an_over_long_line_is_answered_once_and_skipped() {
+        let (client, server) = tokio::io::duplex(64 * 1024);
+        let (server_read, server_write) = tokio::io::split(server);
+        let (mut client_read, mut client_write) = tokio::io::split(client);
+        let mut transport = StdioTransport::new(server_read, server_write);
+        let writer = tokio::spawn(async move {
+            let chunk = vec![b'a'; 1024 * 1024];
+            for _ in 0..(MAX_LINE_BYTES / chunk.len() + 3) {
+                client_write.write_all(&chunk).await.unwrap();
+            }
+            client_write
+                .write_all(b"\nnot json\n{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}\n")
+                .await
+                .unwrap();
+            client_write
+        });
+        let reader = tokio::spawn(async move {
+            let mut seen = Vec::new();
+            let mut byte = [0u8; 1];
+            let mut lines = 0;
+            while lines < 2 {
+                client_read.read_exact(&mut byte).await.unwrap();
+                seen.push(byte[0]);
+                lines += usize::from(byte[0] == b'\n');
+            }
+            String::from_utf8(seen).unwrap()
+        });
+        let message = transport.receive().await.expect("the ping");
+        assert!(matches!(message, JsonRpcMessage::Request(_)), "{message:?}");
+        assert!(transport.line.capacity() <= MAX_LINE_BYTES);
+        let answers = reader.await.unwrap();
+        let answers: Vec<Value> = answers
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(answers.len(), 2);
+        assert!(
+            answers[0]["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("longer than"),
+            "{answers:?}"
+        );
+        assert_eq!(answers[1]["error"]["code"], -32700, "{answers:?}");
+        drop(writer.await.unwrap());
+        assert!(transport.receive().await.is_none());
+    }
+}
