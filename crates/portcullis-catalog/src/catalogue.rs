@@ -36,7 +36,7 @@ use crate::filter::ToolFilter;
 use crate::fingerprint::Fingerprints;
 use crate::naming::Prefix;
 use crate::policy::DeniedResult;
-use crate::server::{ServerIdentity, resolve_server_names_keeping};
+use crate::server::{ServerIdentity, SourceNames};
 use crate::tool::Tool;
 
 /// One server's listing, as handed to the catalogue.
@@ -316,32 +316,25 @@ impl Catalogue {
     /// Projects `listings` into one tool map. Never fails: everything a
     /// server can get wrong becomes a diagnostic or a withheld tool.
     pub fn project(listings: Vec<ServerListing>, options: &ProjectionOptions) -> Catalogue {
-        // The configured sources, then any listing not among them; each
-        // identity once (a second copy of one would read as a collision).
-        let mut named: Vec<ServerIdentity> = Vec::with_capacity(options.configured.len());
-        for identity in &options.configured {
-            if !named.contains(identity) {
-                named.push(identity.clone());
-            }
-        }
-        let mut positions = Vec::with_capacity(listings.len());
-        for listing in &listings {
-            match named.iter().position(|id| *id == listing.identity) {
-                Some(at) => positions.push(at),
-                None => {
-                    positions.push(named.len());
-                    named.push(listing.identity.clone());
-                }
-            }
-        }
-        let resolved = resolve_server_names_keeping(&named, &options.keep_names);
-        let mut diagnostics = resolved.diagnostics;
-        let prefixed = options.prefix.applies(named.len());
+        // Named over the configured sources and the listings together.
+        let names = SourceNames::new(
+            options
+                .configured
+                .iter()
+                .chain(listings.iter().map(|l| &l.identity)),
+            &options.keep_names,
+        );
+        let mut diagnostics = names.diagnostics().to_vec();
+        let prefixed = options.prefix.applies(names.len());
 
-        let mut ordered: Vec<(String, ServerListing)> = positions
+        let mut ordered: Vec<(String, ServerListing)> = listings
             .into_iter()
-            .map(|at| resolved.names[at].clone())
-            .zip(listings)
+            .map(|listing| {
+                let name = names
+                    .name_of(&listing.identity)
+                    .map_or_else(|| listing.identity.name.clone(), str::to_owned);
+                (name, listing)
+            })
             .collect();
         // The operator's own servers first, so under the name-taken rule a
         // plugin's or an app's tool never shadows one of theirs; then by

@@ -141,6 +141,58 @@ pub struct ServerNames {
     pub diagnostics: Vec<Diagnostic>,
 }
 
+/// The names a set of sources project under, looked up by identity: each
+/// identity counted once (a second copy of one would read as a collision),
+/// collisions resolved by [`resolve_server_names_keeping`]. The catalogue,
+/// the store's row ids and the gateway's sources all name through it, so a
+/// source's catalogue name and its row never disagree.
+#[derive(Debug, Clone)]
+pub struct SourceNames {
+    identities: Vec<ServerIdentity>,
+    resolved: ServerNames,
+}
+
+impl SourceNames {
+    /// The names of `sources`, `keep` keeping theirs against namesakes.
+    pub fn new<'a>(
+        sources: impl IntoIterator<Item = &'a ServerIdentity>,
+        keep: &[ServerIdentity],
+    ) -> Self {
+        let mut identities: Vec<ServerIdentity> = Vec::new();
+        for identity in sources {
+            if !identities.contains(identity) {
+                identities.push(identity.clone());
+            }
+        }
+        let resolved = resolve_server_names_keeping(&identities, keep);
+        SourceNames {
+            identities,
+            resolved,
+        }
+    }
+
+    /// The name `identity` projects under, if it is one of the sources.
+    pub fn name_of(&self, identity: &ServerIdentity) -> Option<&str> {
+        let at = self.identities.iter().position(|i| i == identity)?;
+        self.resolved.names.get(at).map(String::as_str)
+    }
+
+    /// How many distinct sources there are.
+    pub fn len(&self) -> usize {
+        self.identities.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.identities.is_empty()
+    }
+
+    /// One `server-name-collision` per colliding name.
+    pub fn diagnostics(&self) -> &[Diagnostic] {
+        &self.resolved.diagnostics
+    }
+}
+
 /// Resolves server-name collisions: every server sharing a name takes
 /// `name_<hash of identity>`; the rest keep theirs. The result for each server
 /// does not depend on the order of `servers`.

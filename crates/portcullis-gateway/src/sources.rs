@@ -44,7 +44,7 @@ use anyhow::Context as _;
 use portcullis_catalog::catalogue::{EntryKind, Route};
 use portcullis_catalog::gate::CallDecision;
 use portcullis_catalog::naming::Prefix;
-use portcullis_catalog::server::resolve_server_names_keeping;
+use portcullis_catalog::server::SourceNames;
 use portcullis_catalog::validation::normalize_arguments;
 use portcullis_catalog::{
     ArgumentValidator, Catalogue, Diagnostic, Endpoint, Rule, ServerIdentity, ServerListing,
@@ -422,21 +422,14 @@ impl SourceCatalogue {
                 endpoint: s.endpoint.clone(),
             })
             .collect();
-        let mut everyone: Vec<ServerIdentity> = Vec::with_capacity(named.len() + sources.len());
-        for identity in named.iter().chain(&identities) {
-            if !everyone.contains(identity) {
-                everyone.push(identity.clone());
-            }
-        }
-        let names = resolve_server_names_keeping(&everyone, keep_names).names;
+        let names = SourceNames::new(named.iter().chain(&identities), keep_names);
         let mut tools = HashMap::new();
         let mut listings = Vec::with_capacity(sources.len());
         let mut diagnostics = Vec::new();
         for (source, identity) in sources.into_iter().zip(identities) {
-            let id = everyone
-                .iter()
-                .position(|n| *n == identity)
-                .map_or_else(|| identity.name.clone(), |at| names[at].clone());
+            let id = names
+                .name_of(&identity)
+                .map_or_else(|| identity.name.clone(), str::to_owned);
             let mut listed = Vec::with_capacity(source.registrations.len());
             let mut handlers = HashMap::new();
             for registration in source.registrations {

@@ -20,7 +20,7 @@
 use portcullis_catalog::definition::{Prompt, Resource, ResourceTemplate};
 use portcullis_catalog::fingerprint::Fingerprints;
 use portcullis_catalog::pins::{merge_baseline, pin_all};
-use portcullis_catalog::server::resolve_server_names_keeping;
+use portcullis_catalog::server::SourceNames;
 use portcullis_catalog::{
     Diagnostic, ProjectionOptions, Rule, ServerIdentity, ServerListing, Tool,
 };
@@ -44,39 +44,34 @@ pub(crate) fn row_ids(
 ) -> Vec<String> {
     let identities: Vec<ServerIdentity> = servers.iter().map(McpServerConfig::identity).collect();
     let named = naming_set(&identities, projection, others);
-    let names = resolve_server_names_keeping(&named, &projection.keep_names).names;
+    let names = SourceNames::new(&named, &projection.keep_names);
     identities
         .iter()
         .map(|identity| {
-            named
-                .iter()
-                .position(|n| n == identity)
-                .map_or_else(|| identity.name.clone(), |at| names[at].clone())
+            names
+                .name_of(identity)
+                .map_or_else(|| identity.name.clone(), str::to_owned)
         })
         .collect()
 }
 
-/// Everything names are decided over, each identity once: the caller's
-/// configured sources ([`ProjectionOptions::configured`], e.g. a gateway's
-/// apps that failed to load), the configured `servers`, and the `others`
-/// projected beside them ([`crate::ConnectOptions::other_sources`]).
+/// Everything names are decided over: the caller's configured sources
+/// ([`ProjectionOptions::configured`], e.g. a gateway's apps that failed to
+/// load), the configured `servers`, and the `others` projected beside them
+/// ([`crate::ConnectOptions::other_sources`]). [`SourceNames`] counts each
+/// identity once.
 pub(crate) fn naming_set(
     servers: &[ServerIdentity],
     projection: &ProjectionOptions,
     others: &[ServerListing],
 ) -> Vec<ServerIdentity> {
-    let mut named: Vec<ServerIdentity> = Vec::new();
-    let all = projection
+    projection
         .configured
         .iter()
         .chain(servers)
-        .chain(others.iter().map(|o| &o.identity));
-    for identity in all {
-        if !named.contains(identity) {
-            named.push(identity.clone());
-        }
-    }
-    named
+        .chain(others.iter().map(|o| &o.identity))
+        .cloned()
+        .collect()
 }
 
 pub(crate) use portcullis_store::trust::belongs_to as matches;
