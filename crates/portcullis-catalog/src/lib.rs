@@ -71,6 +71,7 @@ pub mod fingerprint;
 pub mod framing;
 pub mod gate;
 pub mod log_line;
+pub mod message_line;
 pub mod naming;
 pub mod passthrough;
 pub mod pins;

@@ -30,6 +30,7 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 use portcullis_catalog::log_line::LineSplitter;
+use portcullis_catalog::message_line::{LineEnd, MAX_MESSAGE_LINE_BYTES, MessageLine};
 use rmcp::RoleServer;
 use rmcp::model::{ClientJsonRpcMessage, ErrorCode, ErrorData, RequestId, ServerJsonRpcMessage};
 use rmcp::transport::Transport;
@@ -44,11 +45,7 @@ use crate::malformed::{error_body, unreadable};
 
 /// The longest line (one JSON-RPC message, its newline included) read from
 /// the client: the same 16 MiB as rmcp's transport, which this replaces.
-pub(crate) const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
-
-/// A line buffer grown past this by a large message is let go afterwards,
-/// so an idle session does not keep megabytes.
-const KEEP_LINE_CAPACITY: usize = 1024 * 1024;
+pub(crate) const MAX_LINE_BYTES: usize = MAX_MESSAGE_LINE_BYTES;
 
 /// How much of an unreadable line the log shows.
 const LOGGED_BYTES: usize = 256;
@@ -180,9 +177,7 @@ pub(crate) struct StdioTransport<R, W> {
     /// The line read so far. Kept here, not in `receive`: rmcp polls
     /// `receive` in a `select!` and drops it whenever another branch is
     /// ready, and a partial line must survive that.
-    line: Vec<u8>,
-    /// Skipping the rest of an oversized line, until its newline.
-    discarding: bool,
+    line: MessageLine,
     write: Arc<Mutex<Option<W>>>,
     /// The answer to an unreadable line, being written on a task of its
     /// own (a half-written line, were `receive` dropped, would garble the
@@ -204,8 +199,7 @@ where
     pub(crate) fn new(read: R, write: W) -> Self {
         StdioTransport {
             read: BufReader::new(read),
-            line: Vec::new(),
-            discarding: false,
+            line: MessageLine::new(MAX_LINE_BYTES),
             write: Arc::new(Mutex::new(Some(write))),
             answering: None,
             failing: None,
@@ -229,19 +223,11 @@ where
                 // A last line without its newline is incomplete: dropped.
                 return LineRead::Closed;
             }
-            let newline = chunk.iter().position(|&b| b == b'\n');
-            let used = newline.map_or(chunk.len(), |at| at + 1);
-            let outcome = if self.discarding {
-                self.discarding = newline.is_none();
-                None
-            } else if self.line.len().saturating_add(used) > MAX_LINE_BYTES {
-                self.line = Vec::new();
-                self.discarding = newline.is_none();
-                Some(LineRead::Oversized)
-            } else {
-                self.line.extend_from_slice(&chunk[..used]);
-                newline.map(|_| LineRead::Line)
-            };
+            let (used, end) = self.line.take(chunk);
+            let outcome = end.map(|end| match end {
+                LineEnd::Complete => LineRead::Line,
+                LineEnd::Oversized => LineRead::Oversized,
+            });
             self.read.consume(used);
             if let Some(outcome) = outcome {
                 return outcome;
@@ -324,12 +310,8 @@ where
                 }
                 LineRead::Closed => return None,
             }
-            let line = self.line.strip_suffix(b"\n").unwrap_or(&self.line);
-            let incoming = read(line);
-            self.line.clear();
-            if self.line.capacity() > KEEP_LINE_CAPACITY {
-                self.line = Vec::new();
-            }
+            let incoming = read(self.line.line());
+            self.line.reset();
             match incoming {
                 Incoming::Message(message) => return Some(message),
                 Incoming::Refuse(answer, failed) => {

@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use portcullis_catalog::log_line::{DEFAULT_MAX_LINE_BYTES, LineSplitter};
+use portcullis_catalog::message_line::{LineEnd, MAX_MESSAGE_LINE_BYTES, MessageLine};
 use process_wrap::tokio::ChildWrapper;
 use rmcp::RoleClient;
 use rmcp::model::{
@@ -40,7 +41,7 @@ use tokio::sync::Mutex;
 /// a child: a longer one is dropped as it arrives, so a server that never
 /// ends its line cannot make the gateway buffer without bound. The same
 /// 16 MiB as rmcp's codec, which this transport replaces.
-pub(crate) const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
+pub(crate) const MAX_LINE_BYTES: usize = MAX_MESSAGE_LINE_BYTES;
 
 /// Requests remembered while they wait for their answer. rmcp's ids count
 /// up, so past this many the oldest is forgotten: its answer is then read
@@ -49,10 +50,6 @@ const MAX_PENDING: usize = 4096;
 
 /// Read buffer: one pipe's worth, so a large answer takes few reads.
 const READ_BUFFER: usize = 64 * 1024;
-
-/// A line buffer grown past this by a large answer is let go afterwards,
-/// so an idle connection does not keep megabytes.
-const KEEP_LINE_CAPACITY: usize = 1024 * 1024;
 
 /// How much of an unreadable line the log shows.
 const LOGGED_BYTES: usize = 512;
@@ -350,9 +347,7 @@ pub(crate) struct ChildTransport {
     /// The line read so far. Kept here, not in `receive`: rmcp polls
     /// `receive` in a `select!` and drops it whenever another branch is
     /// ready, and a partial line must survive that.
-    line: Vec<u8>,
-    /// Dropping the rest of an oversized line, until its newline.
-    discarding: bool,
+    line: MessageLine,
     stdin: Arc<Mutex<Option<ChildStdin>>>,
     reader: Reader,
 }
@@ -368,8 +363,7 @@ impl ChildTransport {
         ChildTransport {
             child: ChildGuard(Some(child)),
             stdout: BufReader::with_capacity(READ_BUFFER, stdout),
-            line: Vec::new(),
-            discarding: false,
+            line: MessageLine::new(MAX_LINE_BYTES),
             stdin: Arc::new(Mutex::new(Some(stdin))),
             reader: Reader::new(server),
         }
@@ -393,19 +387,11 @@ impl ChildTransport {
                 // A last line without its newline is incomplete: dropped.
                 return LineRead::Closed;
             }
-            let newline = chunk.iter().position(|&b| b == b'\n');
-            let used = newline.map_or(chunk.len(), |at| at + 1);
-            let outcome = if self.discarding {
-                self.discarding = newline.is_none();
-                None
-            } else if self.line.len().saturating_add(used) > MAX_LINE_BYTES {
-                self.line.clear();
-                self.discarding = newline.is_none();
-                Some(LineRead::Oversized)
-            } else {
-                self.line.extend_from_slice(&chunk[..used]);
-                newline.map(|_| LineRead::Line)
-            };
+            let (used, end) = self.line.take(chunk);
+            let outcome = end.map(|end| match end {
+                LineEnd::Complete => LineRead::Line,
+                LineEnd::Oversized => LineRead::Oversized,
+            });
             self.stdout.consume(used);
             if let Some(outcome) = outcome {
                 return outcome;
@@ -459,12 +445,8 @@ impl Transport<RoleClient> for ChildTransport {
                 }
                 LineRead::Closed => return None,
             }
-            let line = self.line.strip_suffix(b"\n").unwrap_or(&self.line);
-            let incoming = self.reader.read(line);
-            self.line.clear();
-            if self.line.capacity() > KEEP_LINE_CAPACITY {
-                self.line = Vec::new();
-            }
+            let incoming = self.reader.read(self.line.line());
+            self.line.reset();
             match incoming {
                 Incoming::Message(message) => return Some(message),
                 Incoming::Refuse(answer) => {
