@@ -507,6 +507,23 @@ async fn the_sources_example_runs_offline() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 }
 
+/// The one row of `listed` whose name ends with `suffix`.
+fn ending_with<'a>(listed: &'a [Value], suffix: &str) -> &'a Value {
+    listed
+        .iter()
+        .find(|r| r["name"].as_str().is_some_and(|n| n.ends_with(suffix)))
+        .unwrap_or_else(|| panic!("{listed:?}"))
+}
+
+/// `portcullis tools --json` over a config of `text` written in `dir`.
+async fn tools_with(dir: &Path, text: &str) -> (Output, Vec<Value>) {
+    let config = dir.join("portcullis.toml");
+    write(&config, text);
+    let out = portcullis(&["tools", "--json", "--config", config.to_str().unwrap()]).await;
+    let listed = rows(&out);
+    (out, listed)
+}
+
 /// A native plugin named `demo` in `dir/tools/demo`, whose one tool
 /// `greet` answers `hi`.
 fn demo_plugin(dir: &Path) {
@@ -526,22 +543,18 @@ fn demo_plugin(dir: &Path) {
 async fn a_source_named_like_an_upstream_gives_way() {
     let dir = tempfile::tempdir().unwrap();
     demo_plugin(dir.path());
-    let config = dir.path().join("portcullis.toml");
-    write(
-        &config,
+    let (out, listed) = tools_with(
+        dir.path(),
         "[gateway]\nstore = \"memory\"\n\n[upstreams.demo]\ntype = \"stdio\"\ncommand = \"portcullis\"\nargs = [\"demo-upstream\"]\n\n[[tool_plugins]]\npath = \"tools/demo\"\n",
-    );
+    )
+    .await;
+    let config = dir.path().join("portcullis.toml");
     let path = config.to_str().unwrap();
-    let out = portcullis(&["tools", "--json", "--config", path]).await;
-    let listed = rows(&out);
     // One naming pass over every source, in which the operator's upstream
     // keeps its name (and the baseline kept under it); the plugin takes
     // its suffixed one.
     assert_eq!(row(&listed, "demo__echo")["source"], "demo");
-    let greet = listed
-        .iter()
-        .find(|r| r["name"].as_str().is_some_and(|n| n.ends_with("__greet")))
-        .unwrap_or_else(|| panic!("{listed:?}"));
+    let greet = ending_with(&listed, "__greet");
     let source = greet["source"].as_str().unwrap();
     assert!(source.starts_with("demo_") && source.len() > 5, "{greet}");
     assert_eq!(greet["name"], format!("{source}__greet"));
@@ -590,13 +603,11 @@ async fn an_agent_plugin_server_named_like_an_upstream_gives_way() {
     // rename the upstream's tools and move it to a row with no baseline,
     // trusted afresh as it answers that day.
     acme_plugin(dir.path());
-    let config = dir.path().join("portcullis.toml");
-    write(
-        &config,
+    let (_, listed) = tools_with(
+        dir.path(),
         "[gateway]\nstore = \"memory\"\n\n[upstreams.notes]\ntype = \"stdio\"\ncommand = \"portcullis\"\nargs = [\"demo-upstream\"]\n\n[[plugins]]\npath = \"plugins/acme\"\n",
-    );
-    let out = portcullis(&["tools", "--json", "--config", config.to_str().unwrap()]).await;
-    let listed = rows(&out);
+    )
+    .await;
     assert_eq!(row(&listed, "notes__echo")["source"], "notes");
     let theirs: Vec<&Value> = listed
         .iter()
@@ -612,20 +623,15 @@ async fn an_agent_plugin_server_named_like_an_upstream_gives_way() {
 async fn an_app_that_fails_to_load_renames_nothing() {
     let dir = tempfile::tempdir().unwrap();
     demo_plugin(dir.path());
-    let config = dir.path().join("portcullis.toml");
     // A tool plugin and an app of the same name, the app's route table
     // missing: the plugin keeps the suffixed name it has when the app
     // loads, so nothing renames when the app comes back.
-    write(
-        &config,
+    let (_, listed) = tools_with(
+        dir.path(),
         "[gateway]\nstore = \"memory\"\n\n[[tool_plugins]]\npath = \"tools/demo\"\n\n[apps.demo]\nroutes = \"apps/demo/missing.json\"\nbase_url = \"http://127.0.0.1:9\"\n",
-    );
-    let out = portcullis(&["tools", "--json", "--config", config.to_str().unwrap()]).await;
-    let listed = rows(&out);
-    let greet = listed
-        .iter()
-        .find(|r| r["name"].as_str().is_some_and(|n| n.ends_with("__greet")))
-        .unwrap_or_else(|| panic!("{listed:?}"));
+    )
+    .await;
+    let greet = ending_with(&listed, "__greet");
     let source = greet["source"].as_str().unwrap();
     assert!(source.starts_with("demo_") && source.len() > 5, "{greet}");
     assert_eq!(greet["name"], format!("{source}__greet"));
