@@ -15,6 +15,7 @@ mod interop;
 mod lifecycle;
 mod log_order;
 mod oauth_login;
+mod oauth_peer;
 mod ops;
 mod progress;
 mod proxy;

@@ -1,0 +1,307 @@
+//! Logging in through the binary to an MCP server whose OAuth is someone
+//! else's: the Python MCP SDK's authorization server and bearer guard
+//! (`oauth_peer.py`, run on the SDK that `.ci/peers.sh` installs). Ours are
+//! only the client side here, so this checks our discovery, dynamic
+//! registration (the SDK hands out a confidential client with a secret),
+//! PKCE, the `resource` parameter (the SDK's guard refuses a token issued for
+//! another resource), refreshing, and a revoked grant, against an
+//! implementation we did not write.
+//!
+//! Outside CI a missing peer skips the test (it says so); with `CI=true` it
+//! is a failure.
+
+use std::io::{BufRead as _, BufReader, Read as _};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::common::{self, Served, eventually, portcullis, text, write_config};
+
+/// The Python SDK's authorization server and protected MCP server, one
+/// process; killed on drop.
+struct PythonProvider {
+    child: Child,
+    /// `http://127.0.0.1:PORT`, the issuer and the server's origin.
+    origin: String,
+    /// Its stdout, one JSON event a line.
+    events: Arc<Mutex<Vec<Value>>>,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl PythonProvider {
+    fn start(python: &Path, expires_in: u64) -> PythonProvider {
+        // A free port, for the script binds the one it is given (its
+        // issuer and resource URLs are made from it before it listens).
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/it/oauth_peer.py");
+        let mut child = Command::new(python)
+            .arg(script)
+            .arg(port.to_string())
+            .arg(expires_in.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the Python SDK's server starts");
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let stdout = child.stdout.take().expect("piped stdout");
+        let kept = events.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Ok(event) = serde_json::from_str(&line) {
+                    kept.lock().unwrap().push(event);
+                }
+            }
+        });
+        let origin = format!("http://127.0.0.1:{port}");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let provider = PythonProvider {
+            child,
+            origin,
+            events,
+            runtime,
+        };
+        let metadata = format!("{}/.well-known/oauth-authorization-server", provider.origin);
+        eventually("the Python SDK's server listens", || {
+            provider.runtime.block_on(async {
+                matches!(reqwest::get(&metadata).await, Ok(r) if r.status().is_success())
+            })
+        });
+        provider
+    }
+
+    fn mcp_url(&self) -> String {
+        format!("{}/mcp", self.origin)
+    }
+
+    /// Every code, token and client secret it handed out.
+    fn issued(&self) -> Vec<String> {
+        self.events_of("issued")
+    }
+
+    /// The grant types of the token requests it answered, in order.
+    fn grants(&self) -> Vec<String> {
+        self.events_of("grant")
+    }
+
+    fn events_of(&self, key: &str) -> Vec<String> {
+        self.events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|e| e[key].as_str().map(str::to_owned))
+            .collect()
+    }
+
+    /// The test's own route: every access and refresh token forgotten.
+    fn revoke_all(&self) {
+        let url = format!("{}/test/revoke", self.origin);
+        self.runtime.block_on(async {
+            let answer = reqwest::get(&url).await.expect("revoke answered");
+            assert!(answer.status().is_success(), "{}", answer.status());
+        });
+    }
+
+    /// Follows the authorization URL as a browser would: the SDK's
+    /// authorize endpoint redirects (the provider approves at once) to the
+    /// loopback listener of `auth login`, whose page is returned.
+    fn visit(&self, url: &str) -> String {
+        self.runtime.block_on(async {
+            let page = reqwest::get(url).await.expect("the browser got an answer");
+            assert!(page.status().is_success(), "{}", page.status());
+            page.text().await.unwrap_or_default()
+        })
+    }
+}
+
+impl Drop for PythonProvider {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The venv's python, absolute (not canonical: the venv's python is a
+/// symlink whose target would not see the venv's packages), or `None`
+/// outside CI when it is missing.
+fn python() -> Option<PathBuf> {
+    let python = common::peers_dir().join("venv/bin/python");
+    if !python.is_file() {
+        return common::missing(&python, "run .ci/peers.sh to install the MCP peers");
+    }
+    Some(std::path::absolute(python).expect("a peer path"))
+}
+
+/// `portcullis auth login notes --no-browser`, the test as the browser.
+fn login(provider: &PythonProvider, config: &Path, printed: &mut Vec<String>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .args(["--config", config.to_str().unwrap()])
+        .args(["auth", "login", "notes", "--no-browser"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = common::stderr_lines(&mut child);
+    let mut said = Vec::new();
+    let url = loop {
+        let line = lines
+            .recv_timeout(common::PATIENCE)
+            .unwrap_or_else(|_| panic!("auth login printed no URL: {said:?}"));
+        said.push(line.clone());
+        if let Some(url) = line.trim().strip_prefix("http://") {
+            break format!("http://{url}");
+        }
+    };
+    let page = provider.visit(&url);
+    assert!(page.contains("Logged in"), "{page}");
+    let status = child.wait().unwrap();
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    said.extend(lines.try_iter());
+    printed.push(out.clone());
+    printed.push(said.join("\n"));
+    assert!(status.success(), "auth login failed: {out}\n{said:?}");
+    assert!(
+        out.contains(&format!(
+            "logged in to notes: issuer {}; scopes notes",
+            provider.origin
+        )),
+        "{out}"
+    );
+    // What went to the SDK's authorize endpoint, as the person's browser
+    // carried it.
+    let query: Vec<(String, String)> = reqwest::Url::parse(&url)
+        .unwrap()
+        .query_pairs()
+        .into_owned()
+        .collect();
+    let param = |name: &str| {
+        query
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    assert_eq!(param("code_challenge_method").as_deref(), Some("S256"));
+    assert_eq!(param("resource"), Some(provider.mcp_url()));
+}
+
+fn healthz(served: &Served) -> Value {
+    let authority = served.authority();
+    let (status, response) = common::http(
+        &authority,
+        &format!("GET /healthz HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n"),
+    );
+    assert_eq!(status, 200, "{response}");
+    serde_json::from_str(response.split("\r\n\r\n").nth(1).unwrap_or_default()).unwrap()
+}
+
+/// A call through the gateway: (is an error, its text).
+fn call(served: &Served, text_arg: &str) -> (bool, String) {
+    let (status, response) = common::mcp(
+        &served.authority(),
+        &json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                "params": {"name": "note", "arguments": {"text": text_arg}}}),
+    );
+    assert_eq!(status, 200, "{response}");
+    let body = response.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let answer: Value = serde_json::from_str(body).unwrap_or_default();
+    let result = &answer["result"];
+    let said = result["content"][0]["text"]
+        .as_str()
+        .map(str::to_owned)
+        .unwrap_or_else(|| answer.to_string());
+    (result["isError"] == true, said)
+}
+
+/// Login, a call, a refresh while idle, a revoked grant reported as
+/// needing a login (not as down), and none of what the SDK issued (codes,
+/// tokens, the registered client's secret) in any output, log line, the
+/// audit trail or a file of the data directory.
+#[test]
+fn the_python_sdks_authorization_server_logs_in_refreshes_and_revokes() {
+    let Some(python) = python() else { return };
+    // Tokens live 6 s: `serve` must refresh them on its own while idle.
+    let provider = PythonProvider::start(&python, 6);
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &format!(
+            "[gateway]\ndata_dir = \"state\"\nallow_write = true\nreconnect_max_ms = 300\nhealth_interval_ms = 0\n\n\
+             [upstreams.notes]\ntype = \"streamable-http\"\nurl = \"{}\"\n\n[upstreams.notes.oauth]\nredirect_port = 0\n",
+            provider.mcp_url()
+        ),
+    );
+    let data = dir.path().join("state");
+    let mut printed = Vec::new();
+
+    login(&provider, &config, &mut printed);
+    assert_eq!(provider.grants(), ["authorization_code"]);
+
+    let served = common::serve(&config);
+    eventually("notes' tools are served", || {
+        common::tool_names(&served.authority()).contains(&"note".to_owned())
+    });
+    let (failed, said) = call(&served, "first");
+    assert!(!failed && said.contains("noted: first"), "{said}");
+
+    // Idle past the token's lifetime: refreshed by `serve` itself, and the
+    // SDK's guard takes the new token.
+    std::thread::sleep(Duration::from_secs(7));
+    assert!(
+        provider.grants().iter().any(|g| g == "refresh_token"),
+        "no refresh while idle: {:?}",
+        provider.grants()
+    );
+    let (failed, said) = call(&served, "after idle");
+    assert!(!failed && said.contains("noted: after idle"), "{said}");
+
+    // Revoked at the authorization server: the upstream needs a login; it
+    // is not counted as down.
+    provider.revoke_all();
+    let (failed, _) = call(&served, "revoked");
+    assert!(failed);
+    served.wait_for_line("upstream \"notes\" needs a login: run `portcullis auth login notes`");
+    eventually("notes needs a login, not down", || {
+        healthz(&served)["upstreams"] == json!({"up": 0, "down": 0, "needs_login": 1})
+    });
+    let status = portcullis(&["--config", config.to_str().unwrap(), "auth", "status"]);
+    printed.push(text(&status.stdout));
+    printed.push(text(&status.stderr));
+
+    let lines = served.lines_so_far(Duration::from_millis(300));
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let trail = runtime
+        .block_on(common::audit_trail(&data))
+        .iter()
+        .map(|r| format!("{r:?}"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let issued = provider.issued();
+    // A code, two access and refresh token pairs, the client's secret.
+    assert!(issued.len() >= 6, "{issued:?}");
+    for secret in &issued {
+        for (i, out) in printed.iter().enumerate() {
+            assert!(!out.contains(secret), "output {i} holds a secret: {out}");
+        }
+        for line in &lines {
+            assert!(!line.contains(secret), "a log line holds a secret: {line}");
+        }
+        assert!(!trail.contains(secret), "the audit trail holds a secret");
+        common::assert_nowhere_in(&data, secret);
+    }
+}
