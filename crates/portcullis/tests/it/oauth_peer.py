@@ -4,7 +4,12 @@ the Python MCP SDK (`mcp` 2.3.0): the SDK's authorization-server routes
 in-memory provider that approves every authorization at once, and the SDK's
 bearer-token guard in front of /mcp, which checks each token's resource.
 
-usage: python oauth_peer.py PORT EXPIRES_IN
+usage: python oauth_peer.py PORT EXPIRES_IN [jwt]
+
+With `jwt` the access tokens are JWTs (ES256, `iss` this issuer, `aud` the
+resource the client asked for, `sub`, `scope`, `exp`) and the signing key is
+published at /jwks: an identity provider for a resource server that checks
+tokens itself, as the gateway does behind one.
 
 Prints one JSON line per event on stdout, flushed: {"ready": true} once it
 listens, {"issued": TOKEN} for every code and token it hands out (so the
@@ -16,6 +21,9 @@ import json
 import secrets
 import sys
 import time
+
+import jwt
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from mcp.server.auth.provider import (
     AccessToken,
@@ -34,6 +42,9 @@ EXPIRES_IN = int(sys.argv[2])
 ISSUER = f"http://127.0.0.1:{PORT}"
 RESOURCE = f"{ISSUER}/mcp"
 SCOPE = "notes"
+AS_JWT = len(sys.argv) > 3 and sys.argv[3] == "jwt"
+SIGNING_KEY = ec.generate_private_key(ec.SECP256R1())
+KEY_ID = "peer-key-1"
 
 
 def say(**event):
@@ -110,7 +121,7 @@ class Provider:
         self.refresh.pop(getattr(token, "token", ""), None)
 
     def issue(self, client_id, scopes, resource):
-        access, refresh = mint("access"), mint("refresh")
+        access, refresh = self.access_token(scopes, resource), mint("refresh")
         self.access[access] = AccessToken(
             token=access,
             client_id=client_id,
@@ -129,6 +140,24 @@ class Provider:
             scope=" ".join(scopes),
             refresh_token=refresh,
         )
+
+
+    def access_token(self, scopes, resource):
+        if not AS_JWT:
+            return mint("access")
+        now = int(time.time())
+        claims = {
+            "iss": ISSUER,
+            "aud": resource,
+            "sub": "alice",
+            "scope": " ".join(scopes),
+            "iat": now,
+            "exp": now + EXPIRES_IN,
+            "jti": secrets.token_hex(8),
+        }
+        token = jwt.encode(claims, SIGNING_KEY, algorithm="ES256", headers={"kid": KEY_ID})
+        say(issued=token)
+        return token
 
 
 provider = Provider()
@@ -160,6 +189,13 @@ async def revoke(_: Request):
     provider.access.clear()
     provider.refresh.clear()
     return JSONResponse({"revoked": True})
+
+
+@server.custom_route("/jwks", methods=["GET"])
+async def jwks(_: Request):
+    key = jwt.algorithms.ECAlgorithm.to_jwk(SIGNING_KEY.public_key(), as_dict=True)
+    key.update(kid=KEY_ID, alg="ES256", use="sig")
+    return JSONResponse({"keys": [key]})
 
 
 async def main():

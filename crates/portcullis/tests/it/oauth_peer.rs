@@ -1,11 +1,15 @@
-//! Logging in through the binary to an MCP server whose OAuth is someone
-//! else's: the Python MCP SDK's authorization server and bearer guard
-//! (`oauth_peer.py`, run on the SDK that `.ci/peers.sh` installs). Ours are
-//! only the client side here, so this checks our discovery, dynamic
-//! registration (the SDK hands out a confidential client with a secret),
-//! PKCE, the `resource` parameter (the SDK's guard refuses a token issued for
-//! another resource), refreshing, and a revoked grant, against an
-//! implementation we did not write.
+//! OAuth against implementations we did not write: the Python MCP SDK's
+//! (run on the SDK that `.ci/peers.sh` installs).
+//!
+//! * The gateway as the client: `auth login` and `serve` against the SDK's
+//!   authorization server and bearer guard (`oauth_peer.py`). This checks our
+//!   discovery, dynamic registration (the SDK hands out a confidential client
+//!   with a secret), PKCE, the `resource` parameter (the SDK's guard refuses
+//!   a token issued for another resource), refreshing, and a revoked grant.
+//! * The gateway as the protected resource: the SDK's OAuth client
+//!   (`oauth_peer_client.py`) finds the gateway's authorization server from
+//!   its challenge and metadata, logs in there (the same script, issuing JWT
+//!   access tokens) and calls through the gateway as the token's subject.
 //!
 //! Outside CI a missing peer skips the test (it says so); with `CI=true` it
 //! is a failure.
@@ -18,7 +22,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::common::{self, Served, eventually, portcullis, text, write_config};
+use crate::common::{self, DEMO, Served, eventually, portcullis, text, write_config};
 
 /// The Python SDK's authorization server and protected MCP server, one
 /// process; killed on drop.
@@ -32,18 +36,17 @@ struct PythonProvider {
 }
 
 impl PythonProvider {
-    fn start(python: &Path, expires_in: u64) -> PythonProvider {
+    /// `jwt`: issue JWT access tokens and publish the key at `/jwks`.
+    fn start(python: &Path, expires_in: u64, jwt: bool) -> PythonProvider {
         // A free port, for the script binds the one it is given (its
         // issuer and resource URLs are made from it before it listens).
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
+        let port = free_port();
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/it/oauth_peer.py");
         let mut child = Command::new(python)
             .arg(script)
             .arg(port.to_string())
             .arg(expires_in.to_string())
+            .args(jwt.then_some("jwt"))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -236,7 +239,7 @@ fn call(served: &Served, text_arg: &str) -> (bool, String) {
 fn the_python_sdks_authorization_server_logs_in_refreshes_and_revokes() {
     let Some(python) = python() else { return };
     // Tokens live 6 s: `serve` must refresh them on its own while idle.
-    let provider = PythonProvider::start(&python, 6);
+    let provider = PythonProvider::start(&python, 6, false);
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(
         dir.path(),
@@ -304,4 +307,76 @@ fn the_python_sdks_authorization_server_logs_in_refreshes_and_revokes() {
         assert!(!trail.contains(secret), "the audit trail holds a secret");
         common::assert_nowhere_in(&data, secret);
     }
+}
+
+/// A free loopback port, for a gateway whose public URL (its tokens'
+/// audience) must be written in its config before it listens.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// The gateway behind the SDK's authorization server (`[gateway.oauth]`):
+/// the SDK's client is refused without a token, follows the challenge to
+/// the gateway's protected-resource metadata and on to the authorization
+/// server, registers, logs in with PKCE for the gateway's resource URL, and
+/// its token (a JWT the gateway checks against the published key) lists
+/// and calls; the audit trail names the token's subject as the caller.
+#[test]
+fn the_python_sdks_client_logs_in_to_the_gateway_behind_its_authorization_server() {
+    let Some(python) = python() else { return };
+    let provider = PythonProvider::start(&python, 600, true);
+    let dir = tempfile::tempdir().unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let config = write_config(
+        dir.path(),
+        &format!(
+            "[gateway]\ndata_dir = \"state\"\n\n[gateway.oauth]\nissuer = \"{origin}\"\n\
+             audience = \"http://{listen}/mcp\"\njwks_uri = \"{origin}/jwks\"\nrequired_scopes = [\"notes\"]\n\n{DEMO}",
+            origin = provider.origin
+        ),
+    );
+    let served = common::serve_on(&config, &listen, &[], &[]);
+    let client = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/it/oauth_peer_client.py");
+    let out = Command::new(&python)
+        .args([client, &served.url, "echo", "hello from python"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("the Python SDK's client runs");
+    assert!(
+        out.status.success(),
+        "the Python client failed: {}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let said: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(said["is_error"], false, "{said}");
+    assert!(
+        said["tools"].as_array().unwrap().contains(&json!("echo")),
+        "{said}"
+    );
+    assert!(
+        said["texts"][0]
+            .as_str()
+            .unwrap_or_default()
+            .contains("hello from python"),
+        "{said}"
+    );
+    // It was refused first (no token), then let in with the SDK's JWT.
+    served.wait_for_line("refused a request: no access token");
+    assert!(
+        provider.grants().iter().any(|g| g == "authorization_code"),
+        "{:?}",
+        provider.grants()
+    );
+
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let trail = runtime.block_on(common::audit_trail(&dir.path().join("state")));
+    let call = trail
+        .iter()
+        .find(|r| r.tool.ends_with("echo"))
+        .expect("the call is in the audit trail");
+    assert_eq!(call.identity.as_deref(), Some("alice"), "{call:?}");
 }
