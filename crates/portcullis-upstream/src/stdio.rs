@@ -16,6 +16,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 
 use crate::config::StdioConfig;
 
+mod request_line;
 mod transport;
 
 pub(crate) use transport::ChildTransport;

@@ -403,10 +403,9 @@ impl ChildTransport {
 /// Writes one message as a line to the child's stdin.
 async fn write_line(
     stdin: &Mutex<Option<ChildStdin>>,
-    message: &ClientJsonRpcMessage,
+    message: ClientJsonRpcMessage,
 ) -> std::io::Result<()> {
-    let mut bytes = serde_json::to_vec(message)?;
-    bytes.push(b'\n');
+    let bytes = super::request_line::encode(message)?;
     let mut stdin = stdin.lock().await;
     let Some(pipe) = stdin.as_mut() else {
         return Err(std::io::Error::new(
@@ -429,7 +428,7 @@ impl Transport<RoleClient> for ChildTransport {
         // first.
         self.reader.sent(&item);
         let stdin = self.stdin.clone();
-        async move { write_line(&stdin, &item).await }
+        async move { write_line(&stdin, item).await }
     }
 
     async fn receive(&mut self) -> Option<ServerJsonRpcMessage> {
@@ -455,7 +454,7 @@ impl Transport<RoleClient> for ChildTransport {
                     // stream.
                     let stdin = self.stdin.clone();
                     tokio::spawn(async move {
-                        let _ = write_line(&stdin, &answer).await;
+                        let _ = write_line(&stdin, answer).await;
                     });
                 }
                 Incoming::Skip => {}
