@@ -138,6 +138,7 @@ pub fn settings(oauth: &UpstreamOAuth, redirect_uri: String) -> Result<OAuthSett
         client_metadata_url: oauth.client_metadata_url.clone(),
         scopes: oauth.scopes.clone(),
         client_key,
+        dpop: oauth.dpop,
     })
 }
 
@@ -702,6 +703,7 @@ mod tests {
             refresh_at: Some(0),
             scopes: Vec::new(),
             client_credentials: false,
+            dpop_key: None,
         }
     }
 

@@ -1713,6 +1713,7 @@ mod oauth {
             error: Some("insufficient_scope".into()),
             scopes: vec!["mcp:read".into()],
             resource_metadata: None,
+            dpop: false,
         };
         oauth
             .login(Some(&repeated), &oauth.follow_redirects())
