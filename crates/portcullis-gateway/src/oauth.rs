@@ -666,6 +666,7 @@ mod tests {
             redirect_port: 0,
             client_key_file: Some(key.clone()),
             client_key_algorithm: "ES256".into(),
+            dpop: None,
         };
         let made = settings(&oauth, "http://127.0.0.1:1/callback".into()).unwrap();
         assert!(made.client_key.is_some());
