@@ -891,6 +891,10 @@ fn client_assertion_holds(
     true
 }
 
+/// A request with a bound token: (method, scheme, the proof's thumbprint
+/// or why it failed).
+pub type DpopSeen = (String, String, Result<String, String>);
+
 /// What a protected server demands.
 #[derive(Default)]
 pub struct Protection {
@@ -911,7 +915,7 @@ pub struct Protection {
     pub dpop_only: bool,
     /// DPoP: requests that presented a bound token, as (method, scheme,
     /// the proof's thumbprint or why it failed).
-    pub dpop_seen: Mutex<Vec<(String, String, Result<String, String>)>>,
+    pub dpop_seen: Mutex<Vec<DpopSeen>>,
     /// DPoP: `use_dpop_nonce` refusals sent.
     pub dpop_nonce_refusals: AtomicUsize,
     /// Serve with sessions (the client then opens the event stream with a
