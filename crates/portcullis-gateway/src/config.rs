@@ -702,6 +702,7 @@ const KNOWN_KEYS: &[(&str, &[&str])] = &[
             "redirect_port",
             "client_key_file",
             "client_key_algorithm",
+            "dpop",
         ],
     ),
     ("plugins.[]", &["path"]),
