@@ -6,7 +6,9 @@
 //! again on every call. Tokens live only in memory: they are never logged,
 //! stored or put in an error message. An empty token means "none": the
 //! request goes out without an `Authorization` header (an OAuth client
-//! before its first login, so the server's `401` says where to log in).
+//! before its first login, so the server's `401` says where to log in). A
+//! token is sent as Bearer unless the resolver presents it otherwise per
+//! request ([`AuthResolver::present`]: a DPoP-bound token with its proof).
 
 use std::future::Future;
 use std::pin::Pin;

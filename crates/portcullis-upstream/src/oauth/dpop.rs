@@ -26,10 +26,11 @@
 //! endpoint, `401` with `WWW-Authenticate: DPoP error="use_dpop_nonce"`
 //! from the server) is retried once with the nonce it carries.
 //!
-//! The key: one ES256 pair per server, made at its first DPoP login and
-//! kept in its [`super::Grant`] (so whoever keeps grants sealed keeps the
-//! key sealed with them, and a restart refreshes with the same key); a new
-//! login reuses it, a logout forgets it. Its `Debug` shows only the public
+//! The key: one ES256 pair per server, made at a DPoP login that holds no
+//! key yet and kept in its [`super::Grant`] (so whoever keeps grants sealed
+//! keeps the key sealed with them, and a restart refreshes with the same
+//! key); a refresh, a step-up or a login while a key is held reuses it, a
+//! logout forgets it. Its `Debug` shows only the public
 //! key's thumbprint; no log line or error carries the private half.
 
 use std::collections::HashMap;

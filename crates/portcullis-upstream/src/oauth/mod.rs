@@ -15,6 +15,7 @@
 //! | code + PKCE S256 + `resource`, `state` and `iss` checked | [`authorization`] (private) |
 //! | code redeemed, grant refreshed | [`tokens`] |
 //! | the person's browser comes back to a loopback listener | [`redirect`] |
+//! | DPoP-bound tokens: proofs, nonces, the key kept in the grant | [`dpop`] |
 //!
 //! What is checked: every discovery, registration and token request passes
 //! the server's SSRF guard ([`crate::hosts`]: the same allow-list and reach
