@@ -306,6 +306,9 @@ pub struct UpstreamOAuth {
     pub client_key_file: Option<PathBuf>,
     /// The JWS algorithm of `client_key_file` (`ES256` unless set).
     pub client_key_algorithm: String,
+    /// DPoP-bound tokens: unset, when the servers ask for them; `true`
+    /// always; `false` never.
+    pub dpop: Option<bool>,
 }
 
 /// How an upstream is reached.
@@ -504,6 +507,7 @@ struct RawUpstreamOAuth {
     redirect_port: Option<u16>,
     client_key_file: Option<PathBuf>,
     client_key_algorithm: Option<String>,
+    dpop: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -698,6 +702,7 @@ const KNOWN_KEYS: &[(&str, &[&str])] = &[
             "redirect_port",
             "client_key_file",
             "client_key_algorithm",
+            "dpop",
         ],
     ),
     ("plugins.[]", &["path"]),
@@ -1353,6 +1358,7 @@ impl Validator<'_> {
             redirect_port: raw.redirect_port.unwrap_or(DEFAULT_REDIRECT_PORT),
             client_key_file,
             client_key_algorithm,
+            dpop: raw.dpop,
         })
     }
 

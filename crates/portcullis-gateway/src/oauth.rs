@@ -138,6 +138,7 @@ pub fn settings(oauth: &UpstreamOAuth, redirect_uri: String) -> Result<OAuthSett
         client_metadata_url: oauth.client_metadata_url.clone(),
         scopes: oauth.scopes.clone(),
         client_key,
+        dpop: oauth.dpop,
     })
 }
 
@@ -665,6 +666,7 @@ mod tests {
             redirect_port: 0,
             client_key_file: Some(key.clone()),
             client_key_algorithm: "ES256".into(),
+            dpop: None,
         };
         let made = settings(&oauth, "http://127.0.0.1:1/callback".into()).unwrap();
         assert!(made.client_key.is_some());
@@ -702,6 +704,7 @@ mod tests {
             refresh_at: Some(0),
             scopes: Vec::new(),
             client_credentials: false,
+            dpop_key: None,
         }
     }
 

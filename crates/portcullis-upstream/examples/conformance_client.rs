@@ -87,6 +87,9 @@ async fn run(url: &str, context: &Value) -> Result<(), String> {
             }
             None => None,
         },
+        // As the servers ask: the DPoP scenarios' authorization server
+        // lists ES256.
+        dpop: None,
     };
     let oauth = OAuthClient::new(SERVER, url, None, settings)
         .await

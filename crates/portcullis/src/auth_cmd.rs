@@ -160,6 +160,7 @@ async fn login(
                 error: Some("insufficient_scope".into()),
                 scopes: args.scopes.clone(),
                 resource_metadata: challenge.as_ref().and_then(|c| c.resource_metadata.clone()),
+                dpop: challenge.as_ref().is_some_and(|c| c.dpop),
             };
             match client.step_up(&wanted, &redirect).await {
                 // Nothing new to ask for: a plain login instead.

@@ -15,6 +15,7 @@
 //! | code + PKCE S256 + `resource`, `state` and `iss` checked | [`authorization`] (private) |
 //! | code redeemed, grant refreshed | [`tokens`] |
 //! | the person's browser comes back to a loopback listener | [`redirect`] |
+//! | DPoP-bound tokens: proofs, nonces, the key kept in the grant | [`dpop`] |
 //!
 //! What is checked: every discovery, registration and token request passes
 //! the server's SSRF guard ([`crate::hosts`]: the same allow-list and reach
@@ -45,6 +46,7 @@
 pub mod assertion;
 pub(crate) mod authorization;
 pub mod discovery;
+pub mod dpop;
 pub mod redirect;
 pub mod registration;
 pub mod tokens;
@@ -61,6 +63,7 @@ use crate::config::is_loopback_host;
 use crate::hosts::{GuardedResolver, HostGuard, Reach};
 pub use assertion::ClientKey;
 pub use discovery::{Challenge, Discovered};
+pub use dpop::DpopKey;
 pub use redirect::LoopbackRedirect;
 pub use registration::{RegisteredClient, TokenAuth};
 pub use tokens::Grant;
@@ -205,6 +208,42 @@ pub enum OAuthError {
         /// Why, without the key.
         reason: String,
     },
+    /// DPoP is asked for (by the server or the operator) but the
+    /// authorization server lists signing algorithms without `ES256`, the
+    /// one this client signs proofs with.
+    #[error(
+        "authorization server \"{issuer}\" supports DPoP only with [{algorithms}], not ES256; refusing to log in without the token binding asked for"
+    )]
+    DpopUnsupported {
+        /// The issuer.
+        issuer: String,
+        /// The algorithms it lists.
+        algorithms: String,
+    },
+    /// The server accepts DPoP-bound tokens only, and the operator turned
+    /// DPoP off for it.
+    #[error(
+        "MCP server \"{server}\" accepts DPoP-bound tokens only, but DPoP is turned off for it (oauth.dpop = false)"
+    )]
+    DpopRequired {
+        /// The server's name.
+        server: String,
+    },
+    /// A token response of another type than asked for (a Bearer token
+    /// answering a DPoP proof, or the reverse).
+    #[error("the token response is of type {found:?}, expected {expected}; refused")]
+    TokenType {
+        /// The type asked for.
+        expected: String,
+        /// The type received (truncated).
+        found: String,
+    },
+    /// A DPoP key or proof failed (never carries the key).
+    #[error("DPoP failed: {reason}")]
+    Dpop {
+        /// Why.
+        reason: String,
+    },
 }
 
 /// How a client presents itself; all optional but the name and redirect.
@@ -231,6 +270,10 @@ pub struct OAuthSettings {
     /// authenticates with a signed assertion (`private_key_jwt`) instead
     /// of a secret.
     pub client_key: Option<ClientKey>,
+    /// DPoP-bound tokens ([`dpop`]): `None` when the servers ask for them
+    /// (the default), `Some(true)` always (a login fails rather than fall
+    /// back to Bearer), `Some(false)` never.
+    pub dpop: Option<bool>,
 }
 
 impl std::fmt::Debug for OAuthSettings {
@@ -247,6 +290,7 @@ impl std::fmt::Debug for OAuthSettings {
             .field("client_metadata_url", &self.client_metadata_url)
             .field("scopes", &self.scopes)
             .field("client_key", &self.client_key)
+            .field("dpop", &self.dpop)
             .finish()
     }
 }
@@ -272,6 +316,8 @@ pub struct OAuthHttp {
     server: String,
     guard: HostGuard,
     http: reqwest::Client,
+    /// Set on a token request's copy: each request carries a DPoP proof.
+    dpop: Option<dpop::Prover>,
 }
 
 impl OAuthHttp {
@@ -290,7 +336,21 @@ impl OAuthHttp {
             server: server.to_owned(),
             guard,
             http,
+            dpop: None,
         })
+    }
+
+    /// This HTTP with a DPoP proof on each request (`None`: without).
+    fn proving(&self, prover: Option<dpop::Prover>) -> OAuthHttp {
+        OAuthHttp {
+            dpop: prover,
+            ..self.clone()
+        }
+    }
+
+    /// The key this HTTP proves possession of, if any.
+    pub(crate) fn dpop_key(&self) -> Option<&DpopKey> {
+        self.dpop.as_ref().map(|p| &p.key)
     }
 
     /// Parses an endpoint and holds it to the URL rules: https (http only
@@ -318,8 +378,20 @@ impl OAuthHttp {
         Ok(url)
     }
 
-    /// Sends one request, guarded; redirects are not followed.
+    /// Sends one request, guarded; redirects are not followed. With a
+    /// DPoP prover, the request carries a proof ([`dpop::send`]).
     pub(crate) async fn send(
+        &self,
+        request: http::Request<Vec<u8>>,
+    ) -> Result<http::Response<Vec<u8>>, OAuthError> {
+        match &self.dpop {
+            Some(prover) => dpop::send(self, prover, request).await,
+            None => self.send_plain(request).await,
+        }
+    }
+
+    /// [`OAuthHttp::send`] without a proof.
+    pub(crate) async fn send_plain(
         &self,
         request: http::Request<Vec<u8>>,
     ) -> Result<http::Response<Vec<u8>>, OAuthError> {
@@ -480,6 +552,8 @@ struct Shared {
     /// is locked only briefly meanwhile, so requests are not held up while
     /// a person is in their browser.
     login: tokio::sync::Mutex<()>,
+    /// The DPoP key of the grant held and the latest nonces.
+    dpop: Arc<dpop::Binding>,
 }
 
 /// Told of every change of a server's grant — a login, a refresh, a grant
@@ -522,6 +596,7 @@ impl OAuthClient {
             challenge: Mutex::new(None),
             on_grant: Mutex::new(None),
             login: tokio::sync::Mutex::new(()),
+            dpop: Arc::default(),
         })))
     }
 
@@ -541,6 +616,11 @@ impl OAuthClient {
     }
 
     fn changed(&self, grant: Option<&Grant>) {
+        // A refused grant keeps its key bound: a stale token is never
+        // presented as Bearer to a server it was bound for.
+        if let Some(grant) = grant {
+            self.0.dpop.bind(grant.dpop_key.clone());
+        }
         let listener = self
             .0
             .on_grant
@@ -659,6 +739,8 @@ impl OAuthClient {
         } else {
             union
         };
+        let dpop = self.dpop_for(challenge, &discovered).await?;
+        let http = self.0.http.proving(dpop);
         let has_credentials =
             client.client_secret.is_some() || client.auth == TokenAuth::PrivateKeyJwt;
         if machine_only(&discovered.server) && has_credentials {
@@ -669,7 +751,7 @@ impl OAuthClient {
                 .filter(|s| s != "offline_access")
                 .collect();
             let grant = tokens::client_credentials(
-                &self.0.http,
+                &http,
                 &client,
                 self.0.settings.client_key.as_ref(),
                 &discovered.server.token_endpoint,
@@ -688,7 +770,7 @@ impl OAuthClient {
             .map_err(OAuthError::UserAgent)?;
         let code = authorization::code_from(&back, redirect_uri, &pending, &discovered)?;
         let grant = tokens::redeem(
-            &self.0.http,
+            &http,
             &client,
             self.0.settings.client_key.as_ref(),
             &discovered.server.token_endpoint,
@@ -702,6 +784,34 @@ impl OAuthClient {
         tracing::info!(server = %self.0.server, issuer = %grant.issuer, "logged in to upstream");
         self.granted(scopes, grant).await;
         Ok(())
+    }
+
+    /// The DPoP prover of a login, if it uses DPoP ([`dpop::wanted`]): the
+    /// key of the grant held, if bound, else a new one.
+    async fn dpop_for(
+        &self,
+        challenge: Option<&Challenge>,
+        discovered: &Discovered,
+    ) -> Result<Option<dpop::Prover>, OAuthError> {
+        if !dpop::wanted(&self.0.server, self.0.settings.dpop, discovered, challenge)? {
+            return Ok(None);
+        }
+        let held = self
+            .0
+            .state
+            .lock()
+            .await
+            .grant
+            .as_ref()
+            .and_then(|g| g.dpop_key.clone());
+        let key = match held.or_else(|| self.0.dpop.key()) {
+            Some(key) => key,
+            None => DpopKey::generate()?,
+        };
+        Ok(Some(dpop::Prover {
+            key,
+            binding: self.0.dpop.clone(),
+        }))
     }
 
     /// Keeps a new grant (and tells the listener).
@@ -769,7 +879,15 @@ impl OAuthClient {
     }
 
     async fn refresh_locked(&self, state: &mut State, grant: &Grant) -> Result<String, OAuthError> {
-        match tokens::refresh(&self.0.http, grant, self.0.settings.client_key.as_ref()).await? {
+        // A DPoP-bound grant is refreshed with its own key.
+        let http = self
+            .0
+            .http
+            .proving(grant.dpop_key.clone().map(|key| dpop::Prover {
+                key,
+                binding: self.0.dpop.clone(),
+            }));
+        match tokens::refresh(&http, grant, self.0.settings.client_key.as_ref()).await? {
             Some(fresh) => {
                 let token = fresh.access_token.clone();
                 self.changed(Some(&fresh));
@@ -825,6 +943,7 @@ impl OAuthClient {
             .clients
             .insert(grant.issuer.clone(), grant.client.clone());
         state.requested = grant.scopes.clone();
+        self.0.dpop.bind(grant.dpop_key.clone());
         state.grant = Some(grant);
         state.lost = false;
     }
@@ -832,6 +951,7 @@ impl OAuthClient {
     /// Forgets the grant and registrations.
     pub async fn logout(&self) {
         *self.0.state.lock().await = State::default();
+        self.0.dpop.clear();
         self.changed(None);
     }
 }
@@ -866,6 +986,22 @@ impl crate::credentials::AuthResolver for OAuthClient {
             .challenge
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = Some((status, challenge));
+    }
+
+    fn present(
+        &self,
+        token: &str,
+        method: &str,
+        url: &Url,
+    ) -> Result<crate::credentials::Presentation, String> {
+        self.0
+            .dpop
+            .present(token, method, url)
+            .map_err(|e| e.to_string())
+    }
+
+    fn answered(&self, _server: &str, status: u16, headers: &http::HeaderMap) -> bool {
+        self.0.dpop.answered(status, headers)
     }
 }
 

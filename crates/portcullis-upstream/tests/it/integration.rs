@@ -1713,6 +1713,7 @@ mod oauth {
             error: Some("insufficient_scope".into()),
             scopes: vec!["mcp:read".into()],
             resource_metadata: None,
+            dpop: false,
         };
         oauth
             .login(Some(&repeated), &oauth.follow_redirects())
@@ -2131,6 +2132,249 @@ mod oauth_machine {
             .expect("the call after renewal");
         assert_eq!(text(&result), "again");
         assert_eq!(auth.token_requests.lock().unwrap().len(), 2);
+        toolset.close().await;
+    }
+}
+
+// DPoP (RFC 9449) against an authorization server and a protected server on
+// loopback that verify every proof (signature with the header's key, htm,
+// htu, iat, jti, ath, the key the token is bound to, nonces).
+mod oauth_dpop {
+    use super::*;
+    use portcullis_upstream::oauth::{OAuthClient, OAuthError, OAuthSettings};
+    use std::sync::Mutex;
+
+    async fn client(server: &Server, dpop: Option<bool>) -> OAuthClient {
+        let settings = OAuthSettings {
+            client_name: "portcullis tests".into(),
+            redirect_uri: "http://127.0.0.1:9/callback".into(),
+            dpop,
+            ..OAuthSettings::default()
+        };
+        OAuthClient::new("docs", &server.mcp_url(), None, settings)
+            .await
+            .expect("an OAuth client")
+    }
+
+    async fn open(server: &Server, oauth: &OAuthClient) -> Toolset {
+        connect(
+            vec![McpServerConfig::streamable_http("docs", server.mcp_url())],
+            ConnectOptions::default().with_server_auth("docs", oauth.clone()),
+        )
+        .await
+        .expect("connect")
+    }
+
+    /// Logs in from the server's own challenge.
+    async fn login(server: &Server, oauth: &OAuthClient) -> Result<(), OAuthError> {
+        let refused = open(server, oauth).await;
+        assert!(refused.tools().is_empty());
+        refused.close().await;
+        let (_, challenge) = oauth.take_challenge().expect("a 401 challenge");
+        oauth
+            .login(Some(&challenge), &oauth.follow_redirects())
+            .await
+    }
+
+    async fn call(toolset: &Toolset, message: &str) -> Result<String, CallError> {
+        let echo = toolset
+            .tools()
+            .into_iter()
+            .map(|t| t.name)
+            .find(|n| n.ends_with("echo"))
+            .expect("the fixture's echo tool");
+        toolset
+            .call(
+                &echo,
+                Some(json!({"message": message})),
+                &CallContext::default(),
+            )
+            .await
+            .map(|r| text(&r))
+    }
+
+    fn dpop_server(auth: &AuthState) {
+        *auth.dpop_algs.lock().unwrap() = Some(vec!["ES256".into()]);
+    }
+
+    #[tokio::test]
+    async fn oauth_dpop_binds_every_request_and_the_refresh_to_one_key() {
+        let (_as, auth) = auth_server(Iss::Correct).await;
+        dpop_server(&auth);
+        let protection = Arc::new(Protection {
+            scope: "mcp:read".into(),
+            sessions: true,
+            ..Protection::default()
+        });
+        let server = protected_fixture(auth.clone(), protection.clone()).await;
+        let oauth = client(&server, None).await;
+        login(&server, &oauth).await.expect("login");
+        let grant = oauth.grant().await.expect("a grant");
+        let key = grant.dpop_key.clone().expect("a DPoP-bound grant");
+        // The code was redeemed with a proof by that key; the token is bound.
+        let proofs = auth.dpop_token_proofs.lock().unwrap().clone();
+        assert_eq!(proofs, [(Some(key.thumbprint().to_owned()), None)]);
+        assert_eq!(
+            auth.dpop_bound.lock().unwrap().get(&grant.access_token),
+            Some(&key.thumbprint().to_owned())
+        );
+
+        let toolset = open(&server, &oauth).await;
+        assert_eq!(call(&toolset, "hi").await.expect("the call"), "hi");
+        // The access token expires: refreshed with the same key (the
+        // refresh token is bound to it), and the next call uses the new one.
+        auth.expire_access_tokens();
+        let mut due = oauth.grant().await.unwrap();
+        due.refresh_at = Some(0);
+        oauth.restore(due).await;
+        assert_eq!(call(&toolset, "again").await.expect("refreshed"), "again");
+        let refreshed = oauth.grant().await.unwrap();
+        assert_ne!(refreshed.access_token, grant.access_token);
+        assert_eq!(
+            refreshed
+                .dpop_key
+                .as_ref()
+                .map(|k| k.thumbprint().to_owned()),
+            Some(key.thumbprint().to_owned())
+        );
+        let requests = auth.token_requests.lock().unwrap().clone();
+        assert_eq!(requests.last().unwrap()["grant_type"], "refresh_token");
+        toolset.close().await;
+        // close() ends the session with a DELETE, in the background.
+        assert!(
+            eventually(WAIT, || protection
+                .dpop_seen
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|(m, _, _)| m == "DELETE"))
+            .await
+        );
+
+        // Every request that carried a bound token carried it as DPoP, with
+        // a valid proof by the key: the POSTs, the event stream's GET and
+        // the session's DELETE.
+        let seen = protection.dpop_seen.lock().unwrap().clone();
+        for (method, scheme, verified) in &seen {
+            assert_eq!(scheme, "DPoP", "{method} presented the token as {scheme}");
+            assert_eq!(
+                verified.as_deref(),
+                Ok(key.thumbprint()),
+                "{method}: {verified:?}"
+            );
+        }
+        for method in ["POST", "GET", "DELETE"] {
+            assert!(
+                seen.iter().any(|(m, _, _)| m == method),
+                "no {method} with a proof: {seen:?}"
+            );
+        }
+        // The key never shows.
+        let kept = serde_json::to_string(&refreshed).unwrap();
+        let private = serde_json::to_value(&key).unwrap();
+        let private = private.as_str().unwrap();
+        assert!(kept.contains(private), "the grant keeps its key");
+        assert!(!format!("{refreshed:?}{oauth:?}{key:?}").contains(private));
+    }
+
+    #[tokio::test]
+    async fn oauth_dpop_nonces_from_both_servers_are_retried_once_and_kept() {
+        let (_as, auth) = auth_server(Iss::Correct).await;
+        dpop_server(&auth);
+        *auth.dpop_nonce.lock().unwrap() = Some("as-nonce-1".into());
+        let protection = Arc::new(Protection {
+            scope: "mcp:read".into(),
+            dpop_only: true,
+            dpop_nonce: Mutex::new(Some("rs-nonce-1".into())),
+            ..Protection::default()
+        });
+        let server = protected_fixture(auth.clone(), protection.clone()).await;
+        let oauth = client(&server, None).await;
+        login(&server, &oauth).await.expect("login");
+        // The token request was refused once for want of the nonce, then
+        // made again with it.
+        let nonces: Vec<_> = auth
+            .dpop_token_proofs
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, n)| n.clone())
+            .collect();
+        assert_eq!(nonces, [None, Some("as-nonce-1".into())]);
+
+        let toolset = open(&server, &oauth).await;
+        assert_eq!(call(&toolset, "one").await.expect("the call"), "one");
+        assert_eq!(call(&toolset, "two").await.expect("the call"), "two");
+        // One refusal: every later request carried the nonce kept.
+        assert_eq!(protection.dpop_nonce_refusals.load(Ordering::SeqCst), 1);
+        // The server moves to a new nonce: one more refusal, one retry.
+        *protection.dpop_nonce.lock().unwrap() = Some("rs-nonce-2".into());
+        assert_eq!(call(&toolset, "three").await.expect("the call"), "three");
+        assert_eq!(protection.dpop_nonce_refusals.load(Ordering::SeqCst), 2);
+
+        // A refresh carries the authorization server's nonce at once.
+        auth.expire_access_tokens();
+        let mut due = oauth.grant().await.unwrap();
+        due.refresh_at = Some(0);
+        oauth.restore(due).await;
+        assert_eq!(call(&toolset, "four").await.expect("refreshed"), "four");
+        let last = auth.dpop_token_proofs.lock().unwrap().last().cloned();
+        assert_eq!(last.and_then(|(_, n)| n).as_deref(), Some("as-nonce-1"));
+        assert_eq!(auth.dpop_token_proofs.lock().unwrap().len(), 3);
+        toolset.close().await;
+    }
+
+    #[tokio::test]
+    async fn oauth_dpop_refuses_what_the_servers_get_wrong() {
+        // A Bearer token answering a proof.
+        let (_as, auth) = auth_server(Iss::Correct).await;
+        dpop_server(&auth);
+        auth.dpop_unbound.store(true, Ordering::SeqCst);
+        let server = protected_fixture(auth.clone(), Arc::default()).await;
+        let oauth = client(&server, None).await;
+        let outcome = login(&server, &oauth).await;
+        assert!(
+            matches!(&outcome, Err(OAuthError::TokenType { expected, .. }) if expected == "DPoP"),
+            "{outcome:?}"
+        );
+        assert!(oauth.grant().await.is_none());
+
+        // A server that accepts bound tokens only, behind an authorization
+        // server that cannot verify ES256 proofs; and the same server with
+        // DPoP turned off by the operator.
+        let (_as, auth) = auth_server(Iss::Correct).await;
+        *auth.dpop_algs.lock().unwrap() = Some(vec!["RS256".into()]);
+        let protection = Arc::new(Protection {
+            dpop_only: true,
+            ..Protection::default()
+        });
+        let server = protected_fixture(auth.clone(), protection).await;
+        let oauth = client(&server, None).await;
+        let outcome = login(&server, &oauth).await;
+        assert!(
+            matches!(&outcome, Err(OAuthError::DpopUnsupported { algorithms, .. }) if algorithms == "RS256"),
+            "{outcome:?}"
+        );
+        let off = client(&server, Some(false)).await;
+        let outcome = login(&server, &off).await;
+        assert!(
+            matches!(&outcome, Err(OAuthError::DpopRequired { .. })),
+            "{outcome:?}"
+        );
+        // Neither reached the token endpoint.
+        assert!(auth.token_requests.lock().unwrap().is_empty());
+
+        // Turned off at a server that merely offers DPoP: Bearer, no proof.
+        let (_as, auth) = auth_server(Iss::Correct).await;
+        dpop_server(&auth);
+        let protection = Arc::new(Protection::default());
+        let server = protected_fixture(auth.clone(), protection.clone()).await;
+        let oauth = client(&server, Some(false)).await;
+        login(&server, &oauth).await.expect("login");
+        assert!(oauth.grant().await.unwrap().dpop_key.is_none());
+        assert_eq!(*auth.dpop_token_proofs.lock().unwrap(), [(None, None)]);
+        let toolset = open(&server, &oauth).await;
+        assert_eq!(call(&toolset, "plain").await.expect("the call"), "plain");
         toolset.close().await;
     }
 }

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::io::Read as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -43,7 +43,81 @@ struct AuthState {
     issued: Mutex<Vec<String>>,
     /// Bearer tokens the protected server accepted, in order.
     accepted: Mutex<Vec<String>>,
+    /// DPoP (RFC 9449): listed as supported (ES256), and a proof binds the
+    /// tokens issued to its key.
+    dpop: AtomicBool,
+    /// DPoP: access and refresh token -> the thumbprint of its key.
+    bound: Mutex<HashMap<String, String>>,
+    /// DPoP: the thumbprint of every proof accepted, at either server.
+    proof_keys: Mutex<Vec<String>>,
+    /// DPoP: proof `jti`s seen (a replay is refused).
+    jtis: Mutex<Vec<String>>,
+    /// DPoP: a bound token presented without a valid proof by its key, or
+    /// as Bearer.
+    misused: Mutex<Vec<String>>,
     counter: AtomicUsize,
+}
+
+/// Checks a DPoP proof (RFC 9449 §4.3): one, typed `dpop+jwt`, ES256,
+/// verified with the public `jwk` it carries (no private part), `htm`,
+/// `htu`, `iat` within a minute, a fresh `jti`, `ath` for `token`. Its
+/// key's thumbprint.
+fn dpop_proof(
+    state: &AuthState,
+    headers: &axum::http::HeaderMap,
+    method: &str,
+    htu: &str,
+    token: Option<&str>,
+) -> Result<String, String> {
+    use base64::Engine as _;
+    use sha2::Digest as _;
+    let mut all = headers.get_all("dpop").iter();
+    let (Some(proof), None) = (all.next(), all.next()) else {
+        return Err("not exactly one proof".into());
+    };
+    let proof = proof.to_str().map_err(|e| e.to_string())?;
+    let header = jsonwebtoken::decode_header(proof).map_err(|e| e.to_string())?;
+    if header.typ.as_deref() != Some("dpop+jwt") || header.alg != jsonwebtoken::Algorithm::ES256 {
+        return Err("typ or alg".into());
+    }
+    let jwk = header.jwk.ok_or("no jwk")?;
+    if serde_json::to_value(&jwk).unwrap().get("d").is_some() {
+        return Err("a private jwk".into());
+    }
+    let key = jsonwebtoken::DecodingKey::from_jwk(&jwk).map_err(|e| e.to_string())?;
+    let mut validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::ES256);
+    validation.set_required_spec_claims::<&str>(&[]);
+    validation.validate_exp = false;
+    let claims = jsonwebtoken::decode::<Value>(proof, &key, &validation)
+        .map_err(|e| e.to_string())?
+        .claims;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let ath = token.map(|t| {
+        Value::from(
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sha2::Sha256::digest(t)),
+        )
+    });
+    if claims["htm"] != method
+        || claims["htu"] != htu
+        || (now - claims["iat"].as_i64().unwrap_or(0)).abs() > 60
+        || claims.get("ath").cloned() != ath
+    {
+        return Err(format!("claims {claims}"));
+    }
+    let jti = claims["jti"].as_str().ok_or("no jti")?.to_owned();
+    let mut seen = state.jtis.lock().unwrap();
+    if seen.contains(&jti) {
+        return Err("a replayed proof".into());
+    }
+    seen.push(jti);
+    let jkt = jwk
+        .thumbprint(jsonwebtoken::jwk::ThumbprintHash::SHA256)
+        .map_err(|e| e.to_string())?;
+    state.proof_keys.lock().unwrap().push(jkt.clone());
+    Ok(jkt)
 }
 
 impl AuthState {
@@ -143,6 +217,8 @@ async fn metadata(State(state): State<Arc<AuthState>>) -> Response {
         "token_endpoint_auth_methods_supported": ["none"],
         "scopes_supported": ["notes:read", "notes:write", "offline_access"],
         "authorization_response_iss_parameter_supported": true,
+        "dpop_signing_alg_values_supported":
+            state.dpop.load(Ordering::SeqCst).then(|| json!(["ES256"])),
     }))
     .into_response()
 }
@@ -187,12 +263,31 @@ fn token_error(error: &str) -> Response {
 
 async fn token(
     State(state): State<Arc<AuthState>>,
+    headers: axum::http::HeaderMap,
     axum::Form(form): axum::Form<HashMap<String, String>>,
 ) -> Response {
     use base64::Engine as _;
     use sha2::Digest as _;
     let grant_type = form.get("grant_type").cloned().unwrap_or_default();
     state.grant_types.lock().unwrap().push(grant_type.clone());
+    // DPoP: the proof must hold; a bound refresh token needs its own key.
+    let dpop = state.dpop.load(Ordering::SeqCst);
+    let jkt = if dpop && headers.contains_key("dpop") {
+        let htu = format!("{}/token", state.issuer.lock().unwrap());
+        match dpop_proof(&state, &headers, "POST", &htu, None) {
+            Ok(jkt) => Some(jkt),
+            Err(_) => return token_error("invalid_dpop_proof"),
+        }
+    } else {
+        None
+    };
+    if let Some(bound) = form
+        .get("refresh_token")
+        .and_then(|r| state.bound.lock().unwrap().get(r).cloned())
+        && Some(&bound) != jkt.as_ref()
+    {
+        return token_error("invalid_grant");
+    }
     let scopes: Vec<String> = match grant_type.as_str() {
         "authorization_code" => {
             let code = form.get("code").cloned().unwrap_or_default();
@@ -235,9 +330,14 @@ async fn token(
         .lock()
         .unwrap()
         .insert(refresh.clone(), scopes.clone());
+    if let Some(jkt) = &jkt {
+        let mut bound = state.bound.lock().unwrap();
+        bound.insert(access.clone(), jkt.clone());
+        bound.insert(refresh.clone(), jkt.clone());
+    }
     axum::Json(json!({
         "access_token": access,
-        "token_type": "Bearer",
+        "token_type": if jkt.is_some() { "DPoP" } else { "Bearer" },
         "expires_in": lifetime,
         "refresh_token": refresh,
         "scope": scopes.join(" "),
@@ -309,12 +409,42 @@ async fn bearer_check(state: Arc<AuthState>, request: Request, next: Next) -> Re
         .lock()
         .unwrap()
         .replace("/mcp", "/.well-known/oauth-protected-resource/mcp");
-    let token = request
+    let presented = request
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::to_owned);
+        .and_then(|v| v.split_once(' '))
+        .map(|(scheme, token)| (scheme.to_owned(), token.to_owned()));
+    let mut token = None;
+    if let Some((scheme, presented)) = presented {
+        let bound = state.bound.lock().unwrap().get(&presented).cloned();
+        match bound {
+            // A bound token: as DPoP, with a proof by its key for this
+            // request (RFC 9449 §7).
+            Some(bound) => {
+                let resource = state.resource.lock().unwrap().clone();
+                let method = request.method().as_str().to_owned();
+                let proof = dpop_proof(
+                    &state,
+                    request.headers(),
+                    &method,
+                    &resource,
+                    Some(&presented),
+                );
+                if scheme == "DPoP" && proof.as_ref() == Ok(&bound) {
+                    token = Some(presented);
+                } else {
+                    state
+                        .misused
+                        .lock()
+                        .unwrap()
+                        .push(format!("{method} {scheme}: {proof:?}"));
+                }
+            }
+            None if scheme == "Bearer" => token = Some(presented),
+            None => {}
+        }
+    }
     let scopes = token.as_ref().and_then(|t| {
         state
             .tokens
@@ -719,5 +849,89 @@ fn a_grant_sealed_under_another_key_needs_a_login_and_crashes_nothing() {
     eventually("docs is logged in", || {
         healthz(&served)["upstreams"]["needs_login"] == 0
     });
+    assert_no_token_leaked(&provider, &printed, &served, &data);
+}
+
+/// A DPoP-bound grant (the authorization server lists ES256; `dpop = true`
+/// in the config): `auth login` binds it to a key made for it, `serve`
+/// presents it as DPoP with a proof per request, and after a restart the
+/// restored grant is refreshed with the same key (its refresh token is
+/// bound to it; another key would be refused). The key is sealed with the
+/// grant: it shows nowhere.
+#[test]
+fn a_dpop_bound_grant_survives_a_restart_with_its_key() {
+    // Tokens live 4 s: `serve` refreshes them half-way.
+    let provider = Provider::start(4);
+    provider.state.dpop.store(true, Ordering::SeqCst);
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &provider);
+    let mut file = std::fs::read_to_string(&config).unwrap();
+    file.push_str("dpop = true\n");
+    std::fs::write(&config, file).unwrap();
+    let data = dir.path().join("state");
+    let mut printed = Printed::default();
+    login(&provider, &config, &[], &mut printed);
+    let keys = provider.state.proof_keys.lock().unwrap().clone();
+    assert_eq!(keys.len(), 1, "the code was redeemed with one proof");
+    let key = keys[0].clone();
+
+    let mut lines = Vec::new();
+    {
+        let served = common::serve(&config);
+        eventually("docs' tools are served", || {
+            common::tool_names(&served.authority()).contains(&"docs__echo".to_owned())
+        });
+        let (failed, said) = call(&served, "docs__echo", json!({"message": "bound"}));
+        assert!(!failed && said.contains("echo: bound"), "{said}");
+        lines.extend(served.lines_so_far(Duration::from_millis(300)));
+    }
+    // Restarted: the grant and its key come back from the store, and the
+    // refresh `serve` makes half-way is signed with that same key.
+    let refreshes = provider.state.refreshes();
+    let served = common::serve(&config);
+    eventually("the restarted gateway refreshed the grant", || {
+        provider.state.refreshes() > refreshes
+    });
+    eventually("docs' tools are served", || {
+        common::tool_names(&served.authority()).contains(&"docs__echo".to_owned())
+    });
+    let (failed, said) = call(&served, "docs__echo", json!({"message": "after restart"}));
+    assert!(!failed && said.contains("echo: after restart"), "{said}");
+    let grant_types = provider.state.grant_types.lock().unwrap().clone();
+    assert_eq!(grant_types[0], "authorization_code");
+    assert!(
+        grant_types[1..].iter().all(|g| g == "refresh_token"),
+        "{grant_types:?}"
+    );
+    // Every proof, at the token endpoint and at the server, by that key;
+    // the bound tokens never went out as Bearer or without a proof.
+    let keys = provider.state.proof_keys.lock().unwrap().clone();
+    assert!(keys.len() > 3, "{keys:?}");
+    assert!(keys.iter().all(|k| *k == key), "another key: {keys:?}");
+    assert!(
+        provider.state.misused.lock().unwrap().is_empty(),
+        "{:?}",
+        provider.state.misused.lock().unwrap()
+    );
+
+    // The private key (a PKCS#8 P-256 document, base64url) is nowhere in
+    // the clear: not printed, not logged, not in the trail or the store.
+    let (code, out, _) = printed.run(&config, &["auth", "status", "--json"]);
+    assert_eq!(code, 0, "{out}");
+    let (code, out, _) = printed.run(&config, &["tools", "--json"]);
+    assert_eq!(code, 0, "{out}");
+    const PKCS8_P256: &str = "MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEH";
+    lines.extend(served.lines_so_far(Duration::from_millis(300)));
+    let trail = provider
+        .runtime
+        .block_on(common::audit_trail(&data))
+        .iter()
+        .map(|r| format!("{r:?}"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    for shown in printed.0.iter().chain(&lines).chain([&trail]) {
+        assert!(!shown.contains(PKCS8_P256), "the DPoP key shows: {shown}");
+    }
+    common::assert_nowhere_in(&data, PKCS8_P256);
     assert_no_token_leaked(&provider, &printed, &served, &data);
 }

@@ -480,7 +480,111 @@ pub struct AuthState {
     pub assertion_key: Mutex<Option<jsonwebtoken::DecodingKey>>,
     /// The `jti`s of the client assertions accepted (a replay is refused).
     pub assertion_ids: Mutex<Vec<String>>,
+    /// DPoP: what the server lists in `dpop_signing_alg_values_supported`
+    /// (`None`: it says nothing, and issues Bearer tokens whatever comes).
+    pub dpop_algs: Mutex<Option<Vec<String>>>,
+    /// DPoP: the nonce token requests must carry (`use_dpop_nonce`
+    /// otherwise).
+    pub dpop_nonce: Mutex<Option<String>>,
+    /// DPoP: answer a proof with a Bearer token anyway (a misbehaving
+    /// server).
+    pub dpop_unbound: std::sync::atomic::AtomicBool,
+    /// DPoP: access and refresh tokens -> the thumbprint they are bound to.
+    pub dpop_bound: Mutex<HashMap<String, String>>,
+    /// DPoP: token requests seen, each with the thumbprint of its proof's
+    /// key (`None`: no proof) and the nonce it carried.
+    pub dpop_token_proofs: Mutex<Vec<(Option<String>, Option<String>)>>,
+    /// DPoP: the `jti`s of proofs accepted here or at the protected server
+    /// (a replay is refused).
+    pub dpop_jtis: Mutex<Vec<String>>,
     counter: AtomicUsize,
+}
+
+/// What a verified DPoP proof said.
+pub struct Proof {
+    /// The JWK thumbprint of the key that signed it.
+    pub jkt: String,
+    pub jti: String,
+    pub nonce: Option<String>,
+}
+
+/// Checks a DPoP proof as RFC 9449 §4.3 says: one proof, typed
+/// `dpop+jwt`, ES256, a public `jwk` header (no private part) whose key
+/// verifies the signature, `htm` and `htu` (no query or fragment) naming
+/// this request, `iat` within a minute, a `jti`, and `ath` for
+/// `access_token` when one is presented.
+pub fn verify_proof(
+    headers: &HeaderMap,
+    method: &str,
+    htu: &str,
+    access_token: Option<&str>,
+) -> Result<Proof, String> {
+    use base64::Engine;
+    use sha2::Digest;
+    let mut proofs = headers.get_all("dpop").iter();
+    let proof = proofs.next().ok_or("no DPoP proof")?;
+    if proofs.next().is_some() {
+        return Err("more than one DPoP proof".into());
+    }
+    let proof = proof.to_str().map_err(|_| "an unreadable proof")?;
+    let header = jsonwebtoken::decode_header(proof).map_err(|e| e.to_string())?;
+    if header.typ.as_deref() != Some("dpop+jwt") || header.alg != jsonwebtoken::Algorithm::ES256 {
+        return Err(format!("typ {:?} alg {:?}", header.typ, header.alg));
+    }
+    let jwk = header.jwk.ok_or("no jwk header")?;
+    if serde_json::to_value(&jwk)
+        .map_err(|e| e.to_string())?
+        .get("d")
+        .is_some()
+    {
+        return Err("the jwk carries the private key".into());
+    }
+    let key = jsonwebtoken::DecodingKey::from_jwk(&jwk).map_err(|e| e.to_string())?;
+    let mut validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::ES256);
+    validation.set_required_spec_claims::<&str>(&[]);
+    validation.validate_exp = false;
+    let claims = jsonwebtoken::decode::<serde_json::Value>(proof, &key, &validation)
+        .map_err(|e| format!("the signature: {e}"))?
+        .claims;
+    let text = |name: &str| claims.get(name).and_then(|v| v.as_str()).map(str::to_owned);
+    if text("htm").as_deref() != Some(method) {
+        return Err(format!("htm {:?}, expected {method}", text("htm")));
+    }
+    if text("htu").as_deref() != Some(htu) {
+        return Err(format!("htu {:?}, expected {htu}", text("htu")));
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let iat = claims.get("iat").and_then(|v| v.as_i64()).ok_or("no iat")?;
+    if (now - iat).abs() > 60 {
+        return Err("iat out of the window".into());
+    }
+    let jti = text("jti").ok_or("no jti")?;
+    let ath = access_token.map(|t| {
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sha2::Sha256::digest(t.as_bytes()))
+    });
+    if text("ath") != ath {
+        return Err("ath does not match the token".into());
+    }
+    Ok(Proof {
+        jkt: jwk
+            .thumbprint(jsonwebtoken::jwk::ThumbprintHash::SHA256)
+            .map_err(|e| e.to_string())?,
+        jti,
+        nonce: text("nonce"),
+    })
+}
+
+fn dpop_error(status: StatusCode, error: &str, nonce: Option<&str>) -> Response {
+    let mut response = (status, axum::Json(serde_json::json!({"error": error}))).into_response();
+    if let Some(nonce) = nonce {
+        response
+            .headers_mut()
+            .insert("dpop-nonce", nonce.parse().unwrap());
+    }
+    response
 }
 
 impl AuthState {
@@ -547,6 +651,7 @@ async fn as_metadata(State(state): State<Arc<AuthState>>) -> Response {
         "code_challenge_methods_supported": ["S256"],
         "token_endpoint_auth_methods_supported": auth_methods,
         "authorization_response_iss_parameter_supported": true,
+        "dpop_signing_alg_values_supported": state.dpop_algs.lock().unwrap().clone(),
     }))
     .into_response()
 }
@@ -618,6 +723,43 @@ async fn as_token(
     use base64::Engine;
     use sha2::Digest;
     state.token_requests.lock().unwrap().push(form.clone());
+    // DPoP (RFC 9449 §5): a proof, when sent, must hold; the token (and
+    // refresh token) are bound to its key.
+    let dpop = state.dpop_algs.lock().unwrap().is_some();
+    let mut jkt = None;
+    if dpop && headers.contains_key("dpop") {
+        let issuer = state.issuer.lock().unwrap().clone();
+        let proof = match verify_proof(&headers, "POST", &format!("{issuer}/token"), None) {
+            Ok(proof) => proof,
+            Err(_) => return dpop_error(StatusCode::BAD_REQUEST, "invalid_dpop_proof", None),
+        };
+        state
+            .dpop_token_proofs
+            .lock()
+            .unwrap()
+            .push((Some(proof.jkt.clone()), proof.nonce.clone()));
+        let wanted = state.dpop_nonce.lock().unwrap().clone();
+        if wanted.is_some() && proof.nonce != wanted {
+            return dpop_error(StatusCode::BAD_REQUEST, "use_dpop_nonce", wanted.as_deref());
+        }
+        let mut seen = state.dpop_jtis.lock().unwrap();
+        if seen.contains(&proof.jti) {
+            return dpop_error(StatusCode::BAD_REQUEST, "invalid_dpop_proof", None);
+        }
+        seen.push(proof.jti);
+        jkt = Some(proof.jkt);
+    } else if dpop {
+        state.dpop_token_proofs.lock().unwrap().push((None, None));
+    }
+    // A refresh token bound to a key is refreshed with that key only.
+    if form.get("grant_type").map(String::as_str) == Some("refresh_token") {
+        let presented = form.get("refresh_token").cloned().unwrap_or_default();
+        if let Some(bound) = state.dpop_bound.lock().unwrap().get(&presented)
+            && Some(bound) != jkt.as_ref()
+        {
+            return token_error("invalid_grant");
+        }
+    }
     let scopes: Vec<String> = match form.get("grant_type").map(String::as_str) {
         Some("authorization_code") => {
             let code = form.get("code").cloned().unwrap_or_default();
@@ -687,9 +829,19 @@ async fn as_token(
         .lock()
         .unwrap()
         .insert(refresh.clone(), scopes.clone());
+    let unbound = state.dpop_unbound.load(Ordering::SeqCst);
+    let token_type = match &jkt {
+        Some(jkt) if !unbound => {
+            let mut bound = state.dpop_bound.lock().unwrap();
+            bound.insert(access.clone(), jkt.clone());
+            bound.insert(refresh.clone(), jkt.clone());
+            "DPoP"
+        }
+        _ => "Bearer",
+    };
     axum::Json(serde_json::json!({
         "access_token": access,
-        "token_type": "Bearer",
+        "token_type": token_type,
         "expires_in": 3600,
         "refresh_token": refresh,
         "scope": scopes.join(" "),
@@ -739,6 +891,10 @@ fn client_assertion_holds(
     true
 }
 
+/// A request with a bound token: (method, scheme, the proof's thumbprint
+/// or why it failed).
+pub type DpopSeen = (String, String, Result<String, String>);
+
 /// What a protected server demands.
 #[derive(Default)]
 pub struct Protection {
@@ -751,6 +907,20 @@ pub struct Protection {
     pub refusals: AtomicUsize,
     /// Bearer tokens seen, in order.
     pub tokens_seen: Mutex<Vec<String>>,
+    /// DPoP: the nonce every request with a bound token must carry
+    /// (`401 use_dpop_nonce` otherwise).
+    pub dpop_nonce: Mutex<Option<String>>,
+    /// DPoP: challenge with the DPoP scheme only (a server that accepts
+    /// bound tokens only).
+    pub dpop_only: bool,
+    /// DPoP: requests that presented a bound token, as (method, scheme,
+    /// the proof's thumbprint or why it failed).
+    pub dpop_seen: Mutex<Vec<DpopSeen>>,
+    /// DPoP: `use_dpop_nonce` refusals sent.
+    pub dpop_nonce_refusals: AtomicUsize,
+    /// Serve with sessions (the client then opens the event stream with a
+    /// GET and ends the session with a DELETE).
+    pub sessions: bool,
 }
 
 #[derive(Clone)]
@@ -763,17 +933,32 @@ struct Protected {
 /// The fixture over Streamable HTTP (2026, stateless) behind a bearer check
 /// against `auth`'s tokens, publishing its protected-resource metadata.
 pub async fn protected_fixture(auth: Arc<AuthState>, protection: Arc<Protection>) -> Server {
-    let fixture = Fixture::new(FixtureConfig::default());
+    // Sessions are the handshake era's.
+    let fixture = Fixture::new(FixtureConfig {
+        legacy_only: protection.sessions,
+        ..FixtureConfig::default()
+    });
     let state = fixture.state.clone();
     let f = fixture.clone();
-    let mcp = Router::new().route_service(
-        "/mcp",
-        StreamableHttpService::new(
-            move || Ok(f.clone()),
-            Arc::new(NeverSessionManager::default()),
-            StreamableHttpServerConfig::default().with_json_response(true),
-        ),
-    );
+    let mcp = if protection.sessions {
+        Router::new().route_service(
+            "/mcp",
+            StreamableHttpService::new(
+                move || Ok(f.clone()),
+                Arc::new(LocalSessionManager::default()),
+                StreamableHttpServerConfig::default().with_legacy_session_mode(true),
+            ),
+        )
+    } else {
+        Router::new().route_service(
+            "/mcp",
+            StreamableHttpService::new(
+                move || Ok(f.clone()),
+                Arc::new(NeverSessionManager::default()),
+                StreamableHttpServerConfig::default().with_json_response(true),
+            ),
+        )
+    };
     let base = Arc::new(Mutex::new(String::new()));
     let guard = Protected {
         auth: auth.clone(),
@@ -810,18 +995,84 @@ pub async fn protected_fixture(auth: Arc<AuthState>, protection: Arc<Protection>
 async fn bearer_check(State(guard): State<Protected>, request: Request, next: Next) -> Response {
     let base = guard.base.lock().unwrap().clone();
     let metadata = format!("{base}/.well-known/oauth-protected-resource/mcp");
-    let token = request
+    let scheme = if guard.protection.dpop_only {
+        "DPoP"
+    } else {
+        "Bearer"
+    };
+    let presented = request
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::to_owned);
+        .and_then(|v| v.split_once(' '))
+        .map(|(scheme, token)| (scheme.to_owned(), token.to_owned()));
+    // A token bound to a key (RFC 9449 §7): only as DPoP, with a proof for
+    // this request signed by that key, carrying the nonce when one is due.
+    let bound = presented
+        .as_ref()
+        .and_then(|(_, t)| guard.auth.dpop_bound.lock().unwrap().get(t).cloned());
+    let mut token = None;
+    if let (Some((scheme, presented)), Some(bound)) = (&presented, &bound) {
+        let method = request.method().as_str().to_owned();
+        let verified = verify_proof(
+            request.headers(),
+            &method,
+            &format!("{base}/mcp"),
+            Some(presented),
+        )
+        .and_then(|proof| {
+            if &proof.jkt != bound {
+                return Err("signed by another key".into());
+            }
+            Ok(proof)
+        });
+        guard.protection.dpop_seen.lock().unwrap().push((
+            method,
+            scheme.clone(),
+            verified
+                .as_ref()
+                .map(|p| p.jkt.clone())
+                .map_err(Clone::clone),
+        ));
+        let wanted = guard.protection.dpop_nonce.lock().unwrap().clone();
+        match verified {
+            Ok(proof) if scheme == "DPoP" => {
+                if wanted.is_some() && proof.nonce != wanted {
+                    guard
+                        .protection
+                        .dpop_nonce_refusals
+                        .fetch_add(1, Ordering::SeqCst);
+                    let mut refused = dpop_error(
+                        StatusCode::UNAUTHORIZED,
+                        "use_dpop_nonce",
+                        wanted.as_deref(),
+                    );
+                    refused.headers_mut().insert(
+                        header::WWW_AUTHENTICATE,
+                        "DPoP error=\"use_dpop_nonce\"".parse().unwrap(),
+                    );
+                    return refused;
+                }
+                let mut seen = guard.auth.dpop_jtis.lock().unwrap();
+                if !seen.contains(&proof.jti) {
+                    seen.push(proof.jti);
+                    token = Some(presented.clone());
+                }
+            }
+            _ => {}
+        }
+    } else if let Some((scheme, presented)) = &presented
+        && scheme == "Bearer"
+        && !guard.protection.dpop_only
+    {
+        token = Some(presented.clone());
+    }
     let scopes = token
         .as_ref()
         .and_then(|t| guard.auth.tokens.lock().unwrap().get(t).cloned());
     let Some(scopes) = scopes else {
         let challenge = format!(
-            "Bearer error=\"invalid_token\", scope=\"{}\", resource_metadata=\"{metadata}\"",
+            "{scheme} error=\"invalid_token\", scope=\"{}\", resource_metadata=\"{metadata}\"",
             guard.protection.scope
         );
         return (
