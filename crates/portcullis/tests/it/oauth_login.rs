@@ -912,8 +912,20 @@ fn workload_identity_and_enterprise_managed_grants_through_the_binary() {
     assert!(out.contains("grant: enterprise-managed (ID-JAG)"), "{out}");
     let (code, out, _) = printed.run(&config, &["auth", "status", "--json"]);
     assert_eq!(code, 0, "{out}");
+    let rows: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(rows[0]["grant"], "enterprise-managed (ID-JAG)", "{rows}");
+    assert_eq!(rows[1]["refreshable"], true, "{rows}");
     let (code, out, _) = printed.run(&config, &["tools", "--json"]);
     assert_eq!(code, 0, "{out}");
+    // `auth login` of an unattended upstream runs its grant: no browser.
+    let (code, out, err) = printed.run(&config, &["auth", "login", "wl"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("logged in to wl: issuer http://127.0.0.1:"),
+        "{out}"
+    );
+    assert!(out.contains("; refreshable"), "{out}");
+    assert!(!err.contains("open this URL"), "{err}");
 
     // The platform rotates the workload's token; the old one is no longer
     // trusted. The renewal (by `serve`, idle) reads the new file.
