@@ -1012,7 +1012,14 @@ fn a_refused_token_exchange_needs_a_login_and_a_new_id_token_is_taken_up() {
     let fresh = jwt(&provider, "idtoken");
     provider.state.id_tokens.lock().unwrap().push(fresh.clone());
     std::fs::write(dir.path().join("id_token.jwt"), &fresh).unwrap();
+    let written = Instant::now();
     served.wait_for_line("upstream \"ent\": obtained its enterprise-managed (ID-JAG) grant");
+    // Within a few watches, not after the 60 s retry interval.
+    assert!(
+        written.elapsed() < Duration::from_secs(30),
+        "the new ID token was taken up only after {:?}",
+        written.elapsed()
+    );
     eventually("ent joins", || {
         healthz(&served)["upstreams"] == json!({"up": 2, "down": 0, "needs_login": 0})
     });
