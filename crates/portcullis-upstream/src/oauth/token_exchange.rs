@@ -175,3 +175,84 @@ pub(crate) async fn id_jag(
         }),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::oauth::{AssertionGrant, OAuthClient, OAuthSettings};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    async fn serve(ip: &str, router: axum::Router) -> std::net::SocketAddr {
+        let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        addr
+    }
+
+    /// The identity provider is reached through the MCP server's SSRF
+    /// guard: a server on the internet whose configured provider is on a
+    /// private address gets no request sent there (the ID token stays
+    /// home).
+    #[tokio::test]
+    async fn the_identity_provider_is_reached_through_the_servers_ssrf_guard() {
+        let hits = Arc::new(AtomicUsize::new(0));
+        let counted = hits.clone();
+        let internal = serve(
+            "127.0.0.1",
+            axum::Router::new().fallback(move || {
+                counted.fetch_add(1, Ordering::SeqCst);
+                async { "{}" }
+            }),
+        )
+        .await;
+        // The MCP server and its authorization server "on the internet".
+        let public: std::net::IpAddr = "127.0.0.81".parse().unwrap();
+        crate::hosts::PRETEND_PUBLIC.lock().unwrap().push(public);
+        let listener = tokio::net::TcpListener::bind((public, 0)).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let base = format!("http://{addr}");
+        let (prm, metadata) = (
+            serde_json::json!({"resource": format!("{base}/mcp"), "authorization_servers": [base]}),
+            serde_json::json!({
+                "issuer": base,
+                "token_endpoint": format!("{base}/token"),
+                "grant_types_supported": [crate::oauth::jwt_bearer::GRANT_TYPE],
+            }),
+        );
+        let router = axum::Router::new()
+            .route(
+                "/.well-known/oauth-protected-resource/mcp",
+                axum::routing::get(move || async move { axum::Json(prm) }),
+            )
+            .route(
+                "/.well-known/oauth-authorization-server",
+                axum::routing::get(move || async move { axum::Json(metadata) }),
+            );
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        let settings = OAuthSettings {
+            client_id: Some("gateway".into()),
+            assertion_grant: Some(AssertionGrant::Enterprise(EnterpriseIdp {
+                endpoint: IdpEndpoint::TokenEndpoint(format!("http://{internal}/token")),
+                client_id: "idp-client".into(),
+                client_secret: None,
+                id_token: AssertionSource::Value("eyJh.id-token.sig".into()),
+            })),
+            ..OAuthSettings::default()
+        };
+        let oauth = OAuthClient::new("crm", &format!("{base}/mcp"), None, settings)
+            .await
+            .unwrap();
+        match oauth.obtain().await {
+            Err(OAuthError::Refused(message)) => {
+                assert!(message.contains("loopback or private"), "{message}")
+            }
+            other => panic!("the private provider was not refused: {other:?}"),
+        }
+        assert_eq!(
+            hits.load(Ordering::SeqCst),
+            0,
+            "the private address was reached"
+        );
+    }
+}
