@@ -29,8 +29,12 @@
 //! bound to its issuer and never shown to another; step-up re-authorizes
 //! with the union of the scopes asked so far and the challenged ones, at
 //! most [`MAX_STEP_UPS`] times, and never for a scope already asked for.
-//! Tokens, client secrets and PKCE verifiers never appear in a log line,
-//! an error or a `Debug` output.
+//! Tokens, client secrets, PKCE verifiers and the JWTs of unattended
+//! grants (a workload's token, an ID token, an ID-JAG) never appear in a
+//! log line, an error or a `Debug` output. An unattended grant
+//! ([`OAuthSettings::assertion_grant`]) involves no person: no
+//! registration, no browser; its identity provider is reached through the
+//! same guard.
 //!
 //! Why this shape: rmcp's `auth` feature has a complete client
 //! (`OAuthState`), but it runs discovery with its own HTTP stack and its own
