@@ -148,7 +148,9 @@ pub struct ResourceMetadata {
 pub struct ServerMetadata {
     /// The issuer identifier.
     pub issuer: String,
-    /// Where the person is sent to authorize.
+    /// Where the person is sent to authorize (empty: none, a server of
+    /// machine grants only).
+    #[serde(default)]
     pub authorization_endpoint: String,
     /// Where codes and refresh tokens are exchanged.
     pub token_endpoint: String,
@@ -390,12 +392,20 @@ fn checked(
         .code_challenge_methods_supported
         .as_ref()
         .is_some_and(|m| m.iter().any(|m| m == "S256"));
-    if !s256 {
+    // PKCE guards the authorization code; a server that lists its grants
+    // without that one (machine grants only) has nothing for it to guard.
+    let code_flow = metadata
+        .grant_types_supported
+        .as_ref()
+        .is_none_or(|g| g.iter().any(|t| t == "authorization_code"));
+    if !s256 && code_flow {
         return Err(OAuthError::PkceUnsupported {
             issuer: issuer.to_owned(),
         });
     }
-    http.endpoint(&metadata.authorization_endpoint)?;
+    if code_flow || !metadata.authorization_endpoint.is_empty() {
+        http.endpoint(&metadata.authorization_endpoint)?;
+    }
     http.endpoint(&metadata.token_endpoint)?;
     if let Some(registration) = &metadata.registration_endpoint {
         http.endpoint(registration)?;

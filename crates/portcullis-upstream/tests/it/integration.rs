@@ -2378,3 +2378,315 @@ mod oauth_dpop {
         toolset.close().await;
     }
 }
+
+// Unattended JWT bearer grants (RFC 7523): a workload's own JWT, and the
+// enterprise-managed flow (ID token -> ID-JAG at the identity provider by
+// token exchange, then the ID-JAG at the authorization server). Real HTTP
+// on loopback; each server checks every parameter it is sent.
+mod oauth_assertion {
+    use super::*;
+    use portcullis_upstream::oauth::{
+        AssertionGrant, AssertionSource, AuthStatus, EnterpriseIdp, IdpEndpoint, OAuthClient,
+        OAuthError, OAuthSettings,
+    };
+
+    async fn open(server: &Server, oauth: &OAuthClient) -> Toolset {
+        connect(
+            vec![McpServerConfig::streamable_http("docs", server.mcp_url())],
+            ConnectOptions::default().with_server_auth("docs", oauth.clone()),
+        )
+        .await
+        .expect("connect")
+    }
+
+    async fn echo(toolset: &Toolset, message: &str) -> Result<String, CallError> {
+        let name = toolset
+            .tools()
+            .into_iter()
+            .map(|t| t.name)
+            .find(|n| n.ends_with("echo"))
+            .expect("the fixture's echo tool");
+        toolset
+            .call(
+                &name,
+                Some(json!({"message": message})),
+                &CallContext::default(),
+            )
+            .await
+            .map(|r| text(&r))
+    }
+
+    /// Makes the grant due for renewal.
+    async fn expire(oauth: &OAuthClient) {
+        let mut grant = oauth.grant().await.expect("a grant");
+        grant.expires_at = Some(0);
+        grant.refresh_at = Some(0);
+        oauth.restore(grant).await;
+    }
+
+    #[tokio::test]
+    async fn oauth_workload_identity_grant_calls_and_renews_with_the_rotated_assertion() {
+        let (_as, auth) = auth_server(Iss::Correct).await;
+        auth.jwt_bearer.store(true, Ordering::SeqCst);
+        let protection = Arc::new(Protection {
+            scope: "mcp:read".into(),
+            ..Protection::default()
+        });
+        let server = protected_fixture(auth.clone(), protection.clone()).await;
+        let (first, second) = ("eyJh.workload-one.sig", "eyJh.workload-two.sig");
+        auth.trusted.lock().unwrap().insert(
+            first.into(),
+            (Some("workload".into()), Some(server.mcp_url())),
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("token");
+        std::fs::write(&file, format!("{first}\n")).unwrap();
+        let settings = OAuthSettings {
+            client_id: Some("workload".into()),
+            assertion_grant: Some(AssertionGrant::Workload {
+                assertion: AssertionSource::File(file.clone()),
+            }),
+            ..OAuthSettings::default()
+        };
+        let oauth = OAuthClient::new("docs", &server.mcp_url(), None, settings)
+            .await
+            .unwrap();
+        assert!(oauth.unattended().is_some());
+        // No person, no challenge needed: discovery from the well-known
+        // locations, then the grant.
+        oauth.obtain().await.expect("the JWT bearer grant");
+        assert!(auth.authorizations.lock().unwrap().is_empty());
+        let request = auth.token_requests.lock().unwrap()[0].clone();
+        assert_eq!(
+            request["grant_type"],
+            "urn:ietf:params:oauth:grant-type:jwt-bearer"
+        );
+        assert_eq!(request["assertion"], first);
+        assert_eq!(request["resource"], server.mcp_url());
+        assert_eq!(request["client_id"], "workload");
+        assert!(!request.contains_key("client_secret"));
+        assert_eq!(auth.token_auth_headers.lock().unwrap()[0], None);
+        let toolset = open(&server, &oauth).await;
+        assert_eq!(echo(&toolset, "hi").await.expect("the call"), "hi");
+
+        // The platform rotates the token and the old one stops being
+        // accepted: renewal reads the file again.
+        std::fs::write(&file, second).unwrap();
+        auth.trusted.lock().unwrap().clear();
+        auth.trusted
+            .lock()
+            .unwrap()
+            .insert(second.into(), (Some("workload".into()), None));
+        auth.expire_access_tokens();
+        expire(&oauth).await;
+        assert_eq!(echo(&toolset, "again").await.expect("renewed"), "again");
+        let renewal = auth.token_requests.lock().unwrap()[1].clone();
+        assert_eq!(renewal["assertion"], second);
+        assert_eq!(renewal["resource"], server.mcp_url());
+        let token = oauth.grant().await.unwrap().access_token;
+        assert_eq!(protection.tokens_seen.lock().unwrap().last(), Some(&token));
+        toolset.close().await;
+    }
+
+    #[tokio::test]
+    async fn oauth_enterprise_managed_grant_exchanges_the_id_token_for_an_id_jag() {
+        let (_as, auth) = auth_server(Iss::Correct).await;
+        auth.jwt_bearer.store(true, Ordering::SeqCst);
+        *auth.bearer_client.lock().unwrap() = Some(("gateway".into(), "gw-secret".into()));
+        let (_idp, idp) = idp_server().await;
+        *idp.audience.lock().unwrap() = Some(auth.clone());
+        *idp.jag_client.lock().unwrap() = "gateway".into();
+        let id_token = "eyJh.id-token-of-ada.sig";
+        idp.id_tokens.lock().unwrap().push(id_token.into());
+        let protection = Arc::new(Protection {
+            scope: "mcp:read".into(),
+            ..Protection::default()
+        });
+        let server = protected_fixture(auth.clone(), protection).await;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("id_token");
+        std::fs::write(&file, id_token).unwrap();
+        let issuer = idp.issuer.lock().unwrap().clone();
+        let settings = OAuthSettings {
+            client_id: Some("gateway".into()),
+            client_secret: Some("gw-secret".into()),
+            assertion_grant: Some(AssertionGrant::Enterprise(EnterpriseIdp {
+                endpoint: IdpEndpoint::Issuer(issuer.clone()),
+                client_id: "idp-client".into(),
+                client_secret: Some("idp-secret".into()),
+                id_token: AssertionSource::File(file),
+            })),
+            ..OAuthSettings::default()
+        };
+        let oauth = OAuthClient::new("docs", &server.mcp_url(), None, settings)
+            .await
+            .unwrap();
+        // The first connection's challenge says where, and for what scope.
+        let refused = open(&server, &oauth).await;
+        let (_, challenge) = oauth.take_challenge().expect("a challenge");
+        refused.close().await;
+        oauth
+            .login(Some(&challenge), &oauth.follow_redirects())
+            .await
+            .expect("the enterprise-managed grant");
+        assert!(auth.authorizations.lock().unwrap().is_empty());
+
+        // At the identity provider: token exchange for an ID-JAG, for the
+        // authorization server and the MCP server, authenticated.
+        let (exchange, basic) = idp.requests.lock().unwrap()[0].clone();
+        assert!(basic.is_some());
+        assert_eq!(
+            exchange["grant_type"],
+            "urn:ietf:params:oauth:grant-type:token-exchange"
+        );
+        assert_eq!(
+            exchange["requested_token_type"],
+            "urn:ietf:params:oauth:token-type:id-jag"
+        );
+        assert_eq!(exchange["subject_token"], id_token);
+        assert_eq!(
+            exchange["subject_token_type"],
+            "urn:ietf:params:oauth:token-type:id_token"
+        );
+        assert_eq!(exchange["audience"], *auth.issuer.lock().unwrap());
+        assert_eq!(exchange["resource"], server.mcp_url());
+        assert_eq!(exchange["scope"], "mcp:read");
+        assert!(!exchange.contains_key("client_secret"));
+        // At the authorization server: the ID-JAG as a JWT bearer grant,
+        // the client authenticated with HTTP Basic.
+        let jag = idp.issued.lock().unwrap()[0].clone();
+        let request = auth.token_requests.lock().unwrap()[0].clone();
+        assert_eq!(
+            request["grant_type"],
+            "urn:ietf:params:oauth:grant-type:jwt-bearer"
+        );
+        assert_eq!(request["assertion"], jag);
+        assert_eq!(request["resource"], server.mcp_url());
+        assert_eq!(request["scope"], "mcp:read");
+        assert!(auth.token_auth_headers.lock().unwrap()[0].is_some());
+
+        let toolset = open(&server, &oauth).await;
+        assert_eq!(echo(&toolset, "hi").await.expect("the call"), "hi");
+        // Renewal runs the whole flow again: a new ID-JAG.
+        auth.expire_access_tokens();
+        expire(&oauth).await;
+        assert_eq!(echo(&toolset, "again").await.expect("renewed"), "again");
+        assert_eq!(idp.issued.lock().unwrap().len(), 2);
+        toolset.close().await;
+    }
+
+    #[tokio::test]
+    async fn oauth_a_refused_exchange_needs_a_new_grant_and_never_shows_the_id_token() {
+        let (_as, auth) = auth_server(Iss::Correct).await;
+        auth.jwt_bearer.store(true, Ordering::SeqCst);
+        let (_idp, idp) = idp_server().await;
+        *idp.audience.lock().unwrap() = Some(auth.clone());
+        let server = protected_fixture(auth.clone(), Arc::default()).await;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("id_token");
+        // Not one the provider accepts (expired, say); its refusal echoes it.
+        let id_token = "eyJh.stale-id-token-s3cret.sig";
+        std::fs::write(&file, id_token).unwrap();
+        let token_endpoint = format!("{}/oauth2/token", idp.issuer.lock().unwrap());
+        let settings = OAuthSettings {
+            client_id: Some("gateway".into()),
+            assertion_grant: Some(AssertionGrant::Enterprise(EnterpriseIdp {
+                endpoint: IdpEndpoint::TokenEndpoint(token_endpoint),
+                client_id: "idp-client".into(),
+                client_secret: Some("idp-secret".into()),
+                id_token: AssertionSource::File(file),
+            })),
+            ..OAuthSettings::default()
+        };
+        let oauth = OAuthClient::new("docs", &server.mcp_url(), None, settings)
+            .await
+            .unwrap();
+        let error = oauth.obtain().await.expect_err("refused");
+        assert!(matches!(error, OAuthError::Token { .. }), "{error:?}");
+        let said = error.to_string();
+        assert!(
+            said.contains("the identity provider refused the token exchange: invalid_grant"),
+            "{said}"
+        );
+        assert!(!said.contains("s3cret"), "{said}");
+        assert_eq!(idp.requests.lock().unwrap().len(), 1);
+        // Nothing reached the authorization server.
+        assert!(auth.token_requests.lock().unwrap().is_empty());
+        // Needs a new grant (not an outage), and says why.
+        assert_eq!(oauth.status().await, AuthStatus::NeedsLogin);
+        let needed = oauth.access_token().await.expect_err("no token");
+        assert!(matches!(needed, OAuthError::LoginRequired { .. }));
+        assert!(needed.to_string().contains("invalid_grant"), "{needed}");
+        assert!(!needed.to_string().contains("s3cret"), "{needed}");
+        assert!(!format!("{oauth:?}{needed:?}").contains("s3cret"));
+    }
+
+    /// A server of machine grants only need not list PKCE (it guards the
+    /// authorization code, which it does not offer); a server offering the
+    /// code flow without S256 is still refused.
+    #[tokio::test]
+    async fn oauth_pkce_is_required_of_the_code_flow_only() {
+        let (_as, auth) = auth_server(Iss::Correct).await;
+        auth.jwt_bearer.store(true, Ordering::SeqCst);
+        auth.no_pkce.store(true, Ordering::SeqCst);
+        let server = protected_fixture(auth.clone(), Arc::default()).await;
+        let assertion = "eyJh.workload.sig";
+        auth.trusted
+            .lock()
+            .unwrap()
+            .insert(assertion.into(), (None, None));
+        let settings = OAuthSettings {
+            assertion_grant: Some(AssertionGrant::Workload {
+                assertion: AssertionSource::Value(assertion.into()),
+            }),
+            ..OAuthSettings::default()
+        };
+        let oauth = OAuthClient::new("docs", &server.mcp_url(), None, settings)
+            .await
+            .unwrap();
+        oauth.obtain().await.expect("no PKCE needed");
+
+        auth.jwt_bearer.store(false, Ordering::SeqCst);
+        let person = OAuthClient::new(
+            "docs",
+            &server.mcp_url(),
+            None,
+            OAuthSettings {
+                redirect_uri: "http://127.0.0.1:9/callback".into(),
+                ..OAuthSettings::default()
+            },
+        )
+        .await
+        .unwrap();
+        let refused = person.login(None, &person.follow_redirects()).await;
+        assert!(
+            matches!(refused, Err(OAuthError::PkceUnsupported { .. })),
+            "{refused:?}"
+        );
+        assert!(auth.authorizations.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn oauth_a_refused_workload_assertion_is_not_echoed() {
+        let (_as, auth) = auth_server(Iss::Correct).await;
+        auth.jwt_bearer.store(true, Ordering::SeqCst);
+        let server = protected_fixture(auth.clone(), Arc::default()).await;
+        let settings = OAuthSettings {
+            assertion_grant: Some(AssertionGrant::Workload {
+                assertion: AssertionSource::Value("eyJh.untrusted-s3cret.sig".into()),
+            }),
+            ..OAuthSettings::default()
+        };
+        let oauth = OAuthClient::new("docs", &server.mcp_url(), None, settings)
+            .await
+            .unwrap();
+        let said = oauth.obtain().await.expect_err("refused").to_string();
+        assert!(said.contains("invalid_grant"), "{said}");
+        assert!(!said.contains("s3cret"), "{said}");
+        // No client configured: no client authentication sent at all.
+        let request = auth.token_requests.lock().unwrap()[0].clone();
+        assert!(!request.contains_key("client_id"), "{request:?}");
+        let refusal = oauth.refusal().await.expect("the reason kept");
+        assert!(!refusal.contains("s3cret"), "{refusal}");
+    }
+}

@@ -497,6 +497,18 @@ pub struct AuthState {
     /// DPoP: the `jti`s of proofs accepted here or at the protected server
     /// (a replay is refused).
     pub dpop_jtis: Mutex<Vec<String>>,
+    /// Offers only the JWT bearer grant, to the assertions trusted here:
+    /// assertion -> the client id it must come with (`None`: any, or
+    /// none) and the resource it is for (`None`: any).
+    pub jwt_bearer: std::sync::atomic::AtomicBool,
+    /// Its metadata lists no PKCE method.
+    pub no_pkce: std::sync::atomic::AtomicBool,
+    pub trusted: Mutex<HashMap<String, Trusted>>,
+    /// With a secret, a JWT bearer request must authenticate as
+    /// `client_id:secret` with HTTP Basic.
+    pub bearer_client: Mutex<Option<(String, String)>>,
+    /// The `Authorization` headers of the token requests, in order.
+    pub token_auth_headers: Mutex<Vec<Option<String>>>,
     counter: AtomicUsize,
 }
 
@@ -633,6 +645,8 @@ async fn as_metadata(State(state): State<Arc<AuthState>>) -> Response {
     let issuer = state.issuer.lock().unwrap().clone();
     let grants = if state.machine_only.load(Ordering::SeqCst) {
         serde_json::json!(["client_credentials"])
+    } else if state.jwt_bearer.load(Ordering::SeqCst) {
+        serde_json::json!(["urn:ietf:params:oauth:grant-type:jwt-bearer"])
     } else {
         serde_json::json!(["authorization_code", "refresh_token"])
     };
@@ -648,7 +662,11 @@ async fn as_metadata(State(state): State<Arc<AuthState>>) -> Response {
         "registration_endpoint": format!("{issuer}/register"),
         "response_types_supported": ["code"],
         "grant_types_supported": grants,
-        "code_challenge_methods_supported": ["S256"],
+        "code_challenge_methods_supported": if state.no_pkce.load(Ordering::SeqCst) {
+            serde_json::json!([])
+        } else {
+            serde_json::json!(["S256"])
+        },
         "token_endpoint_auth_methods_supported": auth_methods,
         "authorization_response_iss_parameter_supported": true,
         "dpop_signing_alg_values_supported": state.dpop_algs.lock().unwrap().clone(),
@@ -723,6 +741,12 @@ async fn as_token(
     use base64::Engine;
     use sha2::Digest;
     state.token_requests.lock().unwrap().push(form.clone());
+    state.token_auth_headers.lock().unwrap().push(
+        headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
+    );
     // DPoP (RFC 9449 §5): a proof, when sent, must hold; the token (and
     // refresh token) are bound to its key.
     let dpop = state.dpop_algs.lock().unwrap().is_some();
@@ -761,6 +785,49 @@ async fn as_token(
         }
     }
     let scopes: Vec<String> = match form.get("grant_type").map(String::as_str) {
+        Some("urn:ietf:params:oauth:grant-type:jwt-bearer")
+            if state.jwt_bearer.load(Ordering::SeqCst) =>
+        {
+            let assertion = form.get("assertion").cloned().unwrap_or_default();
+            let Some((client, resource)) = state.trusted.lock().unwrap().get(&assertion).cloned()
+            else {
+                // Echoes the assertion, as a careless server might.
+                return (
+                    StatusCode::BAD_REQUEST,
+                    axum::Json(serde_json::json!({
+                        "error": "invalid_grant",
+                        "error_description": format!("assertion {assertion} is not trusted"),
+                    })),
+                )
+                    .into_response();
+            };
+            let bearer_client = state.bearer_client.lock().unwrap().clone();
+            let presented = match &bearer_client {
+                Some((id, secret)) => {
+                    let expected = format!(
+                        "Basic {}",
+                        base64::engine::general_purpose::STANDARD.encode(format!("{id}:{secret}"))
+                    );
+                    let basic = headers
+                        .get(header::AUTHORIZATION)
+                        .and_then(|v| v.to_str().ok());
+                    if basic != Some(expected.as_str()) || form.contains_key("client_secret") {
+                        return token_error("invalid_client");
+                    }
+                    Some(id.clone())
+                }
+                None => form.get("client_id").cloned(),
+            };
+            if client.is_some() && client != presented {
+                return token_error("invalid_grant");
+            }
+            if resource.is_some() && resource.as_ref() != form.get("resource") {
+                return token_error("invalid_target");
+            }
+            form.get("scope")
+                .map(|s| s.split(' ').map(str::to_owned).collect())
+                .unwrap_or_default()
+        }
         Some("authorization_code") => {
             let code = form.get("code").cloned().unwrap_or_default();
             let Some((challenge, scope)) = state.codes.lock().unwrap().remove(&code) else {
@@ -845,6 +912,131 @@ async fn as_token(
         "expires_in": 3600,
         "refresh_token": refresh,
         "scope": scopes.join(" "),
+    }))
+    .into_response()
+}
+
+/// What a trusted assertion must come with: the client id (`None`: any,
+/// or none) and the resource (`None`: any).
+pub type Trusted = (Option<String>, Option<String>);
+
+/// A form request's parameters and its `Authorization` header.
+pub type FormRequest = (HashMap<String, String>, Option<String>);
+
+/// The token-exchange requests an [`idp_server`] saw, and what it trusts.
+#[derive(Default)]
+pub struct IdpState {
+    pub issuer: Mutex<String>,
+    /// ID tokens it accepts as `subject_token`.
+    pub id_tokens: Mutex<Vec<String>>,
+    /// The authorization server its ID-JAGs are for (they are trusted
+    /// there as they are issued).
+    pub audience: Mutex<Option<Arc<AuthState>>>,
+    /// The client id the ID-JAGs name (the client at the authorization
+    /// server).
+    pub jag_client: Mutex<String>,
+    /// Its token requests' form parameters and `Authorization` headers.
+    pub requests: Mutex<Vec<FormRequest>>,
+    /// The ID-JAGs issued.
+    pub issued: Mutex<Vec<String>>,
+    counter: AtomicUsize,
+}
+
+/// An enterprise identity provider on loopback: OpenID metadata, and a
+/// token endpoint doing RFC 8693 token exchange of an ID token for an
+/// ID-JAG, authenticating its client as `idp-client:idp-secret` (Basic).
+/// Every parameter is checked; a refusal echoes the subject token, as a
+/// careless server might.
+pub async fn idp_server() -> (Server, Arc<IdpState>) {
+    let state = Arc::new(IdpState::default());
+    let router = Router::new()
+        .route(
+            "/.well-known/openid-configuration",
+            get(|State(state): State<Arc<IdpState>>| async move {
+                let issuer = state.issuer.lock().unwrap().clone();
+                axum::Json(serde_json::json!({
+                    "issuer": issuer,
+                    "authorization_endpoint": format!("{issuer}/authorize"),
+                    "token_endpoint": format!("{issuer}/oauth2/token"),
+                    "grant_types_supported": ["urn:ietf:params:oauth:grant-type:token-exchange"],
+                    "token_endpoint_auth_methods_supported": ["client_secret_basic"],
+                }))
+            }),
+        )
+        .route("/oauth2/token", post(idp_token))
+        .with_state(state.clone());
+    let (addr, stop) = spawn_router(router).await;
+    *state.issuer.lock().unwrap() = format!("http://127.0.0.1:{}", addr.port());
+    let server = Server {
+        addr,
+        state: Fixture::new(FixtureConfig::default()).state,
+        seen: Arc::default(),
+        standalone_answered: Arc::default(),
+        stop,
+    };
+    (server, state)
+}
+
+async fn idp_token(
+    State(state): State<Arc<IdpState>>,
+    headers: HeaderMap,
+    axum::Form(form): axum::Form<HashMap<String, String>>,
+) -> Response {
+    use base64::Engine;
+    let basic = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    state
+        .requests
+        .lock()
+        .unwrap()
+        .push((form.clone(), basic.clone()));
+    let expected = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode("idp-client:idp-secret")
+    );
+    if basic.as_deref() != Some(expected.as_str()) {
+        return token_error("invalid_client");
+    }
+    let Some(audience) = state.audience.lock().unwrap().clone() else {
+        return token_error("invalid_target");
+    };
+    let get = |k: &str| form.get(k).map(String::as_str);
+    if get("grant_type") != Some("urn:ietf:params:oauth:grant-type:token-exchange")
+        || get("requested_token_type") != Some("urn:ietf:params:oauth:token-type:id-jag")
+        || get("subject_token_type") != Some("urn:ietf:params:oauth:token-type:id_token")
+        || get("audience") != Some(audience.issuer.lock().unwrap().as_str())
+        || get("resource").is_none()
+    {
+        return token_error("invalid_request");
+    }
+    let subject = get("subject_token").unwrap_or_default().to_owned();
+    if !state.id_tokens.lock().unwrap().contains(&subject) {
+        return (
+            StatusCode::BAD_REQUEST,
+            axum::Json(serde_json::json!({
+                "error": "invalid_grant",
+                "error_description": format!("ID token {subject} expired"),
+            })),
+        )
+            .into_response();
+    }
+    let n = state.counter.fetch_add(1, Ordering::SeqCst) + 1;
+    let jag = format!("eyJ0eXAiOiJvYXV0aC1pZC1qYWcrand0In0.idjag-{n}.sig");
+    state.issued.lock().unwrap().push(jag.clone());
+    audience.trusted.lock().unwrap().insert(
+        jag.clone(),
+        (
+            Some(state.jag_client.lock().unwrap().clone()),
+            get("resource").map(str::to_owned),
+        ),
+    );
+    axum::Json(serde_json::json!({
+        "access_token": jag,
+        "issued_token_type": "urn:ietf:params:oauth:token-type:id-jag",
+        "token_type": "N_A",
+        "expires_in": 300,
     }))
     .into_response()
 }
