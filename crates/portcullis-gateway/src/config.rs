@@ -306,6 +306,61 @@ pub struct UpstreamOAuth {
     pub client_key_file: Option<PathBuf>,
     /// The JWS algorithm of `client_key_file` (`ES256` unless set).
     pub client_key_algorithm: String,
+    /// DPoP-bound tokens: unset, when the servers ask for them; `true`
+    /// always; `false` never.
+    pub dpop: Option<bool>,
+    /// How the grant is obtained: a person's login, or unattended.
+    pub grant: UpstreamGrant,
+}
+
+impl UpstreamOAuth {
+    /// Whether the grant is obtained without a person (a JWT bearer grant).
+    pub fn unattended(&self) -> bool {
+        !matches!(self.grant, UpstreamGrant::Login)
+    }
+}
+
+/// How an OAuth upstream's grant is obtained.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpstreamGrant {
+    /// A person logs in (`portcullis auth login`): the authorization code
+    /// flow, or the client's own credentials where the server offers only
+    /// those.
+    Login,
+    /// Workload identity: the JWT in `assertion_file` (issued by the
+    /// platform the gateway runs on, re-read at each grant) is presented
+    /// with the JWT bearer grant.
+    Workload {
+        /// The platform's token file.
+        assertion_file: PathBuf,
+    },
+    /// Enterprise-managed authorization: the ID token in `id_token_file` is
+    /// exchanged at the enterprise identity provider for an ID-JAG, which
+    /// is presented with the JWT bearer grant.
+    Enterprise {
+        /// The ID token's file (re-read at each grant).
+        id_token_file: PathBuf,
+        /// The identity provider's issuer (its token endpoint discovered),
+        /// exclusive with `idp_token_endpoint`.
+        idp_issuer: Option<String>,
+        /// The identity provider's token endpoint.
+        idp_token_endpoint: Option<String>,
+        /// The gateway's client id at the identity provider.
+        idp_client_id: String,
+        /// Its secret there (`${VAR}`), if it has one; never printed.
+        idp_client_secret: Option<Secret>,
+    },
+}
+
+impl UpstreamGrant {
+    /// What `check` and `auth status` call it.
+    pub fn describe(&self) -> &'static str {
+        match self {
+            UpstreamGrant::Login => "login",
+            UpstreamGrant::Workload { .. } => "workload identity (jwt-bearer)",
+            UpstreamGrant::Enterprise { .. } => "enterprise-managed (ID-JAG)",
+        }
+    }
 }
 
 /// How an upstream is reached.
@@ -504,6 +559,13 @@ struct RawUpstreamOAuth {
     redirect_port: Option<u16>,
     client_key_file: Option<PathBuf>,
     client_key_algorithm: Option<String>,
+    dpop: Option<bool>,
+    assertion_file: Option<PathBuf>,
+    id_token_file: Option<PathBuf>,
+    idp_issuer: Option<String>,
+    idp_token_endpoint: Option<String>,
+    idp_client_id: Option<String>,
+    idp_client_secret: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -698,6 +760,13 @@ const KNOWN_KEYS: &[(&str, &[&str])] = &[
             "redirect_port",
             "client_key_file",
             "client_key_algorithm",
+            "dpop",
+            "assertion_file",
+            "id_token_file",
+            "idp_issuer",
+            "idp_token_endpoint",
+            "idp_client_id",
+            "idp_client_secret",
         ],
     ),
     ("plugins.[]", &["path"]),
@@ -1281,7 +1350,8 @@ impl Validator<'_> {
                 other => Ok(other),
             }
         };
-        let client_id = text("client_id", raw.client_id)?;
+        let client_id = text("client_id", raw.client_id.clone())?;
+        let grant = self.upstream_grant(name, &raw, client_id.is_some())?;
         let client_secret = match raw.client_secret {
             None => None,
             Some(raw_secret) => {
@@ -1353,6 +1423,139 @@ impl Validator<'_> {
             redirect_port: raw.redirect_port.unwrap_or(DEFAULT_REDIRECT_PORT),
             client_key_file,
             client_key_algorithm,
+            dpop: raw.dpop,
+            grant,
+        })
+    }
+
+    /// The grant of `[upstreams.NAME.oauth]`: a person's login unless
+    /// `assertion_file` (workload identity) or `id_token_file`
+    /// (enterprise-managed, with its `idp_*` keys) is set.
+    fn upstream_grant(
+        &self,
+        name: &str,
+        raw: &RawUpstreamOAuth,
+        has_client_id: bool,
+    ) -> Result<UpstreamGrant, ConfigError> {
+        let at = |key: &str| format!("upstreams.{name}.oauth.{key}");
+        let both = |a: &str, b: &str, why: &str| {
+            self.error(
+                at(b),
+                format!("cannot be used together with {a}: {why}; remove one of them"),
+            )
+        };
+        let unattended = match (&raw.assertion_file, &raw.id_token_file) {
+            (Some(_), Some(_)) => {
+                return Err(both(
+                    "assertion_file",
+                    "id_token_file",
+                    "the workload's own token and an enterprise ID token are two different grants",
+                ));
+            }
+            (Some(_), None) => Some("assertion_file"),
+            (None, Some(_)) => Some("id_token_file"),
+            (None, None) => None,
+        };
+        if let Some(key) = unattended {
+            // No person and no browser: the keys of a person's login make
+            // no sense here.
+            if raw.client_metadata_url.is_some() {
+                return Err(both(
+                    key,
+                    "client_metadata_url",
+                    "the client ID metadata document is for a person's login, and this grant has none",
+                ));
+            }
+            if raw.redirect_port.is_some() {
+                return Err(both(
+                    key,
+                    "redirect_port",
+                    "no browser comes back to this grant",
+                ));
+            }
+            if raw.dpop == Some(true) {
+                return Err(both(
+                    key,
+                    "dpop",
+                    "the unattended grants do not bind their tokens with DPoP",
+                ));
+            }
+        }
+        let idp_keys = [
+            ("idp_issuer", raw.idp_issuer.is_some()),
+            ("idp_token_endpoint", raw.idp_token_endpoint.is_some()),
+            ("idp_client_id", raw.idp_client_id.is_some()),
+            ("idp_client_secret", raw.idp_client_secret.is_some()),
+        ];
+        if raw.id_token_file.is_none()
+            && let Some((key, _)) = idp_keys.iter().find(|(_, set)| *set)
+        {
+            return Err(self.error(
+                at(key),
+                "belongs to the enterprise-managed grant, which needs id_token_file (the ID token to exchange)",
+            ));
+        }
+        if let Some(file) = &raw.assertion_file {
+            return Ok(UpstreamGrant::Workload {
+                assertion_file: self.path(file),
+            });
+        }
+        let Some(file) = &raw.id_token_file else {
+            return Ok(UpstreamGrant::Login);
+        };
+        let text = |key: &str, value: &Option<String>| -> Result<Option<String>, ConfigError> {
+            match value {
+                Some(v) if v.trim().is_empty() => {
+                    Err(self.error(at(key), "must not be empty; remove it instead"))
+                }
+                other => Ok(other.clone()),
+            }
+        };
+        let idp_issuer = text("idp_issuer", &raw.idp_issuer)?;
+        let idp_token_endpoint = text("idp_token_endpoint", &raw.idp_token_endpoint)?;
+        match (&idp_issuer, &idp_token_endpoint) {
+            (Some(_), Some(_)) => {
+                return Err(both(
+                    "idp_issuer",
+                    "idp_token_endpoint",
+                    "the token endpoint is either discovered from the issuer or given",
+                ));
+            }
+            (None, None) => {
+                return Err(self.error(
+                    at("id_token_file"),
+                    "needs the identity provider that exchanges it: set idp_issuer (or idp_token_endpoint)",
+                ));
+            }
+            (Some(url), None) => self.oauth_url(&at("idp_issuer"), url, false)?,
+            (None, Some(url)) => self.oauth_url(&at("idp_token_endpoint"), url, false)?,
+        }
+        let Some(idp_client_id) = text("idp_client_id", &raw.idp_client_id)? else {
+            return Err(self.error(
+                at("id_token_file"),
+                "needs idp_client_id, the client the identity provider knows the gateway by",
+            ));
+        };
+        if !has_client_id {
+            return Err(self.error(
+                at("id_token_file"),
+                "needs client_id, the client the ID-JAG is issued to at the upstream's authorization server",
+            ));
+        }
+        let idp_client_secret = match &raw.idp_client_secret {
+            None => None,
+            Some(raw_secret) => {
+                let secret = self.expand(&at("idp_client_secret"), raw_secret)?;
+                self.hide(crate::redact::masked(secret.expose()));
+                Some(secret)
+            }
+        };
+        Ok(UpstreamGrant::Enterprise {
+            id_token_file: self.path(file),
+            idp_issuer,
+            idp_token_endpoint,
+            idp_client_id,
+            idp_client_secret,
         })
     }
 
@@ -1886,6 +2089,121 @@ key_file = ".portcullis/gateway.pub"
             ),
         ];
         for (text, place, message) in cases {
+            let shown = error(text).to_string();
+            assert!(shown.contains(place), "{place}: {shown}");
+            assert!(shown.contains(message), "{message}: {shown}");
+            assert!(!shown.contains("s3cret-value"), "{shown}");
+        }
+    }
+
+    #[test]
+    fn unattended_oauth_grants_parse_and_their_exclusions_are_refused() {
+        let config = parse_text(
+            "[upstreams.w]\ntype = \"streamable-http\"\nurl = \"https://w.example/mcp\"\n\
+             [upstreams.w.oauth]\nclient_id = \"workload\"\nassertion_file = \"run/token\"\n\
+             [upstreams.e]\ntype = \"streamable-http\"\nurl = \"https://e.example/mcp\"\n\
+             [upstreams.e.oauth]\nclient_id = \"gw\"\nclient_secret = \"${DOCS_TOKEN}\"\n\
+             id_token_file = \"/var/run/id_token\"\nidp_issuer = \"https://idp.example\"\n\
+             idp_client_id = \"gw-at-idp\"\nidp_client_secret = \"${DOCS_TOKEN}\"\n",
+        )
+        .unwrap();
+        let w = config.upstreams["w"].oauth.clone().unwrap();
+        assert!(w.unattended());
+        assert_eq!(
+            w.grant,
+            UpstreamGrant::Workload {
+                assertion_file: Path::new("conf/run/token").to_owned()
+            }
+        );
+        let e = config.upstreams["e"].oauth.clone().unwrap();
+        let UpstreamGrant::Enterprise {
+            id_token_file,
+            idp_issuer,
+            idp_token_endpoint,
+            idp_client_id,
+            idp_client_secret,
+        } = &e.grant
+        else {
+            panic!("{:?}", e.grant);
+        };
+        assert_eq!(id_token_file, Path::new("/var/run/id_token"));
+        assert_eq!(idp_issuer.as_deref(), Some("https://idp.example"));
+        assert_eq!(idp_token_endpoint, &None);
+        assert_eq!(idp_client_id, "gw-at-idp");
+        assert_eq!(
+            idp_client_secret.as_ref().map(Secret::expose),
+            Some("docs-bearer")
+        );
+        assert!(!format!("{config:?}").contains("docs-bearer"));
+        assert_eq!(e.grant.describe(), "enterprise-managed (ID-JAG)");
+        let head = "[upstreams.a]\ntype = \"streamable-http\"\nurl = \"https://h/mcp\"\n[upstreams.a.oauth]\n";
+        let enterprise = "client_id = \"c\"\nid_token_file = \"t\"\nidp_client_id = \"i\"\n";
+        let cases: Vec<(String, &str, &str)> = vec![
+            (
+                format!("{head}assertion_file = \"a\"\nid_token_file = \"t\"\n"),
+                "upstreams.a.oauth.id_token_file",
+                "cannot be used together with assertion_file",
+            ),
+            (
+                format!("{head}assertion_file = \"a\"\nredirect_port = 0\n"),
+                "upstreams.a.oauth.redirect_port",
+                "cannot be used together with assertion_file",
+            ),
+            (
+                format!("{head}{enterprise}dpop = true\n"),
+                "upstreams.a.oauth.dpop",
+                "cannot be used together with id_token_file: the unattended grants do not bind their tokens with DPoP",
+            ),
+            (
+                format!(
+                    "{head}{enterprise}idp_issuer = \"https://i\"\nclient_metadata_url = \"https://c/m.json\"\n"
+                ),
+                "upstreams.a.oauth.client_metadata_url",
+                "cannot be used together with id_token_file",
+            ),
+            (
+                format!("{head}idp_client_id = \"i\"\n"),
+                "upstreams.a.oauth.idp_client_id",
+                "needs id_token_file",
+            ),
+            (
+                format!("{head}assertion_file = \"a\"\nidp_issuer = \"https://i\"\n"),
+                "upstreams.a.oauth.idp_issuer",
+                "needs id_token_file",
+            ),
+            (
+                format!("{head}{enterprise}"),
+                "upstreams.a.oauth.id_token_file",
+                "set idp_issuer (or idp_token_endpoint)",
+            ),
+            (
+                format!(
+                    "{head}{enterprise}idp_issuer = \"https://i\"\nidp_token_endpoint = \"https://i/token\"\n"
+                ),
+                "upstreams.a.oauth.idp_token_endpoint",
+                "cannot be used together with idp_issuer",
+            ),
+            (
+                format!("{head}{enterprise}idp_token_endpoint = \"http://idp.example/token\"\n"),
+                "upstreams.a.oauth.idp_token_endpoint",
+                "http",
+            ),
+            (
+                format!(
+                    "{head}id_token_file = \"t\"\nidp_client_id = \"i\"\nidp_issuer = \"https://i\"\n"
+                ),
+                "upstreams.a.oauth.id_token_file",
+                "needs client_id",
+            ),
+            (
+                format!(
+                    "{head}client_id = \"c\"\nid_token_file = \"t\"\nidp_issuer = \"https://i\"\nidp_client_secret = \"s3cret-value\"\n"
+                ),
+                "upstreams.a.oauth.id_token_file",
+                "needs idp_client_id",
+            ),
+        ];
+        for (text, place, message) in &cases {
             let shown = error(text).to_string();
             assert!(shown.contains(place), "{place}: {shown}");
             assert!(shown.contains(message), "{message}: {shown}");

@@ -245,6 +245,7 @@ mod tests {
             refresh_at: None,
             scopes: vec!["read".into()],
             client_credentials: false,
+            dpop_key: None,
         }
     }
 

@@ -25,11 +25,12 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use portcullis_upstream::ConnectOptions;
 use portcullis_upstream::oauth::{
-    AuthStatus, ClientKey, Grant, OAuthClient, OAuthError, OAuthSettings,
+    AssertionGrant, AssertionSource, AuthStatus, ClientKey, EnterpriseIdp, Grant, IdpEndpoint,
+    OAuthClient, OAuthError, OAuthSettings,
 };
 use tokio::sync::mpsc;
 
-use crate::config::{Config, Upstream, UpstreamOAuth, UpstreamTransport};
+use crate::config::{Config, Upstream, UpstreamGrant, UpstreamOAuth, UpstreamTransport};
 
 /// The path of the loopback redirect (`http://127.0.0.1:PORT/callback`).
 pub const REDIRECT_PATH: &str = "/callback";
@@ -38,6 +39,11 @@ pub const REDIRECT_PATH: &str = "/callback";
 /// `auth login` (or forgotten by `auth logout`) in the store, a refresh
 /// that fell due, a step-up a call was refused for.
 pub const WATCH_EVERY: Duration = Duration::from_secs(2);
+
+/// How long `serve` waits before running a failed unattended grant again
+/// with the same assertion (a changed assertion file is tried at once):
+/// an identity provider that refused it is not asked every few seconds.
+pub const UNATTENDED_RETRY: Duration = Duration::from_secs(60);
 
 /// The `client_name` the gateway registers under.
 pub const CLIENT_NAME: &str = "Portcullis";
@@ -138,7 +144,40 @@ pub fn settings(oauth: &UpstreamOAuth, redirect_uri: String) -> Result<OAuthSett
         client_metadata_url: oauth.client_metadata_url.clone(),
         scopes: oauth.scopes.clone(),
         client_key,
+        dpop: oauth.dpop,
+        assertion_grant: assertion_grant(&oauth.grant),
     })
+}
+
+/// The unattended grant of an upstream, if it has one: its files are read
+/// afresh each time the grant runs, not here.
+fn assertion_grant(grant: &UpstreamGrant) -> Option<AssertionGrant> {
+    match grant {
+        UpstreamGrant::Login => None,
+        UpstreamGrant::Workload { assertion_file } => Some(AssertionGrant::Workload {
+            assertion: AssertionSource::File(assertion_file.clone()),
+        }),
+        UpstreamGrant::Enterprise {
+            id_token_file,
+            idp_issuer,
+            idp_token_endpoint,
+            idp_client_id,
+            idp_client_secret,
+        } => {
+            let endpoint = match (idp_issuer, idp_token_endpoint) {
+                (_, Some(endpoint)) => IdpEndpoint::TokenEndpoint(endpoint.clone()),
+                (Some(issuer), None) => IdpEndpoint::Issuer(issuer.clone()),
+                // The config refuses this; a grant that cannot run is none.
+                (None, None) => return None,
+            };
+            Some(AssertionGrant::Enterprise(EnterpriseIdp {
+                endpoint,
+                client_id: idp_client_id.clone(),
+                client_secret: idp_client_secret.as_ref().map(|s| s.expose().to_owned()),
+                id_token: AssertionSource::File(id_token_file.clone()),
+            }))
+        }
+    }
 }
 
 /// The hosts `upstream`'s OAuth requests may reach: the same allow-list as
@@ -232,6 +271,17 @@ struct Entry {
     unreadable_reported: AtomicBool,
     /// The writer task's queue (for [`OAuthUpstreams::flush`]).
     writer: Mutex<Option<mpsc::UnboundedSender<Write>>>,
+    /// The last run of an unattended grant that failed.
+    failed: Mutex<Option<Failed>>,
+}
+
+/// A failed run of an unattended grant.
+struct Failed {
+    at: std::time::Instant,
+    /// A digest of the assertion it ran with (never the assertion).
+    fingerprint: Option<String>,
+    /// Why (no secret in it).
+    reason: String,
 }
 
 /// What the writer task of an entry is handed.
@@ -292,9 +342,11 @@ impl OAuthUpstreams {
                 persisted: Arc::default(),
                 unreadable_reported: AtomicBool::new(false),
                 writer: Mutex::new(None),
+                failed: Mutex::new(None),
             });
             entry.restore().await;
             entry.listen();
+            entry.unattended().await;
             // At start the command says it (`missing upstream NAME: needs
             // a login: run …`, through `Gateway::missing`); the watcher
             // says it again only when it changes.
@@ -331,6 +383,19 @@ impl OAuthUpstreams {
     /// The client of upstream `name`, if it logs in with OAuth.
     pub fn client(&self, name: &str) -> Option<&OAuthClient> {
         self.entries.get(name).map(|e| &e.client)
+    }
+
+    /// Why upstream `name`'s unattended grant last failed, if it has one
+    /// and it failed (no secret in it).
+    pub fn unattended_failure(&self, name: &str) -> Option<String> {
+        let entry = self.entries.get(name)?;
+        entry.client.unattended()?;
+        entry
+            .failed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map(|f| f.reason.clone())
     }
 
     /// Whether upstream `name` needs a login (as last seen).
@@ -389,8 +454,15 @@ fn made_from(upstream: &Upstream, oauth: &UpstreamOAuth) -> String {
         UpstreamTransport::Remote { url, .. } => url.expose(),
         UpstreamTransport::Stdio { .. } => "",
     };
+    let grant = match &oauth.grant {
+        UpstreamGrant::Enterprise {
+            idp_client_secret: Some(secret),
+            ..
+        } => format!("{:?}\n{}", oauth.grant, secret.expose()),
+        other => format!("{other:?}"),
+    };
     format!(
-        "{url}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{}",
+        "{url}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{}\n{grant}",
         oauth.client_id,
         oauth.client_secret.as_ref().map(|s| s.expose()),
         oauth.issuer,
@@ -565,6 +637,72 @@ impl Entry {
         }
     }
 
+    /// Runs the unattended grant when there is no usable grant: at start,
+    /// and from the watcher after a failure — at once when the assertion
+    /// file changed since, else after [`UNATTENDED_RETRY`]. A failure is
+    /// logged when its reason changes.
+    async fn unattended(&self) {
+        let Some(grant) = self.client.unattended() else {
+            return;
+        };
+        if matches!(self.client.status().await, AuthStatus::LoggedIn { .. }) {
+            return;
+        }
+        let fingerprint = grant.source().fingerprint().await;
+        let refusal = self.client.refusal().await;
+        let last_reason = {
+            let mut failed = self.failed.lock().unwrap_or_else(PoisonError::into_inner);
+            if failed.is_none()
+                && let Some(reason) = refusal
+            {
+                // Refused on renewal just now: that counts as this run. Which
+                // assertion it read is not known (the file may have been
+                // replaced since), so the next look runs it once more.
+                *failed = Some(Failed {
+                    at: std::time::Instant::now(),
+                    fingerprint: None,
+                    reason: crate::redact::text(&reason).into_owned(),
+                });
+                return;
+            }
+            match &*failed {
+                Some(f) if f.fingerprint == fingerprint && f.at.elapsed() < UNATTENDED_RETRY => {
+                    return;
+                }
+                Some(f) => Some(f.reason.clone()),
+                None => None,
+            }
+        };
+        match self.client.obtain().await {
+            Ok(()) => {
+                *self.failed.lock().unwrap_or_else(PoisonError::into_inner) = None;
+                tracing::info!(
+                    upstream = %self.name,
+                    "upstream \"{}\": obtained its {} grant",
+                    self.name,
+                    grant.describe()
+                );
+            }
+            Err(e) => {
+                let reason = crate::redact::text(&e.to_string()).into_owned();
+                if last_reason.as_deref() != Some(reason.as_str()) {
+                    tracing::warn!(
+                        upstream = %self.name,
+                        "upstream \"{}\" needs a login: its {} grant failed: {reason} (tried again when the assertion file changes, or every {} s)",
+                        self.name,
+                        grant.describe(),
+                        UNATTENDED_RETRY.as_secs()
+                    );
+                }
+                *self.failed.lock().unwrap_or_else(PoisonError::into_inner) = Some(Failed {
+                    at: std::time::Instant::now(),
+                    fingerprint,
+                    reason,
+                });
+            }
+        }
+    }
+
     /// Sets `needs_login` from the client's status; with `log`, says so
     /// once per spell.
     async fn update(&self, log: bool) {
@@ -573,7 +711,10 @@ impl Entry {
         if !log {
             return;
         }
-        if needs && !self.announced.swap(true, Ordering::AcqRel) {
+        if needs && self.client.unattended().is_some() {
+            // Its failures are logged with their reason as they happen.
+            self.announced.store(true, Ordering::Release);
+        } else if needs && !self.announced.swap(true, Ordering::AcqRel) {
             tracing::warn!(
                 upstream = %self.name,
                 "upstream \"{}\" needs a login: run `{}` (its tools are unavailable until then; the other upstreams are served)",
@@ -637,6 +778,7 @@ async fn watch_entry(entry: Weak<Entry>) {
         if let Some(hint) = entry.answer_challenge().await {
             tracing::warn!(upstream = %entry.name, "{hint}");
         }
+        entry.unattended().await;
         entry.update(true).await;
     }
 }
@@ -665,6 +807,8 @@ mod tests {
             redirect_port: 0,
             client_key_file: Some(key.clone()),
             client_key_algorithm: "ES256".into(),
+            dpop: None,
+            grant: UpstreamGrant::Login,
         };
         let made = settings(&oauth, "http://127.0.0.1:1/callback".into()).unwrap();
         assert!(made.client_key.is_some());
@@ -702,6 +846,7 @@ mod tests {
             refresh_at: Some(0),
             scopes: Vec::new(),
             client_credentials: false,
+            dpop_key: None,
         }
     }
 

@@ -14,6 +14,10 @@
 //! authorization server approves at once, so its redirects are followed
 //! over HTTP instead of a browser), steps up on `403 insufficient_scope`,
 //! lists the tools and calls each with arguments made from its schema.
+//! Scenarios of unattended grants hand over a JWT instead: a workload's
+//! (`valid_jwt`: the JWT bearer grant) or an enterprise ID token
+//! (`idp_id_token`: exchanged at `idp_token_endpoint` for an ID-JAG first);
+//! it is written to a file the client reads, as a platform's would be.
 //! Exit status 0 when every call succeeded.
 
 use std::process::ExitCode;
@@ -25,7 +29,10 @@ use portcullis_upstream::ClientRelay;
 use rmcp::model::{ClientCapabilities, ClientResult, ErrorData, ServerRequest};
 use tokio_util::sync::CancellationToken;
 
-use portcullis_upstream::oauth::{Challenge, ClientKey, OAuthClient, OAuthSettings};
+use portcullis_upstream::oauth::{
+    AssertionGrant, AssertionSource, Challenge, ClientKey, EnterpriseIdp, IdpEndpoint, OAuthClient,
+    OAuthSettings,
+};
 use portcullis_upstream::{CallContext, CallError, ConnectOptions, McpServerConfig, connect};
 use serde_json::{Map, Value, json};
 
@@ -70,7 +77,48 @@ enum Next {
     StepUp(Challenge),
 }
 
+/// Writes a JWT the scenario hands over to a file of `dir`, where the
+/// client reads it as it would a platform's.
+fn jwt_file(dir: &std::path::Path, name: &str, jwt: &str) -> Result<AssertionSource, String> {
+    let path = dir.join(name);
+    std::fs::write(&path, jwt).map_err(|e| e.to_string())?;
+    Ok(AssertionSource::File(path))
+}
+
+/// The unattended grant the scenario's context asks for, if any.
+fn assertion_grant(
+    context: &Value,
+    dir: &std::path::Path,
+) -> Result<Option<AssertionGrant>, String> {
+    if let Some(jwt) = text(context, "valid_jwt") {
+        return Ok(Some(AssertionGrant::Workload {
+            assertion: jwt_file(dir, "workload.jwt", &jwt)?,
+        }));
+    }
+    let (Some(id_token), Some(client_id)) = (
+        text(context, "idp_id_token"),
+        text(context, "idp_client_id"),
+    ) else {
+        return Ok(None);
+    };
+    let endpoint = match (
+        text(context, "idp_token_endpoint"),
+        text(context, "idp_issuer"),
+    ) {
+        (Some(token_endpoint), _) => IdpEndpoint::TokenEndpoint(token_endpoint),
+        (None, Some(issuer)) => IdpEndpoint::Issuer(issuer),
+        (None, None) => return Err("the context names no identity provider".into()),
+    };
+    Ok(Some(AssertionGrant::Enterprise(EnterpriseIdp {
+        endpoint,
+        client_id,
+        client_secret: text(context, "idp_client_secret"),
+        id_token: jwt_file(dir, "id_token.jwt", &id_token)?,
+    })))
+}
+
 async fn run(url: &str, context: &Value) -> Result<(), String> {
+    let files = tempfile::tempdir().map_err(|e| e.to_string())?;
     let settings = OAuthSettings {
         client_name: "Portcullis conformance client".into(),
         redirect_uri: REDIRECT_URI.into(),
@@ -87,6 +135,10 @@ async fn run(url: &str, context: &Value) -> Result<(), String> {
             }
             None => None,
         },
+        // As the servers ask: the DPoP scenarios' authorization server
+        // lists ES256.
+        dpop: None,
+        assertion_grant: assertion_grant(context, files.path())?,
     };
     let oauth = OAuthClient::new(SERVER, url, None, settings)
         .await

@@ -82,6 +82,10 @@ pub(crate) enum HttpFailure {
     /// A body over its size limit.
     #[error("response body exceeded {0} bytes")]
     TooLarge(usize),
+    /// The credential could not be presented (a DPoP proof not signed);
+    /// the message carries no token.
+    #[error("{0}")]
+    Credentials(String),
 }
 
 struct Shared {
@@ -184,22 +188,44 @@ impl GuardedHttp {
         }
     }
 
-    /// Configured headers < connect-time auth < per-call auth.
-    fn credentials(&self, call_token: Option<&str>) -> Result<HeaderMap, HttpFailure> {
-        let mut headers = self.shared.configured.clone();
-        // An empty token is no token (see `crate::credentials`).
-        if let Some(token) = call_token
+    /// The token to present: per-call auth over connect-time auth; an
+    /// empty token is no token (see `crate::credentials`).
+    fn token<'a>(&'a self, call_token: Option<&'a str>) -> Option<&'a str> {
+        call_token
             .or(self.shared.bearer.as_deref())
             .filter(|t| !t.is_empty())
-        {
-            let mut value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
-                HttpFailure::InvalidHeader {
-                    server: self.shared.server.clone(),
-                    name: "Authorization".into(),
-                }
-            })?;
+    }
+
+    /// Configured headers < the token, presented as the resolver says for
+    /// this request (a DPoP proof is bound to `method` and `url`).
+    fn credentials(
+        &self,
+        token: Option<&str>,
+        method: &Method,
+        url: &Url,
+    ) -> Result<HeaderMap, HttpFailure> {
+        let mut headers = self.shared.configured.clone();
+        let Some(token) = token else {
+            return Ok(headers);
+        };
+        let presented = match &self.shared.auth {
+            Some(auth) => auth
+                .present(token, method.as_str(), url)
+                .map_err(HttpFailure::Credentials)?,
+            None => crate::credentials::Presentation::bearer(token),
+        };
+        let invalid = |name: &str| HttpFailure::InvalidHeader {
+            server: self.shared.server.clone(),
+            name: name.into(),
+        };
+        let mut value = HeaderValue::from_str(&presented.authorization)
+            .map_err(|_| invalid("Authorization"))?;
+        value.set_sensitive(true);
+        headers.insert(AUTHORIZATION, value);
+        if let Some(proof) = presented.dpop {
+            let mut value = HeaderValue::from_str(&proof).map_err(|_| invalid("DPoP"))?;
             value.set_sensitive(true);
-            headers.insert(AUTHORIZATION, value);
+            headers.insert(HeaderName::from_static("dpop"), value);
         }
         Ok(headers)
     }
@@ -215,13 +241,16 @@ impl GuardedHttp {
         call_token: Option<&str>,
     ) -> Result<(reqwest::Response, Url), HttpFailure> {
         let shared = &self.shared;
-        let credentials = self.credentials(call_token)?;
+        let token = self.token(call_token);
         let (mut method, mut url, mut body) = (method, url, body);
         let mut withheld = false;
         // Set by a redirect to another origin; acted on once the new host has
         // passed the guard, so a refused hop reports only the refusal.
         let mut crossing = false;
-        for hop in 0..=MAX_REDIRECTS {
+        // A server that asks for a DPoP nonce is answered once per request.
+        let mut nonce_retried = false;
+        let mut hop = 0;
+        loop {
             if let Err(refusal) = shared.guard.check(&url).await {
                 let message = refusal.message(&shared.server);
                 shared.health.record_failure(message.clone());
@@ -236,13 +265,23 @@ impl GuardedHttp {
                 .request(method.clone(), url.clone())
                 .headers(protocol.clone());
             if !withheld {
-                request = request.headers(credentials.clone());
+                // Per hop: a proof names the URL it is sent to.
+                request = request.headers(self.credentials(token, &method, &url)?);
             }
             if let Some(body) = &body {
                 request = request.header(CONTENT_TYPE, JSON).body(body.clone());
             }
             let response = request.send().await?;
             let status = response.status();
+            if !withheld
+                && token.is_some()
+                && let Some(auth) = &shared.auth
+                && auth.answered(&shared.server, status.as_u16(), response.headers())
+                && !nonce_retried
+            {
+                nonce_retried = true;
+                continue;
+            }
             let location = response
                 .headers()
                 .get(LOCATION)
@@ -261,6 +300,7 @@ impl GuardedHttp {
                         shared.health.record_failure(e.to_string());
                     })?;
                     crossing = !withheld && next.origin() != url.origin();
+                    hop += 1;
                     if status == StatusCode::SEE_OTHER
                         || (matches!(status, StatusCode::MOVED_PERMANENTLY | StatusCode::FOUND)
                             && method == Method::POST)
@@ -297,8 +337,6 @@ impl GuardedHttp {
                 _ => return Ok((response, url)),
             }
         }
-        // The loop returns on its last iteration; this is the same failure.
-        Err(HttpFailure::TooManyRedirects(shared.server.clone()))
     }
 
     fn next_hop(&self, from: &Url, location: &str) -> Result<Url, HttpFailure> {

@@ -7,14 +7,18 @@
 //! encrypted, where `serve` finds it. `status` reads the stored grants and
 //! contacts nobody. `logout` forgets a stored grant (the authorization
 //! server is not told: the client has no revocation). No token, secret or
-//! code is ever printed.
+//! code is ever printed. An upstream with an unattended grant (workload
+//! identity, enterprise-managed) needs no browser: `login` runs the grant
+//! once and stores it, as `serve` would.
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
 use portcullis_gateway::oauth::{self, GrantKeeper};
-use portcullis_upstream::oauth::{Challenge, Grant, LoopbackRedirect, OAuthClient, OAuthError};
+use portcullis_upstream::oauth::{
+    Challenge, Grant, LoopbackRedirect, OAuthClient, OAuthError, UserAgent,
+};
 use serde::Serialize;
 
 use crate::Exit;
@@ -130,19 +134,29 @@ async fn login(
 ) -> anyhow::Result<Exit> {
     let name = args.upstream.as_str();
     let upstream = oauth_upstream(config, name).map_err(anyhow::Error::msg)?;
-    let port = upstream.oauth.as_ref().map_or(0, |o| o.redirect_port);
-    let redirect = LoopbackRedirect::bind(
-        port,
-        oauth::REDIRECT_PATH,
-        show(name.to_owned(), args.no_browser),
-    )
-    .await
-    .with_context(|| {
-        format!(
-            "cannot listen on 127.0.0.1:{port} for the login's redirect; free that port, or set [upstreams.{name}.oauth] redirect_port (0: any free port)"
+    let unattended = upstream.oauth.as_ref().is_some_and(|o| o.unattended());
+    let (client, agent): (OAuthClient, Box<dyn UserAgent>) = if unattended {
+        // No browser: the grant runs by itself.
+        let client = oauth::client(upstream, oauth::redirect_uri(0)).await?;
+        let agent = Box::new(client.follow_redirects());
+        (client, agent)
+    } else {
+        let port = upstream.oauth.as_ref().map_or(0, |o| o.redirect_port);
+        let redirect = LoopbackRedirect::bind(
+            port,
+            oauth::REDIRECT_PATH,
+            show(name.to_owned(), args.no_browser),
         )
-    })?;
-    let client = oauth::client(upstream, redirect.redirect_uri().to_owned()).await?;
+        .await
+        .with_context(|| {
+            format!(
+                "cannot listen on 127.0.0.1:{port} for the login's redirect; free that port, or set [upstreams.{name}.oauth] redirect_port (0: any free port)"
+            )
+        })?;
+        let client = oauth::client(upstream, redirect.redirect_uri().to_owned()).await?;
+        (client, Box::new(redirect))
+    };
+    let redirect = agent.as_ref();
     // The server's own challenge says where to log in and for what scope.
     let challenge = probe(config, upstream, &client).await;
     let stored = match keeper.load(name).await {
@@ -160,10 +174,11 @@ async fn login(
                 error: Some("insufficient_scope".into()),
                 scopes: args.scopes.clone(),
                 resource_metadata: challenge.as_ref().and_then(|c| c.resource_metadata.clone()),
+                dpop: challenge.as_ref().is_some_and(|c| c.dpop),
             };
-            match client.step_up(&wanted, &redirect).await {
+            match client.step_up(&wanted, redirect).await {
                 // Nothing new to ask for: a plain login instead.
-                Err(OAuthError::StepUpLimit { .. }) => client.login(Some(&wanted), &redirect).await,
+                Err(OAuthError::StepUpLimit { .. }) => client.login(Some(&wanted), redirect).await,
                 other => other,
             }
         }
@@ -174,7 +189,7 @@ async fn login(
                     challenge.scopes.push(scope.clone());
                 }
             }
-            client.login(Some(&challenge), &redirect).await
+            client.login(Some(&challenge), redirect).await
         }
     };
     if let Err(error) = outcome {
@@ -193,7 +208,7 @@ async fn login(
         .await
         .map_err(anyhow::Error::msg)
         .context("the login worked but could not be stored")?;
-    outln!("logged in to {name}: {}", describe(&grant));
+    outln!("logged in to {name}: {}", describe(&grant, unattended));
     Ok(Exit::Success)
 }
 
@@ -215,8 +230,9 @@ async fn probe(config: &Config, upstream: &Upstream, client: &OAuthClient) -> Op
     client.take_challenge().map(|(_, challenge)| challenge)
 }
 
-/// One line about a grant: issuer, scopes, expiry, refreshable. No token.
-fn describe(grant: &Grant) -> String {
+/// One line about a grant: issuer, scopes, expiry, refreshable (an
+/// unattended grant is renewed by running it again). No token.
+fn describe(grant: &Grant, unattended: bool) -> String {
     let scopes = if grant.scopes.is_empty() {
         "no scopes".to_owned()
     } else {
@@ -233,7 +249,7 @@ fn describe(grant: &Grant) -> String {
         }
         None => "no expiry given".to_owned(),
     };
-    let refresh = if grant.refresh_token.is_some() || grant.client_credentials {
+    let refresh = if grant.refresh_token.is_some() || grant.client_credentials || unattended {
         "refreshable"
     } else {
         "not refreshable"
@@ -271,12 +287,17 @@ struct StatusRow {
     refreshable: bool,
     /// Why it needs a login.
     reason: Option<String>,
+    /// How its grant is obtained: `login` (a person), `workload identity
+    /// (jwt-bearer)` or `enterprise-managed (ID-JAG)`.
+    grant: &'static str,
 }
 
 impl StatusRow {
-    fn of(upstream: &str, stored: Result<Option<Grant>, String>) -> StatusRow {
+    fn of(upstream: &Upstream, stored: Result<Option<Grant>, String>) -> StatusRow {
+        let oauth = upstream.oauth.as_ref();
+        let unattended = oauth.is_some_and(|o| o.unattended());
         let mut row = StatusRow {
-            upstream: upstream.to_owned(),
+            upstream: upstream.name.clone(),
             logged_in: false,
             needs_login: true,
             issuer: None,
@@ -284,10 +305,13 @@ impl StatusRow {
             scopes: Vec::new(),
             refreshable: false,
             reason: None,
+            grant: oauth.map_or("login", |o| o.grant.describe()),
         };
         match stored {
             Ok(Some(grant)) => {
-                row.refreshable = grant.refresh_token.is_some() || grant.client_credentials;
+                // An unattended grant is renewed by running it again.
+                row.refreshable =
+                    grant.refresh_token.is_some() || grant.client_credentials || unattended;
                 let expired = grant.expires_at.is_some_and(|at| at <= now());
                 row.logged_in = true;
                 row.needs_login = expired && !row.refreshable;
@@ -317,10 +341,7 @@ async fn status(
         {
             continue;
         }
-        rows.push(StatusRow::of(
-            &upstream.name,
-            keeper.load(&upstream.name).await,
-        ));
+        rows.push(StatusRow::of(upstream, keeper.load(&upstream.name).await));
     }
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&rows)?);
@@ -336,21 +357,23 @@ async fn status(
                         },
                     );
                     format!(
-                        "{}: logged in; issuer {issuer}; scopes [{}]; {expiry}; {}",
+                        "{}: logged in; issuer {issuer}; scopes [{}]; {expiry}; {}; grant: {}",
                         row.upstream,
                         row.scopes.join(" "),
                         if row.refreshable {
                             "refreshable"
                         } else {
                             "not refreshable"
-                        }
+                        },
+                        row.grant
                     )
                 }
                 _ => format!(
-                    "{}: needs login ({}): run `{}`",
+                    "{}: needs login ({}): run `{}`; grant: {}",
                     row.upstream,
                     row.reason.as_deref().unwrap_or("not logged in"),
-                    oauth::login_command(&row.upstream)
+                    oauth::login_command(&row.upstream),
+                    row.grant
                 ),
             };
             outln!("{}", crate::redact::text(&line));

@@ -157,9 +157,12 @@ pub fn summarize(config: &Config) -> (String, Vec<Finding>) {
             .map_or_else(String::new, |ms| format!("; timeout {ms} ms"));
         // Whether it logs in, never with what (the secret stays out).
         let login = match &upstream.oauth {
-            Some(o) if o.client_id.is_some() => "; logs in with OAuth (pre-registered client)",
-            Some(_) => "; logs in with OAuth",
-            None => "",
+            Some(o) if o.unattended() => format!("; logs in with OAuth: {}", o.grant.describe()),
+            Some(o) if o.client_id.is_some() => {
+                "; logs in with OAuth (pre-registered client)".into()
+            }
+            Some(_) => "; logs in with OAuth".into(),
+            None => String::new(),
         };
         let _ = writeln!(
             out,

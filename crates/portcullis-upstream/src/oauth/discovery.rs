@@ -28,7 +28,7 @@ use url::Url;
 
 use super::{OAuthError, OAuthHttp};
 
-/// A parsed `WWW-Authenticate: Bearer …` challenge.
+/// A parsed `WWW-Authenticate: Bearer …` (or `DPoP …`) challenge.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Challenge {
     /// The `error` parameter (`invalid_token`, `insufficient_scope`, …).
@@ -37,14 +37,19 @@ pub struct Challenge {
     pub scopes: Vec<String>,
     /// The `resource_metadata` parameter (RFC 9728 §5.1).
     pub resource_metadata: Option<String>,
+    /// The server challenged with the `DPoP` scheme and not `Bearer`: it
+    /// accepts DPoP-bound tokens only (RFC 9449 §7.1).
+    pub dpop: bool,
 }
 
 impl Challenge {
     /// Parses the value of a `WWW-Authenticate` header; `None` when it holds
-    /// no `Bearer` challenge. Parameters of other schemes are ignored.
+    /// no `Bearer` or `DPoP` challenge. Parameters of other schemes are
+    /// ignored.
     pub fn parse(header: &str) -> Option<Challenge> {
         let mut rest = header.trim();
         let mut found = None;
+        let (mut bearer, mut dpop) = (false, false);
         // Schemes and their parameters, comma separated; a token that is not
         // followed by `=` starts a new scheme.
         let mut in_bearer = false;
@@ -75,12 +80,19 @@ impl Challenge {
                 if token.is_empty() {
                     break;
                 }
-                in_bearer = token.eq_ignore_ascii_case("bearer");
+                let is_bearer = token.eq_ignore_ascii_case("bearer");
+                let is_dpop = token.eq_ignore_ascii_case("dpop");
+                bearer |= is_bearer;
+                dpop |= is_dpop;
+                in_bearer = is_bearer || is_dpop;
                 if in_bearer {
                     found.get_or_insert_with(Challenge::default);
                 }
                 rest = after;
             }
+        }
+        if let Some(challenge) = found.as_mut() {
+            challenge.dpop = dpop && !bearer;
         }
         found
     }
@@ -126,6 +138,9 @@ pub struct ResourceMetadata {
     /// Scopes the resource understands.
     #[serde(default)]
     pub scopes_supported: Option<Vec<String>>,
+    /// RFC 9449 §5.2: the resource accepts DPoP-bound tokens only.
+    #[serde(default)]
+    pub dpop_bound_access_tokens_required: Option<bool>,
 }
 
 /// Authorization-server metadata (RFC 8414 §2), the fields used.
@@ -133,7 +148,9 @@ pub struct ResourceMetadata {
 pub struct ServerMetadata {
     /// The issuer identifier.
     pub issuer: String,
-    /// Where the person is sent to authorize.
+    /// Where the person is sent to authorize (empty: none, a server of
+    /// machine grants only).
+    #[serde(default)]
     pub authorization_endpoint: String,
     /// Where codes and refresh tokens are exchanged.
     pub token_endpoint: String,
@@ -158,6 +175,9 @@ pub struct ServerMetadata {
     /// Client ID metadata documents accepted as `client_id`.
     #[serde(default)]
     pub client_id_metadata_document_supported: Option<bool>,
+    /// RFC 9449 §5.1: the algorithms it accepts DPoP proofs signed with.
+    #[serde(default)]
+    pub dpop_signing_alg_values_supported: Option<Vec<String>>,
 }
 
 impl ServerMetadata {
@@ -338,6 +358,7 @@ async fn legacy(http: &OAuthHttp, server: &Url) -> Result<Discovered, OAuthError
                 token_endpoint_auth_methods_supported: None,
                 authorization_response_iss_parameter_supported: None,
                 client_id_metadata_document_supported: None,
+                dpop_signing_alg_values_supported: None,
             },
         ),
     };
@@ -371,12 +392,20 @@ fn checked(
         .code_challenge_methods_supported
         .as_ref()
         .is_some_and(|m| m.iter().any(|m| m == "S256"));
-    if !s256 {
+    // PKCE guards the authorization code; a server that lists its grants
+    // without that one (machine grants only) has nothing for it to guard.
+    let code_flow = metadata
+        .grant_types_supported
+        .as_ref()
+        .is_none_or(|g| g.iter().any(|t| t == "authorization_code"));
+    if !s256 && code_flow {
         return Err(OAuthError::PkceUnsupported {
             issuer: issuer.to_owned(),
         });
     }
-    http.endpoint(&metadata.authorization_endpoint)?;
+    if code_flow || !metadata.authorization_endpoint.is_empty() {
+        http.endpoint(&metadata.authorization_endpoint)?;
+    }
     http.endpoint(&metadata.token_endpoint)?;
     if let Some(registration) = &metadata.registration_endpoint {
         http.endpoint(registration)?;

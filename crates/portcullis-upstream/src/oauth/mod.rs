@@ -15,6 +15,9 @@
 //! | code + PKCE S256 + `resource`, `state` and `iss` checked | [`authorization`] (private) |
 //! | code redeemed, grant refreshed | [`tokens`] |
 //! | the person's browser comes back to a loopback listener | [`redirect`] |
+//! | DPoP-bound tokens: proofs, nonces, the key kept in the grant | [`dpop`] |
+//! | unattended: a JWT given to the client is the grant (RFC 7523) | [`jwt_bearer`] |
+//! | enterprise-managed: ID token exchanged for an ID-JAG (RFC 8693) | [`token_exchange`] |
 //!
 //! What is checked: every discovery, registration and token request passes
 //! the server's SSRF guard ([`crate::hosts`]: the same allow-list and reach
@@ -27,8 +30,12 @@
 //! bound to its issuer and never shown to another; step-up re-authorizes
 //! with the union of the scopes asked so far and the challenged ones, at
 //! most [`MAX_STEP_UPS`] times, and never for a scope already asked for.
-//! Tokens, client secrets and PKCE verifiers never appear in a log line,
-//! an error or a `Debug` output.
+//! Tokens, client secrets, PKCE verifiers and the JWTs of unattended
+//! grants (a workload's token, an ID token, an ID-JAG) never appear in a
+//! log line, an error or a `Debug` output. An unattended grant
+//! ([`OAuthSettings::assertion_grant`]) involves no person: no
+//! registration, no browser; its identity provider is reached through the
+//! same guard.
 //!
 //! Why this shape: rmcp's `auth` feature has a complete client
 //! (`OAuthState`), but it runs discovery with its own HTTP stack and its own
@@ -45,8 +52,11 @@
 pub mod assertion;
 pub(crate) mod authorization;
 pub mod discovery;
+pub mod dpop;
+pub mod jwt_bearer;
 pub mod redirect;
 pub mod registration;
+pub mod token_exchange;
 pub mod tokens;
 
 use std::collections::HashMap;
@@ -61,8 +71,11 @@ use crate::config::is_loopback_host;
 use crate::hosts::{GuardedResolver, HostGuard, Reach};
 pub use assertion::ClientKey;
 pub use discovery::{Challenge, Discovered};
+pub use dpop::DpopKey;
+pub use jwt_bearer::{AssertionGrant, AssertionSource};
 pub use redirect::LoopbackRedirect;
 pub use registration::{RegisteredClient, TokenAuth};
+pub use token_exchange::{EnterpriseIdp, IdpEndpoint};
 pub use tokens::Grant;
 
 /// Step-ups (re-authorizations after `403 insufficient_scope`) allowed per
@@ -205,6 +218,51 @@ pub enum OAuthError {
         /// Why, without the key.
         reason: String,
     },
+    /// DPoP is asked for (by the server or the operator) but the
+    /// authorization server lists signing algorithms without `ES256`, the
+    /// one this client signs proofs with.
+    #[error(
+        "authorization server \"{issuer}\" supports DPoP only with [{algorithms}], not ES256; refusing to log in without the token binding asked for"
+    )]
+    DpopUnsupported {
+        /// The issuer.
+        issuer: String,
+        /// The algorithms it lists.
+        algorithms: String,
+    },
+    /// The server accepts DPoP-bound tokens only, and the operator turned
+    /// DPoP off for it.
+    #[error(
+        "MCP server \"{server}\" accepts DPoP-bound tokens only, but DPoP is turned off for it (oauth.dpop = false)"
+    )]
+    DpopRequired {
+        /// The server's name.
+        server: String,
+    },
+    /// A token response of another type than asked for (a Bearer token
+    /// answering a DPoP proof, or the reverse).
+    #[error("the token response is of type {found:?}, expected {expected}; refused")]
+    TokenType {
+        /// The type asked for.
+        expected: String,
+        /// The type received (truncated).
+        found: String,
+    },
+    /// A DPoP key or proof failed (never carries the key).
+    #[error("DPoP failed: {reason}")]
+    Dpop {
+        /// Why.
+        reason: String,
+    },
+    /// The assertion of a JWT bearer grant (or the ID token of an
+    /// enterprise-managed one) cannot be read.
+    #[error("the assertion {origin} is not usable: {reason}")]
+    Assertion {
+        /// Where it was read from (a file's path), never its content.
+        origin: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 /// How a client presents itself; all optional but the name and redirect.
@@ -231,6 +289,13 @@ pub struct OAuthSettings {
     /// authenticates with a signed assertion (`private_key_jwt`) instead
     /// of a secret.
     pub client_key: Option<ClientKey>,
+    /// DPoP-bound tokens ([`dpop`]): `None` when the servers ask for them
+    /// (the default), `Some(true)` always (a login fails rather than fall
+    /// back to Bearer), `Some(false)` never.
+    pub dpop: Option<bool>,
+    /// An unattended JWT bearer grant (workload identity or
+    /// enterprise-managed) instead of a person's login.
+    pub assertion_grant: Option<AssertionGrant>,
 }
 
 impl std::fmt::Debug for OAuthSettings {
@@ -247,6 +312,8 @@ impl std::fmt::Debug for OAuthSettings {
             .field("client_metadata_url", &self.client_metadata_url)
             .field("scopes", &self.scopes)
             .field("client_key", &self.client_key)
+            .field("dpop", &self.dpop)
+            .field("assertion_grant", &self.assertion_grant)
             .finish()
     }
 }
@@ -272,6 +339,8 @@ pub struct OAuthHttp {
     server: String,
     guard: HostGuard,
     http: reqwest::Client,
+    /// Set on a token request's copy: each request carries a DPoP proof.
+    dpop: Option<dpop::Prover>,
 }
 
 impl OAuthHttp {
@@ -290,7 +359,21 @@ impl OAuthHttp {
             server: server.to_owned(),
             guard,
             http,
+            dpop: None,
         })
+    }
+
+    /// This HTTP with a DPoP proof on each request (`None`: without).
+    fn proving(&self, prover: Option<dpop::Prover>) -> OAuthHttp {
+        OAuthHttp {
+            dpop: prover,
+            ..self.clone()
+        }
+    }
+
+    /// The key this HTTP proves possession of, if any.
+    pub(crate) fn dpop_key(&self) -> Option<&DpopKey> {
+        self.dpop.as_ref().map(|p| &p.key)
     }
 
     /// Parses an endpoint and holds it to the URL rules: https (http only
@@ -318,8 +401,20 @@ impl OAuthHttp {
         Ok(url)
     }
 
-    /// Sends one request, guarded; redirects are not followed.
+    /// Sends one request, guarded; redirects are not followed. With a
+    /// DPoP prover, the request carries a proof ([`dpop::send`]).
     pub(crate) async fn send(
+        &self,
+        request: http::Request<Vec<u8>>,
+    ) -> Result<http::Response<Vec<u8>>, OAuthError> {
+        match &self.dpop {
+            Some(prover) => dpop::send(self, prover, request).await,
+            None => self.send_plain(request).await,
+        }
+    }
+
+    /// [`OAuthHttp::send`] without a proof.
+    pub(crate) async fn send_plain(
         &self,
         request: http::Request<Vec<u8>>,
     ) -> Result<http::Response<Vec<u8>>, OAuthError> {
@@ -419,6 +514,19 @@ impl UserAgent for FollowRedirects {
     }
 }
 
+/// The agent of an unattended grant: no person, nothing to visit.
+struct NoAgent;
+
+impl UserAgent for NoAgent {
+    fn authorize<'a>(
+        &'a self,
+        _url: &'a Url,
+        _redirect_uri: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Result<Url, String>> + Send + 'a>> {
+        Box::pin(async { Err("an unattended grant involves no browser".to_owned()) })
+    }
+}
+
 /// Whether an authorization server offers `client_credentials` and not the
 /// authorization code grant.
 fn machine_only(metadata: &discovery::ServerMetadata) -> bool {
@@ -459,6 +567,8 @@ struct State {
     step_ups: u32,
     /// The last grant was refused (revoked, expired past refreshing).
     lost: bool,
+    /// Why an unattended grant was last refused (no secret in it).
+    refusal: Option<String>,
 }
 
 /// The OAuth client of one remote server. See the module doc. Clones
@@ -480,6 +590,8 @@ struct Shared {
     /// is locked only briefly meanwhile, so requests are not held up while
     /// a person is in their browser.
     login: tokio::sync::Mutex<()>,
+    /// The DPoP key of the grant held and the latest nonces.
+    dpop: Arc<dpop::Binding>,
 }
 
 /// Told of every change of a server's grant — a login, a refresh, a grant
@@ -522,6 +634,7 @@ impl OAuthClient {
             challenge: Mutex::new(None),
             on_grant: Mutex::new(None),
             login: tokio::sync::Mutex::new(()),
+            dpop: Arc::default(),
         })))
     }
 
@@ -541,6 +654,11 @@ impl OAuthClient {
     }
 
     fn changed(&self, grant: Option<&Grant>) {
+        // A refused grant keeps its key bound: a stale token is never
+        // presented as Bearer to a server it was bound for.
+        if let Some(grant) = grant {
+            self.0.dpop.bind(grant.dpop_key.clone());
+        }
         let listener = self
             .0
             .on_grant
@@ -625,6 +743,14 @@ impl OAuthClient {
         // Discovery runs each time: the server may have moved to another
         // authorization server since the last login.
         let discovered = discovery::discover(&self.0.http, &self.0.url, challenge).await?;
+        if let Some(assertion) = &self.0.settings.assertion_grant {
+            let scopes = if union.is_empty() {
+                self.scopes(challenge, &discovered)
+            } else {
+                union
+            };
+            return self.assertion_login(assertion, &discovered, scopes).await;
+        }
         let redirect_uri = self.0.settings.redirect_uri.as_str();
         let known = self
             .0
@@ -659,6 +785,8 @@ impl OAuthClient {
         } else {
             union
         };
+        let dpop = self.dpop_for(challenge, &discovered).await?;
+        let http = self.0.http.proving(dpop);
         let has_credentials =
             client.client_secret.is_some() || client.auth == TokenAuth::PrivateKeyJwt;
         if machine_only(&discovered.server) && has_credentials {
@@ -669,7 +797,7 @@ impl OAuthClient {
                 .filter(|s| s != "offline_access")
                 .collect();
             let grant = tokens::client_credentials(
-                &self.0.http,
+                &http,
                 &client,
                 self.0.settings.client_key.as_ref(),
                 &discovered.server.token_endpoint,
@@ -681,6 +809,18 @@ impl OAuthClient {
             self.granted(scopes, grant).await;
             return Ok(());
         }
+        // Discovery lets a server of machine grants only through without
+        // S256; a person's flow still needs it.
+        if !discovered
+            .server
+            .code_challenge_methods_supported
+            .as_ref()
+            .is_some_and(|m| m.iter().any(|m| m == "S256"))
+        {
+            return Err(OAuthError::PkceUnsupported {
+                issuer: discovered.issuer.clone(),
+            });
+        }
         let pending = authorization::request(&discovered, &client, redirect_uri, &scopes)?;
         let back = agent
             .authorize(&pending.url, redirect_uri)
@@ -688,7 +828,7 @@ impl OAuthClient {
             .map_err(OAuthError::UserAgent)?;
         let code = authorization::code_from(&back, redirect_uri, &pending, &discovered)?;
         let grant = tokens::redeem(
-            &self.0.http,
+            &http,
             &client,
             self.0.settings.client_key.as_ref(),
             &discovered.server.token_endpoint,
@@ -704,6 +844,34 @@ impl OAuthClient {
         Ok(())
     }
 
+    /// The DPoP prover of a login, if it uses DPoP ([`dpop::wanted`]): the
+    /// key of the grant held, if bound, else a new one.
+    async fn dpop_for(
+        &self,
+        challenge: Option<&Challenge>,
+        discovered: &Discovered,
+    ) -> Result<Option<dpop::Prover>, OAuthError> {
+        if !dpop::wanted(&self.0.server, self.0.settings.dpop, discovered, challenge)? {
+            return Ok(None);
+        }
+        let held = self
+            .0
+            .state
+            .lock()
+            .await
+            .grant
+            .as_ref()
+            .and_then(|g| g.dpop_key.clone());
+        let key = match held.or_else(|| self.0.dpop.key()) {
+            Some(key) => key,
+            None => DpopKey::generate()?,
+        };
+        Ok(Some(dpop::Prover {
+            key,
+            binding: self.0.dpop.clone(),
+        }))
+    }
+
     /// Keeps a new grant (and tells the listener).
     async fn granted(&self, scopes: Vec<String>, grant: Grant) {
         let mut state = self.0.state.lock().await;
@@ -711,6 +879,95 @@ impl OAuthClient {
         self.changed(Some(&grant));
         state.grant = Some(grant);
         state.lost = false;
+        state.refusal = None;
+    }
+
+    /// Whether this client's grant is unattended (a JWT bearer grant): it
+    /// is obtained with [`OAuthClient::obtain`] and renewed by running it
+    /// again, never by a person.
+    pub fn unattended(&self) -> Option<&AssertionGrant> {
+        self.0.settings.assertion_grant.as_ref()
+    }
+
+    /// Runs the unattended grant now (discovery from the well-known
+    /// locations, then the grant). Refused with
+    /// [`OAuthError::LoginRequired`] for a client without one.
+    pub async fn obtain(&self) -> Result<(), OAuthError> {
+        if self.0.settings.assertion_grant.is_none() {
+            return Err(OAuthError::LoginRequired {
+                server: self.0.server.clone(),
+                reason: "a person must log in: it has no unattended grant".into(),
+            });
+        }
+        let _login = self.0.login.lock().await;
+        self.0.state.lock().await.step_ups = 0;
+        self.authorize(None, Vec::new(), &NoAgent).await
+    }
+
+    /// Why the unattended grant was last refused, if it was (no secret in
+    /// it).
+    pub async fn refusal(&self) -> Option<String> {
+        self.0.state.lock().await.refusal.clone()
+    }
+
+    /// The JWT bearer grant at the discovered authorization server; a
+    /// refusal leaves the client needing a new grant, with the reason.
+    async fn assertion_login(
+        &self,
+        assertion: &AssertionGrant,
+        discovered: &Discovered,
+        scopes: Vec<String>,
+    ) -> Result<(), OAuthError> {
+        // The grant gives no refresh token to ask offline access for.
+        let scopes: Vec<String> = scopes
+            .into_iter()
+            .filter(|s| s != "offline_access")
+            .collect();
+        if let Some(types) = &discovered.server.grant_types_supported
+            && !types.iter().any(|t| t == jwt_bearer::GRANT_TYPE)
+        {
+            return Err(OAuthError::Discovery {
+                server: discovered.issuer.clone(),
+                reason: format!(
+                    "the authorization server does not offer the JWT bearer grant ({})",
+                    jwt_bearer::GRANT_TYPE
+                ),
+            });
+        }
+        let client = jwt_bearer::client_for(&self.0.settings, discovered);
+        let target = jwt_bearer::Target {
+            issuer: &discovered.issuer,
+            token_endpoint: &discovered.server.token_endpoint,
+            resource: &discovered.resource,
+        };
+        let outcome = jwt_bearer::obtain(
+            &self.0.http,
+            assertion,
+            &client,
+            self.0.settings.client_key.as_ref(),
+            &target,
+            &scopes,
+        )
+        .await;
+        match outcome {
+            Ok(grant) => {
+                tracing::info!(server = %self.0.server, issuer = %grant.issuer, grant = assertion.describe(), "upstream granted");
+                self.granted(scopes, grant).await;
+                Ok(())
+            }
+            Err(e) => {
+                if matches!(e, OAuthError::Token { .. } | OAuthError::Assertion { .. }) {
+                    let mut state = self.0.state.lock().await;
+                    let had = state.grant.take().is_some();
+                    state.lost = true;
+                    state.refusal = Some(e.to_string());
+                    if had {
+                        self.changed(None);
+                    }
+                }
+                Err(e)
+            }
+        }
     }
 
     /// The scopes of a first authorization: configured ones, else the
@@ -769,7 +1026,18 @@ impl OAuthClient {
     }
 
     async fn refresh_locked(&self, state: &mut State, grant: &Grant) -> Result<String, OAuthError> {
-        match tokens::refresh(&self.0.http, grant, self.0.settings.client_key.as_ref()).await? {
+        if let Some(assertion) = &self.0.settings.assertion_grant {
+            return self.renew_locked(state, grant, assertion).await;
+        }
+        // A DPoP-bound grant is refreshed with its own key.
+        let http = self
+            .0
+            .http
+            .proving(grant.dpop_key.clone().map(|key| dpop::Prover {
+                key,
+                binding: self.0.dpop.clone(),
+            }));
+        match tokens::refresh(&http, grant, self.0.settings.client_key.as_ref()).await? {
             Some(fresh) => {
                 let token = fresh.access_token.clone();
                 self.changed(Some(&fresh));
@@ -786,7 +1054,55 @@ impl OAuthClient {
         }
     }
 
+    /// Renews an unattended grant by running it again (the assertion read
+    /// afresh); refused, the client needs a new grant.
+    async fn renew_locked(
+        &self,
+        state: &mut State,
+        grant: &Grant,
+        assertion: &AssertionGrant,
+    ) -> Result<String, OAuthError> {
+        let target = jwt_bearer::Target {
+            issuer: &grant.issuer,
+            token_endpoint: &grant.token_endpoint,
+            resource: &grant.resource,
+        };
+        match jwt_bearer::obtain(
+            &self.0.http,
+            assertion,
+            &grant.client,
+            self.0.settings.client_key.as_ref(),
+            &target,
+            &grant.scopes,
+        )
+        .await
+        {
+            Ok(fresh) => {
+                let token = fresh.access_token.clone();
+                self.changed(Some(&fresh));
+                state.grant = Some(fresh);
+                state.refusal = None;
+                Ok(token)
+            }
+            Err(e @ (OAuthError::Token { .. } | OAuthError::Assertion { .. })) => {
+                state.grant = None;
+                state.lost = true;
+                state.refusal = Some(e.to_string());
+                self.changed(None);
+                tracing::warn!(server = %self.0.server, grant = assertion.describe(), "upstream grant refused on renewal: {e}");
+                Err(self.login_required(state))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     fn login_required(&self, state: &State) -> OAuthError {
+        if let Some(refusal) = &state.refusal {
+            return OAuthError::LoginRequired {
+                server: self.0.server.clone(),
+                reason: refusal.clone(),
+            };
+        }
         OAuthError::LoginRequired {
             server: self.0.server.clone(),
             reason: if state.lost {
@@ -825,13 +1141,16 @@ impl OAuthClient {
             .clients
             .insert(grant.issuer.clone(), grant.client.clone());
         state.requested = grant.scopes.clone();
+        self.0.dpop.bind(grant.dpop_key.clone());
         state.grant = Some(grant);
         state.lost = false;
+        state.refusal = None;
     }
 
     /// Forgets the grant and registrations.
     pub async fn logout(&self) {
         *self.0.state.lock().await = State::default();
+        self.0.dpop.clear();
         self.changed(None);
     }
 }
@@ -866,6 +1185,22 @@ impl crate::credentials::AuthResolver for OAuthClient {
             .challenge
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = Some((status, challenge));
+    }
+
+    fn present(
+        &self,
+        token: &str,
+        method: &str,
+        url: &Url,
+    ) -> Result<crate::credentials::Presentation, String> {
+        self.0
+            .dpop
+            .present(token, method, url)
+            .map_err(|e| e.to_string())
+    }
+
+    fn answered(&self, _server: &str, status: u16, headers: &http::HeaderMap) -> bool {
+        self.0.dpop.answered(status, headers)
     }
 }
 

@@ -16,6 +16,7 @@ use oauth2::{
 use serde::{Deserialize, Serialize};
 
 use super::assertion::{ASSERTION_TYPE, ClientKey};
+use super::dpop::{self, DpopKey};
 use super::registration::{RegisteredClient, TokenAuth};
 use super::{OAuthError, OAuthHttp};
 
@@ -52,6 +53,10 @@ pub struct Grant {
     /// grant): renewed the same way when it expires, no person involved.
     #[serde(default)]
     pub client_credentials: bool,
+    /// The DPoP key its tokens are bound to ([`super::dpop`]); `None`: a
+    /// Bearer grant. Kept with the grant, so sealed wherever it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dpop_key: Option<DpopKey>,
 }
 
 impl std::fmt::Debug for Grant {
@@ -66,6 +71,7 @@ impl std::fmt::Debug for Grant {
             )
             .field("expires_at", &self.expires_at)
             .field("scopes", &self.scopes)
+            .field("dpop", &self.dpop_key.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -161,16 +167,19 @@ fn token_failure(
     }
 }
 
+/// The grant a token response makes; refused when its `token_type` is not
+/// the one asked for (DPoP when the template is bound to a key).
 fn grant_from(
     response: &oauth2::basic::BasicTokenResponse,
     template: Grant,
     requested: &[String],
-) -> Grant {
+) -> Result<Grant, OAuthError> {
+    dpop::check_token_type(response.token_type().as_ref(), template.dpop_key.is_some())?;
     let scopes = match response.scopes() {
         Some(granted) => granted.iter().map(|s| s.to_string()).collect(),
         None => requested.to_vec(),
     };
-    Grant {
+    Ok(Grant {
         access_token: response.access_token().secret().clone(),
         refresh_token: response
             .refresh_token()
@@ -187,7 +196,7 @@ fn grant_from(
         }),
         scopes,
         ..template
-    }
+    })
 }
 
 /// Redeems an authorization code.
@@ -218,7 +227,7 @@ pub(crate) async fn redeem(
         .request_async(http)
         .await
         .map_err(|e| token_failure(e).1)?;
-    Ok(grant_from(
+    grant_from(
         &response,
         Grant {
             issuer: registered.issuer.clone(),
@@ -231,9 +240,10 @@ pub(crate) async fn redeem(
             refresh_at: None,
             scopes: scopes.to_vec(),
             client_credentials: false,
+            dpop_key: http.dpop_key().cloned(),
         },
         scopes,
-    ))
+    )
 }
 
 /// The `client_credentials` grant: the client's own credentials, no person
@@ -259,7 +269,7 @@ pub(crate) async fn client_credentials(
         .request_async(http)
         .await
         .map_err(|e| token_failure(e).1)?;
-    Ok(grant_from(
+    grant_from(
         &response,
         Grant {
             issuer: registered.issuer.clone(),
@@ -272,9 +282,10 @@ pub(crate) async fn client_credentials(
             refresh_at: None,
             scopes: scopes.to_vec(),
             client_credentials: true,
+            dpop_key: http.dpop_key().cloned(),
         },
         scopes,
-    ))
+    )
 }
 
 /// Refreshes `grant`. `Ok(None)`: the server refused the refresh token
@@ -314,7 +325,7 @@ pub(crate) async fn refresh(
         request = request.add_extra_param(name, value);
     }
     match request.request_async(http).await {
-        Ok(response) => Ok(Some(grant_from(&response, grant.clone(), &grant.scopes))),
+        Ok(response) => grant_from(&response, grant.clone(), &grant.scopes).map(Some),
         Err(e) => match token_failure(e) {
             (Some(BasicErrorResponseType::InvalidGrant), _) => Ok(None),
             (_, error) => Err(error),
@@ -344,9 +355,12 @@ mod tests {
             refresh_at: None,
             scopes: vec![],
             client_credentials: false,
+            dpop_key: Some(DpopKey::generate().unwrap()),
         };
         let shown = format!("{grant:?}");
         assert!(!shown.contains("s3cret"), "{shown}");
+        let key = serde_json::to_value(&grant.dpop_key).unwrap();
+        assert!(!shown.contains(key.as_str().unwrap()), "{shown}");
         assert!(grant.expiring());
     }
 }

@@ -1713,6 +1713,7 @@ mod oauth {
             error: Some("insufficient_scope".into()),
             scopes: vec!["mcp:read".into()],
             resource_metadata: None,
+            dpop: false,
         };
         oauth
             .login(Some(&repeated), &oauth.follow_redirects())
@@ -2132,5 +2133,560 @@ mod oauth_machine {
         assert_eq!(text(&result), "again");
         assert_eq!(auth.token_requests.lock().unwrap().len(), 2);
         toolset.close().await;
+    }
+}
+
+// DPoP (RFC 9449) against an authorization server and a protected server on
+// loopback that verify every proof (signature with the header's key, htm,
+// htu, iat, jti, ath, the key the token is bound to, nonces).
+mod oauth_dpop {
+    use super::*;
+    use portcullis_upstream::oauth::{OAuthClient, OAuthError, OAuthSettings};
+    use std::sync::Mutex;
+
+    async fn client(server: &Server, dpop: Option<bool>) -> OAuthClient {
+        let settings = OAuthSettings {
+            client_name: "portcullis tests".into(),
+            redirect_uri: "http://127.0.0.1:9/callback".into(),
+            dpop,
+            ..OAuthSettings::default()
+        };
+        OAuthClient::new("docs", &server.mcp_url(), None, settings)
+            .await
+            .expect("an OAuth client")
+    }
+
+    async fn open(server: &Server, oauth: &OAuthClient) -> Toolset {
+        connect(
+            vec![McpServerConfig::streamable_http("docs", server.mcp_url())],
+            ConnectOptions::default().with_server_auth("docs", oauth.clone()),
+        )
+        .await
+        .expect("connect")
+    }
+
+    /// Logs in from the server's own challenge.
+    async fn login(server: &Server, oauth: &OAuthClient) -> Result<(), OAuthError> {
+        let refused = open(server, oauth).await;
+        assert!(refused.tools().is_empty());
+        refused.close().await;
+        let (_, challenge) = oauth.take_challenge().expect("a 401 challenge");
+        oauth
+            .login(Some(&challenge), &oauth.follow_redirects())
+            .await
+    }
+
+    async fn call(toolset: &Toolset, message: &str) -> Result<String, CallError> {
+        let echo = toolset
+            .tools()
+            .into_iter()
+            .map(|t| t.name)
+            .find(|n| n.ends_with("echo"))
+            .expect("the fixture's echo tool");
+        toolset
+            .call(
+                &echo,
+                Some(json!({"message": message})),
+                &CallContext::default(),
+            )
+            .await
+            .map(|r| text(&r))
+    }
+
+    fn dpop_server(auth: &AuthState) {
+        *auth.dpop_algs.lock().unwrap() = Some(vec!["ES256".into()]);
+    }
+
+    #[tokio::test]
+    async fn oauth_dpop_binds_every_request_and_the_refresh_to_one_key() {
+        let (_as, auth) = auth_server(Iss::Correct).await;
+        dpop_server(&auth);
+        let protection = Arc::new(Protection {
+            scope: "mcp:read".into(),
+            sessions: true,
+            ..Protection::default()
+        });
+        let server = protected_fixture(auth.clone(), protection.clone()).await;
+        let oauth = client(&server, None).await;
+        login(&server, &oauth).await.expect("login");
+        let grant = oauth.grant().await.expect("a grant");
+        let key = grant.dpop_key.clone().expect("a DPoP-bound grant");
+        // The code was redeemed with a proof by that key; the token is bound.
+        let proofs = auth.dpop_token_proofs.lock().unwrap().clone();
+        assert_eq!(proofs, [(Some(key.thumbprint().to_owned()), None)]);
+        assert_eq!(
+            auth.dpop_bound.lock().unwrap().get(&grant.access_token),
+            Some(&key.thumbprint().to_owned())
+        );
+
+        let toolset = open(&server, &oauth).await;
+        assert_eq!(call(&toolset, "hi").await.expect("the call"), "hi");
+        // The access token expires: refreshed with the same key (the
+        // refresh token is bound to it), and the next call uses the new one.
+        auth.expire_access_tokens();
+        let mut due = oauth.grant().await.unwrap();
+        due.refresh_at = Some(0);
+        oauth.restore(due).await;
+        assert_eq!(call(&toolset, "again").await.expect("refreshed"), "again");
+        let refreshed = oauth.grant().await.unwrap();
+        assert_ne!(refreshed.access_token, grant.access_token);
+        assert_eq!(
+            refreshed
+                .dpop_key
+                .as_ref()
+                .map(|k| k.thumbprint().to_owned()),
+            Some(key.thumbprint().to_owned())
+        );
+        let requests = auth.token_requests.lock().unwrap().clone();
+        assert_eq!(requests.last().unwrap()["grant_type"], "refresh_token");
+        toolset.close().await;
+        // close() ends the session with a DELETE, in the background.
+        assert!(
+            eventually(WAIT, || protection
+                .dpop_seen
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|(m, _, _)| m == "DELETE"))
+            .await
+        );
+
+        // Every request that carried a bound token carried it as DPoP, with
+        // a valid proof by the key: the POSTs, the event stream's GET and
+        // the session's DELETE.
+        let seen = protection.dpop_seen.lock().unwrap().clone();
+        for (method, scheme, verified) in &seen {
+            assert_eq!(scheme, "DPoP", "{method} presented the token as {scheme}");
+            assert_eq!(
+                verified.as_deref(),
+                Ok(key.thumbprint()),
+                "{method}: {verified:?}"
+            );
+        }
+        for method in ["POST", "GET", "DELETE"] {
+            assert!(
+                seen.iter().any(|(m, _, _)| m == method),
+                "no {method} with a proof: {seen:?}"
+            );
+        }
+        // The key never shows.
+        let kept = serde_json::to_string(&refreshed).unwrap();
+        let private = serde_json::to_value(&key).unwrap();
+        let private = private.as_str().unwrap();
+        assert!(kept.contains(private), "the grant keeps its key");
+        assert!(!format!("{refreshed:?}{oauth:?}{key:?}").contains(private));
+    }
+
+    #[tokio::test]
+    async fn oauth_dpop_nonces_from_both_servers_are_retried_once_and_kept() {
+        let (_as, auth) = auth_server(Iss::Correct).await;
+        dpop_server(&auth);
+        *auth.dpop_nonce.lock().unwrap() = Some("as-nonce-1".into());
+        let protection = Arc::new(Protection {
+            scope: "mcp:read".into(),
+            dpop_only: true,
+            dpop_nonce: Mutex::new(Some("rs-nonce-1".into())),
+            ..Protection::default()
+        });
+        let server = protected_fixture(auth.clone(), protection.clone()).await;
+        let oauth = client(&server, None).await;
+        login(&server, &oauth).await.expect("login");
+        // The token request was refused once for want of the nonce, then
+        // made again with it.
+        let nonces: Vec<_> = auth
+            .dpop_token_proofs
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, n)| n.clone())
+            .collect();
+        assert_eq!(nonces, [None, Some("as-nonce-1".into())]);
+
+        let toolset = open(&server, &oauth).await;
+        assert_eq!(call(&toolset, "one").await.expect("the call"), "one");
+        assert_eq!(call(&toolset, "two").await.expect("the call"), "two");
+        // One refusal: every later request carried the nonce kept.
+        assert_eq!(protection.dpop_nonce_refusals.load(Ordering::SeqCst), 1);
+        // The server moves to a new nonce: one more refusal, one retry.
+        *protection.dpop_nonce.lock().unwrap() = Some("rs-nonce-2".into());
+        assert_eq!(call(&toolset, "three").await.expect("the call"), "three");
+        assert_eq!(protection.dpop_nonce_refusals.load(Ordering::SeqCst), 2);
+
+        // A refresh carries the authorization server's nonce at once.
+        auth.expire_access_tokens();
+        let mut due = oauth.grant().await.unwrap();
+        due.refresh_at = Some(0);
+        oauth.restore(due).await;
+        assert_eq!(call(&toolset, "four").await.expect("refreshed"), "four");
+        let last = auth.dpop_token_proofs.lock().unwrap().last().cloned();
+        assert_eq!(last.and_then(|(_, n)| n).as_deref(), Some("as-nonce-1"));
+        assert_eq!(auth.dpop_token_proofs.lock().unwrap().len(), 3);
+        toolset.close().await;
+    }
+
+    #[tokio::test]
+    async fn oauth_dpop_refuses_what_the_servers_get_wrong() {
+        // A Bearer token answering a proof.
+        let (_as, auth) = auth_server(Iss::Correct).await;
+        dpop_server(&auth);
+        auth.dpop_unbound.store(true, Ordering::SeqCst);
+        let server = protected_fixture(auth.clone(), Arc::default()).await;
+        let oauth = client(&server, None).await;
+        let outcome = login(&server, &oauth).await;
+        assert!(
+            matches!(&outcome, Err(OAuthError::TokenType { expected, .. }) if expected == "DPoP"),
+            "{outcome:?}"
+        );
+        assert!(oauth.grant().await.is_none());
+
+        // A server that accepts bound tokens only, behind an authorization
+        // server that cannot verify ES256 proofs; and the same server with
+        // DPoP turned off by the operator.
+        let (_as, auth) = auth_server(Iss::Correct).await;
+        *auth.dpop_algs.lock().unwrap() = Some(vec!["RS256".into()]);
+        let protection = Arc::new(Protection {
+            dpop_only: true,
+            ..Protection::default()
+        });
+        let server = protected_fixture(auth.clone(), protection).await;
+        let oauth = client(&server, None).await;
+        let outcome = login(&server, &oauth).await;
+        assert!(
+            matches!(&outcome, Err(OAuthError::DpopUnsupported { algorithms, .. }) if algorithms == "RS256"),
+            "{outcome:?}"
+        );
+        let off = client(&server, Some(false)).await;
+        let outcome = login(&server, &off).await;
+        assert!(
+            matches!(&outcome, Err(OAuthError::DpopRequired { .. })),
+            "{outcome:?}"
+        );
+        // Neither reached the token endpoint.
+        assert!(auth.token_requests.lock().unwrap().is_empty());
+
+        // Turned off at a server that merely offers DPoP: Bearer, no proof.
+        let (_as, auth) = auth_server(Iss::Correct).await;
+        dpop_server(&auth);
+        let protection = Arc::new(Protection::default());
+        let server = protected_fixture(auth.clone(), protection.clone()).await;
+        let oauth = client(&server, Some(false)).await;
+        login(&server, &oauth).await.expect("login");
+        assert!(oauth.grant().await.unwrap().dpop_key.is_none());
+        assert_eq!(*auth.dpop_token_proofs.lock().unwrap(), [(None, None)]);
+        let toolset = open(&server, &oauth).await;
+        assert_eq!(call(&toolset, "plain").await.expect("the call"), "plain");
+        toolset.close().await;
+    }
+}
+
+// Unattended JWT bearer grants (RFC 7523): a workload's own JWT, and the
+// enterprise-managed flow (ID token -> ID-JAG at the identity provider by
+// token exchange, then the ID-JAG at the authorization server). Real HTTP
+// on loopback; each server checks every parameter it is sent.
+mod oauth_assertion {
+    use super::*;
+    use portcullis_upstream::oauth::{
+        AssertionGrant, AssertionSource, AuthStatus, EnterpriseIdp, IdpEndpoint, OAuthClient,
+        OAuthError, OAuthSettings,
+    };
+
+    async fn open(server: &Server, oauth: &OAuthClient) -> Toolset {
+        connect(
+            vec![McpServerConfig::streamable_http("docs", server.mcp_url())],
+            ConnectOptions::default().with_server_auth("docs", oauth.clone()),
+        )
+        .await
+        .expect("connect")
+    }
+
+    async fn echo(toolset: &Toolset, message: &str) -> Result<String, CallError> {
+        let name = toolset
+            .tools()
+            .into_iter()
+            .map(|t| t.name)
+            .find(|n| n.ends_with("echo"))
+            .expect("the fixture's echo tool");
+        toolset
+            .call(
+                &name,
+                Some(json!({"message": message})),
+                &CallContext::default(),
+            )
+            .await
+            .map(|r| text(&r))
+    }
+
+    /// Makes the grant due for renewal.
+    async fn expire(oauth: &OAuthClient) {
+        let mut grant = oauth.grant().await.expect("a grant");
+        grant.expires_at = Some(0);
+        grant.refresh_at = Some(0);
+        oauth.restore(grant).await;
+    }
+
+    #[tokio::test]
+    async fn oauth_workload_identity_grant_calls_and_renews_with_the_rotated_assertion() {
+        let (_as, auth) = auth_server(Iss::Correct).await;
+        auth.jwt_bearer.store(true, Ordering::SeqCst);
+        let protection = Arc::new(Protection {
+            scope: "mcp:read".into(),
+            ..Protection::default()
+        });
+        let server = protected_fixture(auth.clone(), protection.clone()).await;
+        let (first, second) = ("eyJh.workload-one.sig", "eyJh.workload-two.sig");
+        auth.trusted.lock().unwrap().insert(
+            first.into(),
+            (Some("workload".into()), Some(server.mcp_url())),
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("token");
+        std::fs::write(&file, format!("{first}\n")).unwrap();
+        let settings = OAuthSettings {
+            client_id: Some("workload".into()),
+            assertion_grant: Some(AssertionGrant::Workload {
+                assertion: AssertionSource::File(file.clone()),
+            }),
+            ..OAuthSettings::default()
+        };
+        let oauth = OAuthClient::new("docs", &server.mcp_url(), None, settings)
+            .await
+            .unwrap();
+        assert!(oauth.unattended().is_some());
+        // No person, no challenge needed: discovery from the well-known
+        // locations, then the grant.
+        oauth.obtain().await.expect("the JWT bearer grant");
+        assert!(auth.authorizations.lock().unwrap().is_empty());
+        let request = auth.token_requests.lock().unwrap()[0].clone();
+        assert_eq!(
+            request["grant_type"],
+            "urn:ietf:params:oauth:grant-type:jwt-bearer"
+        );
+        assert_eq!(request["assertion"], first);
+        assert_eq!(request["resource"], server.mcp_url());
+        assert_eq!(request["client_id"], "workload");
+        assert!(!request.contains_key("client_secret"));
+        assert_eq!(auth.token_auth_headers.lock().unwrap()[0], None);
+        let toolset = open(&server, &oauth).await;
+        assert_eq!(echo(&toolset, "hi").await.expect("the call"), "hi");
+
+        // The platform rotates the token and the old one stops being
+        // accepted: renewal reads the file again.
+        std::fs::write(&file, second).unwrap();
+        auth.trusted.lock().unwrap().clear();
+        auth.trusted
+            .lock()
+            .unwrap()
+            .insert(second.into(), (Some("workload".into()), None));
+        auth.expire_access_tokens();
+        expire(&oauth).await;
+        assert_eq!(echo(&toolset, "again").await.expect("renewed"), "again");
+        let renewal = auth.token_requests.lock().unwrap()[1].clone();
+        assert_eq!(renewal["assertion"], second);
+        assert_eq!(renewal["resource"], server.mcp_url());
+        let token = oauth.grant().await.unwrap().access_token;
+        assert_eq!(protection.tokens_seen.lock().unwrap().last(), Some(&token));
+        toolset.close().await;
+    }
+
+    #[tokio::test]
+    async fn oauth_enterprise_managed_grant_exchanges_the_id_token_for_an_id_jag() {
+        let (_as, auth) = auth_server(Iss::Correct).await;
+        auth.jwt_bearer.store(true, Ordering::SeqCst);
+        *auth.bearer_client.lock().unwrap() = Some(("gateway".into(), "gw-secret".into()));
+        let (_idp, idp) = idp_server().await;
+        *idp.audience.lock().unwrap() = Some(auth.clone());
+        *idp.jag_client.lock().unwrap() = "gateway".into();
+        let id_token = "eyJh.id-token-of-ada.sig";
+        idp.id_tokens.lock().unwrap().push(id_token.into());
+        let protection = Arc::new(Protection {
+            scope: "mcp:read".into(),
+            ..Protection::default()
+        });
+        let server = protected_fixture(auth.clone(), protection).await;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("id_token");
+        std::fs::write(&file, id_token).unwrap();
+        let issuer = idp.issuer.lock().unwrap().clone();
+        let settings = OAuthSettings {
+            client_id: Some("gateway".into()),
+            client_secret: Some("gw-secret".into()),
+            assertion_grant: Some(AssertionGrant::Enterprise(EnterpriseIdp {
+                endpoint: IdpEndpoint::Issuer(issuer.clone()),
+                client_id: "idp-client".into(),
+                client_secret: Some("idp-secret".into()),
+                id_token: AssertionSource::File(file),
+            })),
+            ..OAuthSettings::default()
+        };
+        let oauth = OAuthClient::new("docs", &server.mcp_url(), None, settings)
+            .await
+            .unwrap();
+        // The first connection's challenge says where, and for what scope.
+        let refused = open(&server, &oauth).await;
+        let (_, challenge) = oauth.take_challenge().expect("a challenge");
+        refused.close().await;
+        oauth
+            .login(Some(&challenge), &oauth.follow_redirects())
+            .await
+            .expect("the enterprise-managed grant");
+        assert!(auth.authorizations.lock().unwrap().is_empty());
+
+        // At the identity provider: token exchange for an ID-JAG, for the
+        // authorization server and the MCP server, authenticated.
+        let (exchange, basic) = idp.requests.lock().unwrap()[0].clone();
+        assert!(basic.is_some());
+        assert_eq!(
+            exchange["grant_type"],
+            "urn:ietf:params:oauth:grant-type:token-exchange"
+        );
+        assert_eq!(
+            exchange["requested_token_type"],
+            "urn:ietf:params:oauth:token-type:id-jag"
+        );
+        assert_eq!(exchange["subject_token"], id_token);
+        assert_eq!(
+            exchange["subject_token_type"],
+            "urn:ietf:params:oauth:token-type:id_token"
+        );
+        assert_eq!(exchange["audience"], *auth.issuer.lock().unwrap());
+        assert_eq!(exchange["resource"], server.mcp_url());
+        assert_eq!(exchange["scope"], "mcp:read");
+        assert!(!exchange.contains_key("client_secret"));
+        // At the authorization server: the ID-JAG as a JWT bearer grant,
+        // the client authenticated with HTTP Basic.
+        let jag = idp.issued.lock().unwrap()[0].clone();
+        let request = auth.token_requests.lock().unwrap()[0].clone();
+        assert_eq!(
+            request["grant_type"],
+            "urn:ietf:params:oauth:grant-type:jwt-bearer"
+        );
+        assert_eq!(request["assertion"], jag);
+        assert_eq!(request["resource"], server.mcp_url());
+        assert_eq!(request["scope"], "mcp:read");
+        assert!(auth.token_auth_headers.lock().unwrap()[0].is_some());
+
+        let toolset = open(&server, &oauth).await;
+        assert_eq!(echo(&toolset, "hi").await.expect("the call"), "hi");
+        // Renewal runs the whole flow again: a new ID-JAG.
+        auth.expire_access_tokens();
+        expire(&oauth).await;
+        assert_eq!(echo(&toolset, "again").await.expect("renewed"), "again");
+        assert_eq!(idp.issued.lock().unwrap().len(), 2);
+        toolset.close().await;
+    }
+
+    #[tokio::test]
+    async fn oauth_a_refused_exchange_needs_a_new_grant_and_never_shows_the_id_token() {
+        let (_as, auth) = auth_server(Iss::Correct).await;
+        auth.jwt_bearer.store(true, Ordering::SeqCst);
+        let (_idp, idp) = idp_server().await;
+        *idp.audience.lock().unwrap() = Some(auth.clone());
+        let server = protected_fixture(auth.clone(), Arc::default()).await;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("id_token");
+        // Not one the provider accepts (expired, say); its refusal echoes it.
+        let id_token = "eyJh.stale-id-token-s3cret.sig";
+        std::fs::write(&file, id_token).unwrap();
+        let token_endpoint = format!("{}/oauth2/token", idp.issuer.lock().unwrap());
+        let settings = OAuthSettings {
+            client_id: Some("gateway".into()),
+            assertion_grant: Some(AssertionGrant::Enterprise(EnterpriseIdp {
+                endpoint: IdpEndpoint::TokenEndpoint(token_endpoint),
+                client_id: "idp-client".into(),
+                client_secret: Some("idp-secret".into()),
+                id_token: AssertionSource::File(file),
+            })),
+            ..OAuthSettings::default()
+        };
+        let oauth = OAuthClient::new("docs", &server.mcp_url(), None, settings)
+            .await
+            .unwrap();
+        let error = oauth.obtain().await.expect_err("refused");
+        assert!(matches!(error, OAuthError::Token { .. }), "{error:?}");
+        let said = error.to_string();
+        assert!(
+            said.contains("the identity provider refused the token exchange: invalid_grant"),
+            "{said}"
+        );
+        assert!(!said.contains("s3cret"), "{said}");
+        assert_eq!(idp.requests.lock().unwrap().len(), 1);
+        // Nothing reached the authorization server.
+        assert!(auth.token_requests.lock().unwrap().is_empty());
+        // Needs a new grant (not an outage), and says why.
+        assert_eq!(oauth.status().await, AuthStatus::NeedsLogin);
+        let needed = oauth.access_token().await.expect_err("no token");
+        assert!(matches!(needed, OAuthError::LoginRequired { .. }));
+        assert!(needed.to_string().contains("invalid_grant"), "{needed}");
+        assert!(!needed.to_string().contains("s3cret"), "{needed}");
+        assert!(!format!("{oauth:?}{needed:?}").contains("s3cret"));
+    }
+
+    /// A server of machine grants only need not list PKCE (it guards the
+    /// authorization code, which it does not offer); a server offering the
+    /// code flow without S256 is still refused.
+    #[tokio::test]
+    async fn oauth_pkce_is_required_of_the_code_flow_only() {
+        let (_as, auth) = auth_server(Iss::Correct).await;
+        auth.jwt_bearer.store(true, Ordering::SeqCst);
+        auth.no_pkce.store(true, Ordering::SeqCst);
+        let server = protected_fixture(auth.clone(), Arc::default()).await;
+        let assertion = "eyJh.workload.sig";
+        auth.trusted
+            .lock()
+            .unwrap()
+            .insert(assertion.into(), (None, None));
+        let settings = OAuthSettings {
+            assertion_grant: Some(AssertionGrant::Workload {
+                assertion: AssertionSource::Value(assertion.into()),
+            }),
+            ..OAuthSettings::default()
+        };
+        let oauth = OAuthClient::new("docs", &server.mcp_url(), None, settings)
+            .await
+            .unwrap();
+        oauth.obtain().await.expect("no PKCE needed");
+
+        auth.jwt_bearer.store(false, Ordering::SeqCst);
+        let person = OAuthClient::new(
+            "docs",
+            &server.mcp_url(),
+            None,
+            OAuthSettings {
+                redirect_uri: "http://127.0.0.1:9/callback".into(),
+                ..OAuthSettings::default()
+            },
+        )
+        .await
+        .unwrap();
+        let refused = person.login(None, &person.follow_redirects()).await;
+        assert!(
+            matches!(refused, Err(OAuthError::PkceUnsupported { .. })),
+            "{refused:?}"
+        );
+        assert!(auth.authorizations.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn oauth_a_refused_workload_assertion_is_not_echoed() {
+        let (_as, auth) = auth_server(Iss::Correct).await;
+        auth.jwt_bearer.store(true, Ordering::SeqCst);
+        let server = protected_fixture(auth.clone(), Arc::default()).await;
+        let settings = OAuthSettings {
+            assertion_grant: Some(AssertionGrant::Workload {
+                assertion: AssertionSource::Value("eyJh.untrusted-s3cret.sig".into()),
+            }),
+            ..OAuthSettings::default()
+        };
+        let oauth = OAuthClient::new("docs", &server.mcp_url(), None, settings)
+            .await
+            .unwrap();
+        let said = oauth.obtain().await.expect_err("refused").to_string();
+        assert!(said.contains("invalid_grant"), "{said}");
+        assert!(!said.contains("s3cret"), "{said}");
+        // No client configured: no client authentication sent at all.
+        let request = auth.token_requests.lock().unwrap()[0].clone();
+        assert!(!request.contains_key("client_id"), "{request:?}");
+        let refusal = oauth.refusal().await.expect("the reason kept");
+        assert!(!refusal.contains("s3cret"), "{refusal}");
     }
 }

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::io::Read as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -43,7 +43,90 @@ struct AuthState {
     issued: Mutex<Vec<String>>,
     /// Bearer tokens the protected server accepted, in order.
     accepted: Mutex<Vec<String>>,
+    /// DPoP (RFC 9449): listed as supported (ES256), and a proof binds the
+    /// tokens issued to its key.
+    dpop: AtomicBool,
+    /// DPoP: access and refresh token -> the thumbprint of its key.
+    bound: Mutex<HashMap<String, String>>,
+    /// DPoP: the thumbprint of every proof accepted, at either server.
+    proof_keys: Mutex<Vec<String>>,
+    /// DPoP: proof `jti`s seen (a replay is refused).
+    jtis: Mutex<Vec<String>>,
+    /// DPoP: a bound token presented without a valid proof by its key, or
+    /// as Bearer.
+    misused: Mutex<Vec<String>>,
+    /// JWTs trusted as JWT bearer grants (a workload's, or ID-JAGs the
+    /// identity provider issued).
+    assertions: Mutex<Vec<String>>,
+    /// The `assertion` of each JWT bearer grant request, in order.
+    presented: Mutex<Vec<String>>,
+    /// ID tokens the identity provider accepts.
+    id_tokens: Mutex<Vec<String>>,
+    /// The identity provider's token exchange requests.
+    exchanges: Mutex<Vec<HashMap<String, String>>>,
     counter: AtomicUsize,
+}
+
+/// Checks a DPoP proof (RFC 9449 §4.3): one, typed `dpop+jwt`, ES256,
+/// verified with the public `jwk` it carries (no private part), `htm`,
+/// `htu`, `iat` within a minute, a fresh `jti`, `ath` for `token`. Its
+/// key's thumbprint.
+fn dpop_proof(
+    state: &AuthState,
+    headers: &axum::http::HeaderMap,
+    method: &str,
+    htu: &str,
+    token: Option<&str>,
+) -> Result<String, String> {
+    use base64::Engine as _;
+    use sha2::Digest as _;
+    let mut all = headers.get_all("dpop").iter();
+    let (Some(proof), None) = (all.next(), all.next()) else {
+        return Err("not exactly one proof".into());
+    };
+    let proof = proof.to_str().map_err(|e| e.to_string())?;
+    let header = jsonwebtoken::decode_header(proof).map_err(|e| e.to_string())?;
+    if header.typ.as_deref() != Some("dpop+jwt") || header.alg != jsonwebtoken::Algorithm::ES256 {
+        return Err("typ or alg".into());
+    }
+    let jwk = header.jwk.ok_or("no jwk")?;
+    if serde_json::to_value(&jwk).unwrap().get("d").is_some() {
+        return Err("a private jwk".into());
+    }
+    let key = jsonwebtoken::DecodingKey::from_jwk(&jwk).map_err(|e| e.to_string())?;
+    let mut validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::ES256);
+    validation.set_required_spec_claims::<&str>(&[]);
+    validation.validate_exp = false;
+    let claims = jsonwebtoken::decode::<Value>(proof, &key, &validation)
+        .map_err(|e| e.to_string())?
+        .claims;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let ath = token.map(|t| {
+        Value::from(
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sha2::Sha256::digest(t)),
+        )
+    });
+    if claims["htm"] != method
+        || claims["htu"] != htu
+        || (now - claims["iat"].as_i64().unwrap_or(0)).abs() > 60
+        || claims.get("ath").cloned() != ath
+    {
+        return Err(format!("claims {claims}"));
+    }
+    let jti = claims["jti"].as_str().ok_or("no jti")?.to_owned();
+    let mut seen = state.jtis.lock().unwrap();
+    if seen.contains(&jti) {
+        return Err("a replayed proof".into());
+    }
+    seen.push(jti);
+    let jkt = jwk
+        .thumbprint(jsonwebtoken::jwk::ThumbprintHash::SHA256)
+        .map_err(|e| e.to_string())?;
+    state.proof_keys.lock().unwrap().push(jkt.clone());
+    Ok(jkt)
 }
 
 impl AuthState {
@@ -76,6 +159,8 @@ impl AuthState {
 struct Provider {
     state: Arc<AuthState>,
     mcp_url: String,
+    /// The enterprise identity provider's token endpoint.
+    idp_token_endpoint: String,
     runtime: tokio::runtime::Runtime,
 }
 
@@ -109,11 +194,19 @@ impl Provider {
             .route("/token", axum::routing::post(token))
             .with_state(state.clone());
         let mcp_router = protected_server(state.clone());
+        let idp = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"));
+        let idp = idp.unwrap();
+        let idp_token_endpoint = format!("http://{}/token", idp.local_addr().unwrap());
+        let idp_router = axum::Router::new()
+            .route("/token", axum::routing::post(idp_token))
+            .with_state(state.clone());
+        runtime.spawn(async move { axum::serve(idp, idp_router).await });
         runtime.spawn(async move { axum::serve(auth, auth_router).await });
         runtime.spawn(async move { axum::serve(mcp, mcp_router).await });
         Provider {
             state,
             mcp_url,
+            idp_token_endpoint,
             runtime,
         }
     }
@@ -138,11 +231,13 @@ async fn metadata(State(state): State<Arc<AuthState>>) -> Response {
         "token_endpoint": format!("{issuer}/token"),
         "registration_endpoint": format!("{issuer}/register"),
         "response_types_supported": ["code"],
-        "grant_types_supported": ["authorization_code", "refresh_token"],
+        "grant_types_supported": ["authorization_code", "refresh_token", JWT_BEARER],
         "code_challenge_methods_supported": ["S256"],
         "token_endpoint_auth_methods_supported": ["none"],
         "scopes_supported": ["notes:read", "notes:write", "offline_access"],
         "authorization_response_iss_parameter_supported": true,
+        "dpop_signing_alg_values_supported":
+            state.dpop.load(Ordering::SeqCst).then(|| json!(["ES256"])),
     }))
     .into_response()
 }
@@ -181,18 +276,91 @@ async fn authorize(
     (StatusCode::FOUND, [(header::LOCATION, back.to_string())]).into_response()
 }
 
+const JWT_BEARER: &str = "urn:ietf:params:oauth:grant-type:jwt-bearer";
+
+/// The enterprise identity provider's token endpoint: token exchange of an
+/// ID token it accepts for an ID-JAG, every parameter checked, the client
+/// authenticated as `idp-gw:idp-s3cret`; a refusal echoes the ID token, as
+/// a careless server might.
+async fn idp_token(
+    State(state): State<Arc<AuthState>>,
+    headers: axum::http::HeaderMap,
+    axum::Form(form): axum::Form<HashMap<String, String>>,
+) -> Response {
+    use base64::Engine as _;
+    state.exchanges.lock().unwrap().push(form.clone());
+    let basic = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode("idp-gw:idp-s3cret")
+    );
+    if headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        != Some(basic.as_str())
+    {
+        return token_error("invalid_client");
+    }
+    let get = |k: &str| form.get(k).map(String::as_str).unwrap_or_default();
+    if get("grant_type") != "urn:ietf:params:oauth:grant-type:token-exchange"
+        || get("requested_token_type") != "urn:ietf:params:oauth:token-type:id-jag"
+        || get("subject_token_type") != "urn:ietf:params:oauth:token-type:id_token"
+        || get("audience") != state.issuer.lock().unwrap().as_str()
+        || get("resource") != state.resource.lock().unwrap().as_str()
+    {
+        return token_error("invalid_request");
+    }
+    let subject = get("subject_token").to_owned();
+    if !state.id_tokens.lock().unwrap().contains(&subject) {
+        return (
+            StatusCode::BAD_REQUEST,
+            axum::Json(json!({"error": "invalid_grant", "error_description": format!("ID token {subject} has expired")})),
+        )
+            .into_response();
+    }
+    let jag = format!(
+        "eyJ0eXAiOiJvYXV0aC1pZC1qYWcrand0In0.{}.sig",
+        state.mint("jag")
+    );
+    state.assertions.lock().unwrap().push(jag.clone());
+    axum::Json(json!({
+        "access_token": jag,
+        "issued_token_type": "urn:ietf:params:oauth:token-type:id-jag",
+        "token_type": "N_A",
+    }))
+    .into_response()
+}
+
 fn token_error(error: &str) -> Response {
     (StatusCode::BAD_REQUEST, axum::Json(json!({"error": error}))).into_response()
 }
 
 async fn token(
     State(state): State<Arc<AuthState>>,
+    headers: axum::http::HeaderMap,
     axum::Form(form): axum::Form<HashMap<String, String>>,
 ) -> Response {
     use base64::Engine as _;
     use sha2::Digest as _;
     let grant_type = form.get("grant_type").cloned().unwrap_or_default();
     state.grant_types.lock().unwrap().push(grant_type.clone());
+    // DPoP: the proof must hold; a bound refresh token needs its own key.
+    let dpop = state.dpop.load(Ordering::SeqCst);
+    let jkt = if dpop && headers.contains_key("dpop") {
+        let htu = format!("{}/token", state.issuer.lock().unwrap());
+        match dpop_proof(&state, &headers, "POST", &htu, None) {
+            Ok(jkt) => Some(jkt),
+            Err(_) => return token_error("invalid_dpop_proof"),
+        }
+    } else {
+        None
+    };
+    if let Some(bound) = form
+        .get("refresh_token")
+        .and_then(|r| state.bound.lock().unwrap().get(r).cloned())
+        && Some(&bound) != jkt.as_ref()
+    {
+        return token_error("invalid_grant");
+    }
     let scopes: Vec<String> = match grant_type.as_str() {
         "authorization_code" => {
             let code = form.get("code").cloned().unwrap_or_default();
@@ -219,6 +387,22 @@ async fn token(
                 None => return token_error("invalid_grant"),
             }
         }
+        JWT_BEARER => {
+            let assertion = form.get("assertion").cloned().unwrap_or_default();
+            state.presented.lock().unwrap().push(assertion.clone());
+            if !state.assertions.lock().unwrap().contains(&assertion)
+                || form.get("resource") != Some(&*state.resource.lock().unwrap())
+            {
+                return (
+                    StatusCode::BAD_REQUEST,
+                    axum::Json(json!({"error": "invalid_grant", "error_description": format!("{assertion} is not trusted")})),
+                )
+                    .into_response();
+            }
+            form.get("scope")
+                .map(|s| s.split(' ').map(str::to_owned).collect())
+                .unwrap_or_default()
+        }
         _ => return token_error("unsupported_grant_type"),
     };
     let (access, refresh) = (state.mint("access"), state.mint("refresh"));
@@ -235,9 +419,14 @@ async fn token(
         .lock()
         .unwrap()
         .insert(refresh.clone(), scopes.clone());
+    if let Some(jkt) = &jkt {
+        let mut bound = state.bound.lock().unwrap();
+        bound.insert(access.clone(), jkt.clone());
+        bound.insert(refresh.clone(), jkt.clone());
+    }
     axum::Json(json!({
         "access_token": access,
-        "token_type": "Bearer",
+        "token_type": if jkt.is_some() { "DPoP" } else { "Bearer" },
         "expires_in": lifetime,
         "refresh_token": refresh,
         "scope": scopes.join(" "),
@@ -309,12 +498,42 @@ async fn bearer_check(state: Arc<AuthState>, request: Request, next: Next) -> Re
         .lock()
         .unwrap()
         .replace("/mcp", "/.well-known/oauth-protected-resource/mcp");
-    let token = request
+    let presented = request
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::to_owned);
+        .and_then(|v| v.split_once(' '))
+        .map(|(scheme, token)| (scheme.to_owned(), token.to_owned()));
+    let mut token = None;
+    if let Some((scheme, presented)) = presented {
+        let bound = state.bound.lock().unwrap().get(&presented).cloned();
+        match bound {
+            // A bound token: as DPoP, with a proof by its key for this
+            // request (RFC 9449 §7).
+            Some(bound) => {
+                let resource = state.resource.lock().unwrap().clone();
+                let method = request.method().as_str().to_owned();
+                let proof = dpop_proof(
+                    &state,
+                    request.headers(),
+                    &method,
+                    &resource,
+                    Some(&presented),
+                );
+                if scheme == "DPoP" && proof.as_ref() == Ok(&bound) {
+                    token = Some(presented);
+                } else {
+                    state
+                        .misused
+                        .lock()
+                        .unwrap()
+                        .push(format!("{method} {scheme}: {proof:?}"));
+                }
+            }
+            None if scheme == "Bearer" => token = Some(presented),
+            None => {}
+        }
+    }
     let scopes = token.as_ref().and_then(|t| {
         state
             .tokens
@@ -720,4 +939,337 @@ fn a_grant_sealed_under_another_key_needs_a_login_and_crashes_nothing() {
         healthz(&served)["upstreams"]["needs_login"] == 0
     });
     assert_no_token_leaked(&provider, &printed, &served, &data);
+}
+
+/// A DPoP-bound grant (the authorization server lists ES256; `dpop = true`
+/// in the config): `auth login` binds it to a key made for it, `serve`
+/// presents it as DPoP with a proof per request, and after a restart the
+/// restored grant is refreshed with the same key (its refresh token is
+/// bound to it; another key would be refused). The key is sealed with the
+/// grant: it shows nowhere.
+#[test]
+fn a_dpop_bound_grant_survives_a_restart_with_its_key() {
+    // Tokens live 4 s: `serve` refreshes them half-way.
+    let provider = Provider::start(4);
+    provider.state.dpop.store(true, Ordering::SeqCst);
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &provider);
+    let mut file = std::fs::read_to_string(&config).unwrap();
+    file.push_str("dpop = true\n");
+    std::fs::write(&config, file).unwrap();
+    let data = dir.path().join("state");
+    let mut printed = Printed::default();
+    login(&provider, &config, &[], &mut printed);
+    let keys = provider.state.proof_keys.lock().unwrap().clone();
+    assert_eq!(keys.len(), 1, "the code was redeemed with one proof");
+    let key = keys[0].clone();
+
+    let mut lines = Vec::new();
+    {
+        let served = common::serve(&config);
+        eventually("docs' tools are served", || {
+            common::tool_names(&served.authority()).contains(&"docs__echo".to_owned())
+        });
+        let (failed, said) = call(&served, "docs__echo", json!({"message": "bound"}));
+        assert!(!failed && said.contains("echo: bound"), "{said}");
+        lines.extend(served.lines_so_far(Duration::from_millis(300)));
+    }
+    // Restarted: the grant and its key come back from the store, and the
+    // refresh `serve` makes half-way is signed with that same key.
+    let refreshes = provider.state.refreshes();
+    let served = common::serve(&config);
+    eventually("the restarted gateway refreshed the grant", || {
+        provider.state.refreshes() > refreshes
+    });
+    eventually("docs' tools are served", || {
+        common::tool_names(&served.authority()).contains(&"docs__echo".to_owned())
+    });
+    let (failed, said) = call(&served, "docs__echo", json!({"message": "after restart"}));
+    assert!(!failed && said.contains("echo: after restart"), "{said}");
+    let grant_types = provider.state.grant_types.lock().unwrap().clone();
+    assert_eq!(grant_types[0], "authorization_code");
+    assert!(
+        grant_types[1..].iter().all(|g| g == "refresh_token"),
+        "{grant_types:?}"
+    );
+    // Every proof, at the token endpoint and at the server, by that key;
+    // the bound tokens never went out as Bearer or without a proof.
+    let keys = provider.state.proof_keys.lock().unwrap().clone();
+    assert!(keys.len() > 3, "{keys:?}");
+    assert!(keys.iter().all(|k| *k == key), "another key: {keys:?}");
+    assert!(
+        provider.state.misused.lock().unwrap().is_empty(),
+        "{:?}",
+        provider.state.misused.lock().unwrap()
+    );
+
+    // The private key (a PKCS#8 P-256 document, base64url) is nowhere in
+    // the clear: not printed, not logged, not in the trail or the store.
+    let (code, out, _) = printed.run(&config, &["auth", "status", "--json"]);
+    assert_eq!(code, 0, "{out}");
+    let (code, out, _) = printed.run(&config, &["tools", "--json"]);
+    assert_eq!(code, 0, "{out}");
+    const PKCS8_P256: &str = "MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEH";
+    lines.extend(served.lines_so_far(Duration::from_millis(300)));
+    let trail = provider
+        .runtime
+        .block_on(common::audit_trail(&data))
+        .iter()
+        .map(|r| format!("{r:?}"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    for shown in printed.0.iter().chain(&lines).chain([&trail]) {
+        assert!(!shown.contains(PKCS8_P256), "the DPoP key shows: {shown}");
+    }
+    common::assert_nowhere_in(&data, PKCS8_P256);
+    assert_no_token_leaked(&provider, &printed, &served, &data);
+}
+
+/// A JWT-shaped secret, distinctive and recorded as issued (so the leak
+/// check looks for it).
+fn jwt(provider: &Provider, kind: &str) -> String {
+    format!("eyJhbGciOiJFUzI1NiJ9.{}.sig", provider.state.mint(kind))
+}
+
+/// A gateway whose two upstreams log in without a person: `wl` with the
+/// workload's token file (the JWT bearer grant), `ent` with an enterprise
+/// ID token exchanged for an ID-JAG first.
+fn unattended_config(dir: &Path, provider: &Provider) -> std::path::PathBuf {
+    write_config(
+        dir,
+        &format!(
+            "[gateway]\ndata_dir = \"state\"\nreconnect_max_ms = 300\nhealth_interval_ms = 0\n\n\
+             [upstreams.wl]\ntype = \"streamable-http\"\nurl = \"{url}\"\n\n\
+             [upstreams.wl.oauth]\nclient_id = \"workload\"\nassertion_file = \"workload.jwt\"\n\n\
+             [upstreams.ent]\ntype = \"streamable-http\"\nurl = \"{url}\"\n\n\
+             [upstreams.ent.oauth]\nclient_id = \"gateway\"\nid_token_file = \"id_token.jwt\"\n\
+             idp_token_endpoint = \"{idp}\"\nidp_client_id = \"idp-gw\"\nidp_client_secret = \"idp-s3cret\"\n",
+            url = provider.mcp_url,
+            idp = provider.idp_token_endpoint,
+        ),
+    )
+}
+
+/// Both unattended grants through the binary: `serve` obtains them by
+/// itself at start (no `auth login`), calls go through, `check` and `auth
+/// status` say which grant each upstream uses, a rotated token file is
+/// what the renewal presents, and no assertion, ID token, ID-JAG, token or
+/// secret shows anywhere.
+#[test]
+fn workload_identity_and_enterprise_managed_grants_through_the_binary() {
+    // Tokens live 6 s: renewed half-way by `serve` itself.
+    let provider = Provider::start(6);
+    let dir = tempfile::tempdir().unwrap();
+    let config = unattended_config(dir.path(), &provider);
+    let data = dir.path().join("state");
+    let mut printed = Printed::default();
+    let workload = jwt(&provider, "workload");
+    let id_token = jwt(&provider, "idtoken");
+    provider
+        .state
+        .assertions
+        .lock()
+        .unwrap()
+        .push(workload.clone());
+    provider
+        .state
+        .id_tokens
+        .lock()
+        .unwrap()
+        .push(id_token.clone());
+    std::fs::write(dir.path().join("workload.jwt"), format!("{workload}\n")).unwrap();
+    std::fs::write(dir.path().join("id_token.jwt"), &id_token).unwrap();
+
+    let served = common::serve(&config);
+    eventually("both upstreams are served", || {
+        healthz(&served)["upstreams"] == json!({"up": 2, "down": 0, "needs_login": 0})
+    });
+    let (failed, said) = call(&served, "wl__echo", json!({"message": "from a workload"}));
+    assert!(!failed && said.contains("echo: from a workload"), "{said}");
+    let (failed, said) = call(&served, "ent__echo", json!({"message": "from ada"}));
+    assert!(!failed && said.contains("echo: from ada"), "{said}");
+    // The exchange asked for an ID-JAG for this authorization server and
+    // this MCP server; the ID-JAG it gave was presented.
+    let exchange = provider.state.exchanges.lock().unwrap()[0].clone();
+    assert_eq!(exchange["subject_token"], id_token);
+    assert_eq!(exchange["audience"], *provider.state.issuer.lock().unwrap());
+    assert_eq!(exchange["resource"], provider.mcp_url);
+    let presented = provider.state.presented.lock().unwrap().clone();
+    assert!(presented.contains(&workload), "{presented:?}");
+    assert!(
+        presented.iter().any(|a| a.contains("zqjag")),
+        "{presented:?}"
+    );
+    // No person was asked.
+    assert!(provider.state.authorizations.lock().unwrap().is_empty());
+
+    let (code, out, err) = printed.run(&config, &["check"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("; logs in with OAuth: workload identity (jwt-bearer)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("; logs in with OAuth: enterprise-managed (ID-JAG)"),
+        "{out}"
+    );
+    let (code, out, _) = printed.run(&config, &["auth", "status"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("wl: logged in; issuer http://127.0.0.1:"),
+        "{out}"
+    );
+    assert!(
+        out.contains("grant: workload identity (jwt-bearer)"),
+        "{out}"
+    );
+    assert!(out.contains("grant: enterprise-managed (ID-JAG)"), "{out}");
+    let (code, out, _) = printed.run(&config, &["auth", "status", "--json"]);
+    assert_eq!(code, 0, "{out}");
+    let rows: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(rows[0]["grant"], "enterprise-managed (ID-JAG)", "{rows}");
+    assert_eq!(rows[1]["refreshable"], true, "{rows}");
+    let (code, out, _) = printed.run(&config, &["tools", "--json"]);
+    assert_eq!(code, 0, "{out}");
+    // `auth login` of an unattended upstream runs its grant: no browser.
+    let (code, out, err) = printed.run(&config, &["auth", "login", "wl"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("logged in to wl: issuer http://127.0.0.1:"),
+        "{out}"
+    );
+    assert!(out.contains("; refreshable"), "{out}");
+    assert!(!err.contains("open this URL"), "{err}");
+
+    // The platform rotates the workload's token; the old one is no longer
+    // trusted. The renewal (by `serve`, idle) reads the new file.
+    let rotated = jwt(&provider, "rotated");
+    provider
+        .state
+        .assertions
+        .lock()
+        .unwrap()
+        .push(rotated.clone());
+    std::fs::write(dir.path().join("workload.jwt"), &rotated).unwrap();
+    provider
+        .state
+        .assertions
+        .lock()
+        .unwrap()
+        .retain(|a| *a != workload);
+    eventually("the rotated token was presented", || {
+        provider.state.presented.lock().unwrap().contains(&rotated)
+    });
+    let (failed, said) = call(&served, "wl__echo", json!({"message": "after rotation"}));
+    assert!(!failed && said.contains("echo: after rotation"), "{said}");
+    assert_eq!(healthz(&served)["upstreams"]["needs_login"], 0);
+
+    let mut secrets = provider.state.issued.lock().unwrap().clone();
+    secrets.push("idp-s3cret".into());
+    assert_no_secret_shown(&provider, &printed, &served, &data, &secrets);
+}
+
+/// An enterprise ID token the identity provider refuses: the upstream needs
+/// a login (not down; the reason said, the ID token not), the other one is
+/// served, and a new ID token written to the file is taken up at once.
+#[test]
+fn a_refused_token_exchange_needs_a_login_and_a_new_id_token_is_taken_up() {
+    let provider = Provider::start(3600);
+    let dir = tempfile::tempdir().unwrap();
+    let config = unattended_config(dir.path(), &provider);
+    let data = dir.path().join("state");
+    let mut printed = Printed::default();
+    let workload = jwt(&provider, "workload");
+    provider
+        .state
+        .assertions
+        .lock()
+        .unwrap()
+        .push(workload.clone());
+    std::fs::write(dir.path().join("workload.jwt"), &workload).unwrap();
+    // Expired: the provider no longer accepts it (and echoes it back).
+    let stale = jwt(&provider, "stale");
+    std::fs::write(dir.path().join("id_token.jwt"), &stale).unwrap();
+
+    let served = common::serve(&config);
+    let said = served.before.join("\n");
+    assert!(
+        said.contains("upstream \"ent\" needs a login: its enterprise-managed (ID-JAG) grant failed: the token request failed: the identity provider refused the token exchange: invalid_grant"),
+        "{said}"
+    );
+    assert!(
+        said.contains("missing upstream ent: needs a login"),
+        "{said}"
+    );
+    eventually("ent needs a login, not down", || {
+        healthz(&served)["upstreams"] == json!({"up": 1, "down": 0, "needs_login": 1})
+    });
+    let (failed, said) = call(&served, "wl__echo", json!({"message": "still here"}));
+    assert!(!failed && said.contains("still here"), "{said}");
+    // Nothing reached the authorization server for `ent`.
+    assert!(
+        !provider
+            .state
+            .presented
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|a| a.contains("zqjag"))
+    );
+    let (code, out, err) = printed.run(&config, &["check"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("needs login: upstream ent"), "{err}");
+    assert!(out.contains("connected wl"), "{out}");
+
+    // A fresh ID token lands in the file: taken up without waiting out the
+    // retry interval.
+    let fresh = jwt(&provider, "idtoken");
+    provider.state.id_tokens.lock().unwrap().push(fresh.clone());
+    std::fs::write(dir.path().join("id_token.jwt"), &fresh).unwrap();
+    let written = Instant::now();
+    served.wait_for_line("upstream \"ent\": obtained its enterprise-managed (ID-JAG) grant");
+    // Within a few watches, not after the 60 s retry interval.
+    assert!(
+        written.elapsed() < Duration::from_secs(30),
+        "the new ID token was taken up only after {:?}",
+        written.elapsed()
+    );
+    eventually("ent joins", || {
+        healthz(&served)["upstreams"] == json!({"up": 2, "down": 0, "needs_login": 0})
+    });
+    let (failed, said) = call(&served, "ent__echo", json!({"message": "back"}));
+    assert!(!failed && said.contains("echo: back"), "{said}");
+
+    let mut secrets = provider.state.issued.lock().unwrap().clone();
+    secrets.push("idp-s3cret".into());
+    assert_no_secret_shown(&provider, &printed, &served, &data, &secrets);
+}
+
+/// None of `secrets` appears in anything printed, a log line, the audit
+/// trail or the data directory.
+fn assert_no_secret_shown(
+    provider: &Provider,
+    printed: &Printed,
+    served: &Served,
+    data: &Path,
+    secrets: &[String],
+) {
+    let lines = served.lines_so_far(Duration::from_millis(300));
+    let trail = provider
+        .runtime
+        .block_on(common::audit_trail(data))
+        .iter()
+        .map(|r| format!("{r:?}"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    for secret in secrets {
+        for (i, out) in printed.0.iter().enumerate() {
+            assert!(!out.contains(secret), "output {i} holds a secret: {out}");
+        }
+        for line in lines.iter().chain(served.before.iter()) {
+            assert!(!line.contains(secret), "a log line holds a secret: {line}");
+        }
+        assert!(!trail.contains(secret), "the audit trail holds a secret");
+        common::assert_nowhere_in(data, secret);
+    }
 }

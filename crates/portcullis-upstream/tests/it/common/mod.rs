@@ -480,7 +480,123 @@ pub struct AuthState {
     pub assertion_key: Mutex<Option<jsonwebtoken::DecodingKey>>,
     /// The `jti`s of the client assertions accepted (a replay is refused).
     pub assertion_ids: Mutex<Vec<String>>,
+    /// DPoP: what the server lists in `dpop_signing_alg_values_supported`
+    /// (`None`: it says nothing, and issues Bearer tokens whatever comes).
+    pub dpop_algs: Mutex<Option<Vec<String>>>,
+    /// DPoP: the nonce token requests must carry (`use_dpop_nonce`
+    /// otherwise).
+    pub dpop_nonce: Mutex<Option<String>>,
+    /// DPoP: answer a proof with a Bearer token anyway (a misbehaving
+    /// server).
+    pub dpop_unbound: std::sync::atomic::AtomicBool,
+    /// DPoP: access and refresh tokens -> the thumbprint they are bound to.
+    pub dpop_bound: Mutex<HashMap<String, String>>,
+    /// DPoP: token requests seen, each with the thumbprint of its proof's
+    /// key (`None`: no proof) and the nonce it carried.
+    pub dpop_token_proofs: Mutex<Vec<(Option<String>, Option<String>)>>,
+    /// DPoP: the `jti`s of proofs accepted here or at the protected server
+    /// (a replay is refused).
+    pub dpop_jtis: Mutex<Vec<String>>,
+    /// Offers only the JWT bearer grant, to the assertions trusted here:
+    /// assertion -> the client id it must come with (`None`: any, or
+    /// none) and the resource it is for (`None`: any).
+    pub jwt_bearer: std::sync::atomic::AtomicBool,
+    /// Its metadata lists no PKCE method.
+    pub no_pkce: std::sync::atomic::AtomicBool,
+    pub trusted: Mutex<HashMap<String, Trusted>>,
+    /// With a secret, a JWT bearer request must authenticate as
+    /// `client_id:secret` with HTTP Basic.
+    pub bearer_client: Mutex<Option<(String, String)>>,
+    /// The `Authorization` headers of the token requests, in order.
+    pub token_auth_headers: Mutex<Vec<Option<String>>>,
     counter: AtomicUsize,
+}
+
+/// What a verified DPoP proof said.
+pub struct Proof {
+    /// The JWK thumbprint of the key that signed it.
+    pub jkt: String,
+    pub jti: String,
+    pub nonce: Option<String>,
+}
+
+/// Checks a DPoP proof as RFC 9449 §4.3 says: one proof, typed
+/// `dpop+jwt`, ES256, a public `jwk` header (no private part) whose key
+/// verifies the signature, `htm` and `htu` (no query or fragment) naming
+/// this request, `iat` within a minute, a `jti`, and `ath` for
+/// `access_token` when one is presented.
+pub fn verify_proof(
+    headers: &HeaderMap,
+    method: &str,
+    htu: &str,
+    access_token: Option<&str>,
+) -> Result<Proof, String> {
+    use base64::Engine;
+    use sha2::Digest;
+    let mut proofs = headers.get_all("dpop").iter();
+    let proof = proofs.next().ok_or("no DPoP proof")?;
+    if proofs.next().is_some() {
+        return Err("more than one DPoP proof".into());
+    }
+    let proof = proof.to_str().map_err(|_| "an unreadable proof")?;
+    let header = jsonwebtoken::decode_header(proof).map_err(|e| e.to_string())?;
+    if header.typ.as_deref() != Some("dpop+jwt") || header.alg != jsonwebtoken::Algorithm::ES256 {
+        return Err(format!("typ {:?} alg {:?}", header.typ, header.alg));
+    }
+    let jwk = header.jwk.ok_or("no jwk header")?;
+    if serde_json::to_value(&jwk)
+        .map_err(|e| e.to_string())?
+        .get("d")
+        .is_some()
+    {
+        return Err("the jwk carries the private key".into());
+    }
+    let key = jsonwebtoken::DecodingKey::from_jwk(&jwk).map_err(|e| e.to_string())?;
+    let mut validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::ES256);
+    validation.set_required_spec_claims::<&str>(&[]);
+    validation.validate_exp = false;
+    let claims = jsonwebtoken::decode::<serde_json::Value>(proof, &key, &validation)
+        .map_err(|e| format!("the signature: {e}"))?
+        .claims;
+    let text = |name: &str| claims.get(name).and_then(|v| v.as_str()).map(str::to_owned);
+    if text("htm").as_deref() != Some(method) {
+        return Err(format!("htm {:?}, expected {method}", text("htm")));
+    }
+    if text("htu").as_deref() != Some(htu) {
+        return Err(format!("htu {:?}, expected {htu}", text("htu")));
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let iat = claims.get("iat").and_then(|v| v.as_i64()).ok_or("no iat")?;
+    if (now - iat).abs() > 60 {
+        return Err("iat out of the window".into());
+    }
+    let jti = text("jti").ok_or("no jti")?;
+    let ath = access_token.map(|t| {
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sha2::Sha256::digest(t.as_bytes()))
+    });
+    if text("ath") != ath {
+        return Err("ath does not match the token".into());
+    }
+    Ok(Proof {
+        jkt: jwk
+            .thumbprint(jsonwebtoken::jwk::ThumbprintHash::SHA256)
+            .map_err(|e| e.to_string())?,
+        jti,
+        nonce: text("nonce"),
+    })
+}
+
+fn dpop_error(status: StatusCode, error: &str, nonce: Option<&str>) -> Response {
+    let mut response = (status, axum::Json(serde_json::json!({"error": error}))).into_response();
+    if let Some(nonce) = nonce {
+        response
+            .headers_mut()
+            .insert("dpop-nonce", nonce.parse().unwrap());
+    }
+    response
 }
 
 impl AuthState {
@@ -529,6 +645,8 @@ async fn as_metadata(State(state): State<Arc<AuthState>>) -> Response {
     let issuer = state.issuer.lock().unwrap().clone();
     let grants = if state.machine_only.load(Ordering::SeqCst) {
         serde_json::json!(["client_credentials"])
+    } else if state.jwt_bearer.load(Ordering::SeqCst) {
+        serde_json::json!(["urn:ietf:params:oauth:grant-type:jwt-bearer"])
     } else {
         serde_json::json!(["authorization_code", "refresh_token"])
     };
@@ -544,9 +662,14 @@ async fn as_metadata(State(state): State<Arc<AuthState>>) -> Response {
         "registration_endpoint": format!("{issuer}/register"),
         "response_types_supported": ["code"],
         "grant_types_supported": grants,
-        "code_challenge_methods_supported": ["S256"],
+        "code_challenge_methods_supported": if state.no_pkce.load(Ordering::SeqCst) {
+            serde_json::json!([])
+        } else {
+            serde_json::json!(["S256"])
+        },
         "token_endpoint_auth_methods_supported": auth_methods,
         "authorization_response_iss_parameter_supported": true,
+        "dpop_signing_alg_values_supported": state.dpop_algs.lock().unwrap().clone(),
     }))
     .into_response()
 }
@@ -618,7 +741,93 @@ async fn as_token(
     use base64::Engine;
     use sha2::Digest;
     state.token_requests.lock().unwrap().push(form.clone());
+    state.token_auth_headers.lock().unwrap().push(
+        headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
+    );
+    // DPoP (RFC 9449 §5): a proof, when sent, must hold; the token (and
+    // refresh token) are bound to its key.
+    let dpop = state.dpop_algs.lock().unwrap().is_some();
+    let mut jkt = None;
+    if dpop && headers.contains_key("dpop") {
+        let issuer = state.issuer.lock().unwrap().clone();
+        let proof = match verify_proof(&headers, "POST", &format!("{issuer}/token"), None) {
+            Ok(proof) => proof,
+            Err(_) => return dpop_error(StatusCode::BAD_REQUEST, "invalid_dpop_proof", None),
+        };
+        state
+            .dpop_token_proofs
+            .lock()
+            .unwrap()
+            .push((Some(proof.jkt.clone()), proof.nonce.clone()));
+        let wanted = state.dpop_nonce.lock().unwrap().clone();
+        if wanted.is_some() && proof.nonce != wanted {
+            return dpop_error(StatusCode::BAD_REQUEST, "use_dpop_nonce", wanted.as_deref());
+        }
+        let mut seen = state.dpop_jtis.lock().unwrap();
+        if seen.contains(&proof.jti) {
+            return dpop_error(StatusCode::BAD_REQUEST, "invalid_dpop_proof", None);
+        }
+        seen.push(proof.jti);
+        jkt = Some(proof.jkt);
+    } else if dpop {
+        state.dpop_token_proofs.lock().unwrap().push((None, None));
+    }
+    // A refresh token bound to a key is refreshed with that key only.
+    if form.get("grant_type").map(String::as_str) == Some("refresh_token") {
+        let presented = form.get("refresh_token").cloned().unwrap_or_default();
+        if let Some(bound) = state.dpop_bound.lock().unwrap().get(&presented)
+            && Some(bound) != jkt.as_ref()
+        {
+            return token_error("invalid_grant");
+        }
+    }
     let scopes: Vec<String> = match form.get("grant_type").map(String::as_str) {
+        Some("urn:ietf:params:oauth:grant-type:jwt-bearer")
+            if state.jwt_bearer.load(Ordering::SeqCst) =>
+        {
+            let assertion = form.get("assertion").cloned().unwrap_or_default();
+            let Some((client, resource)) = state.trusted.lock().unwrap().get(&assertion).cloned()
+            else {
+                // Echoes the assertion, as a careless server might.
+                return (
+                    StatusCode::BAD_REQUEST,
+                    axum::Json(serde_json::json!({
+                        "error": "invalid_grant",
+                        "error_description": format!("assertion {assertion} is not trusted"),
+                    })),
+                )
+                    .into_response();
+            };
+            let bearer_client = state.bearer_client.lock().unwrap().clone();
+            let presented = match &bearer_client {
+                Some((id, secret)) => {
+                    let expected = format!(
+                        "Basic {}",
+                        base64::engine::general_purpose::STANDARD.encode(format!("{id}:{secret}"))
+                    );
+                    let basic = headers
+                        .get(header::AUTHORIZATION)
+                        .and_then(|v| v.to_str().ok());
+                    if basic != Some(expected.as_str()) || form.contains_key("client_secret") {
+                        return token_error("invalid_client");
+                    }
+                    Some(id.clone())
+                }
+                None => form.get("client_id").cloned(),
+            };
+            if client.is_some() && client != presented {
+                return token_error("invalid_grant");
+            }
+            if resource.is_some() && resource.as_ref() != form.get("resource") {
+                return token_error("invalid_target");
+            }
+            form.get("scope")
+                .map(|s| s.split(' ').map(str::to_owned).collect())
+                .unwrap_or_default()
+        }
         Some("authorization_code") => {
             let code = form.get("code").cloned().unwrap_or_default();
             let Some((challenge, scope)) = state.codes.lock().unwrap().remove(&code) else {
@@ -687,12 +896,147 @@ async fn as_token(
         .lock()
         .unwrap()
         .insert(refresh.clone(), scopes.clone());
+    let unbound = state.dpop_unbound.load(Ordering::SeqCst);
+    let token_type = match &jkt {
+        Some(jkt) if !unbound => {
+            let mut bound = state.dpop_bound.lock().unwrap();
+            bound.insert(access.clone(), jkt.clone());
+            bound.insert(refresh.clone(), jkt.clone());
+            "DPoP"
+        }
+        _ => "Bearer",
+    };
     axum::Json(serde_json::json!({
         "access_token": access,
-        "token_type": "Bearer",
+        "token_type": token_type,
         "expires_in": 3600,
         "refresh_token": refresh,
         "scope": scopes.join(" "),
+    }))
+    .into_response()
+}
+
+/// What a trusted assertion must come with: the client id (`None`: any,
+/// or none) and the resource (`None`: any).
+pub type Trusted = (Option<String>, Option<String>);
+
+/// A form request's parameters and its `Authorization` header.
+pub type FormRequest = (HashMap<String, String>, Option<String>);
+
+/// The token-exchange requests an [`idp_server`] saw, and what it trusts.
+#[derive(Default)]
+pub struct IdpState {
+    pub issuer: Mutex<String>,
+    /// ID tokens it accepts as `subject_token`.
+    pub id_tokens: Mutex<Vec<String>>,
+    /// The authorization server its ID-JAGs are for (they are trusted
+    /// there as they are issued).
+    pub audience: Mutex<Option<Arc<AuthState>>>,
+    /// The client id the ID-JAGs name (the client at the authorization
+    /// server).
+    pub jag_client: Mutex<String>,
+    /// Its token requests' form parameters and `Authorization` headers.
+    pub requests: Mutex<Vec<FormRequest>>,
+    /// The ID-JAGs issued.
+    pub issued: Mutex<Vec<String>>,
+    counter: AtomicUsize,
+}
+
+/// An enterprise identity provider on loopback: OpenID metadata, and a
+/// token endpoint doing RFC 8693 token exchange of an ID token for an
+/// ID-JAG, authenticating its client as `idp-client:idp-secret` (Basic).
+/// Every parameter is checked; a refusal echoes the subject token, as a
+/// careless server might.
+pub async fn idp_server() -> (Server, Arc<IdpState>) {
+    let state = Arc::new(IdpState::default());
+    let router = Router::new()
+        .route(
+            "/.well-known/openid-configuration",
+            get(|State(state): State<Arc<IdpState>>| async move {
+                let issuer = state.issuer.lock().unwrap().clone();
+                axum::Json(serde_json::json!({
+                    "issuer": issuer,
+                    "authorization_endpoint": format!("{issuer}/authorize"),
+                    "token_endpoint": format!("{issuer}/oauth2/token"),
+                    "grant_types_supported": ["urn:ietf:params:oauth:grant-type:token-exchange"],
+                    "token_endpoint_auth_methods_supported": ["client_secret_basic"],
+                }))
+            }),
+        )
+        .route("/oauth2/token", post(idp_token))
+        .with_state(state.clone());
+    let (addr, stop) = spawn_router(router).await;
+    *state.issuer.lock().unwrap() = format!("http://127.0.0.1:{}", addr.port());
+    let server = Server {
+        addr,
+        state: Fixture::new(FixtureConfig::default()).state,
+        seen: Arc::default(),
+        standalone_answered: Arc::default(),
+        stop,
+    };
+    (server, state)
+}
+
+async fn idp_token(
+    State(state): State<Arc<IdpState>>,
+    headers: HeaderMap,
+    axum::Form(form): axum::Form<HashMap<String, String>>,
+) -> Response {
+    use base64::Engine;
+    let basic = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    state
+        .requests
+        .lock()
+        .unwrap()
+        .push((form.clone(), basic.clone()));
+    let expected = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode("idp-client:idp-secret")
+    );
+    if basic.as_deref() != Some(expected.as_str()) {
+        return token_error("invalid_client");
+    }
+    let Some(audience) = state.audience.lock().unwrap().clone() else {
+        return token_error("invalid_target");
+    };
+    let get = |k: &str| form.get(k).map(String::as_str);
+    if get("grant_type") != Some("urn:ietf:params:oauth:grant-type:token-exchange")
+        || get("requested_token_type") != Some("urn:ietf:params:oauth:token-type:id-jag")
+        || get("subject_token_type") != Some("urn:ietf:params:oauth:token-type:id_token")
+        || get("audience") != Some(audience.issuer.lock().unwrap().as_str())
+        || get("resource").is_none()
+    {
+        return token_error("invalid_request");
+    }
+    let subject = get("subject_token").unwrap_or_default().to_owned();
+    if !state.id_tokens.lock().unwrap().contains(&subject) {
+        return (
+            StatusCode::BAD_REQUEST,
+            axum::Json(serde_json::json!({
+                "error": "invalid_grant",
+                "error_description": format!("ID token {subject} expired"),
+            })),
+        )
+            .into_response();
+    }
+    let n = state.counter.fetch_add(1, Ordering::SeqCst) + 1;
+    let jag = format!("eyJ0eXAiOiJvYXV0aC1pZC1qYWcrand0In0.idjag-{n}.sig");
+    state.issued.lock().unwrap().push(jag.clone());
+    audience.trusted.lock().unwrap().insert(
+        jag.clone(),
+        (
+            Some(state.jag_client.lock().unwrap().clone()),
+            get("resource").map(str::to_owned),
+        ),
+    );
+    axum::Json(serde_json::json!({
+        "access_token": jag,
+        "issued_token_type": "urn:ietf:params:oauth:token-type:id-jag",
+        "token_type": "N_A",
+        "expires_in": 300,
     }))
     .into_response()
 }
@@ -739,6 +1083,10 @@ fn client_assertion_holds(
     true
 }
 
+/// A request with a bound token: (method, scheme, the proof's thumbprint
+/// or why it failed).
+pub type DpopSeen = (String, String, Result<String, String>);
+
 /// What a protected server demands.
 #[derive(Default)]
 pub struct Protection {
@@ -751,6 +1099,20 @@ pub struct Protection {
     pub refusals: AtomicUsize,
     /// Bearer tokens seen, in order.
     pub tokens_seen: Mutex<Vec<String>>,
+    /// DPoP: the nonce every request with a bound token must carry
+    /// (`401 use_dpop_nonce` otherwise).
+    pub dpop_nonce: Mutex<Option<String>>,
+    /// DPoP: challenge with the DPoP scheme only (a server that accepts
+    /// bound tokens only).
+    pub dpop_only: bool,
+    /// DPoP: requests that presented a bound token, as (method, scheme,
+    /// the proof's thumbprint or why it failed).
+    pub dpop_seen: Mutex<Vec<DpopSeen>>,
+    /// DPoP: `use_dpop_nonce` refusals sent.
+    pub dpop_nonce_refusals: AtomicUsize,
+    /// Serve with sessions (the client then opens the event stream with a
+    /// GET and ends the session with a DELETE).
+    pub sessions: bool,
 }
 
 #[derive(Clone)]
@@ -763,17 +1125,32 @@ struct Protected {
 /// The fixture over Streamable HTTP (2026, stateless) behind a bearer check
 /// against `auth`'s tokens, publishing its protected-resource metadata.
 pub async fn protected_fixture(auth: Arc<AuthState>, protection: Arc<Protection>) -> Server {
-    let fixture = Fixture::new(FixtureConfig::default());
+    // Sessions are the handshake era's.
+    let fixture = Fixture::new(FixtureConfig {
+        legacy_only: protection.sessions,
+        ..FixtureConfig::default()
+    });
     let state = fixture.state.clone();
     let f = fixture.clone();
-    let mcp = Router::new().route_service(
-        "/mcp",
-        StreamableHttpService::new(
-            move || Ok(f.clone()),
-            Arc::new(NeverSessionManager::default()),
-            StreamableHttpServerConfig::default().with_json_response(true),
-        ),
-    );
+    let mcp = if protection.sessions {
+        Router::new().route_service(
+            "/mcp",
+            StreamableHttpService::new(
+                move || Ok(f.clone()),
+                Arc::new(LocalSessionManager::default()),
+                StreamableHttpServerConfig::default().with_legacy_session_mode(true),
+            ),
+        )
+    } else {
+        Router::new().route_service(
+            "/mcp",
+            StreamableHttpService::new(
+                move || Ok(f.clone()),
+                Arc::new(NeverSessionManager::default()),
+                StreamableHttpServerConfig::default().with_json_response(true),
+            ),
+        )
+    };
     let base = Arc::new(Mutex::new(String::new()));
     let guard = Protected {
         auth: auth.clone(),
@@ -810,18 +1187,84 @@ pub async fn protected_fixture(auth: Arc<AuthState>, protection: Arc<Protection>
 async fn bearer_check(State(guard): State<Protected>, request: Request, next: Next) -> Response {
     let base = guard.base.lock().unwrap().clone();
     let metadata = format!("{base}/.well-known/oauth-protected-resource/mcp");
-    let token = request
+    let scheme = if guard.protection.dpop_only {
+        "DPoP"
+    } else {
+        "Bearer"
+    };
+    let presented = request
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::to_owned);
+        .and_then(|v| v.split_once(' '))
+        .map(|(scheme, token)| (scheme.to_owned(), token.to_owned()));
+    // A token bound to a key (RFC 9449 §7): only as DPoP, with a proof for
+    // this request signed by that key, carrying the nonce when one is due.
+    let bound = presented
+        .as_ref()
+        .and_then(|(_, t)| guard.auth.dpop_bound.lock().unwrap().get(t).cloned());
+    let mut token = None;
+    if let (Some((scheme, presented)), Some(bound)) = (&presented, &bound) {
+        let method = request.method().as_str().to_owned();
+        let verified = verify_proof(
+            request.headers(),
+            &method,
+            &format!("{base}/mcp"),
+            Some(presented),
+        )
+        .and_then(|proof| {
+            if &proof.jkt != bound {
+                return Err("signed by another key".into());
+            }
+            Ok(proof)
+        });
+        guard.protection.dpop_seen.lock().unwrap().push((
+            method,
+            scheme.clone(),
+            verified
+                .as_ref()
+                .map(|p| p.jkt.clone())
+                .map_err(Clone::clone),
+        ));
+        let wanted = guard.protection.dpop_nonce.lock().unwrap().clone();
+        match verified {
+            Ok(proof) if scheme == "DPoP" => {
+                if wanted.is_some() && proof.nonce != wanted {
+                    guard
+                        .protection
+                        .dpop_nonce_refusals
+                        .fetch_add(1, Ordering::SeqCst);
+                    let mut refused = dpop_error(
+                        StatusCode::UNAUTHORIZED,
+                        "use_dpop_nonce",
+                        wanted.as_deref(),
+                    );
+                    refused.headers_mut().insert(
+                        header::WWW_AUTHENTICATE,
+                        "DPoP error=\"use_dpop_nonce\"".parse().unwrap(),
+                    );
+                    return refused;
+                }
+                let mut seen = guard.auth.dpop_jtis.lock().unwrap();
+                if !seen.contains(&proof.jti) {
+                    seen.push(proof.jti);
+                    token = Some(presented.clone());
+                }
+            }
+            _ => {}
+        }
+    } else if let Some((scheme, presented)) = &presented
+        && scheme == "Bearer"
+        && !guard.protection.dpop_only
+    {
+        token = Some(presented.clone());
+    }
     let scopes = token
         .as_ref()
         .and_then(|t| guard.auth.tokens.lock().unwrap().get(t).cloned());
     let Some(scopes) = scopes else {
         let challenge = format!(
-            "Bearer error=\"invalid_token\", scope=\"{}\", resource_metadata=\"{metadata}\"",
+            "{scheme} error=\"invalid_token\", scope=\"{}\", resource_metadata=\"{metadata}\"",
             guard.protection.scope
         );
         return (
