@@ -52,6 +52,6 @@ fn main() {
         .collect();
     let options = ProjectionOptions::default();
     for _ in 0..rounds {
-        black_box(Catalogue::project(listings.clone(), &options));
+        black_box(Catalogue::project(&listings, &options));
     }
 }
