@@ -446,6 +446,40 @@ pub fn disclose_owned(mut tool: Tool, tier: Tier) -> (Tool, Option<Value>) {
     (tool, full)
 }
 
+/// [`disclose_owned`] from a borrowed tool: copies only what the tier
+/// keeps. A deferred tier replaces the description and the schema, so
+/// neither is copied into the shown definition (the full schema is copied
+/// once, as the second value); the projection reads listings the toolset
+/// keeps, and this is what spares it a copy of every cached tool.
+pub fn disclose_borrowed(tool: &Tool, tier: Tier) -> (Tool, Option<Value>) {
+    if tier == Tier::Inline {
+        return (tool.clone(), None);
+    }
+    // Every field named, so a field added to `Tool` must be decided here.
+    let Tool {
+        name,
+        title,
+        description: _,
+        input_schema,
+        output_schema,
+        annotations,
+        meta,
+    } = tool;
+    let shown = Tool {
+        name: name.clone(),
+        title: title.clone(),
+        description: Some(deferred_description(tool)),
+        input_schema: Some(match tier {
+            Tier::Names => deferred_schema(input_schema.as_ref()),
+            _ => json!({"type": "object"}),
+        }),
+        output_schema: output_schema.clone(),
+        annotations: annotations.clone(),
+        meta: meta.clone(),
+    };
+    (shown, input_schema.clone())
+}
+
 /// The definition of `mcp__describe_tool`, registered once any server defers.
 pub fn describe_tool_definition() -> Tool {
     Tool::new(DESCRIBE_TOOL_NAME)
@@ -511,6 +545,24 @@ mod tests {
                 },
                 "required": ["postal_prefix", "quantity"]
             }))
+    }
+
+    #[test]
+    fn disclosing_a_borrowed_tool_gives_what_the_owned_one_gives() {
+        let mut full = fat_tool(1)
+            .with_title("Ship")
+            .with_output_schema(json!({"type": "object"}))
+            .with_annotations(crate::tool::ToolAnnotations::read_only(true));
+        full.meta = Some(serde_json::Map::from_iter([("k".to_owned(), json!(1))]));
+        for tool in [full, Tool::new("bare")] {
+            for tier in [Tier::Inline, Tier::Names, Tier::Bare] {
+                assert_eq!(
+                    disclose_borrowed(&tool, tier),
+                    disclose_owned(tool.clone(), tier),
+                    "{tier:?}"
+                );
+            }
+        }
     }
 
     #[test]

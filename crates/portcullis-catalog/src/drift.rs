@@ -13,6 +13,8 @@
 //! deploy into an outage. Everything the server controls in a changed tool is
 //! dropped on the way through, because the drifted text *is* the attack.
 
+use std::borrow::Borrow;
+
 use serde::Serialize;
 
 use crate::diagnostic::{Diagnostic, Rule};
@@ -75,16 +77,18 @@ pub fn detect_drift(baseline: &Fingerprints, current: &Fingerprints) -> Drift {
     drift
 }
 
-/// A listing after the guard.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct GuardedListing {
+/// A listing after the guard. `T` is the tool as handed in: owned, or a
+/// reference when the caller keeps the listing (the catalogue guards
+/// borrowed listings and copies only what it keeps).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GuardedListing<T = Tool> {
     /// Tools whose definition matches the baseline (or all, with no baseline).
-    pub trusted: Vec<Tool>,
+    pub trusted: Vec<T>,
     /// The drifted definitions of changed tools, kept for an operator's diff;
     /// never shown to the model. Project [`quarantine_stub`]s in their place.
-    pub quarantined: Vec<Tool>,
+    pub quarantined: Vec<T>,
     /// Tools added since the baseline; never projected.
-    pub added: Vec<Tool>,
+    pub added: Vec<T>,
     /// The fingerprints of the whole listing: what a first trust records as
     /// the baseline.
     pub fingerprints: Fingerprints,
@@ -94,23 +98,48 @@ pub struct GuardedListing {
     pub diagnostics: Vec<Diagnostic>,
 }
 
+impl<T> Default for GuardedListing<T> {
+    fn default() -> Self {
+        GuardedListing {
+            trusted: Vec::new(),
+            quarantined: Vec::new(),
+            added: Vec::new(),
+            fingerprints: Fingerprints::new(),
+            drift: Drift::default(),
+            diagnostics: Vec::new(),
+        }
+    }
+}
+
 /// Sorts a listing against an optional baseline. With no baseline every tool
 /// is trusted: there is no history to compare with.
-pub fn guard_listing(
+pub fn guard_listing<T: Borrow<Tool>>(
     server: &str,
-    listing: Vec<Tool>,
+    listing: Vec<T>,
     baseline: Option<&Fingerprints>,
-) -> GuardedListing {
+) -> GuardedListing<T> {
+    guard_listing_by(server, listing, baseline, |tool| fingerprint(tool.borrow()))
+}
+
+/// [`guard_listing`] with each tool's digest taken from `digest` (the
+/// catalogue reuses the digests its caller stored beside a cached listing;
+/// see [`crate::catalogue::ListingRef::digests`]).
+pub(crate) fn guard_listing_by<T: Borrow<Tool>>(
+    server: &str,
+    listing: Vec<T>,
+    baseline: Option<&Fingerprints>,
+    digest: impl Fn(&T) -> String,
+) -> GuardedListing<T> {
     let mut guarded = GuardedListing::default();
     for tool in listing {
-        let digest = fingerprint(&tool);
-        guarded
-            .fingerprints
-            .insert(tool.name.clone(), digest.clone());
-        match baseline.map(|b| b.get(&tool.name)) {
-            None => guarded.trusted.push(tool),
-            Some(Some(trusted)) if *trusted == digest => guarded.trusted.push(tool),
-            Some(Some(_)) => guarded.quarantined.push(tool),
+        let digest = digest(&tool);
+        let definition = tool.borrow();
+        // `None`: no baseline; `Some(None)`: not in it; else whether it matches.
+        let matches = baseline.map(|b| b.get(&definition.name).map(|trusted| *trusted == digest));
+        guarded.fingerprints.insert(definition.name.clone(), digest);
+        match matches {
+            None | Some(Some(true)) => guarded.trusted.push(tool),
+            Some(Some(false)) => guarded.quarantined.push(tool),
             Some(None) => guarded.added.push(tool),
         }
     }

@@ -37,6 +37,7 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
@@ -314,6 +315,30 @@ pub fn split_baseline(baseline: &Fingerprints) -> (Fingerprints, Option<Fingerpr
     (tools, pinned.then_some(pins))
 }
 
+/// The tool part of a baseline (the first half of [`split_baseline`]),
+/// borrowed when the baseline holds no pins: a projection reads it for
+/// every server and most baselines are all tools.
+///
+/// ```
+/// use std::borrow::Cow;
+/// use portcullis_catalog::fingerprint::Fingerprints;
+/// use portcullis_catalog::pins::{merge_baseline, split_baseline, tool_part, PINS_MARKER};
+///
+/// let tools = Fingerprints::from([("search".into(), "d1".into())]);
+/// assert!(matches!(tool_part(&tools), Cow::Borrowed(_)));
+/// let pins = Fingerprints::from([(PINS_MARKER.into(), "".into())]);
+/// let merged = merge_baseline(&tools, &pins);
+/// assert_eq!(*tool_part(&merged), split_baseline(&merged).0);
+/// assert_eq!(*tool_part(&merged), tools);
+/// ```
+pub fn tool_part(baseline: &Fingerprints) -> Cow<'_, Fingerprints> {
+    if baseline.keys().any(|key| is_pin_key(key)) {
+        Cow::Owned(split_baseline(baseline).0)
+    } else {
+        Cow::Borrowed(baseline)
+    }
+}
+
 /// Tool fingerprints and pins in one map, as the store keeps them.
 pub fn merge_baseline(tools: &Fingerprints, pins: &Fingerprints) -> Fingerprints {
     let mut merged = tools.clone();
@@ -539,7 +564,7 @@ mod tests {
             },
         };
         let listing = ServerListing::new(identity, tools).with_baseline(baseline);
-        let catalogue = Catalogue::project(vec![listing], &Default::default());
+        let catalogue = Catalogue::project(&[listing], &Default::default());
         let summary = &catalogue.servers()[0];
         assert!(summary.drift.is_empty(), "{:?}", summary.drift);
         assert!(

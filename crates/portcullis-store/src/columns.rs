@@ -52,6 +52,7 @@ pub(crate) struct RawRow {
     pub url: String,
     pub tools: Option<String>,
     pub tool_fingerprints: Option<String>,
+    pub tool_digests: Option<String>,
 }
 
 impl RawRow {
@@ -70,13 +71,20 @@ impl RawRow {
             "tool_fingerprints",
             self.tool_fingerprints.as_deref(),
         );
-        Some(PersistedServer {
-            id: self.id,
-            name: self.name,
+        let digests: Option<Vec<String>> = decode(
+            backend,
+            &self.id,
+            "tool_digests",
+            self.tool_digests.as_deref(),
+        );
+        Some(PersistedServer::from_columns(
+            self.id,
+            self.name,
             kind,
-            url: self.url,
+            self.url,
             tools,
             tool_fingerprints,
-        })
+            digests,
+        ))
     }
 }

@@ -62,7 +62,8 @@
 //!   effective name is `row.id`; refuse it (diagnostic) when `row.kind` or
 //!   `row.url` differs from `PersistedServer::endpoint_key(&endpoint)`;
 //!   project from `row.tools` guarded by `row.baseline_or_derived()` without
-//!   contacting the server. A row whose `tools` is `None` (never cached, or
+//!   contacting the server, comparing `row.cached_digests()` (the store's own
+//!   digests of that cache) with the baseline when the row has them. A row whose `tools` is `None` (never cached, or
 //!   dropped as corrupt) needs a live listing.
 //! * **Background connect after a wake**: connect and list, then `save` the
 //!   fresh listing (the

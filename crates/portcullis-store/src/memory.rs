@@ -75,18 +75,24 @@ impl Store for MemoryStore {
             .get(&row.id)
             .and_then(|old| old.tool_fingerprints.clone());
         let baseline = kept.or_else(|| row.tool_fingerprints.clone());
-        // Rebuilt from named fields: nothing but the six columns is stored.
-        let stored = PersistedServer {
-            id: row.id.clone(),
-            name: row.name.clone(),
-            kind: row.kind,
-            url: row.url.clone(),
-            tools: row.tools.clone(),
-            tool_fingerprints: baseline.clone(),
-        };
+        // Rebuilt from named fields: nothing but the six columns and the
+        // digests of the cache (computed here, as the SQL stores do) is kept.
+        let digests = row.tools.as_deref().map(PersistedServer::digests_of);
+        let defined = defines(
+            row.tools.as_deref().zip(digests.as_deref()),
+            baseline.as_ref(),
+        );
+        let stored = PersistedServer::from_columns(
+            row.id.clone(),
+            row.name.clone(),
+            row.kind,
+            row.url.clone(),
+            row.tools.clone(),
+            baseline.clone(),
+            digests,
+        );
         state.servers.insert(row.id.clone(), stored);
-        if defines(row.tools.as_deref(), baseline.as_ref()) && !state.trusted.contains_key(&row.id)
-        {
+        if defined && !state.trusted.contains_key(&row.id) {
             let tools = row.tools.clone().unwrap_or_default();
             state.trusted.insert(row.id.clone(), tools);
         }

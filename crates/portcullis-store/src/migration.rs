@@ -10,6 +10,7 @@
 //! | 2 | `mcp_trusted_tools` (the definitions a baseline was recorded from) and `mcp_effects` (the effect log) |
 //! | 3 | `mcp_effects.recorded_at` (for retention; rows already there are stamped with the time of the upgrade, so they get a full retention period) and `portcullis_audit` (the audit trail) |
 //! | 4 | `portcullis_oauth_grants` (upstreams' OAuth grants, sealed by the gateway: base64 text the store cannot open) |
+//! | 5 | `mcp_servers.tool_digests`: each cached tool's fingerprint, written by the store beside the cache so a wake need not hash it again (`NULL` in rows saved before: those are hashed on wake until the next save) |
 //!
 //! Step 1 differs per backend (adopting a legacy table); every later step
 //! is plain SQL that SQLite and PostgreSQL both accept, and is applied by
@@ -18,7 +19,7 @@
 //! milliseconds since the Unix epoch in a `BIGINT`.
 
 /// The newest schema version this build writes.
-pub const LATEST: i64 = 4;
+pub const LATEST: i64 = 5;
 
 /// The servers table (the legacy table's name, kept so databases that
 /// already hold one open here).
@@ -72,3 +73,6 @@ pub(crate) const V4_TABLES: [&str; 1] = ["CREATE TABLE IF NOT EXISTS portcullis_
      issuer TEXT NOT NULL, \
      sealed TEXT NOT NULL, \
      updated_at BIGINT NOT NULL)"];
+
+/// Version 5's column: the digests of the cached listing.
+pub(crate) const V5_COLUMNS: [&str; 1] = ["ALTER TABLE mcp_servers ADD COLUMN tool_digests TEXT"];

@@ -1,10 +1,11 @@
 //! The persisted row: which server was connected, its last listing (a cache)
 //! and its trust baseline. Six fields, the legacy `mcp_servers` columns, and
-//! nothing that authenticates.
+//! nothing that authenticates; beside them the digests of the cached tools,
+//! which only the store computes and writes.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use portcullis_catalog::fingerprint::{Fingerprints, fingerprint_listing};
+use portcullis_catalog::fingerprint::{Fingerprints, fingerprint, fingerprint_listing};
 use portcullis_catalog::{Endpoint, ServerIdentity, Tool, TransportKind};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -36,7 +37,7 @@ pub const STDIO_KEY_PREFIX: &str = "stdio:sha256:";
 /// assert!(row.url.starts_with("stdio:sha256:"));
 /// assert!(!row.url.contains("s3cret"));
 /// ```
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PersistedServer {
     /// The effective server name: the row's key.
@@ -54,6 +55,35 @@ pub struct PersistedServer {
     /// The trust baseline: tool name → digest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_fingerprints: Option<Fingerprints>,
+    /// The digest of each cached tool, by position, as the store wrote them
+    /// beside the cache ([`PersistedServer::cached_digests`]). Only a
+    /// store's read sets it and a save never reads it (the store computes
+    /// them from `tools`), so it is neither serialised nor parsed.
+    #[serde(skip)]
+    cached_digests: Option<Vec<String>>,
+}
+
+/// Equal when the six columns are: the cached digests are derived from
+/// `tools`, and whether a row was read from a store or built by hand does
+/// not make it another row.
+impl PartialEq for PersistedServer {
+    fn eq(&self, other: &Self) -> bool {
+        let PersistedServer {
+            id,
+            name,
+            kind,
+            url,
+            tools,
+            tool_fingerprints,
+            cached_digests: _,
+        } = self;
+        *id == other.id
+            && *name == other.name
+            && *kind == other.kind
+            && *url == other.url
+            && *tools == other.tools
+            && *tool_fingerprints == other.tool_fingerprints
+    }
 }
 
 impl PersistedServer {
@@ -67,7 +97,54 @@ impl PersistedServer {
             url: Self::endpoint_key(&server.endpoint),
             tools: None,
             tool_fingerprints: None,
+            cached_digests: None,
         }
+    }
+
+    /// The digest of each tool of the cached listing, position by position
+    /// ([`portcullis_catalog::fingerprint::fingerprint`]), as the store
+    /// computed them when it wrote the cache: a wake compares these with
+    /// the baseline instead of hashing every cached tool again. `None` for
+    /// a row that was not read from a store, a cache written before the
+    /// store kept digests, or digests that do not pair up with `tools`.
+    /// They describe `tools` as read: stale once `tools` is changed.
+    pub fn cached_digests(&self) -> Option<&[String]> {
+        self.cached_digests.as_deref()
+    }
+
+    /// Takes [`PersistedServer::cached_digests`] out of the row.
+    pub fn take_cached_digests(&mut self) -> Option<Vec<String>> {
+        self.cached_digests.take()
+    }
+
+    /// A row from its six columns and the digests stored beside its cache,
+    /// kept only when there is one per cached tool.
+    pub(crate) fn from_columns(
+        id: String,
+        name: String,
+        kind: TransportKind,
+        url: String,
+        tools: Option<Vec<Tool>>,
+        tool_fingerprints: Option<Fingerprints>,
+        digests: Option<Vec<String>>,
+    ) -> Self {
+        let paired = |d: &Vec<String>| tools.as_ref().is_some_and(|t| t.len() == d.len());
+        let cached_digests = digests.filter(paired);
+        PersistedServer {
+            id,
+            name,
+            kind,
+            url,
+            tools,
+            tool_fingerprints,
+            cached_digests,
+        }
+    }
+
+    /// The digests a store writes beside `tools`: each tool's fingerprint,
+    /// in order.
+    pub(crate) fn digests_of(tools: &[Tool]) -> Vec<String> {
+        tools.iter().map(fingerprint).collect()
     }
 
     /// Sets the catalogue cache.

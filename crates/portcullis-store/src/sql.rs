@@ -25,7 +25,7 @@ use crate::columns::{RawRow, decode, encode};
 use crate::effects::{Outcome, Recorded, decode_outcome, encode_outcome, ensure_recordable};
 use crate::error::{Backend, StoreError};
 use crate::grants::SealedGrant;
-use crate::migration::{LATEST, V2_TABLES, V4_TABLES, v3_statements};
+use crate::migration::{LATEST, V2_TABLES, V4_TABLES, V5_COLUMNS, v3_statements};
 use crate::row::PersistedServer;
 use crate::store::defines;
 use crate::time::{from_millis, to_millis};
@@ -89,7 +89,7 @@ fn numbered_placeholders(sql: &str) -> String {
 }
 
 /// The columns a server row is selected with, in `RawRow` order.
-const SERVER_COLUMNS: &str = "id, name, type, url, tools, tool_fingerprints";
+const SERVER_COLUMNS: &str = "id, name, type, url, tools, tool_fingerprints, tool_digests";
 
 /// The columns an audit record is selected with.
 const AUDIT_COLUMNS: &str =
@@ -171,6 +171,11 @@ where
                 sqlx::query(ddl).execute(&mut *conn).await?;
             }
         }
+        if from < 5 {
+            for ddl in V5_COLUMNS {
+                sqlx::query(ddl).execute(&mut *conn).await?;
+            }
+        }
         sqlx::query(&DB::render(
             "UPDATE portcullis_schema SET version = ? WHERE id = 1",
         ))
@@ -193,6 +198,7 @@ where
             url: row.try_get(3)?,
             tools: row.try_get::<Option<String>, _>(4).ok().flatten(),
             tool_fingerprints: row.try_get::<Option<String>, _>(5).ok().flatten(),
+            tool_digests: row.try_get::<Option<String>, _>(6).ok().flatten(),
         })
     }
 
@@ -268,12 +274,17 @@ where
             });
         }
         let op = || StoreError::database(b, format!("save mcp server {:?}", row.id));
+        // The digests of the cache are computed here from the very tools
+        // written beside them, in the same statement, never taken from the
+        // caller: a wake trusts them as it trusts the baseline next to them.
+        let digests = row.tools.as_deref().map(PersistedServer::digests_of);
         // One statement, so the database decides the race: COALESCE keeps
         // whichever baseline reached the row first.
         let upsert = DB::render(
-            "INSERT INTO mcp_servers (id, name, type, url, tools, tool_fingerprints) VALUES (?, ?, ?, ?, ?, ?) \
+            "INSERT INTO mcp_servers (id, name, type, url, tools, tool_fingerprints, tool_digests) VALUES (?, ?, ?, ?, ?, ?, ?) \
              ON CONFLICT(id) DO UPDATE SET name = excluded.name, type = excluded.type, url = excluded.url, \
-             tools = excluded.tools, tool_fingerprints = COALESCE(mcp_servers.tool_fingerprints, excluded.tool_fingerprints) \
+             tools = excluded.tools, tool_fingerprints = COALESCE(mcp_servers.tool_fingerprints, excluded.tool_fingerprints), \
+             tool_digests = excluded.tool_digests \
              RETURNING tool_fingerprints",
         );
         let stored: Option<String> = sqlx::query(&upsert)
@@ -283,6 +294,7 @@ where
             .bind(row.url.clone())
             .bind(encode(row.tools.as_ref()))
             .bind(encode(row.tool_fingerprints.as_ref()))
+            .bind(encode(digests.as_ref()))
             .fetch_one(&mut *conn)
             .await
             .and_then(|r| r.try_get(0))
@@ -325,7 +337,10 @@ where
             .flatten();
             baseline = decode(b, &row.id, "tool_fingerprints", now.as_deref());
         }
-        if defines(row.tools.as_deref(), baseline.as_ref()) {
+        if defines(
+            row.tools.as_deref().zip(digests.as_deref()),
+            baseline.as_ref(),
+        ) {
             sqlx::query(&DB::render(
                 "INSERT INTO mcp_trusted_tools (server_id, tools) VALUES (?, ?) ON CONFLICT(server_id) DO NOTHING",
             ))

@@ -2,8 +2,8 @@
 
 use async_trait::async_trait;
 use portcullis_catalog::Tool;
-use portcullis_catalog::fingerprint::{Fingerprints, fingerprint_listing};
-use portcullis_catalog::pins::split_baseline;
+use portcullis_catalog::fingerprint::Fingerprints;
+use portcullis_catalog::pins::tool_part;
 
 use crate::audit::AuditLog;
 use crate::effects::EffectLog;
@@ -99,10 +99,23 @@ pub async fn retrust(store: &dyn Store, id: &str) -> Result<bool, StoreError> {
 /// condition for keeping them as trusted definitions. Only the baseline's
 /// tool part counts: its pins of prompts and resources
 /// ([`portcullis_catalog::pins`]) say nothing about tools, and the pinned
-/// text of those is kept inside the baseline itself.
-pub(crate) fn defines(tools: Option<&[Tool]>, baseline: Option<&Fingerprints>) -> bool {
+/// text of those is kept inside the baseline itself. `digests` are the
+/// tools' fingerprints in order ([`PersistedServer::digests_of`], computed
+/// once per save for this and the digests column alike).
+pub(crate) fn defines(
+    tools: Option<(&[Tool], &[String])>,
+    baseline: Option<&Fingerprints>,
+) -> bool {
     match (tools, baseline) {
-        (Some(tools), Some(baseline)) => fingerprint_listing(tools) == split_baseline(baseline).0,
+        (Some((tools, digests)), Some(baseline)) => {
+            // `fingerprint_listing(tools)`, from digests already computed.
+            let listed: Fingerprints = tools
+                .iter()
+                .zip(digests)
+                .map(|(tool, digest)| (tool.name.clone(), digest.clone()))
+                .collect();
+            listed == *tool_part(baseline)
+        }
         _ => false,
     }
 }

@@ -10,7 +10,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use portcullis_catalog::catalogue::EntryKind;
+use portcullis_catalog::catalogue::{EntryKind, ListingRef};
 use portcullis_catalog::classification::Classification;
 use portcullis_catalog::fingerprint::Fingerprints;
 use portcullis_catalog::{
@@ -52,14 +52,15 @@ pub(crate) struct Source {
 }
 
 impl Source {
-    fn listing(&self) -> ServerListing {
-        listing(
-            &self.identity,
-            &self.tools,
-            &self.filter,
-            &self.classification,
-            self.baseline.as_ref(),
-        )
+    fn listing(&self) -> ListingRef<'_> {
+        ListingRef {
+            identity: &self.identity,
+            tools: &self.tools,
+            digests: None,
+            baseline: self.baseline.as_ref(),
+            filter: &self.filter,
+            classification: &self.classification,
+        }
     }
 }
 
@@ -82,6 +83,12 @@ pub(crate) struct Waking {
     pub(crate) classification: Classification,
     /// The row's cached listing.
     pub(crate) tools: Vec<Tool>,
+    /// The digest of each cached tool, as the store wrote them beside the
+    /// cache ([`portcullis_store::PersistedServer::cached_digests`]): the
+    /// projection compares these with the baseline instead of hashing the
+    /// cached tools again. Only ever the store's; a live listing (a
+    /// [`Source`]) is always hashed.
+    pub(crate) digests: Option<Vec<String>>,
     /// The row's baseline (recorded, or derived from the cached listing).
     pub(crate) baseline: Option<Fingerprints>,
     /// Whether the store holds a recorded baseline for it.
@@ -92,30 +99,15 @@ pub(crate) struct Waking {
 }
 
 impl Waking {
-    fn listing(&self) -> ServerListing {
-        listing(
-            &self.identity,
-            &self.tools,
-            &self.filter,
-            &self.classification,
-            self.baseline.as_ref(),
-        )
-    }
-}
-
-fn listing(
-    identity: &ServerIdentity,
-    tools: &[Tool],
-    filter: &ToolFilter,
-    classification: &Classification,
-    baseline: Option<&Fingerprints>,
-) -> ServerListing {
-    let listing = ServerListing::new(identity.clone(), tools.to_vec())
-        .with_filter(filter.clone())
-        .with_classification(classification.clone());
-    match baseline {
-        Some(baseline) => listing.with_baseline(baseline.clone()),
-        None => listing,
+    fn listing(&self) -> ListingRef<'_> {
+        ListingRef {
+            identity: &self.identity,
+            tools: &self.tools,
+            digests: self.digests.as_deref(),
+            baseline: self.baseline.as_ref(),
+            filter: &self.filter,
+            classification: &self.classification,
+        }
     }
 }
 
@@ -230,12 +222,13 @@ pub(crate) fn project(
     diagnostics: &DiagnosticSink,
     previous: Option<&Snapshot>,
 ) -> Snapshot {
+    // Lent, not copied: the catalogue copies only what it keeps, and the
+    // listings stay here for the next projection.
     let listings = sources
         .iter()
         .map(Source::listing)
         .chain(waking.iter().map(Waking::listing))
-        .chain(others.iter().cloned())
-        .collect();
+        .chain(others.iter().map(ListingRef::from));
     let catalogue = Catalogue::project(listings, options);
     let already: &[Diagnostic] = previous.map(|p| p.catalogue.diagnostics()).unwrap_or(&[]);
     for diagnostic in catalogue.diagnostics() {

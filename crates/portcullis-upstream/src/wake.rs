@@ -78,7 +78,7 @@ pub async fn rebuild_from_store(
     let ids = row_ids(&servers, &options.projection, &options.other_sources);
 
     let mut waking = Vec::with_capacity(rows.len());
-    for row in rows {
+    for mut row in rows {
         let Some(index) = ids.iter().position(|id| *id == row.id) else {
             diagnostics.report(no_matching_config(&row.id));
             continue;
@@ -99,6 +99,9 @@ pub async fn rebuild_from_store(
             classification: options.classification_of(config.name()),
             filter,
             recorded: row.tool_fingerprints.is_some(),
+            // The store's own digests of the cache (trusted as the baseline
+            // beside them is): see `Waking::digests`.
+            digests: row.take_cached_digests(),
             tools: row.tools.unwrap_or_default(),
             baseline,
             id: row.id,

@@ -30,7 +30,7 @@ fn hostile_tools() -> Vec<Tool> {
 }
 
 fn project(listings: Vec<ServerListing>) -> Catalogue {
-    Catalogue::project(listings, &ProjectionOptions::default())
+    Catalogue::project(&listings, &ProjectionOptions::default())
 }
 
 #[test]
@@ -98,7 +98,7 @@ fn schemas_of_the_wrong_shape_still_project_and_disclose() {
         ..Default::default()
     };
     let server = ServerIdentity::streamable_http("w", "https://w.example/mcp");
-    let catalogue = Catalogue::project(vec![ServerListing::new(server, weird)], &options);
+    let catalogue = Catalogue::project(&[ServerListing::new(server, weird)], &options);
     assert_eq!(
         catalogue.entries().len(),
         6,

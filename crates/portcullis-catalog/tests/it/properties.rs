@@ -5,7 +5,8 @@
 
 use std::collections::BTreeMap;
 
-use portcullis_catalog::fingerprint::{canonical_json, fingerprint};
+use portcullis_catalog::catalogue::ListingRef;
+use portcullis_catalog::fingerprint::{canonical_json, fingerprint, fingerprint_listing};
 use portcullis_catalog::framing::{Exit, UNTRUSTED_NOTICE, fold_text, frame_output, seal};
 use portcullis_catalog::naming::{Prefix, is_legal_name, legal_name, qualified_name};
 use portcullis_catalog::{
@@ -313,13 +314,50 @@ proptest! {
 
     #[test]
     fn catalogue_names_are_legal_and_unique(listings in listings()) {
-        let catalogue = Catalogue::project(listings, &ProjectionOptions::default());
+        let catalogue = Catalogue::project(&listings, &ProjectionOptions::default());
         let mut seen = std::collections::BTreeSet::new();
         for entry in catalogue.entries() {
             prop_assert!(is_legal_name(&entry.name), "{:?}", entry.name);
             prop_assert!(seen.insert(entry.name.clone()));
             prop_assert_eq!(&entry.definition.name, &entry.name);
         }
+    }
+
+    #[test]
+    fn stored_digests_give_the_catalogue_hashing_gives(
+        listings in listings(),
+        rewrite in any::<u8>(),
+    ) {
+        // Repeated names with different definitions, and baselines some
+        // tools no longer match: where judging one tool by another's digest
+        // would show what the guard must withhold.
+        let listings: Vec<ServerListing> = listings
+            .into_iter()
+            .map(|mut listing| {
+                let baseline = fingerprint_listing(&listing.tools);
+                for (j, tool) in listing.tools.iter_mut().enumerate() {
+                    if (rewrite >> (j % 8)) & 1 == 1 {
+                        tool.description = Some(format!("rewritten {j}"));
+                    }
+                }
+                listing.with_baseline(baseline)
+            })
+            .collect();
+        let digests: Vec<Vec<String>> = listings
+            .iter()
+            .map(|l| l.tools.iter().map(fingerprint).collect())
+            .collect();
+        let options = ProjectionOptions::default();
+        let hashed = Catalogue::project(&listings, &options);
+        let lent = |cut: usize| {
+            listings.iter().zip(&digests).map(move |(listing, digests)| ListingRef {
+                digests: Some(&digests[..digests.len().saturating_sub(cut)]),
+                ..ListingRef::from(listing)
+            })
+        };
+        prop_assert_eq!(&Catalogue::project(lent(0), &options), &hashed);
+        // Digests that do not pair up one to one are not used.
+        prop_assert_eq!(&Catalogue::project(lent(1), &options), &hashed);
     }
 
     #[test]
@@ -338,8 +376,8 @@ proptest! {
             shuffled.swap(i, (state % (i as u64 + 1)) as usize);
         }
         let options = ProjectionOptions { prefix, ..Default::default() };
-        let forward = Catalogue::project(listings, &options);
-        let backward = Catalogue::project(shuffled, &options);
+        let forward = Catalogue::project(&listings, &options);
+        let backward = Catalogue::project(&shuffled, &options);
         prop_assert_eq!(mapping(&forward), mapping(&backward));
         let mut d1: Vec<_> = forward.diagnostics().iter().map(|d| d.to_string()).collect();
         let mut d2: Vec<_> = backward.diagnostics().iter().map(|d| d.to_string()).collect();

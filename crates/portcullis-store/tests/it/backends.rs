@@ -212,6 +212,7 @@ macro_rules! suite {
     ($backend:ident $(+ $extra:ident)*) => {
         backend!($backend:
             baseline_survives_a_save_with_another_baseline,
+            the_cache_keeps_the_digests_of_what_it_holds,
             a_baseline_with_pins_keeps_its_tools_and_pins,
             a_save_without_baseline_never_erases_it,
             save_all_saves_each_row_as_save_does_in_one_go,

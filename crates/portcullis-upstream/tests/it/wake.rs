@@ -10,7 +10,7 @@ use crate::drift_support;
 
 use drift_support::*;
 use portcullis_catalog::catalogue::EntryKind;
-use portcullis_catalog::fingerprint::fingerprint_listing;
+use portcullis_catalog::fingerprint::{fingerprint, fingerprint_listing};
 use portcullis_catalog::{Diagnostic, Rule};
 use portcullis_upstream::{
     CallContext, CallError, ConnectOptions, McpServerConfig, WiringError, rebuild_from_store,
@@ -229,6 +229,69 @@ async fn an_unchanged_server_reconciles_without_a_new_snapshot_or_drift() {
         toolset.diagnostics()
     );
     assert_eq!(kind(&toolset, "search"), Some(EntryKind::Remote));
+    toolset.close().await;
+}
+
+// The store keeps each cached tool's digest beside the cache, and a wake
+// compares those with the baseline instead of hashing the cache again. A
+// cache can hold a drifted listing (the last run cached the rewrite): it
+// must still wake quarantined, from those digests, before any server is
+// contacted; and the live listing that follows is still checked.
+#[tokio::test(flavor = "current_thread")]
+async fn a_drifted_cache_wakes_quarantined_and_the_live_listing_is_still_checked() {
+    let fixture = Fixture::new(&original());
+    cold_start(&fixture).await;
+    let published = rug_pull();
+    fixture.publish(&published);
+    // A first wake caches the rewrite; the baseline stays.
+    let toolset = rebuild_from_store(vec![fixture.config()], fixture.options().await)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    toolset.reconciled().await;
+    toolset.close().await;
+    let row = fixture.stored().await.unwrap_or_else(|| panic!("row"));
+    assert_eq!(row.tools, Some(parsed(&published)));
+    let digests: Vec<String> = parsed(&published).iter().map(fingerprint).collect();
+    assert_eq!(
+        row.cached_digests(),
+        Some(digests.as_slice()),
+        "the store keeps the digests of the cache it holds"
+    );
+
+    // The next wake projects that cache: echo is a stub from the start,
+    // upload withheld, search gone, and nothing of the rewrite is shown.
+    let lists = fixture.lists();
+    let toolset = rebuild_from_store(vec![fixture.config()], fixture.options().await)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(fixture.lists(), lists, "projected from the cache alone");
+    let woken = toolset.catalogue();
+    assert_eq!(
+        woken.get("echo").map(|e| e.kind),
+        Some(EntryKind::Quarantined)
+    );
+    assert_eq!(
+        woken.get("read_file").map(|e| e.kind),
+        Some(EntryKind::Remote)
+    );
+    assert_eq!(woken.get("upload").map(|e| e.kind), None);
+    assert_eq!(woken.get("search").map(|e| e.kind), None);
+    let shown = serde_json::to_string(&woken.definitions().collect::<Vec<_>>()).unwrap_or_default();
+    assert!(!shown.contains(HIJACK), "{shown}");
+
+    // Meanwhile read_file was rewritten too: its live listing, never the
+    // stored digests, decides, and no call reaches it.
+    fixture.publish(&changed("read_file", |d| d["description"] = json!(HIJACK)));
+    let answer = call_ok(&toolset, "read_file", json!({"path": "x"})).await;
+    assert!(answer.is_error);
+    assert!(
+        text(&answer).contains("an operator must re-trust the server"),
+        "{}",
+        text(&answer)
+    );
+    toolset.reconciled().await;
+    assert_eq!(kind(&toolset, "read_file"), Some(EntryKind::Quarantined));
+    assert_eq!(fixture.calls("read_file"), 0);
     toolset.close().await;
 }
 

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use portcullis_catalog::fingerprint::{Fingerprints, fingerprint_listing};
+use portcullis_catalog::fingerprint::{Fingerprints, fingerprint, fingerprint_listing};
 use portcullis_catalog::{ServerIdentity, Tool, ToolAnnotations, ToolResult, TransportKind};
 use portcullis_store::{
     AuditDecision, AuditOutcome, AuditRecord, Outcome, PersistedServer, Store, StoreError,
@@ -80,6 +80,56 @@ pub async fn baseline_survives_a_save_with_another_baseline(h: Harness) {
     // The cache moves; the baseline does not.
     assert_eq!(stored.tools, Some(v2));
     assert_eq!(ok(store.trusted_tools("docs").await), Some(v1));
+}
+
+pub async fn the_cache_keeps_the_digests_of_what_it_holds(h: Harness) {
+    let store = &*h.store;
+    let digests = |tools: &[Tool]| tools.iter().map(fingerprint).collect::<Vec<_>>();
+    let v1 = listing("v1");
+    // Whatever a caller's row held, the store's own digests are kept.
+    let row_read = row_with_digests(store, &v1).await;
+    ok(store.save(&row_read).await);
+    let stored = row(&*h.twin, "docs").await;
+    assert_eq!(stored.cached_digests(), Some(digests(&v1).as_slice()));
+    // The cache moves and its digests with it; the baseline stays.
+    let v2 = listing("v2");
+    ok(store.save(&trusting(&v2)).await);
+    let listed = ok(h.twin.list().await);
+    assert_eq!(listed[0].cached_digests(), Some(digests(&v2).as_slice()));
+    assert_eq!(listed[0].tool_fingerprints, Some(fingerprint_listing(&v1)));
+    if let Some(raw) = &h.raw {
+        // Digests that do not pair up with the cache, or do not parse, are
+        // not used: the wake hashes the cache instead.
+        for bad in [r#"["one"]"#, "not json"] {
+            raw.exec(&format!(
+                "UPDATE mcp_servers SET tool_digests = '{bad}' WHERE id = 'docs'"
+            ))
+            .await;
+            let stored = row(store, "docs").await;
+            assert_eq!(stored.tools, Some(v2.clone()));
+            assert_eq!(stored.cached_digests(), None, "{bad}");
+        }
+    }
+    // A row without a cache has no digests.
+    ok(store.save(&PersistedServer::new("docs", &docs())).await);
+    assert_eq!(row(store, "docs").await.cached_digests(), None);
+}
+
+/// A row read back after saving `tools` under another id: it carries the
+/// store's digests of `tools`, which a save of it under "docs" with other
+/// tools must not keep.
+async fn row_with_digests(store: &dyn Store, tools: &[Tool]) -> PersistedServer {
+    let other = listing("other");
+    let mut scratch = trusting(&other);
+    scratch.id = "scratch".into();
+    ok(store.save(&scratch).await);
+    let mut read = row(store, "scratch").await;
+    assert!(read.cached_digests().is_some());
+    ok(store.remove("scratch").await);
+    read.id = "docs".into();
+    read.tools = Some(tools.to_vec());
+    read.tool_fingerprints = Some(fingerprint_listing(tools));
+    read
 }
 
 pub async fn a_baseline_with_pins_keeps_its_tools_and_pins(h: Harness) {
