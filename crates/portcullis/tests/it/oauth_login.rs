@@ -1084,6 +1084,10 @@ fn workload_identity_and_enterprise_managed_grants_through_the_binary() {
     eventually("both upstreams are served", || {
         healthz(&served)["upstreams"] == json!({"up": 2, "down": 0, "needs_login": 0})
     });
+    eventually("both upstreams' tools are served", || {
+        let names = common::tool_names(&served.authority());
+        names.contains(&"wl__echo".to_owned()) && names.contains(&"ent__echo".to_owned())
+    });
     let (failed, said) = call(&served, "wl__echo", json!({"message": "from a workload"}));
     assert!(!failed && said.contains("echo: from a workload"), "{said}");
     let (failed, said) = call(&served, "ent__echo", json!({"message": "from ada"}));
@@ -1236,6 +1240,10 @@ fn a_refused_token_exchange_needs_a_login_and_a_new_id_token_is_taken_up() {
     );
     eventually("ent joins", || {
         healthz(&served)["upstreams"] == json!({"up": 2, "down": 0, "needs_login": 0})
+    });
+    // Connected is counted before its tools are in the map.
+    eventually("ent's tools are served", || {
+        common::tool_names(&served.authority()).contains(&"ent__echo".to_owned())
     });
     let (failed, said) = call(&served, "ent__echo", json!({"message": "back"}));
     assert!(!failed && said.contains("echo: back"), "{said}");
