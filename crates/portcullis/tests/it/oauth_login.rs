@@ -657,7 +657,7 @@ fn login(provider: &Provider, config: &Path, extra: &[&str], printed: &mut Print
     url
 }
 
-fn healthz(served: &Served) -> Value {
+pub(crate) fn healthz(served: &Served) -> Value {
     let authority = served.authority();
     let (status, response) = common::http(
         &authority,
@@ -668,7 +668,7 @@ fn healthz(served: &Served) -> Value {
 }
 
 /// A call through the gateway: (is an error, its text).
-fn call(served: &Served, tool: &str, args: Value) -> (bool, String) {
+pub(crate) fn call(served: &Served, tool: &str, args: Value) -> (bool, String) {
     let (status, response) = common::mcp(
         &served.authority(),
         &json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",

@@ -15,14 +15,15 @@
 //! is a failure.
 
 use std::io::{BufRead as _, BufReader, Read as _};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::common::{self, DEMO, Served, eventually, portcullis, text, write_config};
+use crate::common::{self, DEMO, eventually, portcullis, text, write_config};
+use crate::oauth_login::{call, healthz};
 
 /// The Python SDK's authorization server and protected MCP server, one
 /// process; killed on drop.
@@ -133,17 +134,6 @@ impl Drop for PythonProvider {
     }
 }
 
-/// The venv's python, absolute (not canonical: the venv's python is a
-/// symlink whose target would not see the venv's packages), or `None`
-/// outside CI when it is missing.
-fn python() -> Option<PathBuf> {
-    let python = common::peers_dir().join("venv/bin/python");
-    if !python.is_file() {
-        return common::missing(&python, "run .ci/peers.sh to install the MCP peers");
-    }
-    Some(std::path::absolute(python).expect("a peer path"))
-}
-
 /// `portcullis auth login notes --no-browser`, the test as the browser.
 fn login(provider: &PythonProvider, config: &Path, printed: &mut Vec<String>) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
@@ -203,41 +193,15 @@ fn login(provider: &PythonProvider, config: &Path, printed: &mut Vec<String>) {
     assert_eq!(param("resource"), Some(provider.mcp_url()));
 }
 
-fn healthz(served: &Served) -> Value {
-    let authority = served.authority();
-    let (status, response) = common::http(
-        &authority,
-        &format!("GET /healthz HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n"),
-    );
-    assert_eq!(status, 200, "{response}");
-    serde_json::from_str(response.split("\r\n\r\n").nth(1).unwrap_or_default()).unwrap()
-}
-
-/// A call through the gateway: (is an error, its text).
-fn call(served: &Served, text_arg: &str) -> (bool, String) {
-    let (status, response) = common::mcp(
-        &served.authority(),
-        &json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
-                "params": {"name": "note", "arguments": {"text": text_arg}}}),
-    );
-    assert_eq!(status, 200, "{response}");
-    let body = response.split("\r\n\r\n").nth(1).unwrap_or_default();
-    let answer: Value = serde_json::from_str(body).unwrap_or_default();
-    let result = &answer["result"];
-    let said = result["content"][0]["text"]
-        .as_str()
-        .map(str::to_owned)
-        .unwrap_or_else(|| answer.to_string());
-    (result["isError"] == true, said)
-}
-
 /// Login, a call, a refresh while idle, a revoked grant reported as
 /// needing a login (not as down), and none of what the SDK issued (codes,
 /// tokens, the registered client's secret) in any output, log line, the
 /// audit trail or a file of the data directory.
 #[test]
 fn the_python_sdks_authorization_server_logs_in_refreshes_and_revokes() {
-    let Some(python) = python() else { return };
+    let Some(python) = common::python() else {
+        return;
+    };
     // Tokens live 6 s: `serve` must refresh them on its own while idle.
     let provider = PythonProvider::start(&python, 6, false);
     let dir = tempfile::tempdir().unwrap();
@@ -259,7 +223,7 @@ fn the_python_sdks_authorization_server_logs_in_refreshes_and_revokes() {
     eventually("notes' tools are served", || {
         common::tool_names(&served.authority()).contains(&"note".to_owned())
     });
-    let (failed, said) = call(&served, "first");
+    let (failed, said) = call(&served, "note", json!({"text": "first"}));
     assert!(!failed && said.contains("noted: first"), "{said}");
 
     // Idle past the token's lifetime: refreshed by `serve` itself, and the
@@ -270,13 +234,13 @@ fn the_python_sdks_authorization_server_logs_in_refreshes_and_revokes() {
         "no refresh while idle: {:?}",
         provider.grants()
     );
-    let (failed, said) = call(&served, "after idle");
+    let (failed, said) = call(&served, "note", json!({"text": "after idle"}));
     assert!(!failed && said.contains("noted: after idle"), "{said}");
 
     // Revoked at the authorization server: the upstream needs a login; it
     // is not counted as down.
     provider.revoke_all();
-    let (failed, _) = call(&served, "revoked");
+    let (failed, _) = call(&served, "note", json!({"text": "revoked"}));
     assert!(failed);
     served.wait_for_line("upstream \"notes\" needs a login: run `portcullis auth login notes`");
     eventually("notes needs a login, not down", || {
@@ -326,7 +290,9 @@ fn free_port() -> u16 {
 /// and calls; the audit trail names the token's subject as the caller.
 #[test]
 fn the_python_sdks_client_logs_in_to_the_gateway_behind_its_authorization_server() {
-    let Some(python) = python() else { return };
+    let Some(python) = common::python() else {
+        return;
+    };
     let provider = PythonProvider::start(&python, 600, true);
     let dir = tempfile::tempdir().unwrap();
     let listen = format!("127.0.0.1:{}", free_port());
