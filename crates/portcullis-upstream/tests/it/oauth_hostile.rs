@@ -1,0 +1,455 @@
+//! The OAuth client against hostile authorization servers and identity
+//! providers on loopback, and against the files a careless operator points
+//! it at: what it must not do is hang, panic, renew in a loop, or let a
+//! secret it sent come back into an error.
+
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use portcullis_upstream::oauth::{
+    AssertionGrant, AssertionSource, EnterpriseIdp, IdpEndpoint, OAuthClient, OAuthError,
+    OAuthSettings,
+};
+use serde_json::json;
+
+const JWT_BEARER: &str = "urn:ietf:params:oauth:grant-type:jwt-bearer";
+
+/// At most the first 400 characters of `text`, for a failure's message.
+fn head(text: &str) -> String {
+    text.chars().take(400).collect()
+}
+
+/// Serves `router` on loopback until the test ends; its base URL.
+async fn serve(router: Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    format!("http://{addr}")
+}
+
+/// What a hostile token endpoint saw: each request's form body and
+/// `Authorization` header.
+#[derive(Default)]
+struct Seen {
+    requests: Mutex<Vec<(String, Option<String>)>>,
+}
+
+impl Seen {
+    fn count(&self) -> usize {
+        self.requests.lock().unwrap().len()
+    }
+}
+
+/// An MCP server's protected-resource metadata and its authorization
+/// server's, on one origin, offering `grants`; `token` answers at
+/// `/token`. The MCP server's URL.
+async fn authorization_server(
+    grants: &[&str],
+    token: impl Fn(String, Option<String>) -> Response + Send + Sync + 'static,
+) -> (String, Arc<Seen>) {
+    let seen = Arc::new(Seen::default());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let prm = json!({"resource": format!("{base}/mcp"), "authorization_servers": [base]});
+    let metadata = json!({
+        "issuer": base,
+        "authorization_endpoint": format!("{base}/authorize"),
+        "token_endpoint": format!("{base}/token"),
+        "grant_types_supported": grants,
+        "code_challenge_methods_supported": ["S256"],
+        "token_endpoint_auth_methods_supported": ["client_secret_post"],
+    });
+    let token = Arc::new(token);
+    let recorded = seen.clone();
+    let router = Router::new()
+        .route(
+            "/.well-known/oauth-protected-resource/mcp",
+            get(move || async move { axum::Json(prm) }),
+        )
+        .route(
+            "/.well-known/oauth-authorization-server",
+            get(move || async move { axum::Json(metadata) }),
+        )
+        .route(
+            "/token",
+            post(move |headers: HeaderMap, body: String| {
+                let token = token.clone();
+                let recorded = recorded.clone();
+                async move {
+                    let authorization = headers
+                        .get("authorization")
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_owned);
+                    recorded
+                        .requests
+                        .lock()
+                        .unwrap()
+                        .push((body.clone(), authorization.clone()));
+                    token(body, authorization)
+                }
+            }),
+        );
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    (format!("{base}/mcp"), seen)
+}
+
+fn workload(assertion: &str) -> Option<AssertionGrant> {
+    Some(AssertionGrant::Workload {
+        assertion: AssertionSource::Value(assertion.into()),
+    })
+}
+
+fn bearer(expires_in: serde_json::Value) -> Response {
+    axum::Json(json!({
+        "access_token": "at-1",
+        "token_type": "Bearer",
+        "expires_in": expires_in,
+    }))
+    .into_response()
+}
+
+/// A token endpoint that accepts the connection and never answers: the
+/// grant fails within the request timeout, instead of holding the client
+/// (and every request waiting on its token) forever.
+#[tokio::test]
+async fn oauth_a_token_endpoint_that_never_answers_times_out() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let prm = json!({"resource": format!("{base}/mcp"), "authorization_servers": [base]});
+    let metadata = json!({
+        "issuer": base,
+        "token_endpoint": format!("{base}/token"),
+        "grant_types_supported": [JWT_BEARER],
+    });
+    let router = Router::new()
+        .route(
+            "/.well-known/oauth-protected-resource/mcp",
+            get(move || async move { axum::Json(prm) }),
+        )
+        .route(
+            "/.well-known/oauth-authorization-server",
+            get(move || async move { axum::Json(metadata) }),
+        )
+        .route("/token", post(std::future::pending::<&'static str>));
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    let settings = OAuthSettings {
+        assertion_grant: workload("eyJh.workload.sig"),
+        timeout: Some(Duration::from_millis(500)),
+        ..OAuthSettings::default()
+    };
+    let oauth = OAuthClient::new("docs", &format!("{base}/mcp"), None, settings)
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let outcome = tokio::time::timeout(Duration::from_secs(10), oauth.obtain())
+        .await
+        .expect("the grant hung on a token endpoint that never answers");
+    match outcome {
+        Err(e @ OAuthError::Timeout { .. }) => {
+            let said = e.to_string();
+            assert!(said.contains("/token"), "{said}");
+            assert!(said.contains("500 ms"), "{said}");
+        }
+        other => panic!("not a timeout: {other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // The client is not left locked: its status answers at once.
+    tokio::time::timeout(Duration::from_secs(1), oauth.status())
+        .await
+        .expect("the client stayed locked");
+}
+
+/// An identity provider whose metadata trickles out a byte at a time,
+/// never ending: bounded by the same timeout.
+#[tokio::test]
+async fn oauth_an_identity_provider_that_trickles_forever_times_out() {
+    let idp = serve(Router::new().fallback(|| async {
+        let stream = futures::stream::unfold((), |()| async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            Some((Ok::<_, std::io::Error>(bytes::Bytes::from_static(b" ")), ()))
+        });
+        axum::body::Body::from_stream(stream)
+    }))
+    .await;
+    let (mcp, seen) = authorization_server(&[JWT_BEARER], |_, _| bearer(json!(3600))).await;
+    let settings = OAuthSettings {
+        client_id: Some("gateway".into()),
+        assertion_grant: Some(AssertionGrant::Enterprise(EnterpriseIdp {
+            endpoint: IdpEndpoint::Issuer(idp.clone()),
+            client_id: "idp-client".into(),
+            client_secret: None,
+            id_token: AssertionSource::Value("eyJh.id-token.sig".into()),
+        })),
+        timeout: Some(Duration::from_millis(500)),
+        ..OAuthSettings::default()
+    };
+    let oauth = OAuthClient::new("docs", &mcp, None, settings)
+        .await
+        .unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(10), oauth.obtain())
+        .await
+        .expect("the grant hung on an identity provider that never finishes");
+    assert!(
+        matches!(outcome, Err(OAuthError::Timeout { .. })),
+        "{outcome:?}"
+    );
+    assert_eq!(seen.count(), 0, "the authorization server was asked");
+}
+
+/// `expires_in` at the top of its range: no overflow (a panic, or a
+/// wrapped expiry in the past that renews on every request).
+#[tokio::test]
+async fn oauth_an_enormous_expires_in_neither_panics_nor_renews_at_once() {
+    for grants in [&[JWT_BEARER][..], &["client_credentials"][..]] {
+        let (mcp, seen) = authorization_server(grants, |_, _| bearer(json!(u64::MAX))).await;
+        let settings = if grants[0] == JWT_BEARER {
+            OAuthSettings {
+                assertion_grant: workload("eyJh.workload.sig"),
+                ..OAuthSettings::default()
+            }
+        } else {
+            OAuthSettings {
+                client_id: Some("machine".into()),
+                client_secret: Some("machine-secret".into()),
+                ..OAuthSettings::default()
+            }
+        };
+        let oauth = OAuthClient::new("docs", &mcp, None, settings)
+            .await
+            .unwrap();
+        let granted = tokio::spawn({
+            let oauth = oauth.clone();
+            async move {
+                if oauth.unattended().is_some() {
+                    oauth.obtain().await
+                } else {
+                    oauth.login(None, &oauth.follow_redirects()).await
+                }
+            }
+        })
+        .await
+        .expect("the grant panicked on expires_in = u64::MAX");
+        granted.expect("granted");
+        let grant = oauth.grant().await.unwrap();
+        assert!(!grant.expiring(), "{grant:?}");
+        oauth.access_token().await.unwrap();
+        oauth.access_token().await.unwrap();
+        assert_eq!(seen.count(), 1, "renewed a token that does not expire");
+    }
+}
+
+/// An authorization server whose error echoes the request back (form body
+/// and `Authorization` header, percent-encoded and raw): nothing the
+/// client sent as a credential reaches the error, and a huge description
+/// is cut short.
+#[tokio::test]
+async fn oauth_an_error_echoing_the_request_shows_no_secret_and_is_bounded() {
+    let echo = |body: String, authorization: Option<String>| {
+        let decoded: Vec<String> = url::form_urlencoded::parse(body.as_bytes())
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let description = format!(
+            "bad request {body} ({}) [{}] {}",
+            decoded.join(" "),
+            authorization.unwrap_or_default(),
+            "x".repeat(100_000)
+        );
+        (
+            StatusCode::BAD_REQUEST,
+            axum::Json(json!({"error": "invalid_request", "error_description": description})),
+        )
+            .into_response()
+    };
+    // The client's secret (sent in the form) and the workload's assertion.
+    let (mcp, _) = authorization_server(&[JWT_BEARER], echo).await;
+    let secret = "client s3cret/+&=";
+    let settings = OAuthSettings {
+        client_id: Some("gateway".into()),
+        client_secret: Some(secret.into()),
+        assertion_grant: workload("eyJh.workload-s3cret.sig"),
+        ..OAuthSettings::default()
+    };
+    let oauth = OAuthClient::new("docs", &mcp, None, settings)
+        .await
+        .unwrap();
+    let said = oauth.obtain().await.expect_err("refused").to_string();
+    assert!(said.contains("invalid_request"), "{}", head(&said));
+    assert!(!said.contains("s3cret"), "{}", head(&said));
+    assert!(said.len() < 2_000, "{} bytes", said.len());
+    let refusal = oauth.refusal().await.unwrap();
+    assert!(!refusal.contains("s3cret") && refusal.len() < 2_000);
+
+    // The identity provider: its client secret (HTTP Basic) and the ID
+    // token.
+    let idp = serve(Router::new().route(
+        "/token",
+        post(move |headers: HeaderMap, body: String| async move {
+            let authorization = headers
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            echo(body, authorization)
+        }),
+    ))
+    .await;
+    let (mcp, seen) = authorization_server(&[JWT_BEARER], |_, _| bearer(json!(60))).await;
+    let settings = OAuthSettings {
+        client_id: Some("gateway".into()),
+        assertion_grant: Some(AssertionGrant::Enterprise(EnterpriseIdp {
+            endpoint: IdpEndpoint::TokenEndpoint(format!("{idp}/token")),
+            client_id: "idp-client".into(),
+            client_secret: Some("idp s3cret".into()),
+            id_token: AssertionSource::Value("eyJh.id-token-s3cret.sig".into()),
+        })),
+        ..OAuthSettings::default()
+    };
+    let oauth = OAuthClient::new("docs", &mcp, None, settings)
+        .await
+        .unwrap();
+    let said = oauth.obtain().await.expect_err("refused").to_string();
+    assert!(said.contains("invalid_request"), "{}", head(&said));
+    assert!(!said.contains("s3cret"), "{}", head(&said));
+    // The Basic credentials as sent, base64 and all.
+    let basic = base64::Engine::encode(
+        &base64::engine::general_purpose::STANDARD,
+        "idp-client:idp+s3cret",
+    );
+    assert!(!said.contains(&basic), "{}", head(&said));
+    assert!(said.len() < 2_000, "{} bytes", said.len());
+    assert_eq!(seen.count(), 0);
+}
+
+/// A refresh refused with an error that echoes the refresh token.
+#[tokio::test]
+async fn oauth_a_refused_refresh_does_not_echo_the_refresh_token() {
+    let (mcp, _) = authorization_server(&["client_credentials"], |body, _| {
+        if body.contains("refresh_token=") {
+            return (
+                StatusCode::BAD_REQUEST,
+                axum::Json(json!({
+                    "error": "invalid_request",
+                    "error_description": format!("cannot read {body}"),
+                })),
+            )
+                .into_response();
+        }
+        axum::Json(json!({
+            "access_token": "at-1",
+            "token_type": "Bearer",
+            "expires_in": 0,
+            "refresh_token": "rt-s3cret",
+        }))
+        .into_response()
+    })
+    .await;
+    let settings = OAuthSettings {
+        client_id: Some("machine".into()),
+        client_secret: Some("machine-pw".into()),
+        ..OAuthSettings::default()
+    };
+    let oauth = OAuthClient::new("docs", &mcp, None, settings)
+        .await
+        .unwrap();
+    oauth
+        .login(None, &oauth.follow_redirects())
+        .await
+        .expect("granted");
+    let said = oauth.refresh().await.expect_err("refused").to_string();
+    assert!(said.contains("invalid_request"), "{said}");
+    assert!(!said.contains("s3cret"), "{said}");
+    assert!(!said.contains("machine-pw"), "{said}");
+}
+
+/// An unattended grant sends no proof: a `DPoP` token answering it is not
+/// a token this client can present, and is refused like one nobody asked
+/// for in a person's flow.
+#[tokio::test]
+async fn oauth_an_unattended_grant_answered_with_a_dpop_token_is_refused() {
+    let (mcp, _) = authorization_server(&[JWT_BEARER], |_, _| {
+        axum::Json(json!({"access_token": "at-1", "token_type": "DPoP", "expires_in": 60}))
+            .into_response()
+    })
+    .await;
+    let settings = OAuthSettings {
+        assertion_grant: workload("eyJh.workload.sig"),
+        ..OAuthSettings::default()
+    };
+    let oauth = OAuthClient::new("docs", &mcp, None, settings)
+        .await
+        .unwrap();
+    let refused = oauth.obtain().await;
+    assert!(
+        matches!(refused, Err(OAuthError::TokenType { .. })),
+        "{refused:?}"
+    );
+    assert!(oauth.grant().await.is_none());
+
+    // The type's case is not significant (RFC 6749 §5.1).
+    let (mcp, _) = authorization_server(&[JWT_BEARER], |_, _| {
+        axum::Json(json!({"access_token": "at-1", "token_type": "bEaReR"})).into_response()
+    })
+    .await;
+    let settings = OAuthSettings {
+        assertion_grant: workload("eyJh.workload.sig"),
+        ..OAuthSettings::default()
+    };
+    let oauth = OAuthClient::new("docs", &mcp, None, settings)
+        .await
+        .unwrap();
+    oauth.obtain().await.expect("a Bearer token in odd case");
+}
+
+/// What an assertion file may hold: one JWS compact serialisation, its
+/// three parts base64url. Anything else — a file of secrets that happens
+/// to have two dots, a FIFO, a directory — is refused without being sent
+/// and without its content in the error.
+#[tokio::test]
+async fn oauth_an_assertion_file_holding_anything_but_a_jwt_is_never_sent() {
+    let (mcp, seen) = authorization_server(&[JWT_BEARER], |_, _| bearer(json!(60))).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("token");
+    let settings = OAuthSettings {
+        assertion_grant: Some(AssertionGrant::Workload {
+            assertion: AssertionSource::File(file.clone()),
+        }),
+        ..OAuthSettings::default()
+    };
+    let oauth = OAuthClient::new("docs", &mcp, None, settings)
+        .await
+        .unwrap();
+    for content in [
+        "DB_PASSWORD=s3cret;HOST=db.internal.example",
+        "eyJh.pay\"load-s3cret.sig",
+        "eyJh.payload-s3cret.sig\u{0}",
+        "eyJh..sig-s3cret",
+    ] {
+        std::fs::write(&file, content).unwrap();
+        let error = oauth.obtain().await.expect_err(content);
+        assert!(matches!(error, OAuthError::Assertion { .. }), "{error:?}");
+        let said = error.to_string();
+        assert!(said.contains("does not hold a JWT"), "{said}");
+        assert!(!said.contains("s3cret"), "{said}");
+    }
+    // A FIFO nobody writes to: refused at once, not waited on.
+    std::fs::remove_file(&file).unwrap();
+    let status = std::process::Command::new("mkfifo")
+        .arg(&file)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let error = tokio::time::timeout(Duration::from_secs(5), oauth.obtain())
+        .await
+        .expect("waited on a FIFO")
+        .expect_err("a FIFO");
+    assert!(error.to_string().contains("not a regular file"), "{error}");
+    std::fs::remove_file(&file).unwrap();
+    std::fs::create_dir(&file).unwrap();
+    let error = oauth.obtain().await.expect_err("a directory");
+    assert!(error.to_string().contains("not a regular file"), "{error}");
+    assert_eq!(seen.count(), 0, "something not a JWT was sent");
+}
