@@ -146,6 +146,8 @@ pub fn settings(oauth: &UpstreamOAuth, redirect_uri: String) -> Result<OAuthSett
         client_key,
         dpop: oauth.dpop,
         assertion_grant: assertion_grant(&oauth.grant),
+        // The upstream's own `timeout_ms`, set by `client`.
+        timeout: None,
     })
 }
 
@@ -223,13 +225,26 @@ pub async fn client(upstream: &Upstream, redirect_uri: String) -> Result<OAuthCl
     else {
         return Err(ClientError::NotOAuth(upstream.name.clone()));
     };
+    let mut settings = settings(oauth, redirect_uri)?;
+    // Its OAuth requests (authorization server, identity provider) are
+    // held to the upstream's own `timeout_ms`.
+    settings.timeout = Some(grant_timeout(upstream));
     Ok(OAuthClient::new(
         &upstream.name,
         url.expose(),
         allowed_hosts(upstream),
-        settings(oauth, redirect_uri)?,
+        settings,
     )
     .await?)
+}
+
+/// How long one OAuth request of `upstream` may take, and an unattended
+/// grant as a whole: its `timeout_ms`, else the library's default.
+fn grant_timeout(upstream: &Upstream) -> Duration {
+    upstream.timeout_ms.map_or(
+        portcullis_upstream::oauth::DEFAULT_TIMEOUT,
+        Duration::from_millis,
+    )
 }
 
 /// Every OAuth upstream of a config, each with its client. Cheap to clone
@@ -273,6 +288,9 @@ struct Entry {
     writer: Mutex<Option<mpsc::UnboundedSender<Write>>>,
     /// The last run of an unattended grant that failed.
     failed: Mutex<Option<Failed>>,
+    /// How long a run of the unattended grant may take as a whole (the
+    /// upstream's `timeout_ms`): `serve` waits on the first at start.
+    deadline: Duration,
 }
 
 /// A failed run of an unattended grant.
@@ -343,6 +361,7 @@ impl OAuthUpstreams {
                 unreadable_reported: AtomicBool::new(false),
                 writer: Mutex::new(None),
                 failed: Mutex::new(None),
+                deadline: grant_timeout(upstream),
             });
             entry.restore().await;
             entry.listen();
@@ -462,7 +481,8 @@ fn made_from(upstream: &Upstream, oauth: &UpstreamOAuth) -> String {
         other => format!("{other:?}"),
     };
     format!(
-        "{url}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{}\n{grant}",
+        "{url}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{}\n{grant}",
+        upstream.timeout_ms,
         oauth.client_id,
         oauth.client_secret.as_ref().map(|s| s.expose()),
         oauth.issuer,
@@ -673,7 +693,17 @@ impl Entry {
                 None => None,
             }
         };
-        match self.client.obtain().await {
+        // Each request is bounded already; the whole run is too, so that a
+        // slow identity provider delays `serve`'s start (and the watcher)
+        // by at most the upstream's timeout, not once per request.
+        let outcome = match tokio::time::timeout(self.deadline, self.client.obtain()).await {
+            Ok(outcome) => outcome.map_err(|e| e.to_string()),
+            Err(_) => Err(format!(
+                "it did not complete within {} ms (timeout_ms)",
+                self.deadline.as_millis()
+            )),
+        };
+        match outcome {
             Ok(()) => {
                 *self.failed.lock().unwrap_or_else(PoisonError::into_inner) = None;
                 tracing::info!(
@@ -684,7 +714,7 @@ impl Entry {
                 );
             }
             Err(e) => {
-                let reason = crate::redact::text(&e.to_string()).into_owned();
+                let reason = crate::redact::text(&e).into_owned();
                 if last_reason.as_deref() != Some(reason.as_str()) {
                     tracing::warn!(
                         upstream = %self.name,

@@ -1245,6 +1245,78 @@ fn a_refused_token_exchange_needs_a_login_and_a_new_id_token_is_taken_up() {
     assert_no_secret_shown(&provider, &printed, &served, &data, &secrets);
 }
 
+/// An identity provider that accepts the connection and never answers:
+/// `serve` gives up on it after the upstream's `timeout_ms` (it waited for
+/// ever), serves the other upstream, and says why `ent` needs a login.
+#[test]
+fn a_hanging_identity_provider_delays_serve_by_its_timeout_not_for_ever() {
+    let provider = Provider::start(3600);
+    // Connections taken and held, never answered.
+    let hanging = provider.runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                held.push(socket);
+            }
+        });
+        addr
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let config = unattended_config(dir.path(), &provider);
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace(
+            &provider.idp_token_endpoint,
+            &format!("http://{hanging}/token"),
+        )
+        .replace(
+            "[upstreams.ent.oauth]",
+            "timeout_ms = 1500\n\n[upstreams.ent.oauth]",
+        );
+    std::fs::write(&config, text).unwrap();
+    let workload = jwt(&provider, "workload");
+    provider
+        .state
+        .assertions
+        .lock()
+        .unwrap()
+        .push(workload.clone());
+    std::fs::write(dir.path().join("workload.jwt"), &workload).unwrap();
+    let id_token = jwt(&provider, "idtoken");
+    std::fs::write(dir.path().join("id_token.jwt"), &id_token).unwrap();
+
+    let started = Instant::now();
+    let served = common::serve(&config);
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "serve took {:?}",
+        started.elapsed()
+    );
+    let said = served.before.join("\n");
+    assert!(
+        said.contains(
+            "upstream \"ent\" needs a login: its enterprise-managed (ID-JAG) grant failed:"
+        ) && said.contains("within 1500 ms"),
+        "{said}"
+    );
+    eventually("ent needs a login, wl is served", || {
+        healthz(&served)["upstreams"] == json!({"up": 1, "down": 0, "needs_login": 1})
+    });
+    let (failed, said) = call(&served, "wl__echo", json!({"message": "still here"}));
+    assert!(!failed && said.contains("still here"), "{said}");
+    let mut secrets = provider.state.issued.lock().unwrap().clone();
+    secrets.push("idp-s3cret".into());
+    assert_no_secret_shown(
+        &provider,
+        &Printed::default(),
+        &served,
+        &dir.path().join("state"),
+        &secrets,
+    );
+}
+
 /// None of `secrets` appears in anything printed, a log line, the audit
 /// trail or the data directory.
 fn assert_no_secret_shown(
