@@ -252,7 +252,7 @@ pub(crate) fn check_token_type(token_type: &str, bound: bool) -> Result<(), OAut
     if bound != dpop {
         return Err(OAuthError::TokenType {
             expected: if bound { "DPoP" } else { "Bearer" }.to_owned(),
-            found: token_type.chars().take(32).collect(),
+            found: super::secrets::shown(&token_type.chars().take(32).collect::<String>()),
         });
     }
     Ok(())

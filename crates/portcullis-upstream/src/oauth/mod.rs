@@ -407,7 +407,8 @@ impl OAuthHttp {
     /// Parses an endpoint and holds it to the URL rules: https (http only
     /// on loopback), no userinfo, no fragment.
     pub(crate) fn endpoint(&self, raw: &str) -> Result<Url, OAuthError> {
-        let shown = portcullis_catalog::redact::url(raw);
+        // A server's document may name it: escaped and bounded.
+        let shown = secrets::shown(&portcullis_catalog::redact::url(raw));
         let bad = |reason: &str| OAuthError::Endpoint {
             url: shown.clone(),
             reason: reason.to_owned(),

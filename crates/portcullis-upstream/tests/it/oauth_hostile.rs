@@ -453,3 +453,335 @@ async fn oauth_an_assertion_file_holding_anything_but_a_jwt_is_never_sent() {
     assert!(error.to_string().contains("not a regular file"), "{error}");
     assert_eq!(seen.count(), 0, "something not a JWT was sent");
 }
+
+/// A token endpoint that asks for a fresh DPoP nonce on every answer: the
+/// request is made again once with the nonce it gave, never more.
+#[tokio::test]
+async fn oauth_a_token_endpoint_churning_dpop_nonces_is_retried_once() {
+    let turn = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (mcp, seen) = authorization_server(&["client_credentials"], move |_, _| {
+        let n = turn.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        (
+            StatusCode::BAD_REQUEST,
+            [("dpop-nonce", format!("nonce-{n}"))],
+            axum::Json(json!({"error": "use_dpop_nonce"})),
+        )
+            .into_response()
+    })
+    .await;
+    let settings = OAuthSettings {
+        client_id: Some("machine".into()),
+        client_secret: Some("machine-pw".into()),
+        dpop: Some(true),
+        ..OAuthSettings::default()
+    };
+    let oauth = OAuthClient::new("docs", &mcp, None, settings)
+        .await
+        .unwrap();
+    let refused = oauth.login(None, &oauth.follow_redirects()).await;
+    assert!(
+        matches!(&refused, Err(OAuthError::Token { reason }) if reason.contains("use_dpop_nonce")),
+        "{refused:?}"
+    );
+    assert_eq!(seen.count(), 2, "the nonce retry did not stop after one");
+}
+
+/// An MCP server that refuses every request with `use_dpop_nonce` and a
+/// new nonce: each request is sent at most twice, each time with a fresh
+/// proof (never one reused).
+#[tokio::test]
+async fn oauth_an_mcp_server_churning_dpop_nonces_gets_one_retry_per_request() {
+    let proofs = Arc::new(Mutex::new(Vec::<String>::new()));
+    let seen = proofs.clone();
+    let base = serve(Router::new().route(
+        "/mcp",
+        axum::routing::any(move |headers: HeaderMap| {
+            let seen = seen.clone();
+            async move {
+                let mut seen = seen.lock().unwrap();
+                if let Some(proof) = headers.get("dpop").and_then(|v| v.to_str().ok()) {
+                    seen.push(proof.to_owned());
+                }
+                let n = seen.len();
+                (
+                    StatusCode::UNAUTHORIZED,
+                    [
+                        (
+                            "www-authenticate",
+                            r#"DPoP error="use_dpop_nonce""#.to_owned(),
+                        ),
+                        ("dpop-nonce", format!("nonce-{n}")),
+                    ],
+                )
+                    .into_response()
+            }
+        }),
+    ))
+    .await;
+    let mcp = format!("{base}/mcp");
+    let oauth = OAuthClient::new("docs", &mcp, None, OAuthSettings::default())
+        .await
+        .unwrap();
+    let key = portcullis_upstream::oauth::DpopKey::generate().unwrap();
+    oauth
+        .restore(portcullis_upstream::oauth::Grant {
+            issuer: base.clone(),
+            resource: mcp.clone(),
+            token_endpoint: format!("{base}/token"),
+            client: portcullis_upstream::oauth::RegisteredClient {
+                issuer: base.clone(),
+                client_id: "c".into(),
+                client_secret: None,
+                auth: portcullis_upstream::oauth::TokenAuth::None,
+            },
+            access_token: "bound-token".into(),
+            refresh_token: None,
+            expires_at: None,
+            refresh_at: None,
+            scopes: Vec::new(),
+            client_credentials: false,
+            dpop_key: Some(key),
+        })
+        .await;
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(20),
+        portcullis_upstream::connect(
+            vec![portcullis_upstream::McpServerConfig::streamable_http(
+                "docs", &mcp,
+            )],
+            portcullis_upstream::ConnectOptions::default()
+                .with_server_auth("docs", oauth.clone())
+                .with_reconnect(portcullis_upstream::Backoff::NEVER),
+        ),
+    )
+    .await
+    .expect("the connection kept retrying");
+    if let Ok(toolset) = outcome {
+        assert!(toolset.tools().is_empty());
+        toolset.close().await;
+    }
+    let proofs = proofs.lock().unwrap().clone();
+    assert_eq!(proofs.len(), 2, "{} requests", proofs.len());
+    let mut unique = proofs.clone();
+    unique.dedup();
+    assert_eq!(unique.len(), proofs.len(), "a proof was sent twice");
+}
+
+/// Whether `text` could forge a terminal line or colour one: a control
+/// character (ESC, CR, LF...).
+fn has_control(text: &str) -> bool {
+    text.chars().any(|c| c.is_control())
+}
+
+/// What a hostile server writes into its documents and answers reaches
+/// errors (printed by `auth login`, `check`, logged): escaped (no ESC, CR
+/// or LF reaches a terminal) and bounded, whichever field it came in.
+#[tokio::test]
+async fn oauth_server_text_in_errors_is_escaped_and_bounded() {
+    let hostile = format!(
+        "\u{1b}]0;pwned\u{7}\u{1b}[2J\r\nfake line {}",
+        "y".repeat(50_000)
+    );
+    let check = |error: &OAuthError| {
+        let said = error.to_string();
+        assert!(!has_control(&said), "{:?}", head(&said));
+        assert!(said.len() < 2_000, "{} bytes: {}", said.len(), head(&said));
+    };
+
+    // Metadata naming another issuer (the authorization server's, then
+    // the identity provider's).
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let prm = json!({"resource": format!("{base}/mcp"), "authorization_servers": [base]});
+    let evil = json!({"issuer": hostile, "token_endpoint": format!("{base}/token")});
+    let router = Router::new()
+        .route(
+            "/.well-known/oauth-protected-resource/mcp",
+            get(move || async move { axum::Json(prm) }),
+        )
+        .fallback(get(move || async move { axum::Json(evil) }));
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    let oauth = OAuthClient::new(
+        "docs",
+        &format!("{base}/mcp"),
+        None,
+        OAuthSettings {
+            assertion_grant: workload("eyJh.workload.sig"),
+            ..OAuthSettings::default()
+        },
+    )
+    .await
+    .unwrap();
+    let error = oauth.obtain().await.expect_err("another issuer");
+    assert!(
+        matches!(error, OAuthError::IssuerMetadataMismatch { .. }),
+        "{error:?}"
+    );
+    check(&error);
+
+    let (mcp, _) = authorization_server(&[JWT_BEARER], |_, _| bearer(json!(60))).await;
+    let oauth = OAuthClient::new(
+        "docs",
+        &mcp,
+        None,
+        OAuthSettings {
+            client_id: Some("gateway".into()),
+            assertion_grant: Some(AssertionGrant::Enterprise(EnterpriseIdp {
+                endpoint: IdpEndpoint::Issuer(base.clone()),
+                client_id: "idp-client".into(),
+                client_secret: None,
+                id_token: AssertionSource::Value("eyJh.id.sig".into()),
+            })),
+            ..OAuthSettings::default()
+        },
+    )
+    .await
+    .unwrap();
+    check(&oauth.obtain().await.expect_err("another issuer"));
+
+    // A token type, an issued token type and a refusal's code.
+    for answer in [
+        json!({"access_token": "t", "token_type": hostile}),
+        json!({"access_token": "t", "token_type": format!("DPoP{hostile}")}),
+    ] {
+        let (mcp, _) = authorization_server(&[JWT_BEARER], move |_, _| {
+            axum::Json(answer.clone()).into_response()
+        })
+        .await;
+        let settings = OAuthSettings {
+            assertion_grant: workload("eyJh.workload.sig"),
+            ..OAuthSettings::default()
+        };
+        let oauth = OAuthClient::new("docs", &mcp, None, settings)
+            .await
+            .unwrap();
+        if let Err(error) = oauth.obtain().await {
+            check(&error);
+        }
+    }
+    let idp_hostile = hostile.clone();
+    let idp = serve(Router::new().route(
+        "/token",
+        post(move || async move {
+            axum::Json(json!({"access_token": "jag", "issued_token_type": idp_hostile}))
+        }),
+    ))
+    .await;
+    let (mcp, _) = authorization_server(&[JWT_BEARER], |_, _| bearer(json!(60))).await;
+    let settings = OAuthSettings {
+        client_id: Some("gateway".into()),
+        assertion_grant: Some(AssertionGrant::Enterprise(EnterpriseIdp {
+            endpoint: IdpEndpoint::TokenEndpoint(format!("{idp}/token")),
+            client_id: "idp-client".into(),
+            client_secret: None,
+            id_token: AssertionSource::Value("eyJh.id.sig".into()),
+        })),
+        ..OAuthSettings::default()
+    };
+    let oauth = OAuthClient::new("docs", &mcp, None, settings)
+        .await
+        .unwrap();
+    check(&oauth.obtain().await.expect_err("not an ID-JAG"));
+    let code_hostile = hostile.clone();
+    let (mcp, _) = authorization_server(&[JWT_BEARER], move |_, _| {
+        (
+            StatusCode::BAD_REQUEST,
+            axum::Json(json!({"error": code_hostile})),
+        )
+            .into_response()
+    })
+    .await;
+    let settings = OAuthSettings {
+        assertion_grant: workload("eyJh.workload.sig"),
+        ..OAuthSettings::default()
+    };
+    let oauth = OAuthClient::new("docs", &mcp, None, settings)
+        .await
+        .unwrap();
+    check(&oauth.obtain().await.expect_err("refused"));
+
+    // Protected-resource metadata for another resource, and an
+    // authorization server named by an unusable URL.
+    for prm in [
+        json!({"resource": format!("https://elsewhere.example/{hostile}"), "authorization_servers": []}),
+        json!({"resource": "RESOURCE", "authorization_servers": [format!("ftp://x/{hostile}")]}),
+    ] {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let prm: serde_json::Value =
+            serde_json::from_str(&prm.to_string().replace("RESOURCE", &format!("{base}/mcp")))
+                .unwrap();
+        let router = Router::new().route(
+            "/.well-known/oauth-protected-resource/mcp",
+            get(move || async move { axum::Json(prm) }),
+        );
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        let settings = OAuthSettings {
+            assertion_grant: workload("eyJh.workload.sig"),
+            ..OAuthSettings::default()
+        };
+        let oauth = OAuthClient::new("docs", &format!("{base}/mcp"), None, settings)
+            .await
+            .unwrap();
+        check(&oauth.obtain().await.expect_err("refused"));
+    }
+}
+
+/// An authorization server that denies a person's login with a
+/// description holding terminal escapes: escaped and bounded too.
+#[tokio::test]
+async fn oauth_a_denied_login_shows_the_servers_words_escaped() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let prm = json!({"resource": format!("{base}/mcp"), "authorization_servers": [base]});
+    let metadata = json!({
+        "issuer": base,
+        "authorization_endpoint": format!("{base}/authorize"),
+        "token_endpoint": format!("{base}/token"),
+        "code_challenge_methods_supported": ["S256"],
+    });
+    let router = Router::new()
+        .route(
+            "/.well-known/oauth-protected-resource/mcp",
+            get(move || async move { axum::Json(prm) }),
+        )
+        .route(
+            "/.well-known/oauth-authorization-server",
+            get(move || async move { axum::Json(metadata) }),
+        )
+        .route(
+            "/authorize",
+            get(
+                |axum::extract::Query(q): axum::extract::Query<
+                    std::collections::HashMap<String, String>,
+                >| async move {
+                    let mut back = url::Url::parse(&q["redirect_uri"]).unwrap();
+                    back.query_pairs_mut()
+                        .append_pair("state", &q["state"])
+                        .append_pair("error", "access_denied\u{1b}[31m")
+                        .append_pair(
+                            "error_description",
+                            &format!("\u{1b}[2J\r\nforged {}", "z".repeat(5_000)),
+                        );
+                    axum::response::Redirect::to(back.as_str())
+                },
+            ),
+        );
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    let settings = OAuthSettings {
+        client_id: Some("person".into()),
+        redirect_uri: "http://127.0.0.1:9/callback".into(),
+        ..OAuthSettings::default()
+    };
+    let oauth = OAuthClient::new("docs", &format!("{base}/mcp"), None, settings)
+        .await
+        .unwrap();
+    let error = oauth
+        .login(None, &oauth.follow_redirects())
+        .await
+        .expect_err("denied");
+    assert!(matches!(error, OAuthError::Denied { .. }), "{error:?}");
+    let said = error.to_string();
+    assert!(!has_control(&said), "{:?}", head(&said));
+    assert!(said.len() < 2_000, "{} bytes", said.len());
+}
