@@ -274,6 +274,14 @@ pub(crate) async fn token_request(
         .map_err(|e| OAuthError::Http(e.to_string()))?;
     let response = http.send(request).await?;
     let status = response.status();
+    // The server failing (or asking to slow down) is not a refusal of the
+    // grant: the caller keeps what it holds and tries again later.
+    if status.is_server_error() || status == http::StatusCode::TOO_MANY_REQUESTS {
+        return Err(OAuthError::Http(format!(
+            "\"{}\" answered HTTP {status}",
+            url_shown(&url)
+        )));
+    }
     if status.is_success() {
         return serde_json::from_slice(response.body()).map_err(|_| OAuthError::Token {
             reason: format!(

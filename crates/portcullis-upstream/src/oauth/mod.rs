@@ -93,6 +93,12 @@ pub const MAX_STEP_UPS: u32 = 2;
 /// not set.
 pub const DEFAULT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// After a renewal failed for a reason other than a refusal (the server
+/// down, slow, answering 5xx), it is not tried again for this long: the
+/// token held is used meanwhile while it has not expired, and the server
+/// is not asked on every request.
+pub const RENEW_BACKOFF: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The largest metadata, registration or token response read.
 const MAX_BODY: usize = 1 << 20;
 
@@ -616,6 +622,9 @@ struct State {
     lost: bool,
     /// Why an unattended grant was last refused (no secret in it).
     refusal: Option<String>,
+    /// When a renewal last failed for a reason other than a refusal, and
+    /// why ([`RENEW_BACKOFF`]).
+    renew_failed: Option<(std::time::Instant, String)>,
 }
 
 /// The OAuth client of one remote server. See the module doc. Clones
@@ -933,6 +942,7 @@ impl OAuthClient {
         state.grant = Some(grant);
         state.lost = false;
         state.refusal = None;
+        state.renew_failed = None;
     }
 
     /// Whether this client's grant is unattended (a JWT bearer grant): it
@@ -1065,7 +1075,7 @@ impl OAuthClient {
         if !grant.expiring() {
             return Ok(grant.access_token);
         }
-        self.refresh_locked(&mut state, &grant).await
+        self.renew(&mut state, &grant).await
     }
 
     /// Refreshes the grant now (after a `401 invalid_token` with a token
@@ -1075,7 +1085,45 @@ impl OAuthClient {
         let Some(grant) = state.grant.clone() else {
             return Err(self.login_required(&state));
         };
-        self.refresh_locked(&mut state, &grant).await
+        self.renew(&mut state, &grant).await
+    }
+
+    /// Renews `grant` ([`OAuthClient::refresh_locked`]); a failure that is
+    /// not a refusal keeps the grant, and its token is used while it has
+    /// not expired, the server not asked again for [`RENEW_BACKOFF`].
+    async fn renew(&self, state: &mut State, grant: &Grant) -> Result<String, OAuthError> {
+        let valid = grant.expires_at.is_none_or(|at| at > tokens::now());
+        if let Some((at, reason)) = &state.renew_failed
+            && at.elapsed() < RENEW_BACKOFF
+        {
+            return match valid {
+                true => Ok(grant.access_token.clone()),
+                false => Err(OAuthError::Http(reason.clone())),
+            };
+        }
+        match self.refresh_locked(state, grant).await {
+            Ok(token) => {
+                state.renew_failed = None;
+                Ok(token)
+            }
+            Err(e @ OAuthError::LoginRequired { .. }) => Err(e),
+            Err(e) => {
+                tracing::warn!(
+                    server = %self.0.server,
+                    "renewing the upstream grant failed ({e}); {}",
+                    if valid {
+                        "its token is used until it expires, and the renewal tried again shortly"
+                    } else {
+                        "tried again shortly"
+                    }
+                );
+                state.renew_failed = Some((std::time::Instant::now(), e.to_string()));
+                match valid {
+                    true => Ok(grant.access_token.clone()),
+                    false => Err(e),
+                }
+            }
+        }
     }
 
     async fn refresh_locked(&self, state: &mut State, grant: &Grant) -> Result<String, OAuthError> {
@@ -1198,6 +1246,7 @@ impl OAuthClient {
         state.grant = Some(grant);
         state.lost = false;
         state.refusal = None;
+        state.renew_failed = None;
     }
 
     /// Forgets the grant and registrations.

@@ -785,3 +785,84 @@ async fn oauth_a_denied_login_shows_the_servers_words_escaped() {
     assert!(!has_control(&said), "{:?}", head(&said));
     assert!(said.len() < 2_000, "{} bytes", said.len());
 }
+
+/// An authorization server that fails (HTTP 503) when a grant falls due:
+/// the token held, still valid, goes on being used, the grant is not
+/// thrown away as if refused, and the server is not asked again on every
+/// request.
+#[tokio::test]
+async fn oauth_a_failing_token_endpoint_neither_drops_a_valid_grant_nor_is_hammered() {
+    for unattended in [true, false] {
+        let down = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let failing = down.clone();
+        let grants: &[&str] = if unattended {
+            &[JWT_BEARER]
+        } else {
+            &["client_credentials"]
+        };
+        let (mcp, seen) = authorization_server(grants, move |_, _| {
+            if failing.load(std::sync::atomic::Ordering::SeqCst) {
+                return (StatusCode::SERVICE_UNAVAILABLE, "maintenance").into_response();
+            }
+            axum::Json(json!({
+                "access_token": "at-1",
+                "token_type": "Bearer",
+                "expires_in": 3600,
+                "refresh_token": "rt-1",
+            }))
+            .into_response()
+        })
+        .await;
+        let settings = if unattended {
+            OAuthSettings {
+                assertion_grant: workload("eyJh.workload.sig"),
+                ..OAuthSettings::default()
+            }
+        } else {
+            OAuthSettings {
+                client_id: Some("machine".into()),
+                client_secret: Some("machine-pw".into()),
+                ..OAuthSettings::default()
+            }
+        };
+        let oauth = OAuthClient::new("docs", &mcp, None, settings)
+            .await
+            .unwrap();
+        if unattended {
+            oauth.obtain().await.expect("granted");
+        } else {
+            oauth
+                .login(None, &oauth.follow_redirects())
+                .await
+                .expect("granted");
+        }
+        // Due for renewal, not yet expired; the server goes down.
+        let mut grant = oauth.grant().await.unwrap();
+        grant.refresh_at = Some(0);
+        oauth.restore(grant).await;
+        down.store(true, std::sync::atomic::Ordering::SeqCst);
+        for _ in 0..5 {
+            let token = oauth.access_token().await;
+            assert_eq!(
+                token.ok().as_deref(),
+                Some("at-1"),
+                "unattended: {unattended}"
+            );
+        }
+        assert!(oauth.grant().await.is_some(), "unattended: {unattended}");
+        assert!(
+            matches!(
+                oauth.status().await,
+                portcullis_upstream::oauth::AuthStatus::LoggedIn { .. }
+            ),
+            "unattended: {unattended}"
+        );
+        assert_eq!(
+            seen.count(),
+            2,
+            "unattended: {unattended}: asked on every request"
+        );
+        // Back up: the next renewal after the pause goes through.
+        down.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
