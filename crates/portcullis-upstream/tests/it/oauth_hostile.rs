@@ -866,3 +866,41 @@ async fn oauth_a_failing_token_endpoint_neither_drops_a_valid_grant_nor_is_hamme
         down.store(false, std::sync::atomic::Ordering::SeqCst);
     }
 }
+
+/// While a person logs in, anything else that reaches the loopback
+/// listener's callback (another local process, a web page the browser has
+/// open) without the login's `state` is turned away, and the listener goes
+/// on waiting for the real redirect: it cannot end the login.
+#[tokio::test]
+async fn oauth_a_forged_callback_does_not_end_a_login() {
+    use portcullis_upstream::oauth::{LoopbackRedirect, UserAgent};
+    let redirect = Arc::new(
+        LoopbackRedirect::bind(0, "/callback", Arc::new(|_: &url::Url| {}))
+            .await
+            .unwrap()
+            .with_timeout(Duration::from_secs(10)),
+    );
+    let callback = redirect.redirect_uri().to_owned();
+    let authorization =
+        url::Url::parse("https://as.example.com/authorize?state=st-good&client_id=c").unwrap();
+    let waiting = tokio::spawn({
+        let redirect = redirect.clone();
+        let callback = callback.clone();
+        async move { redirect.authorize(&authorization, &callback).await }
+    });
+    let get = |url: String| async move {
+        let response = reqwest::get(&url).await.expect("the listener answered");
+        response.status().as_u16()
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for forged in [
+        format!("{callback}?error=access_denied&state=st-evil"),
+        format!("{callback}?code=c-evil"),
+    ] {
+        assert_eq!(get(forged).await, 400);
+    }
+    assert!(!waiting.is_finished(), "a forged callback ended the login");
+    assert_eq!(get(format!("{callback}?code=c-1&state=st-good")).await, 200);
+    let back = waiting.await.unwrap().expect("the real redirect");
+    assert!(back.as_str().contains("code=c-1"), "{back}");
+}
