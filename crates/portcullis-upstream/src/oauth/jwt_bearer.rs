@@ -389,6 +389,7 @@ pub(crate) async fn obtain(
     if let Some(token_type) = &answer.token_type {
         super::dpop::check_token_type(token_type, false)?;
     }
+    super::tokens::check_access_token(&answer.access_token)?;
     let (expires_at, refresh_at) = super::tokens::lifetime(answer.expires_in);
     let granted = match &answer.scope {
         Some(scope) => scope

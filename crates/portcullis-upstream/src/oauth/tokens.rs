@@ -102,6 +102,19 @@ pub(crate) fn lifetime(expires_in: Option<u64>) -> (Option<u64>, Option<u64>) {
     )
 }
 
+/// Refuses an access token that cannot be presented: empty (it would be
+/// sent as no credential at all) or holding anything but visible ASCII (a
+/// space, a line break: not a header value). RFC 6750's `b64token` and
+/// RFC 9449's DPoP tokens are visible ASCII.
+pub(crate) fn check_access_token(token: &str) -> Result<(), OAuthError> {
+    if token.is_empty() || !token.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(OAuthError::Token {
+            reason: "the token response carries no usable access token".into(),
+        });
+    }
+    Ok(())
+}
+
 impl Grant {
     /// Whether the access token is due for a refresh (see
     /// [`Grant::refresh_at`]).
@@ -193,6 +206,7 @@ fn grant_from(
     requested: &[String],
 ) -> Result<Grant, OAuthError> {
     dpop::check_token_type(response.token_type().as_ref(), template.dpop_key.is_some())?;
+    check_access_token(response.access_token().secret())?;
     let (expires_at, refresh_at) = lifetime(response.expires_in().map(|d| d.as_secs()));
     let scopes = match response.scopes() {
         Some(granted) => granted.iter().map(|s| s.to_string()).collect(),

@@ -904,3 +904,44 @@ async fn oauth_a_forged_callback_does_not_end_a_login() {
     let back = waiting.await.unwrap().expect("the real redirect");
     assert!(back.as_str().contains("code=c-1"), "{back}");
 }
+
+/// An access token that cannot be sent (empty: it would go out as no
+/// credential at all; a line break or a space: not a header value) is
+/// refused when it is granted, with a clear reason, not left to fail every
+/// request later.
+#[tokio::test]
+async fn oauth_an_access_token_that_cannot_be_sent_is_refused_when_granted() {
+    for token in ["", "at-1\r\nX-Injected: yes", "two words", "tab\there"] {
+        for grants in [&[JWT_BEARER][..], &["client_credentials"][..]] {
+            let (mcp, _) = authorization_server(grants, move |_, _| {
+                axum::Json(json!({"access_token": token, "token_type": "Bearer"})).into_response()
+            })
+            .await;
+            let oauth = OAuthClient::new(
+                "docs",
+                &mcp,
+                None,
+                OAuthSettings {
+                    client_id: Some("machine".into()),
+                    client_secret: Some("machine-pw".into()),
+                    assertion_grant: (grants[0] == JWT_BEARER)
+                        .then(|| workload("eyJh.workload.sig"))
+                        .flatten(),
+                    ..OAuthSettings::default()
+                },
+            )
+            .await
+            .unwrap();
+            let refused = if oauth.unattended().is_some() {
+                oauth.obtain().await
+            } else {
+                oauth.login(None, &oauth.follow_redirects()).await
+            };
+            assert!(
+                matches!(&refused, Err(OAuthError::Token { reason }) if reason.contains("no usable access token")),
+                "{token:?} {grants:?}: {refused:?}"
+            );
+            assert!(oauth.grant().await.is_none());
+        }
+    }
+}
