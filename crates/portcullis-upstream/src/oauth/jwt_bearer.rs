@@ -392,11 +392,7 @@ pub(crate) async fn obtain(
     super::tokens::check_access_token(&answer.access_token)?;
     let (expires_at, refresh_at) = super::tokens::lifetime(answer.expires_in);
     let granted = match &answer.scope {
-        Some(scope) => scope
-            .split(' ')
-            .filter(|s| !s.is_empty())
-            .map(str::to_owned)
-            .collect(),
+        Some(scope) => super::tokens::granted_scopes(scope.split(' ')),
         None => scopes.to_vec(),
     };
     Ok(Grant {

@@ -419,6 +419,12 @@ impl OAuthHttp {
             url: shown.clone(),
             reason: reason.to_owned(),
         };
+        // URL parsing would strip a line break or encode an escape; the
+        // raw string is what is kept and shown (an issuer), so it must
+        // hold none.
+        if raw.chars().any(|c| c.is_control() || c.is_whitespace()) {
+            return Err(bad("it holds spaces or control characters"));
+        }
         let url = Url::parse(raw).map_err(|_| bad("not an absolute URL"))?;
         let host = url.host_str().ok_or_else(|| bad("no host"))?;
         match url.scheme() {

@@ -102,6 +102,21 @@ pub(crate) fn lifetime(expires_in: Option<u64>) -> (Option<u64>, Option<u64>) {
     )
 }
 
+/// The scope tokens of a server's `scope` answer that are scope tokens
+/// (RFC 6749 §3.3: visible ASCII but `"` and `\`); the others (a control
+/// character a status line would print) are left out.
+pub(crate) fn granted_scopes<'a>(scopes: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    scopes
+        .into_iter()
+        .filter(|s| {
+            !s.is_empty()
+                && s.bytes()
+                    .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\')
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
 /// Refuses an access token that cannot be presented: empty (it would be
 /// sent as no credential at all) or holding anything but visible ASCII (a
 /// space, a line break: not a header value). RFC 6750's `b64token` and
@@ -209,7 +224,7 @@ fn grant_from(
     check_access_token(response.access_token().secret())?;
     let (expires_at, refresh_at) = lifetime(response.expires_in().map(|d| d.as_secs()));
     let scopes = match response.scopes() {
-        Some(granted) => granted.iter().map(|s| s.to_string()).collect(),
+        Some(granted) => granted_scopes(granted.iter().map(|s| s.as_str())),
         None => requested.to_vec(),
     };
     Ok(Grant {

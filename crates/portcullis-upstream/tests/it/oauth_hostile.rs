@@ -945,3 +945,80 @@ async fn oauth_an_access_token_that_cannot_be_sent_is_refused_when_granted() {
         }
     }
 }
+
+/// What a grant keeps of a server's words and `auth status` prints — its
+/// issuer, its scopes — holds no control character: an issuer with one
+/// (which URL parsing would silently strip or encode) is refused, and a
+/// granted scope that is not a scope token is left out.
+#[tokio::test]
+async fn oauth_a_grant_keeps_no_control_characters_from_the_server() {
+    // An issuer named with an escape sequence, its metadata agreeing.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let issuer = format!("{base}/\u{1b}[2J\r\nas");
+    let prm = json!({"resource": format!("{base}/mcp"), "authorization_servers": [issuer]});
+    let metadata = json!({
+        "issuer": issuer,
+        "token_endpoint": format!("{base}/token"),
+        "grant_types_supported": [JWT_BEARER],
+    });
+    let router = Router::new()
+        .route(
+            "/.well-known/oauth-protected-resource/mcp",
+            get(move || async move { axum::Json(prm) }),
+        )
+        .route("/token", post(|| async { bearer(json!(60)) }))
+        .fallback(get(move || async move { axum::Json(metadata) }));
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    let settings = OAuthSettings {
+        assertion_grant: workload("eyJh.workload.sig"),
+        ..OAuthSettings::default()
+    };
+    let oauth = OAuthClient::new("docs", &format!("{base}/mcp"), None, settings)
+        .await
+        .unwrap();
+    let refused = oauth.obtain().await;
+    assert!(
+        matches!(&refused, Err(OAuthError::Endpoint { .. })),
+        "{refused:?}"
+    );
+    assert!(!has_control(&refused.unwrap_err().to_string()));
+
+    // Granted scopes with a control character among them.
+    for grants in [&[JWT_BEARER][..], &["client_credentials"][..]] {
+        let (mcp, _) = authorization_server(grants, |_, _| {
+            axum::Json(json!({
+                "access_token": "at-1",
+                "token_type": "Bearer",
+                "scope": "read \u{1b}[2Jevil write\u{7}",
+            }))
+            .into_response()
+        })
+        .await;
+        let oauth = OAuthClient::new(
+            "docs",
+            &mcp,
+            None,
+            OAuthSettings {
+                client_id: Some("machine".into()),
+                client_secret: Some("machine-pw".into()),
+                assertion_grant: (grants[0] == JWT_BEARER)
+                    .then(|| workload("eyJh.workload.sig"))
+                    .flatten(),
+                ..OAuthSettings::default()
+            },
+        )
+        .await
+        .unwrap();
+        if oauth.unattended().is_some() {
+            oauth.obtain().await.expect("granted");
+        } else {
+            oauth
+                .login(None, &oauth.follow_redirects())
+                .await
+                .expect("granted");
+        }
+        let scopes = oauth.grant().await.unwrap().scopes;
+        assert_eq!(scopes, ["read"], "{grants:?}");
+    }
+}
