@@ -1022,3 +1022,75 @@ async fn oauth_a_grant_keeps_no_control_characters_from_the_server() {
         assert_eq!(scopes, ["read"], "{grants:?}");
     }
 }
+
+/// The identity provider's metadata pointing its token endpoint at the
+/// cloud metadata address, and a token endpoint that redirects: the ID
+/// token is sent to neither.
+#[tokio::test]
+async fn oauth_the_identity_providers_endpoint_is_guarded_and_never_followed() {
+    let followed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = followed.clone();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let idp = format!("http://{}", listener.local_addr().unwrap());
+    let metadata = json!({"issuer": idp, "token_endpoint": "https://169.254.169.254/token"});
+    let elsewhere = format!("{idp}/elsewhere");
+    let router =
+        Router::new()
+            .route(
+                "/.well-known/oauth-authorization-server",
+                get(move || async move { axum::Json(metadata) }),
+            )
+            .route(
+                "/token",
+                post(move || async move {
+                    axum::response::Redirect::temporary(&elsewhere).into_response()
+                }),
+            )
+            .route(
+                "/elsewhere",
+                axum::routing::any(move || {
+                    counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    async { bearer(json!(60)) }
+                }),
+            );
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    let (mcp, seen) = authorization_server(&[JWT_BEARER], |_, _| bearer(json!(60))).await;
+    let enterprise = |endpoint| OAuthSettings {
+        client_id: Some("gateway".into()),
+        assertion_grant: Some(AssertionGrant::Enterprise(EnterpriseIdp {
+            endpoint,
+            client_id: "idp-client".into(),
+            client_secret: None,
+            id_token: AssertionSource::Value("eyJh.id.sig".into()),
+        })),
+        ..OAuthSettings::default()
+    };
+    let oauth = OAuthClient::new(
+        "docs",
+        &mcp,
+        None,
+        enterprise(IdpEndpoint::Issuer(idp.clone())),
+    )
+    .await
+    .unwrap();
+    let refused = oauth.obtain().await;
+    assert!(
+        matches!(&refused, Err(OAuthError::Refused(m)) if m.contains("169.254.169.254")),
+        "{refused:?}"
+    );
+    let oauth = OAuthClient::new(
+        "docs",
+        &mcp,
+        None,
+        enterprise(IdpEndpoint::TokenEndpoint(format!("{idp}/token"))),
+    )
+    .await
+    .unwrap();
+    let refused = oauth.obtain().await;
+    assert!(
+        matches!(&refused, Err(OAuthError::Token { reason }) if reason.contains("307")),
+        "{refused:?}"
+    );
+    assert_eq!(followed.load(std::sync::atomic::Ordering::SeqCst), 0);
+    assert_eq!(seen.count(), 0);
+}
