@@ -45,6 +45,13 @@ pub const WATCH_EVERY: Duration = Duration::from_secs(2);
 /// an identity provider that refused it is not asked every few seconds.
 pub const UNATTENDED_RETRY: Duration = Duration::from_secs(60);
 
+/// How long after renewing a grant because the upstream refused its token
+/// (`401`) `serve` waits before doing so again: a server that refuses
+/// every token, however fresh, gets one renewal, not one per watch while
+/// calls keep failing (its authorization server and identity provider are
+/// not hammered).
+pub const CHALLENGE_RENEW_PAUSE: Duration = Duration::from_secs(60);
+
 /// The `client_name` the gateway registers under.
 pub const CLIENT_NAME: &str = "Portcullis";
 
@@ -291,6 +298,9 @@ struct Entry {
     /// How long a run of the unattended grant may take as a whole (the
     /// upstream's `timeout_ms`): `serve` waits on the first at start.
     deadline: Duration,
+    /// When the grant was last renewed because the upstream answered `401`
+    /// ([`CHALLENGE_RENEW_PAUSE`]).
+    challenge_renewed: Mutex<Option<std::time::Instant>>,
 }
 
 /// A failed run of an unattended grant.
@@ -362,6 +372,7 @@ impl OAuthUpstreams {
                 writer: Mutex::new(None),
                 failed: Mutex::new(None),
                 deadline: grant_timeout(upstream),
+                challenge_renewed: Mutex::new(None),
             });
             entry.restore().await;
             entry.listen();
@@ -765,12 +776,23 @@ impl Entry {
 
     /// Acts on the last challenge (taken): a `401` while a grant is held
     /// (the token was revoked, or expired early) refreshes it now, so a
-    /// refused grant is known at once; a `403 insufficient_scope` gives
+    /// refused grant is known at once — at most once per
+    /// [`CHALLENGE_RENEW_PAUSE`]; a `403 insufficient_scope` gives
     /// the step-up sentence.
     async fn answer_challenge(&self) -> Option<String> {
         let (status, challenge) = self.client.take_challenge()?;
         match status {
             401 if self.client.grant().await.is_some() => {
+                {
+                    let mut renewed = self
+                        .challenge_renewed
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner);
+                    if renewed.is_some_and(|at| at.elapsed() < CHALLENGE_RENEW_PAUSE) {
+                        return None;
+                    }
+                    *renewed = Some(std::time::Instant::now());
+                }
                 // The outcome is in the client's status (see keep_fresh).
                 let _ = self.client.refresh().await;
                 None

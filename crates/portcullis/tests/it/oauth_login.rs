@@ -64,6 +64,9 @@ struct AuthState {
     id_tokens: Mutex<Vec<String>>,
     /// The identity provider's token exchange requests.
     exchanges: Mutex<Vec<HashMap<String, String>>>,
+    /// The protected server refuses every token (`401 invalid_token`),
+    /// however fresh.
+    reject_all: AtomicBool,
     counter: AtomicUsize,
 }
 
@@ -543,6 +546,7 @@ async fn bearer_check(state: Arc<AuthState>, request: Request, next: Next) -> Re
             .filter(|(_, until)| *until > Instant::now())
             .map(|(scopes, _)| scopes.clone())
     });
+    let scopes = scopes.filter(|_| !state.reject_all.load(Ordering::SeqCst));
     let (Some(token), Some(scopes)) = (token, scopes) else {
         let challenge = format!(
             "Bearer error=\"invalid_token\", scope=\"notes:read\", resource_metadata=\"{metadata}\""
@@ -1314,6 +1318,58 @@ fn a_hanging_identity_provider_delays_serve_by_its_timeout_not_for_ever() {
         &served,
         &dir.path().join("state"),
         &secrets,
+    );
+}
+
+/// An upstream that refuses every token with `401`, however fresh (a
+/// broken or hostile server): `serve` renews the unattended grant once
+/// for it, not at every watch while calls keep failing — the authorization
+/// server and the identity provider are not hammered.
+#[test]
+fn a_server_refusing_every_fresh_token_does_not_make_serve_renew_in_a_loop() {
+    let provider = Provider::start(3600);
+    let dir = tempfile::tempdir().unwrap();
+    let config = unattended_config(dir.path(), &provider);
+    let workload = jwt(&provider, "workload");
+    let id_token = jwt(&provider, "idtoken");
+    provider
+        .state
+        .assertions
+        .lock()
+        .unwrap()
+        .push(workload.clone());
+    provider
+        .state
+        .id_tokens
+        .lock()
+        .unwrap()
+        .push(id_token.clone());
+    std::fs::write(dir.path().join("workload.jwt"), &workload).unwrap();
+    std::fs::write(dir.path().join("id_token.jwt"), &id_token).unwrap();
+    let served = common::serve(&config);
+    eventually("both upstreams are served", || {
+        healthz(&served)["upstreams"] == json!({"up": 2, "down": 0, "needs_login": 0})
+    });
+    let grants = || provider.state.presented.lock().unwrap().len();
+    let exchanges = || provider.state.exchanges.lock().unwrap().len();
+    let (before, exchanged) = (grants(), exchanges());
+    provider.state.reject_all.store(true, Ordering::SeqCst);
+    // Calls keep failing for five watches.
+    let until = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < until {
+        let (failed, _) = call(&served, "ent__echo", json!({"message": "refused"}));
+        assert!(failed);
+        let (failed, _) = call(&served, "wl__echo", json!({"message": "refused"}));
+        assert!(failed);
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    // At most one renewal each (two grants at the authorization server, one
+    // exchange at the identity provider).
+    assert!(grants() - before <= 2, "{} grants", grants() - before);
+    assert!(
+        exchanges() - exchanged <= 1,
+        "{} exchanges",
+        exchanges() - exchanged
     );
 }
 
