@@ -1104,7 +1104,10 @@ impl OAuthClient {
         {
             return match valid {
                 true => Ok(grant.access_token.clone()),
-                false => Err(OAuthError::Http(reason.clone())),
+                false => Err(OAuthError::Http(format!(
+                    "renewing the grant failed {} s ago ({reason}); tried again shortly",
+                    at.elapsed().as_secs()
+                ))),
             };
         }
         match self.refresh_locked(state, grant).await {
