@@ -423,6 +423,8 @@ async fn oauth_an_assertion_file_holding_anything_but_a_jwt_is_never_sent() {
         .await
         .unwrap();
     for content in [
+        "eyJh.one-s3cret.sig\neyJh.two-s3cret.sig",
+        "eyJh.one-s3cret.sig.eyJh.two-s3cret.sig",
         "DB_PASSWORD=s3cret;HOST=db.internal.example",
         "eyJh.pay\"load-s3cret.sig",
         "eyJh.payload-s3cret.sig\u{0}",
@@ -435,6 +437,24 @@ async fn oauth_an_assertion_file_holding_anything_but_a_jwt_is_never_sent() {
         assert!(said.contains("does not hold a JWT"), "{said}");
         assert!(!said.contains("s3cret"), "{said}");
     }
+    // Empty, and a symlink to a file that is not a JWT.
+    std::fs::write(&file, "  \n").unwrap();
+    let said = oauth.obtain().await.expect_err("empty").to_string();
+    assert!(said.contains("empty"), "{said}");
+    let other = dir.path().join("id_rsa");
+    std::fs::write(&other, "-----BEGIN KEY-----\ns3cret.s3cret.s3cret\n").unwrap();
+    std::fs::remove_file(&file).unwrap();
+    std::os::unix::fs::symlink(&other, &file).unwrap();
+    let said = oauth.obtain().await.expect_err("a key").to_string();
+    assert!(
+        said.contains("does not hold a JWT") && !said.contains("s3cret"),
+        "{said}"
+    );
+    // Too big to be a JWT.
+    std::fs::remove_file(&file).unwrap();
+    std::fs::write(&file, format!("eyJh.{}.sig", "a".repeat(100_000))).unwrap();
+    let said = oauth.obtain().await.expect_err("huge").to_string();
+    assert!(said.contains("larger than 65536 bytes"), "{}", head(&said));
     // A FIFO nobody writes to: refused at once, not waited on.
     std::fs::remove_file(&file).unwrap();
     let status = std::process::Command::new("mkfifo")
@@ -1093,4 +1113,28 @@ async fn oauth_the_identity_providers_endpoint_is_guarded_and_never_followed() {
     );
     assert_eq!(followed.load(std::sync::atomic::Ordering::SeqCst), 0);
     assert_eq!(seen.count(), 0);
+}
+
+/// A token response of megabytes: refused once past the cap, not read
+/// whole.
+#[tokio::test]
+async fn oauth_a_token_response_of_megabytes_is_cut_off() {
+    let (mcp, _) = authorization_server(&[JWT_BEARER], |_, _| {
+        let token = "a".repeat(3 << 20);
+        axum::Json(json!({"access_token": token, "token_type": "Bearer"})).into_response()
+    })
+    .await;
+    let settings = OAuthSettings {
+        assertion_grant: workload("eyJh.workload.sig"),
+        ..OAuthSettings::default()
+    };
+    let oauth = OAuthClient::new("docs", &mcp, None, settings)
+        .await
+        .unwrap();
+    let refused = oauth.obtain().await;
+    assert!(
+        matches!(&refused, Err(OAuthError::Http(m)) if m.contains("1048576")),
+        "{:?}",
+        refused.as_ref().map_err(|e| head(&e.to_string()))
+    );
 }
