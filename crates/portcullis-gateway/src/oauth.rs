@@ -809,7 +809,7 @@ impl Entry {
         let flags: Vec<String> = challenge
             .scopes
             .iter()
-            .map(|s| format!("--scope {}", portcullis_catalog::redact::visible(s)))
+            .map(|s| format!("--scope {}", shell_word(s)))
             .collect();
         Some(format!(
             "upstream \"{}\" refused a call for want of scope ({}): run `{} {}` to grant it",
@@ -819,6 +819,20 @@ impl Entry {
             flags.join(" ")
         ))
     }
+}
+
+/// `word` as a POSIX shell reads it back whole: bare when it holds only
+/// characters no shell treats specially, else single-quoted. The server
+/// names the scopes, and a person pastes the command: `;`, `$(…)` or a
+/// backtick in a "scope" must not run anything. Control characters are
+/// escaped as well (no terminal escape reaches the log).
+fn shell_word(word: &str) -> String {
+    let word = portcullis_catalog::redact::visible(word);
+    let plain = |c: char| c.is_ascii_alphanumeric() || ":._/@%+=,-".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        return word.into_owned();
+    }
+    format!("'{}'", word.replace('\'', "'\\''"))
 }
 
 async fn watch_entry(entry: Weak<Entry>) {
@@ -839,6 +853,15 @@ async fn watch_entry(entry: Weak<Entry>) {
 mod tests {
     use super::*;
     use portcullis_upstream::oauth::{RegisteredClient, TokenAuth};
+
+    #[test]
+    fn a_scope_in_a_hint_is_one_shell_word() {
+        assert_eq!(shell_word("notes:write"), "notes:write");
+        assert_eq!(shell_word("a;rm -rf ~"), "'a;rm -rf ~'");
+        assert_eq!(shell_word("it's"), "'it'\\''s'");
+        assert_eq!(shell_word("$(x)`y`"), "'$(x)`y`'");
+        assert_eq!(shell_word(""), "''");
+    }
 
     #[test]
     fn a_client_key_file_is_read_into_the_settings_and_a_bad_one_is_refused_without_its_text() {

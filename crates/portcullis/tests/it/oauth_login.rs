@@ -67,6 +67,8 @@ struct AuthState {
     /// The protected server refuses every token (`401 invalid_token`),
     /// however fresh.
     reject_all: AtomicBool,
+    /// The scope `publish` asks for in its `403`, instead of `notes:write`.
+    demanded: Mutex<Option<String>>,
     counter: AtomicUsize,
 }
 
@@ -567,8 +569,14 @@ async fn bearer_check(state: Arc<AuthState>, request: Request, next: Next) -> Re
         && message["params"]["name"] == "publish"
         && !scopes.iter().any(|s| s == "notes:write")
     {
+        let demanded = state
+            .demanded
+            .lock()
+            .unwrap()
+            .clone()
+            .unwrap_or_else(|| "notes:write".into());
         let challenge = format!(
-            "Bearer error=\"insufficient_scope\", scope=\"notes:write\", resource_metadata=\"{metadata}\""
+            "Bearer error=\"insufficient_scope\", scope=\"{demanded}\", resource_metadata=\"{metadata}\""
         );
         return (
             StatusCode::FORBIDDEN,
@@ -1370,6 +1378,30 @@ fn a_server_refusing_every_fresh_token_does_not_make_serve_renew_in_a_loop() {
         exchanges() - exchanged <= 1,
         "{} exchanges",
         exchanges() - exchanged
+    );
+}
+
+/// A server asking for a "scope" that is a shell command: the command
+/// `serve` tells the person to run quotes it, so pasting it runs nothing
+/// but the login.
+#[test]
+fn a_step_up_hint_quotes_what_the_server_asked_for() {
+    let provider = Provider::start(3600);
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &provider);
+    let mut printed = Printed::default();
+    login(&provider, &config, &[], &mut printed);
+    *provider.state.demanded.lock().unwrap() =
+        Some("notes:write;touch${IFS}pwned notes:it's".into());
+    let served = common::serve(&config);
+    let (failed, _) = call(&served, "docs__publish", json!({}));
+    assert!(failed);
+    let line = served.wait_for_line("refused a call for want of scope");
+    assert!(
+        line.contains(
+            "run `portcullis auth login docs --scope 'notes:write;touch${IFS}pwned' --scope 'notes:it'\\''s'`"
+        ),
+        "{line}"
     );
 }
 
