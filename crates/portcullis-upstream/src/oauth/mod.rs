@@ -322,8 +322,8 @@ pub struct OAuthSettings {
     /// enterprise-managed) instead of a person's login.
     pub assertion_grant: Option<AssertionGrant>,
     /// How long one OAuth request (discovery, registration, token, the
-    /// identity provider's) may take, answer read whole; and an unattended
-    /// grant as a whole. `None`: [`DEFAULT_TIMEOUT`].
+    /// identity provider's) may take, its answer read whole
+    /// ([`OAuthError::Timeout`]). `None`: [`DEFAULT_TIMEOUT`].
     pub timeout: Option<std::time::Duration>,
 }
 
@@ -411,7 +411,8 @@ impl OAuthHttp {
     }
 
     /// Parses an endpoint and holds it to the URL rules: https (http only
-    /// on loopback), no userinfo, no fragment.
+    /// on loopback), no userinfo, no fragment, no space or control
+    /// character.
     pub(crate) fn endpoint(&self, raw: &str) -> Result<Url, OAuthError> {
         // A server's document may name it: escaped and bounded.
         let shown = secrets::shown(&portcullis_catalog::redact::url(raw));
