@@ -45,6 +45,13 @@ pub const WATCH_EVERY: Duration = Duration::from_secs(2);
 /// an identity provider that refused it is not asked every few seconds.
 pub const UNATTENDED_RETRY: Duration = Duration::from_secs(60);
 
+/// How long after renewing a grant because the upstream refused its token
+/// (`401`) `serve` waits before doing so again: a server that refuses
+/// every token, however fresh, gets one renewal, not one per watch while
+/// calls keep failing (its authorization server and identity provider are
+/// not hammered).
+pub const CHALLENGE_RENEW_PAUSE: Duration = Duration::from_secs(60);
+
 /// The `client_name` the gateway registers under.
 pub const CLIENT_NAME: &str = "Portcullis";
 
@@ -146,6 +153,8 @@ pub fn settings(oauth: &UpstreamOAuth, redirect_uri: String) -> Result<OAuthSett
         client_key,
         dpop: oauth.dpop,
         assertion_grant: assertion_grant(&oauth.grant),
+        // The upstream's own `timeout_ms`, set by `client`.
+        timeout: None,
     })
 }
 
@@ -223,13 +232,26 @@ pub async fn client(upstream: &Upstream, redirect_uri: String) -> Result<OAuthCl
     else {
         return Err(ClientError::NotOAuth(upstream.name.clone()));
     };
+    let mut settings = settings(oauth, redirect_uri)?;
+    // Its OAuth requests (authorization server, identity provider) are
+    // held to the upstream's own `timeout_ms`.
+    settings.timeout = Some(grant_timeout(upstream));
     Ok(OAuthClient::new(
         &upstream.name,
         url.expose(),
         allowed_hosts(upstream),
-        settings(oauth, redirect_uri)?,
+        settings,
     )
     .await?)
+}
+
+/// How long one OAuth request of `upstream` may take, and an unattended
+/// grant as a whole: its `timeout_ms`, else the library's default.
+fn grant_timeout(upstream: &Upstream) -> Duration {
+    upstream.timeout_ms.map_or(
+        portcullis_upstream::oauth::DEFAULT_TIMEOUT,
+        Duration::from_millis,
+    )
 }
 
 /// Every OAuth upstream of a config, each with its client. Cheap to clone
@@ -273,6 +295,12 @@ struct Entry {
     writer: Mutex<Option<mpsc::UnboundedSender<Write>>>,
     /// The last run of an unattended grant that failed.
     failed: Mutex<Option<Failed>>,
+    /// How long a run of the unattended grant may take as a whole (the
+    /// upstream's `timeout_ms`): `serve` waits on the first at start.
+    deadline: Duration,
+    /// When the grant was last renewed because the upstream answered `401`
+    /// ([`CHALLENGE_RENEW_PAUSE`]).
+    challenge_renewed: Mutex<Option<std::time::Instant>>,
 }
 
 /// A failed run of an unattended grant.
@@ -343,6 +371,8 @@ impl OAuthUpstreams {
                 unreadable_reported: AtomicBool::new(false),
                 writer: Mutex::new(None),
                 failed: Mutex::new(None),
+                deadline: grant_timeout(upstream),
+                challenge_renewed: Mutex::new(None),
             });
             entry.restore().await;
             entry.listen();
@@ -462,7 +492,8 @@ fn made_from(upstream: &Upstream, oauth: &UpstreamOAuth) -> String {
         other => format!("{other:?}"),
     };
     format!(
-        "{url}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{}\n{grant}",
+        "{url}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{}\n{grant}",
+        upstream.timeout_ms,
         oauth.client_id,
         oauth.client_secret.as_ref().map(|s| s.expose()),
         oauth.issuer,
@@ -673,7 +704,17 @@ impl Entry {
                 None => None,
             }
         };
-        match self.client.obtain().await {
+        // Each request is bounded already; the whole run is too, so that a
+        // slow identity provider delays `serve`'s start (and the watcher)
+        // by at most the upstream's timeout, not once per request.
+        let outcome = match tokio::time::timeout(self.deadline, self.client.obtain()).await {
+            Ok(outcome) => outcome.map_err(|e| e.to_string()),
+            Err(_) => Err(format!(
+                "it did not complete within {} ms (timeout_ms)",
+                self.deadline.as_millis()
+            )),
+        };
+        match outcome {
             Ok(()) => {
                 *self.failed.lock().unwrap_or_else(PoisonError::into_inner) = None;
                 tracing::info!(
@@ -684,7 +725,7 @@ impl Entry {
                 );
             }
             Err(e) => {
-                let reason = crate::redact::text(&e.to_string()).into_owned();
+                let reason = crate::redact::text(&e).into_owned();
                 if last_reason.as_deref() != Some(reason.as_str()) {
                     tracing::warn!(
                         upstream = %self.name,
@@ -735,12 +776,23 @@ impl Entry {
 
     /// Acts on the last challenge (taken): a `401` while a grant is held
     /// (the token was revoked, or expired early) refreshes it now, so a
-    /// refused grant is known at once; a `403 insufficient_scope` gives
+    /// refused grant is known at once — at most once per
+    /// [`CHALLENGE_RENEW_PAUSE`]; a `403 insufficient_scope` gives
     /// the step-up sentence.
     async fn answer_challenge(&self) -> Option<String> {
         let (status, challenge) = self.client.take_challenge()?;
         match status {
             401 if self.client.grant().await.is_some() => {
+                {
+                    let mut renewed = self
+                        .challenge_renewed
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner);
+                    if renewed.is_some_and(|at| at.elapsed() < CHALLENGE_RENEW_PAUSE) {
+                        return None;
+                    }
+                    *renewed = Some(std::time::Instant::now());
+                }
                 // The outcome is in the client's status (see keep_fresh).
                 let _ = self.client.refresh().await;
                 None
@@ -757,7 +809,7 @@ impl Entry {
         let flags: Vec<String> = challenge
             .scopes
             .iter()
-            .map(|s| format!("--scope {}", portcullis_catalog::redact::visible(s)))
+            .map(|s| format!("--scope {}", shell_word(s)))
             .collect();
         Some(format!(
             "upstream \"{}\" refused a call for want of scope ({}): run `{} {}` to grant it",
@@ -767,6 +819,20 @@ impl Entry {
             flags.join(" ")
         ))
     }
+}
+
+/// `word` as a POSIX shell reads it back whole: bare when it holds only
+/// characters no shell treats specially, else single-quoted. The server
+/// names the scopes, and a person pastes the command: `;`, `$(…)` or a
+/// backtick in a "scope" must not run anything. Control characters are
+/// escaped as well (no terminal escape reaches the log).
+fn shell_word(word: &str) -> String {
+    let word = portcullis_catalog::redact::visible(word);
+    let plain = |c: char| c.is_ascii_alphanumeric() || ":._/@%+=,-".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        return word.into_owned();
+    }
+    format!("'{}'", word.replace('\'', "'\\''"))
 }
 
 async fn watch_entry(entry: Weak<Entry>) {
@@ -787,6 +853,15 @@ async fn watch_entry(entry: Weak<Entry>) {
 mod tests {
     use super::*;
     use portcullis_upstream::oauth::{RegisteredClient, TokenAuth};
+
+    #[test]
+    fn a_scope_in_a_hint_is_one_shell_word() {
+        assert_eq!(shell_word("notes:write"), "notes:write");
+        assert_eq!(shell_word("a;rm -rf ~"), "'a;rm -rf ~'");
+        assert_eq!(shell_word("it's"), "'it'\\''s'");
+        assert_eq!(shell_word("$(x)`y`"), "'$(x)`y`'");
+        assert_eq!(shell_word(""), "''");
+    }
 
     #[test]
     fn a_client_key_file_is_read_into_the_settings_and_a_bad_one_is_refused_without_its_text() {

@@ -139,6 +139,7 @@ async fn run(url: &str, context: &Value) -> Result<(), String> {
         // lists ES256.
         dpop: None,
         assertion_grant: assertion_grant(context, files.path())?,
+        timeout: None,
     };
     let oauth = OAuthClient::new(SERVER, url, None, settings)
         .await

@@ -104,9 +104,10 @@ pub(crate) fn code_from(
         return Err(OAuthError::StateMismatch);
     }
     if let Some(error) = param("error") {
+        // The server's words, which a person's terminal will print.
         return Err(OAuthError::Denied {
-            error,
-            description: param("error_description"),
+            error: super::secrets::shown(&error),
+            description: param("error_description").map(|d| super::secrets::shown(&d)),
         });
     }
     param("code").ok_or(OAuthError::NoCode)

@@ -289,7 +289,7 @@ pub(crate) async fn discover(
     if !resource_matches(&prm.resource, server) {
         return Err(OAuthError::ResourceMismatch {
             server: http.server.clone(),
-            resource: prm.resource.clone(),
+            resource: super::secrets::shown(&prm.resource),
         });
     }
     let issuer =
@@ -310,7 +310,10 @@ pub(crate) async fn discover(
     }
     let metadata = metadata.ok_or_else(|| OAuthError::Discovery {
         server: http.server.clone(),
-        reason: format!("authorization server \"{issuer}\" publishes no metadata"),
+        reason: format!(
+            "authorization server \"{}\" publishes no metadata",
+            super::secrets::shown(&issuer)
+        ),
     })?;
     checked(http, &issuer, metadata).map(|server_metadata| Discovered {
         resource: prm.resource.clone(),
@@ -384,8 +387,8 @@ fn checked(
 ) -> Result<ServerMetadata, OAuthError> {
     if metadata.issuer != issuer {
         return Err(OAuthError::IssuerMetadataMismatch {
-            issuer: issuer.to_owned(),
-            found: metadata.issuer,
+            issuer: super::secrets::shown(issuer),
+            found: super::secrets::shown(&metadata.issuer),
         });
     }
     let s256 = metadata

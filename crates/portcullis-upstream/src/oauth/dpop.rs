@@ -154,8 +154,9 @@ impl DpopKey {
         &self.0.jwk
     }
 
-    /// A fresh proof for `method` on `url` (its query and fragment left
-    /// out), with `ath` for `access_token` and the server's `nonce`.
+    /// A fresh proof for `method` on `url` (its userinfo, query and
+    /// fragment left out), with `ath` for `access_token` and the server's
+    /// `nonce`.
     pub fn proof(
         &self,
         method: &str,
@@ -166,6 +167,11 @@ impl DpopKey {
         let mut htu = url.clone();
         htu.set_query(None);
         htu.set_fragment(None);
+        // Userinfo is no part of the target (and is a password): never
+        // put in a proof the server may log. Both only fail for URLs
+        // without a host, which a request cannot have.
+        let _ = htu.set_username("");
+        let _ = htu.set_password(None);
         let mut jti = [0u8; 16];
         aws_lc_rs::rand::fill(&mut jti).map_err(|_| key_error("no randomness for a jti"))?;
         let claims = ProofClaims {
@@ -252,7 +258,7 @@ pub(crate) fn check_token_type(token_type: &str, bound: bool) -> Result<(), OAut
     if bound != dpop {
         return Err(OAuthError::TokenType {
             expected: if bound { "DPoP" } else { "Bearer" }.to_owned(),
-            found: token_type.chars().take(32).collect(),
+            found: super::secrets::shown(&token_type.chars().take(32).collect::<String>()),
         });
     }
     Ok(())
@@ -448,6 +454,29 @@ mod tests {
                 .clone()
         };
         assert_ne!(jti(&proof), jti(&again));
+    }
+
+    #[test]
+    fn htu_is_the_target_without_userinfo_query_fragment_or_default_port() {
+        let key = DpopKey::generate().unwrap();
+        let htu = |raw: &str| {
+            let proof = key
+                .proof("GET", &Url::parse(raw).unwrap(), None, None)
+                .unwrap();
+            let claims = proof.split('.').nth(1).unwrap();
+            let claims: serde_json::Value =
+                serde_json::from_slice(&URL_SAFE_NO_PAD.decode(claims).unwrap()).unwrap();
+            claims["htu"].as_str().unwrap().to_owned()
+        };
+        assert_eq!(
+            htu("https://ada:pa55w0rd@mcp.example.com:443/mcp?x=1#f"),
+            "https://mcp.example.com/mcp"
+        );
+        assert_eq!(htu("http://[::1]:8080/a%20b"), "http://[::1]:8080/a%20b");
+        assert_eq!(
+            htu("HTTPS://MCP.Example.COM/Path"),
+            "https://mcp.example.com/Path"
+        );
     }
 
     #[test]

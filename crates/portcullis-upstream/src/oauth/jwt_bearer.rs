@@ -31,7 +31,7 @@ use super::assertion::{ASSERTION_TYPE, ClientKey};
 use super::discovery::Discovered;
 use super::registration::{RegisteredClient, TokenAuth};
 use super::token_exchange::EnterpriseIdp;
-use super::tokens::{Grant, REFRESH_MARGIN, now};
+use super::tokens::Grant;
 use super::{OAuthError, OAuthHttp};
 
 /// The `grant_type` of the JWT bearer authorization grant.
@@ -72,29 +72,28 @@ impl AssertionSource {
             origin: path.display().to_string(),
             reason,
         };
-        let metadata = tokio::fs::metadata(path)
+        let file = path.clone();
+        let bytes = tokio::task::spawn_blocking(move || read_regular(&file, MAX_ASSERTION))
             .await
-            .map_err(|e| unusable(e.kind().to_string()))?;
-        if !metadata.is_file() {
-            return Err(unusable("not a regular file".into()));
-        }
-        if metadata.len() > MAX_ASSERTION {
-            return Err(unusable(format!(
-                "larger than {MAX_ASSERTION} bytes: not a JWT"
-            )));
-        }
-        let bytes = tokio::fs::read(path)
-            .await
-            .map_err(|e| unusable(e.kind().to_string()))?;
+            .map_err(|_| unusable("the read was interrupted".into()))?
+            .map_err(unusable)?;
         let text = String::from_utf8(bytes).map_err(|_| unusable("not UTF-8 text".into()))?;
         let assertion = text.trim();
         if assertion.is_empty() {
             return Err(unusable("empty".into()));
         }
-        // A JWS compact serialisation: three dot-separated parts. Anything
-        // else is refused here rather than sent (and echoed back) to a
+        // A JWS compact serialisation: three non-empty base64url parts.
+        // Anything else (a file of other secrets with two dots in it, two
+        // JWTs) is refused here rather than sent (and echoed back) to a
         // server.
-        if assertion.split('.').count() != 3 || assertion.chars().any(char::is_whitespace) {
+        let base64url = |part: &str| {
+            !part.is_empty()
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        };
+        let parts: Vec<&str> = assertion.split('.').collect();
+        if parts.len() != 3 || !parts.iter().all(|p| base64url(p)) {
             return Err(unusable("does not hold a JWT".into()));
         }
         Ok(assertion.to_owned())
@@ -107,6 +106,40 @@ impl AssertionSource {
         let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, assertion.as_bytes());
         Some(digest.as_ref().iter().map(|b| format!("{b:02x}")).collect())
     }
+}
+
+/// Reads `path` whole, up to `limit` bytes: opened without blocking (a
+/// FIFO swapped in after a check would otherwise wait for a writer
+/// forever), refused unless what was opened is a regular file, read one
+/// byte past the cap (a size the metadata claims, as `/proc` files claim
+/// none, is never trusted). The reason never carries the content.
+fn read_regular(path: &std::path::Path, limit: u64) -> Result<Vec<u8>, String> {
+    use std::io::Read as _;
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        options.custom_flags(libc::O_NONBLOCK);
+    }
+    let file = options
+        .open(path)
+        .map_err(|e| match std::fs::metadata(path) {
+            Ok(metadata) if !metadata.is_file() => "not a regular file".to_owned(),
+            _ => e.kind().to_string(),
+        })?;
+    let metadata = file.metadata().map_err(|e| e.kind().to_string())?;
+    if !metadata.is_file() {
+        return Err("not a regular file".into());
+    }
+    let mut bytes = Vec::new();
+    file.take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.kind().to_string())?;
+    if bytes.len() as u64 > limit {
+        return Err(format!("larger than {limit} bytes: not a JWT"));
+    }
+    Ok(bytes)
 }
 
 /// An unattended grant of the JWT bearer kind, and where its assertion
@@ -155,6 +188,8 @@ pub(crate) struct TokenAnswer {
     pub(crate) scope: Option<String>,
     #[serde(default)]
     pub(crate) issued_token_type: Option<String>,
+    #[serde(default)]
+    pub(crate) token_type: Option<String>,
 }
 
 /// A token endpoint's error answer (RFC 6749 §5.2).
@@ -239,6 +274,14 @@ pub(crate) async fn token_request(
         .map_err(|e| OAuthError::Http(e.to_string()))?;
     let response = http.send(request).await?;
     let status = response.status();
+    // The server failing (or asking to slow down) is not a refusal of the
+    // grant: the caller keeps what it holds and tries again later.
+    if status.is_server_error() || status == http::StatusCode::TOO_MANY_REQUESTS {
+        return Err(OAuthError::Http(format!(
+            "\"{}\" answered HTTP {status}",
+            url_shown(&url)
+        )));
+    }
     if status.is_success() {
         return serde_json::from_slice(response.body()).map_err(|_| OAuthError::Token {
             reason: format!(
@@ -258,7 +301,7 @@ pub(crate) async fn token_request(
         reason = reason.replace(secret, "<redacted>");
     }
     Err(OAuthError::Token {
-        reason: portcullis_catalog::redact::visible(&reason).into_owned(),
+        reason: super::secrets::shown(&reason),
     })
 }
 
@@ -342,12 +385,14 @@ pub(crate) async fn obtain(
         audience: target.issuer,
     };
     let answer = token_request(http, target.token_endpoint, &auth, form, &[&assertion]).await?;
+    // No proof was sent: a DPoP-bound token could not be presented.
+    if let Some(token_type) = &answer.token_type {
+        super::dpop::check_token_type(token_type, false)?;
+    }
+    super::tokens::check_access_token(&answer.access_token)?;
+    let (expires_at, refresh_at) = super::tokens::lifetime(answer.expires_in);
     let granted = match &answer.scope {
-        Some(scope) => scope
-            .split(' ')
-            .filter(|s| !s.is_empty())
-            .map(str::to_owned)
-            .collect(),
+        Some(scope) => super::tokens::granted_scopes(scope.split(' ')),
         None => scopes.to_vec(),
     };
     Ok(Grant {
@@ -359,13 +404,8 @@ pub(crate) async fn obtain(
         // Renewal runs the grant again (a fresh assertion); a refresh token
         // is not needed for that and is not kept.
         refresh_token: None,
-        expires_at: answer.expires_in.map(|d| now() + d),
-        refresh_at: answer.expires_in.map(|lifetime| {
-            now()
-                + lifetime
-                    .saturating_sub(REFRESH_MARGIN.as_secs())
-                    .max(lifetime / 2)
-        }),
+        expires_at,
+        refresh_at,
         scopes: granted,
         client_credentials: false,
         // Not DPoP-bound: these grants' token requests carry no proof.

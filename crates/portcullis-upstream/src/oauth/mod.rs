@@ -23,7 +23,12 @@
 //! the server's SSRF guard ([`crate::hosts`]: the same allow-list and reach
 //! as the server itself, so a server on the internet cannot point its
 //! metadata at loopback or private addresses), uses https (plain http only
-//! on loopback), and follows no redirect; the protected-resource metadata
+//! on loopback), follows no redirect, and is given up on after
+//! [`OAuthSettings::timeout`] (a server that never answers, or trickles its
+//! answer, holds nothing up for good); a refusal's body loses the
+//! credentials its request carried before it is read (a server that echoes
+//! the request into its `error_description`), and the description is shown
+//! bounded; the protected-resource metadata
 //! must name this server; the authorization server's metadata must carry
 //! the issuer it was fetched for and support PKCE S256; the authorization
 //! response must carry our `state` and the right `iss`; a registration is
@@ -56,6 +61,7 @@ pub mod dpop;
 pub mod jwt_bearer;
 pub mod redirect;
 pub mod registration;
+mod secrets;
 pub mod token_exchange;
 pub mod tokens;
 
@@ -82,6 +88,16 @@ pub use tokens::Grant;
 /// login before the client gives up: a server that keeps asking is not
 /// followed round forever.
 pub const MAX_STEP_UPS: u32 = 2;
+
+/// How long one OAuth request may take when [`OAuthSettings::timeout`] is
+/// not set.
+pub const DEFAULT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// After a renewal failed for a reason other than a refusal (the server
+/// down, slow, answering 5xx), it is not tried again for this long: the
+/// token held is used meanwhile while it has not expired, and the server
+/// is not asked on every request.
+pub const RENEW_BACKOFF: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The largest metadata, registration or token response read.
 const MAX_BODY: usize = 1 << 20;
@@ -254,6 +270,15 @@ pub enum OAuthError {
         /// Why.
         reason: String,
     },
+    /// An OAuth endpoint did not answer in time (a server that accepts the
+    /// connection and never answers, or trickles its answer).
+    #[error("OAuth endpoint \"{url}\" did not answer within {} ms", after.as_millis())]
+    Timeout {
+        /// The endpoint, without its query.
+        url: String,
+        /// The time it was given.
+        after: std::time::Duration,
+    },
     /// The assertion of a JWT bearer grant (or the ID token of an
     /// enterprise-managed one) cannot be read.
     #[error("the assertion {origin} is not usable: {reason}")]
@@ -296,6 +321,10 @@ pub struct OAuthSettings {
     /// An unattended JWT bearer grant (workload identity or
     /// enterprise-managed) instead of a person's login.
     pub assertion_grant: Option<AssertionGrant>,
+    /// How long one OAuth request (discovery, registration, token, the
+    /// identity provider's) may take, its answer read whole
+    /// ([`OAuthError::Timeout`]). `None`: [`DEFAULT_TIMEOUT`].
+    pub timeout: Option<std::time::Duration>,
 }
 
 impl std::fmt::Debug for OAuthSettings {
@@ -314,6 +343,7 @@ impl std::fmt::Debug for OAuthSettings {
             .field("client_key", &self.client_key)
             .field("dpop", &self.dpop)
             .field("assertion_grant", &self.assertion_grant)
+            .field("timeout", &self.timeout)
             .finish()
     }
 }
@@ -341,6 +371,8 @@ pub struct OAuthHttp {
     http: reqwest::Client,
     /// Set on a token request's copy: each request carries a DPoP proof.
     dpop: Option<dpop::Prover>,
+    /// How long one request may take, its answer read whole.
+    timeout: std::time::Duration,
 }
 
 impl OAuthHttp {
@@ -348,6 +380,7 @@ impl OAuthHttp {
         server: &str,
         url: &Url,
         allowed: Option<Vec<String>>,
+        timeout: std::time::Duration,
     ) -> Result<OAuthHttp, OAuthError> {
         let guard = HostGuard::new(allowed, Reach::of(url).await);
         let http = crate::hosts::guarded_client(GuardedResolver {
@@ -360,6 +393,7 @@ impl OAuthHttp {
             guard,
             http,
             dpop: None,
+            timeout,
         })
     }
 
@@ -377,13 +411,21 @@ impl OAuthHttp {
     }
 
     /// Parses an endpoint and holds it to the URL rules: https (http only
-    /// on loopback), no userinfo, no fragment.
+    /// on loopback), no userinfo, no fragment, no space or control
+    /// character.
     pub(crate) fn endpoint(&self, raw: &str) -> Result<Url, OAuthError> {
-        let shown = portcullis_catalog::redact::url(raw);
+        // A server's document may name it: escaped and bounded.
+        let shown = secrets::shown(&portcullis_catalog::redact::url(raw));
         let bad = |reason: &str| OAuthError::Endpoint {
             url: shown.clone(),
             reason: reason.to_owned(),
         };
+        // URL parsing would strip a line break or encode an escape; the
+        // raw string is what is kept and shown (an issuer), so it must
+        // hold none.
+        if raw.chars().any(|c| c.is_control() || c.is_whitespace()) {
+            return Err(bad("it holds spaces or control characters"));
+        }
         let url = Url::parse(raw).map_err(|_| bad("not an absolute URL"))?;
         let host = url.host_str().ok_or_else(|| bad("no host"))?;
         match url.scheme() {
@@ -424,19 +466,37 @@ impl OAuthHttp {
             .await
             .map_err(|r| OAuthError::Refused(r.message(&self.server)))?;
         let (parts, body) = request.into_parts();
-        let response = self
-            .http
-            .request(parts.method, url)
-            .headers(parts.headers)
-            .body(body)
-            .send()
+        // What this request carries that must not come back in an error a
+        // server echoes it into.
+        let sent = secrets::sent(&parts.headers, &body);
+        let exchange = async {
+            let response = self
+                .http
+                .request(parts.method, url.clone())
+                .headers(parts.headers)
+                .body(body)
+                .send()
+                .await
+                .map_err(|e| OAuthError::Http(e.without_url().to_string()))?;
+            let status = response.status();
+            let headers = response.headers().clone();
+            let body = crate::http::read_bounded(response, MAX_BODY)
+                .await
+                .map_err(|e| OAuthError::Http(e.to_string()))?;
+            Ok::<_, OAuthError>((status, headers, body))
+        };
+        // A server that accepts the connection and never answers (or
+        // trickles its answer) is given up on: the caller may hold the
+        // client's state, and every request to the server waits on it.
+        let (status, headers, mut body) = tokio::time::timeout(self.timeout, exchange)
             .await
-            .map_err(|e| OAuthError::Http(e.without_url().to_string()))?;
-        let status = response.status();
-        let headers = response.headers().clone();
-        let body = crate::http::read_bounded(response, MAX_BODY)
-            .await
-            .map_err(|e| OAuthError::Http(e.to_string()))?;
+            .map_err(|_| OAuthError::Timeout {
+                url: portcullis_catalog::redact::url(url.as_str()),
+                after: self.timeout,
+            })??;
+        if !status.is_success() {
+            secrets::scrub(&mut body, &sent);
+        }
         let mut out = http::Response::new(body);
         *out.status_mut() = status;
         *out.headers_mut() = headers;
@@ -569,6 +629,9 @@ struct State {
     lost: bool,
     /// Why an unattended grant was last refused (no secret in it).
     refusal: Option<String>,
+    /// When a renewal last failed for a reason other than a refusal, and
+    /// why ([`RENEW_BACKOFF`]).
+    renew_failed: Option<(std::time::Instant, String)>,
 }
 
 /// The OAuth client of one remote server. See the module doc. Clones
@@ -624,7 +687,13 @@ impl OAuthClient {
             url: portcullis_catalog::redact::url(url),
             reason,
         })?;
-        let http = OAuthHttp::new(server, &url, allowed).await?;
+        let http = OAuthHttp::new(
+            server,
+            &url,
+            allowed,
+            settings.timeout.unwrap_or(DEFAULT_TIMEOUT),
+        )
+        .await?;
         Ok(OAuthClient(Arc::new(Shared {
             server: server.to_owned(),
             url,
@@ -880,6 +949,7 @@ impl OAuthClient {
         state.grant = Some(grant);
         state.lost = false;
         state.refusal = None;
+        state.renew_failed = None;
     }
 
     /// Whether this client's grant is unattended (a JWT bearer grant): it
@@ -1012,7 +1082,7 @@ impl OAuthClient {
         if !grant.expiring() {
             return Ok(grant.access_token);
         }
-        self.refresh_locked(&mut state, &grant).await
+        self.renew(&mut state, &grant).await
     }
 
     /// Refreshes the grant now (after a `401 invalid_token` with a token
@@ -1022,7 +1092,48 @@ impl OAuthClient {
         let Some(grant) = state.grant.clone() else {
             return Err(self.login_required(&state));
         };
-        self.refresh_locked(&mut state, &grant).await
+        self.renew(&mut state, &grant).await
+    }
+
+    /// Renews `grant` ([`OAuthClient::refresh_locked`]); a failure that is
+    /// not a refusal keeps the grant, and its token is used while it has
+    /// not expired, the server not asked again for [`RENEW_BACKOFF`].
+    async fn renew(&self, state: &mut State, grant: &Grant) -> Result<String, OAuthError> {
+        let valid = grant.expires_at.is_none_or(|at| at > tokens::now());
+        if let Some((at, reason)) = &state.renew_failed
+            && at.elapsed() < RENEW_BACKOFF
+        {
+            return match valid {
+                true => Ok(grant.access_token.clone()),
+                false => Err(OAuthError::Http(format!(
+                    "renewing the grant failed {} s ago ({reason}); tried again shortly",
+                    at.elapsed().as_secs()
+                ))),
+            };
+        }
+        match self.refresh_locked(state, grant).await {
+            Ok(token) => {
+                state.renew_failed = None;
+                Ok(token)
+            }
+            Err(e @ OAuthError::LoginRequired { .. }) => Err(e),
+            Err(e) => {
+                tracing::warn!(
+                    server = %self.0.server,
+                    "renewing the upstream grant failed ({e}); {}",
+                    if valid {
+                        "its token is used until it expires, and the renewal tried again shortly"
+                    } else {
+                        "tried again shortly"
+                    }
+                );
+                state.renew_failed = Some((std::time::Instant::now(), e.to_string()));
+                match valid {
+                    true => Ok(grant.access_token.clone()),
+                    false => Err(e),
+                }
+            }
+        }
     }
 
     async fn refresh_locked(&self, state: &mut State, grant: &Grant) -> Result<String, OAuthError> {
@@ -1145,6 +1256,7 @@ impl OAuthClient {
         state.grant = Some(grant);
         state.lost = false;
         state.refusal = None;
+        state.renew_failed = None;
     }
 
     /// Forgets the grant and registrations.

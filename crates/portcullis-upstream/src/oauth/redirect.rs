@@ -4,8 +4,11 @@
 //!
 //! It binds 127.0.0.1 only, answers only `GET` on its path (one small page
 //! saying the login went through), reads at most 8 KiB of a request, gives
-//! each connection a few seconds, and gives up after its timeout. What the
-//! redirect carries is checked by the client afterwards (`state`, `iss`).
+//! each connection a few seconds, and gives up after its timeout. It takes
+//! only a redirect carrying the login's own `state`: another request on its
+//! path (a local process, a web page open in the browser) is answered 400
+//! and the login goes on waiting. What the redirect carries is checked by
+//! the client afterwards too (`state`, `iss`).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -69,15 +72,18 @@ impl LoopbackRedirect {
         self
     }
 
-    /// Waits for the one request on our path; answers the others 404.
-    async fn wait(&self) -> Result<Url, String> {
+    /// Waits for the one request on our path carrying `state` (the
+    /// authorization request's, when it has one); answers the others 404,
+    /// or 400 on our path, and goes on waiting: another local process or a
+    /// web page the browser has open cannot end the login.
+    async fn wait(&self, state: Option<&str>) -> Result<Url, String> {
         loop {
             let (stream, _) = self
                 .listener
                 .accept()
                 .await
                 .map_err(|e| format!("the redirect listener failed: {e}"))?;
-            match tokio::time::timeout(Duration::from_secs(5), self.answer(stream)).await {
+            match tokio::time::timeout(Duration::from_secs(5), self.answer(stream, state)).await {
                 Ok(Some(url)) => return Ok(url),
                 Ok(None) | Err(_) => continue,
             }
@@ -85,7 +91,7 @@ impl LoopbackRedirect {
     }
 
     /// Reads one request: the redirect back when it is a `GET` on our path.
-    async fn answer(&self, mut stream: TcpStream) -> Option<Url> {
+    async fn answer(&self, mut stream: TcpStream, state: Option<&str>) -> Option<Url> {
         let mut head = Vec::new();
         let mut buf = [0u8; 1024];
         while !head.windows(4).any(|w| w == b"\r\n\r\n") {
@@ -99,14 +105,26 @@ impl LoopbackRedirect {
         let mut parts = line.lines().next()?.split(' ');
         let (method, target) = (parts.next()?, parts.next()?);
         let url = Url::parse(&self.redirect_uri).ok()?.join(target).ok()?;
-        let ours = method == "GET" && url.path() == self.path;
+        let on_path = method == "GET" && url.path() == self.path;
+        let ours = on_path
+            && state.is_none_or(|s| {
+                url.query_pairs()
+                    .any(|(k, v)| k == "state" && v.as_ref() == s)
+            });
         let (status, body) = if ours {
             (
                 "200 OK",
                 "Logged in: you can close this window and return to Portcullis.",
             )
         } else {
-            ("404 Not Found", "Not found.")
+            if on_path {
+                (
+                    "400 Bad Request",
+                    "This is not the login this listener waits for.",
+                )
+            } else {
+                ("404 Not Found", "Not found.")
+            }
         };
         let response = format!(
             "HTTP/1.1 {status}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\ncache-control: no-store\r\n\r\n{body}",
@@ -126,7 +144,11 @@ impl UserAgent for LoopbackRedirect {
     ) -> Pin<Box<dyn Future<Output = Result<Url, String>> + Send + 'a>> {
         Box::pin(async move {
             (self.show)(url);
-            tokio::time::timeout(self.timeout, self.wait())
+            let state = url
+                .query_pairs()
+                .find(|(k, _)| k == "state")
+                .map(|(_, v)| v.into_owned());
+            tokio::time::timeout(self.timeout, self.wait(state.as_deref()))
                 .await
                 .map_err(|_| format!("no login within {} s", self.timeout.as_secs()))?
         })

@@ -101,7 +101,7 @@ async fn token_endpoint(
         if found.issuer != *issuer {
             return Err(OAuthError::IssuerMetadataMismatch {
                 issuer: issuer.clone(),
-                found: found.issuer,
+                found: super::secrets::shown(&found.issuer),
             });
         }
         http.endpoint(&found.token_endpoint)?;
@@ -169,7 +169,7 @@ pub(crate) async fn id_jag(
                 "the identity provider issued {} instead of an ID-JAG",
                 other.map_or_else(
                     || "a token of no stated type".to_owned(),
-                    |t| format!("\"{}\"", portcullis_catalog::redact::visible(t))
+                    |t| format!("\"{}\"", super::secrets::shown(t))
                 )
             ),
         }),

@@ -84,6 +84,52 @@ pub(crate) fn now() -> u64 {
         .unwrap_or(0)
 }
 
+/// When a token of `expires_in` seconds expires and when to refresh it
+/// ([`Grant::expires_at`], [`Grant::refresh_at`]). Saturating: a server's
+/// `expires_in` near `u64::MAX` must not wrap round to an expiry in the
+/// past (renewing on every request) or panic.
+pub(crate) fn lifetime(expires_in: Option<u64>) -> (Option<u64>, Option<u64>) {
+    let Some(lifetime) = expires_in else {
+        return (None, None);
+    };
+    let now = now();
+    let early = lifetime
+        .saturating_sub(REFRESH_MARGIN.as_secs())
+        .max(lifetime / 2);
+    (
+        Some(now.saturating_add(lifetime)),
+        Some(now.saturating_add(early)),
+    )
+}
+
+/// The scope tokens of a server's `scope` answer that are scope tokens
+/// (RFC 6749 §3.3: visible ASCII but `"` and `\`); the others (a control
+/// character a status line would print) are left out.
+pub(crate) fn granted_scopes<'a>(scopes: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    scopes
+        .into_iter()
+        .filter(|s| {
+            !s.is_empty()
+                && s.bytes()
+                    .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\')
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Refuses an access token that cannot be presented: empty (it would be
+/// sent as no credential at all) or holding anything but visible ASCII (a
+/// space, a line break: not a header value). RFC 6750's `b64token` and
+/// RFC 9449's DPoP tokens are visible ASCII.
+pub(crate) fn check_access_token(token: &str) -> Result<(), OAuthError> {
+    if token.is_empty() || !token.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(OAuthError::Token {
+            reason: "the token response carries no usable access token".into(),
+        });
+    }
+    Ok(())
+}
+
 impl Grant {
     /// Whether the access token is due for a refresh (see
     /// [`Grant::refresh_at`]).
@@ -150,10 +196,10 @@ fn token_failure(
     match e {
         RequestTokenError::ServerResponse(response) => {
             let code = response.error().clone();
-            let reason = match response.error_description() {
+            let reason = super::secrets::shown(&match response.error_description() {
                 Some(d) => format!("{code}: {d}"),
                 None => code.to_string(),
-            };
+            });
             (Some(code), OAuthError::Token { reason })
         }
         RequestTokenError::Request(inner) => (None, inner),
@@ -175,8 +221,10 @@ fn grant_from(
     requested: &[String],
 ) -> Result<Grant, OAuthError> {
     dpop::check_token_type(response.token_type().as_ref(), template.dpop_key.is_some())?;
+    check_access_token(response.access_token().secret())?;
+    let (expires_at, refresh_at) = lifetime(response.expires_in().map(|d| d.as_secs()));
     let scopes = match response.scopes() {
-        Some(granted) => granted.iter().map(|s| s.to_string()).collect(),
+        Some(granted) => granted_scopes(granted.iter().map(|s| s.as_str())),
         None => requested.to_vec(),
     };
     Ok(Grant {
@@ -186,14 +234,8 @@ fn grant_from(
             .map(|r| r.secret().clone())
             // RFC 6749 §6: a refresh may keep the old refresh token.
             .or(template.refresh_token.clone()),
-        expires_at: response.expires_in().map(|d| now() + d.as_secs()),
-        refresh_at: response.expires_in().map(|d| {
-            let lifetime = d.as_secs();
-            now()
-                + lifetime
-                    .saturating_sub(REFRESH_MARGIN.as_secs())
-                    .max(lifetime / 2)
-        }),
+        expires_at,
+        refresh_at,
         scopes,
         ..template
     })

@@ -64,6 +64,11 @@ struct AuthState {
     id_tokens: Mutex<Vec<String>>,
     /// The identity provider's token exchange requests.
     exchanges: Mutex<Vec<HashMap<String, String>>>,
+    /// The protected server refuses every token (`401 invalid_token`),
+    /// however fresh.
+    reject_all: AtomicBool,
+    /// The scope `publish` asks for in its `403`, instead of `notes:write`.
+    demanded: Mutex<Option<String>>,
     counter: AtomicUsize,
 }
 
@@ -543,6 +548,7 @@ async fn bearer_check(state: Arc<AuthState>, request: Request, next: Next) -> Re
             .filter(|(_, until)| *until > Instant::now())
             .map(|(scopes, _)| scopes.clone())
     });
+    let scopes = scopes.filter(|_| !state.reject_all.load(Ordering::SeqCst));
     let (Some(token), Some(scopes)) = (token, scopes) else {
         let challenge = format!(
             "Bearer error=\"invalid_token\", scope=\"notes:read\", resource_metadata=\"{metadata}\""
@@ -563,8 +569,14 @@ async fn bearer_check(state: Arc<AuthState>, request: Request, next: Next) -> Re
         && message["params"]["name"] == "publish"
         && !scopes.iter().any(|s| s == "notes:write")
     {
+        let demanded = state
+            .demanded
+            .lock()
+            .unwrap()
+            .clone()
+            .unwrap_or_else(|| "notes:write".into());
         let challenge = format!(
-            "Bearer error=\"insufficient_scope\", scope=\"notes:write\", resource_metadata=\"{metadata}\""
+            "Bearer error=\"insufficient_scope\", scope=\"{demanded}\", resource_metadata=\"{metadata}\""
         );
         return (
             StatusCode::FORBIDDEN,
@@ -1251,6 +1263,154 @@ fn a_refused_token_exchange_needs_a_login_and_a_new_id_token_is_taken_up() {
     let mut secrets = provider.state.issued.lock().unwrap().clone();
     secrets.push("idp-s3cret".into());
     assert_no_secret_shown(&provider, &printed, &served, &data, &secrets);
+}
+
+/// An identity provider that accepts the connection and never answers:
+/// `serve` gives up on it after the upstream's `timeout_ms` (it waited for
+/// ever), serves the other upstream, and says why `ent` needs a login.
+#[test]
+fn a_hanging_identity_provider_delays_serve_by_its_timeout_not_for_ever() {
+    let provider = Provider::start(3600);
+    // Connections taken and held, never answered.
+    let hanging = provider.runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                held.push(socket);
+            }
+        });
+        addr
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let config = unattended_config(dir.path(), &provider);
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace(
+            &provider.idp_token_endpoint,
+            &format!("http://{hanging}/token"),
+        )
+        .replace(
+            "[upstreams.ent.oauth]",
+            "timeout_ms = 1500\n\n[upstreams.ent.oauth]",
+        );
+    std::fs::write(&config, text).unwrap();
+    let workload = jwt(&provider, "workload");
+    provider
+        .state
+        .assertions
+        .lock()
+        .unwrap()
+        .push(workload.clone());
+    std::fs::write(dir.path().join("workload.jwt"), &workload).unwrap();
+    let id_token = jwt(&provider, "idtoken");
+    std::fs::write(dir.path().join("id_token.jwt"), &id_token).unwrap();
+
+    let started = Instant::now();
+    let served = common::serve(&config);
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "serve took {:?}",
+        started.elapsed()
+    );
+    let said = served.before.join("\n");
+    assert!(
+        said.contains(
+            "upstream \"ent\" needs a login: its enterprise-managed (ID-JAG) grant failed:"
+        ) && said.contains("within 1500 ms"),
+        "{said}"
+    );
+    eventually("ent needs a login, wl is served", || {
+        healthz(&served)["upstreams"] == json!({"up": 1, "down": 0, "needs_login": 1})
+    });
+    let (failed, said) = call(&served, "wl__echo", json!({"message": "still here"}));
+    assert!(!failed && said.contains("still here"), "{said}");
+    let mut secrets = provider.state.issued.lock().unwrap().clone();
+    secrets.push("idp-s3cret".into());
+    assert_no_secret_shown(
+        &provider,
+        &Printed::default(),
+        &served,
+        &dir.path().join("state"),
+        &secrets,
+    );
+}
+
+/// An upstream that refuses every token with `401`, however fresh (a
+/// broken or hostile server): `serve` renews the unattended grant once
+/// for it, not at every watch while calls keep failing — the authorization
+/// server and the identity provider are not hammered.
+#[test]
+fn a_server_refusing_every_fresh_token_does_not_make_serve_renew_in_a_loop() {
+    let provider = Provider::start(3600);
+    let dir = tempfile::tempdir().unwrap();
+    let config = unattended_config(dir.path(), &provider);
+    let workload = jwt(&provider, "workload");
+    let id_token = jwt(&provider, "idtoken");
+    provider
+        .state
+        .assertions
+        .lock()
+        .unwrap()
+        .push(workload.clone());
+    provider
+        .state
+        .id_tokens
+        .lock()
+        .unwrap()
+        .push(id_token.clone());
+    std::fs::write(dir.path().join("workload.jwt"), &workload).unwrap();
+    std::fs::write(dir.path().join("id_token.jwt"), &id_token).unwrap();
+    let served = common::serve(&config);
+    eventually("both upstreams are served", || {
+        healthz(&served)["upstreams"] == json!({"up": 2, "down": 0, "needs_login": 0})
+    });
+    let grants = || provider.state.presented.lock().unwrap().len();
+    let exchanges = || provider.state.exchanges.lock().unwrap().len();
+    let (before, exchanged) = (grants(), exchanges());
+    provider.state.reject_all.store(true, Ordering::SeqCst);
+    // Calls keep failing for five watches.
+    let until = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < until {
+        let (failed, _) = call(&served, "ent__echo", json!({"message": "refused"}));
+        assert!(failed);
+        let (failed, _) = call(&served, "wl__echo", json!({"message": "refused"}));
+        assert!(failed);
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    // At most one renewal each (two grants at the authorization server, one
+    // exchange at the identity provider).
+    assert!(grants() - before <= 2, "{} grants", grants() - before);
+    assert!(
+        exchanges() - exchanged <= 1,
+        "{} exchanges",
+        exchanges() - exchanged
+    );
+}
+
+/// A server asking for a "scope" that is a shell command: the command
+/// `serve` tells the person to run quotes it, so pasting it runs nothing
+/// but the login.
+#[test]
+fn a_step_up_hint_quotes_what_the_server_asked_for() {
+    let provider = Provider::start(3600);
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &provider);
+    let mut printed = Printed::default();
+    login(&provider, &config, &[], &mut printed);
+    *provider.state.demanded.lock().unwrap() =
+        Some("notes:write;touch${IFS}pwned notes:it's".into());
+    let served = common::serve(&config);
+    let (failed, _) = call(&served, "docs__publish", json!({}));
+    assert!(failed);
+    let line = served.wait_for_line("refused a call for want of scope");
+    assert!(
+        line.contains(
+            "run `portcullis auth login docs --scope 'notes:write;touch${IFS}pwned' --scope 'notes:it'\\''s'`"
+        ),
+        "{line}"
+    );
 }
 
 /// None of `secrets` appears in anything printed, a log line, the audit
