@@ -622,13 +622,47 @@ impl Printed {
 /// `portcullis auth login docs --no-browser [extra…]`, with the test as
 /// the person's browser: it reads the printed URL and follows it.
 fn login(provider: &Provider, config: &Path, extra: &[&str], printed: &mut Printed) -> String {
+    let done = browser_login(config, "docs", extra, |url| provider.visit(url));
+    printed.0.push(done.out.clone());
+    printed.0.push(done.said.join("\n"));
+    assert!(done.ok, "auth login failed: {}\n{:?}", done.out, done.said);
+    assert!(
+        done.out
+            .contains("logged in to docs: issuer http://127.0.0.1:"),
+        "{}",
+        done.out
+    );
+    done.url
+}
+
+/// What `auth login` printed and whether it succeeded.
+pub(crate) struct BrowserLogin {
+    /// The authorization URL it printed.
+    pub(crate) url: String,
+    /// Its stdout.
+    pub(crate) out: String,
+    /// Its stderr lines.
+    pub(crate) said: Vec<String>,
+    /// It exited 0.
+    pub(crate) ok: bool,
+}
+
+/// `portcullis auth login UPSTREAM --no-browser [extra…]`, with the test as
+/// the person's browser: `visit` follows the URL it prints and returns the
+/// page the loopback listener answered, which must say it logged in.
+pub(crate) fn browser_login(
+    config: &Path,
+    upstream: &str,
+    extra: &[&str],
+    visit: impl FnOnce(&str) -> String,
+) -> BrowserLogin {
     let mut child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
         .args([
             "--config",
             config.to_str().unwrap(),
             "auth",
             "login",
-            "docs",
+            upstream,
         ])
         .arg("--no-browser")
         .args(extra)
@@ -648,7 +682,7 @@ fn login(provider: &Provider, config: &Path, extra: &[&str], printed: &mut Print
             break format!("http://{url}");
         }
     };
-    let page = provider.visit(&url);
+    let page = visit(&url);
     assert!(page.contains("Logged in"), "{page}");
     let status = child.wait().unwrap();
     let mut out = String::new();
@@ -659,14 +693,12 @@ fn login(provider: &Provider, config: &Path, extra: &[&str], printed: &mut Print
         .read_to_string(&mut out)
         .unwrap();
     said.extend(lines.try_iter());
-    printed.0.push(out.clone());
-    printed.0.push(said.join("\n"));
-    assert!(status.success(), "auth login failed: {out}\n{said:?}");
-    assert!(
-        out.contains("logged in to docs: issuer http://127.0.0.1:"),
-        "{out}"
-    );
-    url
+    BrowserLogin {
+        url,
+        out,
+        said,
+        ok: status.success(),
+    }
 }
 
 pub(crate) fn healthz(served: &Served) -> Value {

@@ -14,7 +14,7 @@
 //! Outside CI a missing peer skips the test (it says so); with `CI=true` it
 //! is a failure.
 
-use std::io::{BufRead as _, BufReader, Read as _};
+use std::io::{BufRead as _, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -23,7 +23,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::common::{self, DEMO, eventually, portcullis, text, write_config};
-use crate::oauth_login::{call, healthz};
+use crate::oauth_login::{browser_login, call, healthz};
 
 /// The Python SDK's authorization server and protected MCP server, one
 /// process; killed on drop.
@@ -136,46 +136,19 @@ impl Drop for PythonProvider {
 
 /// `portcullis auth login notes --no-browser`, the test as the browser.
 fn login(provider: &PythonProvider, config: &Path, printed: &mut Vec<String>) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
-        .args(["--config", config.to_str().unwrap()])
-        .args(["auth", "login", "notes", "--no-browser"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let lines = common::stderr_lines(&mut child);
-    let mut said = Vec::new();
-    let url = loop {
-        let line = lines
-            .recv_timeout(common::PATIENCE)
-            .unwrap_or_else(|_| panic!("auth login printed no URL: {said:?}"));
-        said.push(line.clone());
-        if let Some(url) = line.trim().strip_prefix("http://") {
-            break format!("http://{url}");
-        }
-    };
-    let page = provider.visit(&url);
-    assert!(page.contains("Logged in"), "{page}");
-    let status = child.wait().unwrap();
-    let mut out = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
-    said.extend(lines.try_iter());
-    printed.push(out.clone());
-    printed.push(said.join("\n"));
-    assert!(status.success(), "auth login failed: {out}\n{said:?}");
+    let done = browser_login(config, "notes", &[], |url| provider.visit(url));
+    printed.push(done.out.clone());
+    printed.push(done.said.join("\n"));
+    assert!(done.ok, "auth login failed: {}\n{:?}", done.out, done.said);
     assert!(
-        out.contains(&format!(
+        done.out.contains(&format!(
             "logged in to notes: issuer {}; scopes notes",
             provider.origin
         )),
-        "{out}"
+        "{}",
+        done.out
     );
+    let url = done.url;
     // What went to the SDK's authorize endpoint, as the person's browser
     // carried it.
     let query: Vec<(String, String)> = reqwest::Url::parse(&url)
