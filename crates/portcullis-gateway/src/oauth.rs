@@ -346,6 +346,7 @@ impl OAuthUpstreams {
         previous: Option<&OAuthUpstreams>,
     ) -> Result<OAuthUpstreams, ClientError> {
         let mut entries = BTreeMap::new();
+        let mut opened = Vec::new();
         for upstream in config.upstreams.values() {
             let Some(oauth) = &upstream.oauth else {
                 continue;
@@ -376,7 +377,12 @@ impl OAuthUpstreams {
             });
             entry.restore().await;
             entry.listen();
-            entry.unattended().await;
+            opened.push(entry);
+        }
+        // The unattended grants run together: a provider that never
+        // answers costs the start its own timeout, not one per upstream.
+        futures::future::join_all(opened.iter().map(|entry| entry.unattended())).await;
+        for entry in opened {
             // At start the command says it (`missing upstream NAME: needs
             // a login: run …`, through `Gateway::missing`); the watcher
             // says it again only when it changes.
@@ -387,7 +393,7 @@ impl OAuthUpstreams {
             if watch {
                 tokio::spawn(watch_entry(Arc::downgrade(&entry)));
             }
-            entries.insert(upstream.name.clone(), entry);
+            entries.insert(entry.name.clone(), entry);
         }
         Ok(OAuthUpstreams {
             entries: Arc::new(entries),

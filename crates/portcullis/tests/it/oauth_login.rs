@@ -1297,6 +1297,51 @@ fn a_refused_token_exchange_needs_a_login_and_a_new_id_token_is_taken_up() {
     assert_no_secret_shown(&provider, &printed, &served, &data, &secrets);
 }
 
+/// Three upstreams whose identity provider never answers: `serve` runs
+/// their grants together, so its start waits one `timeout_ms` (5 s), not
+/// one per upstream (15 s, as it did).
+#[test]
+fn hanging_identity_providers_delay_serve_by_one_timeout_not_one_each() {
+    let provider = Provider::start(3600);
+    let hanging = provider.runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                held.push(socket);
+            }
+        });
+        addr
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let mut text =
+        "[gateway]\ndata_dir = \"state\"\nreconnect_max_ms = 300\nhealth_interval_ms = 0\n\n"
+            .to_owned();
+    for name in ["ent1", "ent2", "ent3"] {
+        text.push_str(&format!(
+            "[upstreams.{name}]\ntype = \"streamable-http\"\nurl = \"{url}\"\ntimeout_ms = 5000\n\n\
+             [upstreams.{name}.oauth]\nclient_id = \"gateway\"\nid_token_file = \"id_token.jwt\"\n\
+             idp_token_endpoint = \"http://{hanging}/token\"\nidp_client_id = \"idp-gw\"\n\n",
+            url = provider.mcp_url,
+        ));
+    }
+    let config = write_config(dir.path(), &text);
+    std::fs::write(dir.path().join("id_token.jwt"), jwt(&provider, "idtoken")).unwrap();
+
+    let started = Instant::now();
+    let served = common::serve(&config);
+    let took = started.elapsed();
+    let said = served.before.join("\n");
+    for name in ["ent1", "ent2", "ent3"] {
+        assert!(
+            said.contains(&format!("upstream \"{name}\" needs a login:")),
+            "{said}"
+        );
+    }
+    assert!(took < Duration::from_secs(12), "serve took {took:?}");
+}
+
 /// An identity provider that accepts the connection and never answers:
 /// `serve` gives up on it after the upstream's `timeout_ms` (it waited for
 /// ever), serves the other upstream, and says why `ent` needs a login.
