@@ -30,7 +30,7 @@
 //!
 //! Every surface serves one handler, [`Live::served`]: a live
 //! `ToolServer` whose tool set is replaced in place on a swap, and which
-//! hands every call's `CallReport` to the [`Recorder`] (an [`Observer`]).
+//! hands every call's `CallReport` to the [`Recorder`] (an `Observer`).
 //! Clients hear about a new tool set from it: 2026-07-28 clients through
 //! `subscriptions/listen` (`notifications/tools/list_changed`), and
 //! initialize-era clients with a live session (stdio) through the same

@@ -10,14 +10,14 @@
 //!   (`169.254.0.0/16`, `fe80::/10`) and the clouds' metadata endpoints
 //!   (`100.100.100.200`, `168.63.129.16`, `fd00:ec2::254`), also in their
 //!   IPv4-mapped and NAT64 (`64:ff9b::/96`) IPv6 forms;
-//! - a server whose own URL reaches the public internet ([`Reach::Public`])
+//! - a server whose own URL reaches the public internet (`Reach::Public`)
 //!   never reaches a loopback or private address, so a redirect (or a DNS
 //!   answer that changed) cannot turn it against services on this machine
 //!   or its network. A server configured on such an address may reach the
 //!   others.
 //!
 //! The guard checks each URL before it is requested, and
-//! [`GuardedResolver`] applies the same rule to the addresses a connection
+//! `GuardedResolver` applies the same rule to the addresses a connection
 //! is opened to: a name is resolved once per connection and only the
 //! addresses that passed are dialled.
 

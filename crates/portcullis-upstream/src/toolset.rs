@@ -209,7 +209,7 @@ pub(crate) fn resolved(
 
 impl Toolset {
     /// The servers still making their first connection attempt after
-    /// [`connect`] returned at its start deadline, by configured name: their
+    /// [`crate::connect`] returned at its start deadline, by configured name: their
     /// tools join the tool map when they are ready.
     pub fn starting(&self) -> Vec<String> {
         self.inner

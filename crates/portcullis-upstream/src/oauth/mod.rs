@@ -12,7 +12,7 @@
 //! |---|---|
 //! | `WWW-Authenticate`, protected-resource and authorization-server metadata | [`discovery`] |
 //! | pre-registered client, client ID metadata document, dynamic registration | [`registration`] |
-//! | code + PKCE S256 + `resource`, `state` and `iss` checked | [`authorization`] (private) |
+//! | code + PKCE S256 + `resource`, `state` and `iss` checked | `authorization` (private) |
 //! | code redeemed, grant refreshed | [`tokens`] |
 //! | the person's browser comes back to a loopback listener | [`redirect`] |
 //! | DPoP-bound tokens: proofs, nonces, the key kept in the grant | [`dpop`] |
