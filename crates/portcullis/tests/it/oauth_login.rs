@@ -216,6 +216,22 @@ impl Provider {
         }
     }
 
+    /// A listener on its runtime that takes connections and holds them,
+    /// never answering: a server that hangs.
+    fn hanging(&self) -> std::net::SocketAddr {
+        self.runtime.block_on(async {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            tokio::spawn(async move {
+                let mut held = Vec::new();
+                while let Ok((socket, _)) = listener.accept().await {
+                    held.push(socket);
+                }
+            });
+            addr
+        })
+    }
+
     /// Follows the authorization URL as a browser would (the server
     /// approves at once and redirects to the loopback listener of `auth
     /// login`); the listener's page.
@@ -1303,17 +1319,7 @@ fn a_refused_token_exchange_needs_a_login_and_a_new_id_token_is_taken_up() {
 #[test]
 fn hanging_identity_providers_delay_serve_by_one_timeout_not_one_each() {
     let provider = Provider::start(3600);
-    let hanging = provider.runtime.block_on(async {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move {
-            let mut held = Vec::new();
-            while let Ok((socket, _)) = listener.accept().await {
-                held.push(socket);
-            }
-        });
-        addr
-    });
+    let hanging = provider.hanging();
     let dir = tempfile::tempdir().unwrap();
     let mut text =
         "[gateway]\ndata_dir = \"state\"\nreconnect_max_ms = 300\nhealth_interval_ms = 0\n\n"
@@ -1348,18 +1354,7 @@ fn hanging_identity_providers_delay_serve_by_one_timeout_not_one_each() {
 #[test]
 fn a_hanging_identity_provider_delays_serve_by_its_timeout_not_for_ever() {
     let provider = Provider::start(3600);
-    // Connections taken and held, never answered.
-    let hanging = provider.runtime.block_on(async {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move {
-            let mut held = Vec::new();
-            while let Ok((socket, _)) = listener.accept().await {
-                held.push(socket);
-            }
-        });
-        addr
-    });
+    let hanging = provider.hanging();
     let dir = tempfile::tempdir().unwrap();
     let config = unattended_config(dir.path(), &provider);
     let text = std::fs::read_to_string(&config)
