@@ -45,9 +45,8 @@ use axum::response::{IntoResponse, Response};
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use http::{HeaderMap, Method, Request, StatusCode};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ClientCapabilities, ErrorCode, Implementation,
-    InitializeRequestParams, JsonObject, ProtocolVersion, RequestId, RequestMetaObject,
-    ServerJsonRpcMessage, ServerResult,
+    CallToolRequestParams, ClientCapabilities, ErrorCode, Implementation, InitializeRequestParams,
+    JsonObject, ProtocolVersion, RequestId, RequestMetaObject, ServerJsonRpcMessage,
 };
 use rmcp::service::{RequestContext, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
@@ -56,6 +55,8 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::media_type::{accepts_json_and_events, essence};
+use crate::session_call::SessionPath;
+use crate::tool_call::{Era, PlainCall, call_tool, json_response, sole, status_only};
 
 const PROTOCOL_VERSION_HEADER: &str = "mcp-protocol-version";
 const METHOD_HEADER: &str = "mcp-method";
@@ -76,6 +77,8 @@ pub(crate) struct DirectCall<H, S> {
     /// The handler speaks 2026-07-28 (rmcp refuses a version it does not
     /// list, and so this path is not taken for it).
     modern: bool,
+    /// With legacy sessions: their plain calls (`crate::session_call`).
+    sessions: Option<SessionPath>,
 }
 
 impl<H, S> DirectCall<H, S>
@@ -84,7 +87,7 @@ where
 {
     /// Wraps `fallback`. Must run inside a tokio runtime: the closed peer is
     /// made by starting (and at once ending) an rmcp service.
-    pub(crate) fn new(handler: H, fallback: S) -> Self {
+    pub(crate) fn new(handler: H, fallback: S, sessions: Option<SessionPath>) -> Self {
         let info =
             InitializeRequestParams::new(ClientCapabilities::default(), Implementation::default())
                 .with_protocol_version(ProtocolVersion::V_2026_07_28);
@@ -100,6 +103,7 @@ where
             fallback,
             peer,
             modern,
+            sessions,
         }
     }
 }
@@ -128,14 +132,23 @@ where
             mut fallback,
             peer,
             modern,
+            sessions,
         } = self.clone();
         Box::pin(async move {
-            let request = match modern && plain_headers(&request) {
-                true => match try_direct(&handler, &peer, request).await {
+            let request = if modern && plain_headers(&request) {
+                match try_direct(&handler, &peer, request).await {
                     Ok(response) => return Ok(response),
                     Err(request) => request,
-                },
-                false => request,
+                }
+            } else if let Some(sessions) = &sessions
+                && request.headers().contains_key(SESSION_HEADER)
+            {
+                match sessions.serve(&handler, request).await {
+                    Ok(response) => return Ok(response),
+                    Err(request) => request,
+                }
+            } else {
+                request
             };
             let response = fallback.call(request).await?;
             Ok(response.into_response())
@@ -194,7 +207,7 @@ where
     // and the output out of it (measured: those copies were a third of the
     // gateway's instructions per call before).
     let answer = tokio::spawn(Box::pin(async move {
-        let answer = call_tool(&handler, params, context).await;
+        let answer = call_tool(&handler, params, context, Era::Stateless).await;
         let (message, status) = match answer {
             Ok(result) => (ServerJsonRpcMessage::response(result, id), StatusCode::OK),
             Err(error) => {
@@ -219,42 +232,6 @@ where
     })
 }
 
-/// The handler's `call_tool`, with what rmcp's `handle_request` does
-/// around it for a 2026-07-28 request (its `handler/server.rs`): a task the
-/// client did not declare it can take is refused, the result gets its
-/// cache hints, resource-not-found is reported as invalid params. Called
-/// directly rather than through `handle_request`, whose future is as large
-/// as the largest of every MCP method's (measured: 16 KiB for the gateway's
-/// handler, against 4 KiB for its `call_tool`), and is copied whole into
-/// the call's task.
-async fn call_tool<H: ServerHandler>(
-    handler: &H,
-    params: CallToolRequestParams,
-    context: RequestContext<RoleServer>,
-) -> Result<ServerResult, rmcp::ErrorData> {
-    let takes_tasks = context
-        .client_capabilities()
-        .is_some_and(|capabilities| capabilities.supports_tasks());
-    match handler.call_tool(params, context).await {
-        Ok(CallToolResponse::Task(_)) if !takes_tasks => {
-            Err(rmcp::ErrorData::missing_required_client_capability(
-                ClientCapabilities::builder().enable_tasks().build(),
-            ))
-        }
-        Ok(response) => {
-            let mut result = ServerResult::from(response);
-            result.fill_missing_cache_hints();
-            Ok(result)
-        }
-        Err(mut error) => {
-            if error.code == ErrorCode::RESOURCE_NOT_FOUND {
-                error.code = ErrorCode::INVALID_PARAMS;
-            }
-            Err(error)
-        }
-    }
-}
-
 /// The headers of a request this path takes (see the module docs).
 fn plain_headers<T>(request: &Request<T>) -> bool {
     let headers = request.headers();
@@ -272,42 +249,13 @@ fn plain_headers<T>(request: &Request<T>) -> bool {
         && accepts_json_and_events(headers)
 }
 
-/// The value of a header sent exactly once, as text.
-fn sole<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    let mut values = headers.get_all(name).iter();
-    let value = values.next()?;
-    match values.next() {
-        Some(_) => None,
-        None => value.to_str().ok(),
-    }
-}
-
-/// The body of a JSON-RPC `tools/call`, read as exactly that. (rmcp reads
-/// any client message into untagged enums, trying each request type in
-/// turn; each miss builds and drops an error, several per call.)
-#[derive(serde::Deserialize)]
-struct PlainCall {
-    jsonrpc: String,
-    id: RequestId,
-    method: String,
-    params: CallToolRequestParams,
-}
-
 /// A plain call's id, request and `_meta` (see the module docs). `None`
 /// sends the request to rmcp.
 fn plain_call(
     headers: &HeaderMap,
     body: &[u8],
 ) -> Option<(RequestId, CallToolRequestParams, RequestMetaObject)> {
-    let PlainCall {
-        jsonrpc,
-        id,
-        method,
-        mut params,
-    } = serde_json::from_slice(body).ok()?;
-    if jsonrpc != "2.0" || method != "tools/call" {
-        return None;
-    }
+    let PlainCall { id, mut params, .. } = PlainCall::read(body)?;
     if sole(headers, NAME_HEADER) != Some(params.name.as_ref()) {
         return None;
     }
@@ -346,22 +294,6 @@ fn error_status(code: ErrorCode) -> StatusCode {
         ErrorCode::METHOD_NOT_FOUND => StatusCode::NOT_FOUND,
         _ => StatusCode::OK,
     }
-}
-
-fn json_response(body: Vec<u8>, status: StatusCode) -> Response {
-    let mut response = Response::new(Body::from(body));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        CONTENT_TYPE,
-        http::HeaderValue::from_static("application/json"),
-    );
-    response
-}
-
-fn status_only(status: StatusCode) -> Response {
-    let mut response = Response::new(Body::empty());
-    *response.status_mut() = status;
-    response
 }
 
 /// A transport that is closed from the start: it yields no message and

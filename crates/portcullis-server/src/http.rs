@@ -12,7 +12,9 @@
 //! on a session, too, a request whose only event is its response is
 //! answered plain JSON (`crate::json_answer`), the rest as rmcp's streams.
 //! A plain stateless 2026-07-28 `tools/call` is answered in front of rmcp's
-//! service, with the same rules, by `crate::direct_call`; a body that is not
+//! service, with the same rules, by `crate::direct_call`, and a plain call
+//! on a session whose client takes no server requests by
+//! `crate::session_call`; a body that is not
 //! one JSON-RPC message gets a JSON-RPC error saying why from
 //! `crate::malformed`.
 
@@ -37,6 +39,7 @@ use crate::error::ServerError;
 use crate::guard::{Guard, MCP_PATH, guard_layer};
 use crate::json_answer::JsonAnswer;
 use crate::oauth::{METADATA_PATH, OAuthOptions, ResourceServer};
+use crate::session_call::SessionPath;
 use crate::sessions::BoundedSessions;
 
 /// Default cap on a request body (4 MiB, rmcp's own default).
@@ -396,15 +399,20 @@ where
         // answers on, one that needs none is answered plain JSON (see
         // `crate::json_answer`).
         match direct {
-            Some(handler) => Router::new()
-                .route_service(MCP_PATH, DirectCall::new(handler, JsonAnswer::new(rmcp))),
+            Some(handler) => {
+                let path = SessionPath::new(sessions.clone(), options.keep_alive);
+                let service = DirectCall::new(handler, JsonAnswer::new(rmcp), Some(path));
+                Router::new().route_service(MCP_PATH, service)
+            }
             None => Router::new().route_service(MCP_PATH, rmcp),
         }
     } else {
         let rmcp =
             StreamableHttpService::new(factory, Arc::new(NeverSessionManager::default()), config);
         match direct {
-            Some(handler) => Router::new().route_service(MCP_PATH, DirectCall::new(handler, rmcp)),
+            Some(handler) => {
+                Router::new().route_service(MCP_PATH, DirectCall::new(handler, rmcp, None))
+            }
             None => Router::new().route_service(MCP_PATH, rmcp),
         }
     };

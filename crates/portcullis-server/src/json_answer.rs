@@ -54,7 +54,7 @@ use serde::Deserialize;
 use serde::de::IgnoredAny;
 use serde_json::Value;
 
-use crate::media_type::essence;
+use crate::media_type::{essence, refused};
 
 /// Most bytes of rmcp's stream held while waiting for its first real
 /// event; beyond it the answer is streamed. rmcp writes an event in one
@@ -131,19 +131,6 @@ fn admits_json(headers: &HeaderMap) -> bool {
         .filter_map(|value| value.to_str().ok())
         .flat_map(|value| value.split(','))
         .any(|range| essence(range) == "application/json" && !refused(range))
-}
-
-/// A media range with `q=0` (in any spelling: `0`, `0.0`, `0.000`).
-fn refused(range: &str) -> bool {
-    range.split(';').skip(1).any(|param| {
-        let Some((name, value)) = param.split_once('=') else {
-            return false;
-        };
-        name.trim().eq_ignore_ascii_case("q")
-            && value.trim().strip_prefix('0').is_some_and(|rest| {
-                rest.is_empty() || rest.trim_start_matches(['.', '0']).is_empty()
-            })
-    })
 }
 
 /// The id of a JSON-RPC request (`None` for a notification, a response, or

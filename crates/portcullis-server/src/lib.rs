@@ -88,10 +88,12 @@ pub mod mcp_server;
 mod media_type;
 pub mod oauth;
 pub mod passthrough;
+mod session_call;
 mod sessions;
 pub mod shutdown;
 pub mod stdio;
 mod throttle;
+mod tool_call;
 pub mod tool_server;
 
 pub use approval::DEFAULT_APPROVAL_TIMEOUT;

@@ -16,7 +16,8 @@ pub(crate) fn essence(media_type: &str) -> String {
 }
 
 /// An `Accept` naming both JSON and event streams (over every `Accept`
-/// value; one that is not text is skipped, as rmcp skips it).
+/// value; one that is not text is skipped, as rmcp skips it; a range
+/// weighted `q=0` refuses its type, as rmcp reads it).
 pub(crate) fn accepts_json_and_events(headers: &HeaderMap) -> bool {
     let mut json = false;
     let mut events = false;
@@ -24,7 +25,7 @@ pub(crate) fn accepts_json_and_events(headers: &HeaderMap) -> bool {
         let Ok(value) = value.to_str() else {
             continue;
         };
-        for media_type in value.split(',') {
+        for media_type in value.split(',').filter(|range| !refused(range)) {
             match essence(media_type).as_str() {
                 "application/json" => json = true,
                 "text/event-stream" => events = true,
@@ -33,4 +34,45 @@ pub(crate) fn accepts_json_and_events(headers: &HeaderMap) -> bool {
         }
     }
     json && events
+}
+
+/// A media range with `q=0` (in any spelling: `0`, `0.0`, `0.000`).
+pub(crate) fn refused(range: &str) -> bool {
+    range.split(';').skip(1).any(|param| {
+        let Some((name, value)) = param.split_once('=') else {
+            return false;
+        };
+        name.trim().eq_ignore_ascii_case("q")
+            && value.trim().strip_prefix('0').is_some_and(|rest| {
+                rest.is_empty() || rest.trim_start_matches(['.', '0']).is_empty()
+            })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn accept(value: &'static str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(ACCEPT, http::HeaderValue::from_static(value));
+        headers
+    }
+
+    #[test]
+    fn a_type_weighted_zero_is_refused() {
+        assert!(accepts_json_and_events(&accept(
+            "application/json, text/event-stream"
+        )));
+        assert!(accepts_json_and_events(&accept(
+            "application/json;q=0.5, text/event-stream;q=1"
+        )));
+        for refusing in [
+            "application/json;q=0, text/event-stream",
+            "application/json, text/event-stream;q=0.0",
+            "application/json;Q=0.000, text/event-stream",
+        ] {
+            assert!(!accepts_json_and_events(&accept(refusing)), "{refusing}");
+        }
+    }
 }

@@ -11,6 +11,16 @@
 //! flight or a listening client), the new one is refused with an error
 //! naming the limit. Sessions idle longer than the idle timeout end on
 //! their own (rmcp's `keep_alive`).
+//!
+//! A session whose client declared none of the capabilities a server
+//! request needs (sampling, elicitation, roots) is also *adopted* when the
+//! client says `initialized`: its peer is kept here so that its plain
+//! `tools/call`s can be answered in front of rmcp (`crate::session_call`).
+//! This table then also holds those calls: each counts as an open stream,
+//! can be cancelled by the client's `notifications/cancelled`, and is
+//! cancelled when its session closes; a call that outlived a keep-alive
+//! interval leaves its answer *parked* under a stream number until a
+//! client reads it.
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -18,8 +28,9 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use futures::Stream;
-use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::model::{ClientJsonRpcMessage, ProtocolVersion, RequestId, ServerJsonRpcMessage};
 use rmcp::transport::WorkerTransport;
 use rmcp::transport::streamable_http_server::session::local::{
     LocalSessionManager, LocalSessionManagerError, LocalSessionWorker,
@@ -27,8 +38,20 @@ use rmcp::transport::streamable_http_server::session::local::{
 use rmcp::transport::streamable_http_server::session::{
     ServerSseMessage, SessionId, SessionManager,
 };
+use rmcp::{Peer, RoleServer};
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use crate::throttle::LogThrottle;
+
+/// Answers of long direct calls parked at once per session; one more is
+/// streamed but cannot be resumed.
+const MAX_PARKED: usize = 64;
+
+/// The request-wise channel number a touch closes: rmcp numbers a
+/// session's HTTP requests from 0, so this one is never open.
+const TOUCH_CHANNEL: u64 = u64::MAX;
 
 /// Why a session could not be made or used.
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +74,7 @@ pub(crate) enum SessionsError {
 pub(crate) struct BoundedSessions {
     inner: LocalSessionManager,
     max: Option<usize>,
+    idle: Option<Duration>,
     table: Arc<Mutex<Table>>,
     warnings: LogThrottle,
 }
@@ -67,6 +91,76 @@ struct Table {
 struct Usage {
     last_used: Instant,
     open_streams: usize,
+    adopted: Option<Adopted>,
+}
+
+/// The serialised response of a direct call, `None` until it is made.
+pub(crate) type Reply = watch::Receiver<Option<Bytes>>;
+
+/// What the direct path holds of an adopted session.
+struct Adopted {
+    peer: Peer<RoleServer>,
+    /// The version `initialize` settled on.
+    version: ProtocolVersion,
+    /// Direct calls in flight, by the client's request id.
+    calls: HashMap<RequestId, CancellationToken>,
+    /// Answers of long direct calls, by stream number.
+    parked: HashMap<u64, Reply>,
+    next_stream: u64,
+    /// When rmcp's session worker last heard of this session's direct
+    /// calls (its idle timer sees only what passes through it).
+    touched: Instant,
+}
+
+impl std::fmt::Debug for Adopted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Adopted")
+            .field("version", &self.version)
+            .field("calls", &self.calls.len())
+            .field("parked", &self.parked.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Adopted {
+    fn cancel_all(&self) {
+        for call in self.calls.values() {
+            call.cancel();
+        }
+    }
+}
+
+/// A direct call admitted on a session (see [`BoundedSessions::begin_call`]).
+pub(crate) struct SessionCall {
+    /// The session's peer, for the call's context.
+    pub(crate) peer: Peer<RoleServer>,
+    /// Cancelled by the client's `notifications/cancelled` or the
+    /// session's end.
+    pub(crate) cancel: CancellationToken,
+    /// Whether rmcp's worker should hear of the session now.
+    pub(crate) touch: bool,
+    /// Ends the call's accounting when dropped.
+    pub(crate) open: OpenCall,
+}
+
+/// A direct call counted as an open stream of its session until dropped.
+pub(crate) struct OpenCall {
+    id: SessionId,
+    request: RequestId,
+    table: Arc<Mutex<Table>>,
+}
+
+impl Drop for OpenCall {
+    fn drop(&mut self) {
+        let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(usage) = table.sessions.get_mut(&self.id) {
+            usage.open_streams = usage.open_streams.saturating_sub(1);
+            usage.last_used = Instant::now();
+            if let Some(adopted) = &mut usage.adopted {
+                adopted.calls.remove(&self.request);
+            }
+        }
+    }
 }
 
 type SseStream = Pin<Box<dyn Stream<Item = ServerSseMessage> + Send + Sync>>;
@@ -80,6 +174,7 @@ impl BoundedSessions {
         BoundedSessions {
             inner,
             max,
+            idle,
             table: Arc::default(),
             warnings: LogThrottle::new(),
         }
@@ -122,6 +217,14 @@ impl BoundedSessions {
     /// released by [`BoundedSessions::made`].
     fn make_room(&self) -> Result<Option<SessionId>, SessionsError> {
         let mut table = self.lock();
+        // Sessions whose service ended on its own (rmcp's idle timeout)
+        // are gone; an adopted one says so through its peer.
+        table.sessions.retain(|_, usage| {
+            usage
+                .adopted
+                .as_ref()
+                .is_none_or(|adopted| !adopted.peer.is_transport_closed())
+        });
         let Some(max) = self.max else {
             table.being_made += 1;
             return Ok(None);
@@ -138,7 +241,13 @@ impl BoundedSessions {
             .map(|(id, _)| id.clone());
         match idlest {
             Some(id) => {
-                table.sessions.remove(&id);
+                if let Some(Usage {
+                    adopted: Some(adopted),
+                    ..
+                }) = table.sessions.remove(&id)
+                {
+                    adopted.cancel_all();
+                }
                 table.being_made += 1;
                 Ok(Some(id))
             }
@@ -156,8 +265,147 @@ impl BoundedSessions {
                 Usage {
                     last_used: Instant::now(),
                     open_streams: 0,
+                    adopted: None,
                 },
             );
+        }
+    }
+}
+
+/// The direct path's side of the table (see the module docs).
+impl BoundedSessions {
+    /// Keeps `peer` for session `id` when its client can be answered
+    /// directly: it negotiated an initialize-era version and declared no
+    /// capability a server request needs, so nothing but the response
+    /// ever has to reach it during a call.
+    pub(crate) fn adopt(&self, id: &SessionId, peer: Peer<RoleServer>) {
+        let Some(info) = peer.peer_info() else { return };
+        let capabilities = &info.capabilities;
+        if !info.protocol_version.has_initialize()
+            || capabilities.sampling.is_some()
+            || capabilities.elicitation.is_some()
+            || capabilities.roots.is_some()
+        {
+            return;
+        }
+        if let Some(usage) = self.lock().sessions.get_mut(id) {
+            usage.adopted = Some(Adopted {
+                peer,
+                version: info.protocol_version.clone(),
+                calls: HashMap::new(),
+                parked: HashMap::new(),
+                next_stream: 0,
+                touched: Instant::now(),
+            });
+        }
+    }
+
+    /// Admits the direct call `request` on session `id`, whose request
+    /// named `version` (`None`: no `MCP-Protocol-Version` header). `None`
+    /// when the session is not adopted, its service has ended, the version
+    /// is not the session's, or a call with that id is in flight: rmcp
+    /// serves the request then.
+    pub(crate) fn begin_call(
+        &self,
+        id: &SessionId,
+        version: Option<&str>,
+        request: &RequestId,
+    ) -> Option<SessionCall> {
+        let mut table = self.lock();
+        let usage = table.sessions.get_mut(id)?;
+        let adopted = usage.adopted.as_mut()?;
+        if adopted.peer.is_transport_closed()
+            || version.is_some_and(|v| v != adopted.version.as_str())
+            || adopted.calls.contains_key(request)
+        {
+            return None;
+        }
+        let now = Instant::now();
+        let cancel = CancellationToken::new();
+        adopted.calls.insert(request.clone(), cancel.clone());
+        let touch = self
+            .idle
+            .is_some_and(|idle| now.duration_since(adopted.touched) >= idle / 4);
+        if touch {
+            adopted.touched = now;
+        }
+        let peer = adopted.peer.clone();
+        usage.open_streams += 1;
+        usage.last_used = now;
+        Some(SessionCall {
+            peer,
+            cancel,
+            touch,
+            open: OpenCall {
+                id: id.clone(),
+                request: request.clone(),
+                table: self.table.clone(),
+            },
+        })
+    }
+
+    /// Cancels the direct call `request` of session `id`, if one is in
+    /// flight.
+    pub(crate) fn cancel_call(&self, id: &SessionId, request: &RequestId) {
+        let table = self.lock();
+        let call = table
+            .sessions
+            .get(id)
+            .and_then(|usage| usage.adopted.as_ref())
+            .and_then(|adopted| adopted.calls.get(request));
+        if let Some(call) = call {
+            call.cancel();
+        }
+    }
+
+    /// Parks the answer of a long direct call of session `id`: its stream
+    /// number, or `None` when the session is gone or holds
+    /// [`MAX_PARKED`] already.
+    pub(crate) fn park(&self, id: &SessionId, answer: Reply) -> Option<u64> {
+        let mut table = self.lock();
+        let adopted = table.sessions.get_mut(id)?.adopted.as_mut()?;
+        if adopted.parked.len() >= MAX_PARKED {
+            return None;
+        }
+        let stream = adopted.next_stream;
+        adopted.next_stream += 1;
+        adopted.parked.insert(stream, answer);
+        Some(stream)
+    }
+
+    /// The parked answer of `stream` on session `id`, if it is still held.
+    pub(crate) fn parked(&self, id: &SessionId, stream: u64) -> Option<Reply> {
+        let table = self.lock();
+        let adopted = table.sessions.get(id)?.adopted.as_ref()?;
+        adopted.parked.get(&stream).cloned()
+    }
+
+    /// Forgets the parked answer of `stream` (it was delivered).
+    pub(crate) fn unpark(&self, id: &SessionId, stream: u64) {
+        let mut table = self.lock();
+        if let Some(adopted) = table
+            .sessions
+            .get_mut(id)
+            .and_then(|usage| usage.adopted.as_mut())
+        {
+            adopted.parked.remove(&stream);
+        }
+    }
+
+    /// Whether rmcp still holds session `id`.
+    pub(crate) async fn holds(&self, id: &SessionId) -> bool {
+        self.inner.has_session(id).await.unwrap_or(false)
+    }
+
+    /// Lets rmcp's worker for session `id` know the session is in use, so
+    /// that its idle timer does not close a session busy with direct
+    /// calls it never sees.
+    pub(crate) async fn tell_worker(&self, id: &SessionId) {
+        let handle = self.inner.sessions.read().await.get(id).cloned();
+        if let Some(handle) = handle {
+            // Closing a channel that was never opened: a no-op the worker
+            // counts as activity.
+            let _ = handle.close_request_wise_channel(TOUCH_CHANNEL).await;
         }
     }
 }
@@ -214,7 +462,13 @@ impl SessionManager for BoundedSessions {
     }
 
     async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
-        self.lock().sessions.remove(id);
+        if let Some(Usage {
+            adopted: Some(adopted),
+            ..
+        }) = self.lock().sessions.remove(id)
+        {
+            adopted.cancel_all();
+        }
         Ok(self.inner.close_session(id).await?)
     }
 

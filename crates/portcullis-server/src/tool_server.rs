@@ -1078,6 +1078,9 @@ impl ServerHandler for ToolServer {
             }
             peers.push(context.peer.clone());
         }
+        // An HTTP session's plain calls may then skip rmcp's session
+        // machinery (`crate::session_call`).
+        crate::session_call::adopt(&context);
         let snapshot = self.snapshot();
         let inner = &snapshot.inner;
         if let Some(provider) = &inner.passthrough {

@@ -6,4 +6,5 @@ mod direct_call;
 mod fixture_process;
 mod http_surface;
 mod input;
+mod session_call;
 mod stdio_surface;

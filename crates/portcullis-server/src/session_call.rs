@@ -1,0 +1,362 @@
+//! A plain `tools/call` on an initialize-era session, answered in front of
+//! rmcp's session machinery.
+//!
+//! On a session, rmcp parses every POST into its untagged client message,
+//! hands it to the session's worker task, which hands it to the session's
+//! service loop, which spawns the request's task; the response goes back
+//! the same way and out as an SSE stream (made plain JSON again by
+//! `crate::json_answer`). For the requests today's clients send most, a
+//! session's `tools/call`, that machinery costs more than the call. This
+//! path answers such a call with one parse of the body, the handler's
+//! `call_tool` wrapped as rmcp wraps it for the session's era
+//! (`crate::tool_call`), on a task of its own, and one write.
+//!
+//! Only the plain case is taken; anything else goes to rmcp untouched:
+//! - the session is *adopted* (`crate::sessions`): its client negotiated an
+//!   initialize-era version and declared none of sampling, elicitation or
+//!   roots, so nothing but the response ever has to reach it during a
+//!   call, and its service is alive;
+//! - headers: one `Mcp-Session-Id`; at most one `MCP-Protocol-Version`,
+//!   naming the session's version; no `Mcp-Method`, `Mcp-Name` or
+//!   `Mcp-Param-*`; JSON content with a declared length; an `Accept`
+//!   naming JSON and event streams;
+//! - body: a JSON-RPC `tools/call` asking for no progress and carrying no
+//!   protocol keys in its `_meta`, whose id is not already in flight on
+//!   the session.
+//!
+//! What rmcp's session gives a call, this path gives too: the session's
+//! peer and the request's `_meta` and HTTP parts in its context; a
+//! `notifications/cancelled` from the client cancels it (seen here on its
+//! way to rmcp); the session's end cancels it; the call counts as an open
+//! stream of its session; rmcp's idle timer hears of the session's use. A
+//! call still running after one keep-alive interval is answered as a
+//! stream instead, like rmcp's: an event with an id, keep-alive comments,
+//! then the response; the call runs on if the client goes away, and a
+//! `GET` with that id as `Last-Event-ID` resumes the stream. As on rmcp's
+//! session path, a client that goes away does not cancel its call.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::response::Response;
+use bytes::Bytes;
+use http::header::{CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE};
+use http::{HeaderMap, HeaderValue, Method, Request, StatusCode};
+use rmcp::model::{RequestId, ServerJsonRpcMessage};
+use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::transport::streamable_http_server::session::SessionId;
+use rmcp::{RoleServer, ServerHandler};
+use serde::Deserialize;
+
+use crate::media_type::{accepts_json_and_events, essence};
+use crate::sessions::{BoundedSessions, Reply};
+use crate::tool_call::{Era, PlainCall, call_tool, json_response, sole, status_only};
+
+const SESSION_HEADER: &str = "mcp-session-id";
+const PROTOCOL_VERSION_HEADER: &str = "mcp-protocol-version";
+const METHOD_HEADER: &str = "mcp-method";
+const NAME_HEADER: &str = "mcp-name";
+const PARAM_HEADER_PREFIX: &str = "mcp-param-";
+const LAST_EVENT_ID_HEADER: &str = "last-event-id";
+/// `_meta` keys of the protocol itself (a 2026-07-28 request's envelope,
+/// its log level): a request carrying one is rmcp's to judge.
+const PROTOCOL_META_PREFIX: &str = "io.modelcontextprotocol/";
+/// Event ids of this path's streams: rmcp's are digits and `/`, so a
+/// `Last-Event-ID` starting with this is never rmcp's.
+const EVENT_ID_PREFIX: &str = "d";
+/// Notifications larger than this are not read here (a client's
+/// `initialized` or `cancelled` is a few hundred bytes).
+const MAX_NOTICE_BYTES: usize = 64 * 1024;
+
+/// The session path: rmcp's sessions, and how long an answer may be held
+/// before it is streamed.
+#[derive(Clone)]
+pub(crate) struct SessionPath {
+    sessions: Arc<BoundedSessions>,
+    keep_alive: Option<Duration>,
+}
+
+/// Put into the HTTP parts of a session's `notifications/initialized` on
+/// its way to rmcp, so that the handler can hand the session's peer over
+/// ([`adopt`]).
+#[derive(Clone)]
+pub(crate) struct Adoption {
+    sessions: Arc<BoundedSessions>,
+    id: SessionId,
+}
+
+/// Called by the handler when a client says `initialized`: a session whose
+/// notification came through [`SessionPath`] is offered to the direct
+/// path.
+pub(crate) fn adopt(context: &NotificationContext<RoleServer>) {
+    let adoption = context
+        .extensions
+        .get::<http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<Adoption>());
+    if let Some(adoption) = adoption {
+        adoption.sessions.adopt(&adoption.id, context.peer.clone());
+    }
+}
+
+impl SessionPath {
+    /// The path over `sessions`; answers are held at most `keep_alive`.
+    pub(crate) fn new(sessions: Arc<BoundedSessions>, keep_alive: Option<Duration>) -> Self {
+        SessionPath {
+            sessions,
+            keep_alive,
+        }
+    }
+
+    /// Answers the request, or hands it back (its body read into memory)
+    /// for rmcp to serve.
+    pub(crate) async fn serve<H>(
+        &self,
+        handler: &H,
+        request: Request<Body>,
+    ) -> Result<Response, Request<Body>>
+    where
+        H: ServerHandler + Clone + Send + Sync + 'static,
+    {
+        if request.method() == Method::GET {
+            return self.resume(request.headers()).ok_or(request);
+        }
+        if !plain_headers(&request) {
+            return Err(request);
+        }
+        let (mut parts, body) = request.into_parts();
+        // The guard held a declared length to the body limit, and the
+        // malformed-body layer has read the body into memory already.
+        let bytes = match axum::body::to_bytes(body, usize::MAX).await {
+            Ok(bytes) => bytes,
+            Err(error) => {
+                tracing::debug!(%error, "request body not read");
+                return Ok(status_only(StatusCode::BAD_REQUEST));
+            }
+        };
+        let Some(session) = sole(&parts.headers, SESSION_HEADER).map(SessionId::from) else {
+            return Err(Request::from_parts(parts, Body::from(bytes)));
+        };
+        let Some(call) = PlainCall::read(&bytes) else {
+            self.notice(&mut parts.extensions, &session, &bytes);
+            return Err(Request::from_parts(parts, Body::from(bytes)));
+        };
+        let PlainCall { id, mut params, .. } = call;
+        let meta = params.meta.take().unwrap_or_default();
+        let plain = meta.get_progress_token().is_none()
+            && !meta.keys().any(|key| key.starts_with(PROTOCOL_META_PREFIX));
+        if !plain || !self.sessions.holds(&session).await {
+            return Err(Request::from_parts(parts, Body::from(bytes)));
+        }
+        let version = sole(&parts.headers, PROTOCOL_VERSION_HEADER);
+        let Some(admitted) = self.sessions.begin_call(&session, version, &id) else {
+            return Err(Request::from_parts(parts, Body::from(bytes)));
+        };
+        if admitted.touch {
+            let sessions = self.sessions.clone();
+            let session = session.clone();
+            tokio::spawn(async move { sessions.tell_worker(&session).await });
+        }
+
+        // As rmcp's service loop does: the request's `_meta` goes into the
+        // context, and the HTTP parts into its extensions.
+        let mut extensions = rmcp::model::Extensions::new();
+        extensions.insert(parts);
+        let mut context = RequestContext::new(id.clone(), admitted.peer);
+        context.ct = admitted.cancel;
+        context.meta = meta;
+        context.extensions = extensions;
+        let (reply, mut answered) = tokio::sync::watch::channel(None);
+        let handler = handler.clone();
+        let open = admitted.open;
+        // Boxed for the reason `crate::direct_call` boxes its call; not
+        // cancelled when this future is dropped (see the module docs).
+        tokio::spawn(Box::pin(async move {
+            let answer = call_tool(&handler, params, context, Era::Session).await;
+            let message = match answer {
+                Ok(result) => ServerJsonRpcMessage::response(result, id),
+                Err(error) => ServerJsonRpcMessage::error(error, Some(id)),
+            };
+            let bytes = serde_json::to_vec(&message).unwrap_or_else(|error| {
+                tracing::error!(%error, "response not serialised");
+                Vec::new()
+            });
+            reply.send_replace(Some(Bytes::from(bytes)));
+            drop(open);
+        }));
+
+        match wait(&mut answered, self.keep_alive).await {
+            Waited::Answered(message) => Ok(plain_json(message)),
+            Waited::Gone => {
+                tracing::error!("tool call task ended without an answer");
+                Ok(status_only(StatusCode::INTERNAL_SERVER_ERROR))
+            }
+            Waited::Running => {
+                let stream = self.sessions.park(&session, answered.clone());
+                Ok(self.stream(session, stream, answered, true))
+            }
+        }
+    }
+
+    /// A notification on its way to rmcp: an `initialized` carries the
+    /// adoption offer, a `cancelled` cancels a direct call.
+    fn notice(&self, extensions: &mut http::Extensions, session: &SessionId, body: &[u8]) {
+        #[derive(Deserialize)]
+        struct Notice {
+            method: String,
+            #[serde(default)]
+            params: Option<NoticeParams>,
+        }
+        #[derive(Deserialize)]
+        struct NoticeParams {
+            #[serde(rename = "requestId")]
+            request_id: Option<RequestId>,
+        }
+        if body.len() > MAX_NOTICE_BYTES {
+            return;
+        }
+        let Ok(notice) = serde_json::from_slice::<Notice>(body) else {
+            return;
+        };
+        match notice.method.as_str() {
+            "notifications/initialized" => {
+                extensions.insert(Adoption {
+                    sessions: self.sessions.clone(),
+                    id: session.clone(),
+                });
+            }
+            "notifications/cancelled" => {
+                if let Some(request) = notice.params.and_then(|p| p.request_id) {
+                    self.sessions.cancel_call(session, &request);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A `GET` resuming a stream of this path: the rest of it, or `None`
+    /// for rmcp to serve.
+    fn resume(&self, headers: &HeaderMap) -> Option<Response> {
+        let stream = sole(headers, LAST_EVENT_ID_HEADER)?
+            .strip_prefix(EVENT_ID_PREFIX)?
+            .parse::<u64>()
+            .ok()?;
+        let session = SessionId::from(sole(headers, SESSION_HEADER)?);
+        let reply = self.sessions.parked(&session, stream)?;
+        Some(self.stream(session, Some(stream), reply, false))
+    }
+
+    /// An SSE answer: the event naming `stream` (when new and parked),
+    /// keep-alive comments while the call runs, then its response.
+    fn stream(&self, session: SessionId, stream: Option<u64>, reply: Reply, new: bool) -> Response {
+        let first = match (stream, new) {
+            (Some(number), true) => Some(Bytes::from(format!(
+                "id: {EVENT_ID_PREFIX}{number}\ndata: \n\n"
+            ))),
+            _ => None,
+        };
+        let state = Streaming {
+            first,
+            reply: Some(reply),
+            keep_alive: self.keep_alive,
+            sessions: self.sessions.clone(),
+            session,
+            stream,
+        };
+        let events = futures::stream::unfold(state, Streaming::next);
+        let mut response = Response::new(Body::from_stream(events));
+        let headers = response.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+        headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+        response
+    }
+}
+
+/// Where a stream of this path is.
+struct Streaming {
+    first: Option<Bytes>,
+    /// `None` once the response went out.
+    reply: Option<Reply>,
+    keep_alive: Option<Duration>,
+    sessions: Arc<BoundedSessions>,
+    session: SessionId,
+    stream: Option<u64>,
+}
+
+impl Streaming {
+    async fn next(mut self) -> Option<(Result<Bytes, std::convert::Infallible>, Self)> {
+        if let Some(first) = self.first.take() {
+            return Some((Ok(first), self));
+        }
+        let mut reply = self.reply.take()?;
+        let message = match wait(&mut reply, self.keep_alive).await {
+            Waited::Running => {
+                self.reply = Some(reply);
+                return Some((Ok(Bytes::from_static(b":\n\n")), self));
+            }
+            Waited::Gone => return None,
+            Waited::Answered(message) => message,
+        };
+        if let Some(stream) = self.stream {
+            self.sessions.unpark(&self.session, stream);
+        }
+        let mut event = Vec::with_capacity(message.len() + 8);
+        event.extend_from_slice(b"data: ");
+        event.extend_from_slice(&message);
+        event.extend_from_slice(b"\n\n");
+        Some((Ok(Bytes::from(event)), self))
+    }
+}
+
+/// What waiting for a direct call's response found.
+enum Waited {
+    Answered(Bytes),
+    /// Still running after the wait's limit.
+    Running,
+    /// The call's task ended without a response (it panicked).
+    Gone,
+}
+
+/// Waits for `reply`, at most `limit` (`None`: until it comes).
+async fn wait(reply: &mut Reply, limit: Option<Duration>) -> Waited {
+    let answered = async {
+        match reply.wait_for(Option::is_some).await {
+            Ok(message) => Waited::Answered(message.clone().unwrap_or_default()),
+            Err(_) => Waited::Gone,
+        }
+    };
+    match limit {
+        Some(limit) => tokio::time::timeout(limit, answered)
+            .await
+            .unwrap_or(Waited::Running),
+        None => answered.await,
+    }
+}
+
+/// The headers of a request this path may take (see the module docs).
+fn plain_headers<T>(request: &Request<T>) -> bool {
+    let headers = request.headers();
+    request.method() == Method::POST
+        && sole(headers, SESSION_HEADER).is_some()
+        && headers.get_all(PROTOCOL_VERSION_HEADER).iter().count() <= 1
+        && !headers.contains_key(METHOD_HEADER)
+        && !headers.contains_key(NAME_HEADER)
+        && !headers
+            .keys()
+            .any(|name| name.as_str().starts_with(PARAM_HEADER_PREFIX))
+        && headers.contains_key(CONTENT_LENGTH)
+        && sole(headers, CONTENT_TYPE.as_str())
+            .is_some_and(|value| essence(value) == "application/json")
+        && accepts_json_and_events(headers)
+}
+
+/// A plain JSON answer with the headers rmcp gives its streams (what
+/// `crate::json_answer` answers with too).
+fn plain_json(message: Bytes) -> Response {
+    let mut response = json_response(message, StatusCode::OK);
+    let headers: &mut HeaderMap = response.headers_mut();
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    response
+}

@@ -1,0 +1,360 @@
+//! The session path for plain `tools/call`s of initialize-era clients
+//! (`src/session_call.rs`), over real loopback HTTP: answers equal to
+//! rmcp's own, and what a session gives a call (cancellation by the
+//! client, the session's end, the session kept alive by its calls).
+//!
+//! A call is sent plain, which the session path answers once the session
+//! is adopted, and with a progress token in `_meta`, which sends it to
+//! rmcp (the tools never report progress, so rmcp answers plain JSON too).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use portcullis_catalog::{Tool, ToolAnnotations, ToolResult};
+use portcullis_server::{CallContext, HttpOptions, HttpServer, ToolError, ToolServer, serve_http};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+
+// Only a guard against a hung test, never an assertion about speed.
+const HANG: Duration = Duration::from_secs(60);
+const VERSION: &str = "2025-11-25";
+
+fn ro(name: &str) -> Tool {
+    Tool::new(name).with_annotations(ToolAnnotations::read_only(true))
+}
+
+fn with_sessions() -> HttpOptions {
+    HttpOptions {
+        legacy_sessions: true,
+        ..HttpOptions::default()
+    }
+}
+
+async fn serve(builder: portcullis_server::ToolServerBuilder, options: HttpOptions) -> HttpServer {
+    serve_http(builder.build().unwrap(), options).await.unwrap()
+}
+
+/// A POST of `message` on `session` (none for `initialize`): status,
+/// `Mcp-Session-Id`, content type and body, read to the end.
+async fn post(
+    http: &reqwest::Client,
+    server: &HttpServer,
+    session: Option<&str>,
+    message: &Value,
+) -> (StatusCode, Option<String>, String, String) {
+    let mut request = http
+        .post(server.url())
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(message.to_string());
+    if let Some(session) = session {
+        request = request
+            .header("mcp-session-id", session)
+            .header("mcp-protocol-version", VERSION);
+    }
+    let response = tokio::time::timeout(HANG, request.send())
+        .await
+        .unwrap()
+        .unwrap();
+    let status = response.status();
+    let header = |name: &str| {
+        response
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let id = header("mcp-session-id");
+    let content_type = header("content-type").unwrap_or_default();
+    (status, id, content_type, response.text().await.unwrap())
+}
+
+/// Opens a session of a client declaring `capabilities`; its id, once the
+/// server has had a moment to adopt it.
+async fn open_session(http: &reqwest::Client, server: &HttpServer, capabilities: Value) -> String {
+    let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": VERSION, "capabilities": capabilities,
+        "clientInfo": {"name": "test", "version": "1"}}});
+    let (status, id, _, body) = post(http, server, None, &initialize).await;
+    let id = id.unwrap_or_else(|| panic!("no session ({status}): {body}"));
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let (status, ..) = post(http, server, Some(&id), &initialized).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    // The handler adopts the session on a task of rmcp's after the `202`;
+    // a call before that is rmcp's, which answers the same.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    id
+}
+
+fn call(id: u64, name: &str, arguments: Value, progress: bool) -> Value {
+    let mut params = json!({"name": name, "arguments": arguments});
+    if progress {
+        params["_meta"] = json!({"progressToken": format!("p-{id}")});
+    }
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})
+}
+
+fn tools() -> portcullis_server::ToolServerBuilder {
+    ToolServer::builder()
+        .tool(
+            ro("echo").with_input_schema(json!({
+                "type": "object",
+                "properties": {"text": {"type": "string"}},
+                "required": ["text"]
+            })),
+            |args: Value, _ctx: CallContext| async move {
+                Ok::<_, ToolError>(ToolResult::text(args["text"].as_str().unwrap_or_default()))
+            },
+        )
+        .tool(ro("fail"), |_: Value, _ctx: CallContext| async move {
+            Err::<ToolResult, _>(ToolError::msg("it broke"))
+        })
+        .tool(ro("structured"), |_: Value, _ctx: CallContext| async move {
+            let mut result = ToolResult::text("listed");
+            result.structured_content = Some(json!(["a", "b"]));
+            Ok::<_, ToolError>(result)
+        })
+        .tool(Tool::new("write_thing"), |_: Value, _ctx: CallContext| async move {
+            Ok::<_, ToolError>(ToolResult::text("written"))
+        })
+}
+
+/// Every kind of answer (a result, a tool error, a schema refusal, a
+/// non-object structured result, an unknown or withheld tool) is the same
+/// on the session path as on rmcp's, with the id, and in the shape of the
+/// session's era (no `resultType`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_session_calls_answer_as_rmcp_does() {
+    let server = serve(tools(), with_sessions()).await;
+    let http = reqwest::Client::new();
+    let session = open_session(&http, &server, json!({})).await;
+    let cases = [
+        ("echo", json!({"text": "hello"})),
+        ("echo", json!({"text": 5})),
+        ("fail", json!({})),
+        ("structured", json!({})),
+        ("missing", json!({})),
+        ("write_thing", json!({})),
+    ];
+    for (n, (name, arguments)) in cases.into_iter().enumerate() {
+        let id = 10 + n as u64;
+        let direct = post(
+            &http,
+            &server,
+            Some(&session),
+            &call(id, name, arguments.clone(), false),
+        )
+        .await;
+        let rmcp = post(
+            &http,
+            &server,
+            Some(&session),
+            &call(id, name, arguments, true),
+        )
+        .await;
+        assert_eq!(direct.0, rmcp.0, "{name}");
+        assert_eq!(direct.2, "application/json", "{name}: {}", direct.3);
+        assert_eq!(rmcp.2, "application/json", "{name}: {}", rmcp.3);
+        let direct: Value = serde_json::from_str(&direct.3).unwrap();
+        let rmcp: Value = serde_json::from_str(&rmcp.3).unwrap();
+        assert_eq!(direct, rmcp, "{name}");
+        assert_eq!(direct["id"], id, "{direct}");
+        assert!(direct["result"].get("resultType").is_none(), "{direct}");
+    }
+    server.close().await;
+}
+
+/// A tool that waits for its call's cancellation and counts the calls
+/// that saw it.
+fn waiting_tool(
+    cancelled: Arc<AtomicUsize>,
+    started: Arc<Notify>,
+) -> portcullis_server::ToolServerBuilder {
+    ToolServer::builder().tool(ro("wait"), move |_: Value, ctx: CallContext| {
+        let cancelled = cancelled.clone();
+        let started = started.clone();
+        async move {
+            started.notify_one();
+            ctx.cancelled().await;
+            cancelled.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, ToolError>(ToolResult::text("stopped"))
+        }
+    })
+}
+
+async fn until(what: &str, mut done: impl FnMut() -> bool) {
+    tokio::time::timeout(HANG, async {
+        while !done() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{what}"));
+}
+
+/// The client's `notifications/cancelled` reaches a call the session path
+/// runs, as it reaches one rmcp runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_call_is_cancelled_by_its_clients_notification() {
+    let cancelled = Arc::new(AtomicUsize::new(0));
+    let started = Arc::new(Notify::new());
+    let server = serve(
+        waiting_tool(cancelled.clone(), started.clone()),
+        with_sessions(),
+    )
+    .await;
+    let http = reqwest::Client::new();
+    let session = open_session(&http, &server, json!({})).await;
+    let running = {
+        let (http, url, session) = (http.clone(), server.url(), session.clone());
+        tokio::spawn(async move {
+            http.post(url)
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream")
+                .header("mcp-session-id", session)
+                .header("mcp-protocol-version", VERSION)
+                .body(call(7, "wait", json!({}), false).to_string())
+                .send()
+                .await
+        })
+    };
+    tokio::time::timeout(HANG, started.notified())
+        .await
+        .unwrap();
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 7, "reason": "changed my mind"}});
+    let (status, ..) = post(&http, &server, Some(&session), &cancel).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    until("the call never saw its cancellation", || {
+        cancelled.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    running.abort();
+    server.close().await;
+}
+
+/// Closing a session (`DELETE`) cancels the calls it has in flight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_a_session_cancels_its_calls_in_flight() {
+    let cancelled = Arc::new(AtomicUsize::new(0));
+    let started = Arc::new(Notify::new());
+    let server = serve(
+        waiting_tool(cancelled.clone(), started.clone()),
+        with_sessions(),
+    )
+    .await;
+    let http = reqwest::Client::new();
+    let session = open_session(&http, &server, json!({})).await;
+    let running = {
+        let (http, url, session) = (http.clone(), server.url(), session.clone());
+        tokio::spawn(async move {
+            http.post(url)
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream")
+                .header("mcp-session-id", session)
+                .header("mcp-protocol-version", VERSION)
+                .body(call(8, "wait", json!({}), false).to_string())
+                .send()
+                .await
+        })
+    };
+    tokio::time::timeout(HANG, started.notified())
+        .await
+        .unwrap();
+    let closed = http
+        .delete(server.url())
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", VERSION)
+        .send()
+        .await
+        .unwrap();
+    assert!(closed.status().is_success(), "{}", closed.status());
+    until("the call outlived its session", || {
+        cancelled.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    running.abort();
+    server.close().await;
+}
+
+/// A session whose client only calls tools stays open while it does:
+/// rmcp's idle timer hears of calls it never sees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_busy_with_calls_is_not_closed_as_idle() {
+    let options = HttpOptions {
+        session_idle_timeout: Some(Duration::from_millis(800)),
+        ..with_sessions()
+    };
+    let server = serve(tools(), options).await;
+    let http = reqwest::Client::new();
+    let session = open_session(&http, &server, json!({})).await;
+    // Calls for three idle timeouts, never a gap of one.
+    let until = tokio::time::Instant::now() + Duration::from_millis(2400);
+    let mut id = 100;
+    while tokio::time::Instant::now() < until {
+        let (status, _, _, body) = post(
+            &http,
+            &server,
+            Some(&session),
+            &call(id, "echo", json!({"text": "x"}), false),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "call {id}: {body}");
+        id += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}});
+    let (status, _, _, body) = post(&http, &server, Some(&session), &list).await;
+    assert_eq!(status, StatusCode::OK, "the session was closed: {body}");
+    server.close().await;
+}
+
+/// A client that declared sampling, elicitation or roots keeps rmcp's
+/// path, where a server request during its call rides the call's stream;
+/// its calls are answered all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capable_clients_are_answered_by_rmcp() {
+    let server = serve(tools(), with_sessions()).await;
+    let http = reqwest::Client::new();
+    for capabilities in [
+        json!({"sampling": {}}),
+        json!({"elicitation": {}}),
+        json!({"roots": {"listChanged": true}}),
+    ] {
+        let session = open_session(&http, &server, capabilities.clone()).await;
+        let (status, _, content_type, body) = post(
+            &http,
+            &server,
+            Some(&session),
+            &call(1, "echo", json!({"text": "hi"}), false),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{capabilities}: {body}");
+        assert_eq!(content_type, "application/json", "{capabilities}");
+        assert!(body.contains("hi"), "{body}");
+    }
+    server.close().await;
+}
+
+/// A client that refuses JSON (`q=0`) is answered as rmcp answers it,
+/// never with JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_call_refusing_json_is_refused_as_before() {
+    let server = serve(tools(), with_sessions()).await;
+    let http = reqwest::Client::new();
+    let session = open_session(&http, &server, json!({})).await;
+    let response = http
+        .post(server.url())
+        .header("content-type", "application/json")
+        .header("accept", "application/json;q=0, text/event-stream")
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", VERSION)
+        .body(call(3, "echo", json!({"text": "hi"}), false).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::NOT_ACCEPTABLE);
+    server.close().await;
+}
