@@ -47,7 +47,11 @@ use crate::throttle::LogThrottle;
 
 /// Answers of long direct calls parked at once per session; one more is
 /// streamed but cannot be resumed.
-const MAX_PARKED: usize = 64;
+const MAX_PARKED: usize = 16;
+
+/// How long a parked answer is kept once it is ready (rmcp keeps a
+/// finished stream's events as long).
+const PARKED_TTL: Duration = Duration::from_secs(60);
 
 /// The request-wise channel number a touch closes: rmcp numbers a
 /// session's HTTP requests from 0, so this one is never open.
@@ -105,7 +109,7 @@ struct Adopted {
     /// Direct calls in flight, by the client's request id.
     calls: HashMap<RequestId, CancellationToken>,
     /// Answers of long direct calls, by stream number.
-    parked: HashMap<u64, Reply>,
+    parked: HashMap<u64, Parked>,
     next_stream: u64,
     /// When rmcp's session worker last heard of this session's direct
     /// calls (its idle timer sees only what passes through it).
@@ -122,7 +126,26 @@ impl std::fmt::Debug for Adopted {
     }
 }
 
+/// A long direct call's answer, kept for a client that resumes its stream.
+struct Parked {
+    reply: Reply,
+    /// When the answer was first seen ready.
+    ready: Option<Instant>,
+}
+
 impl Adopted {
+    /// Forgets answers ready for longer than [`PARKED_TTL`].
+    fn evict_parked(&mut self, now: Instant) {
+        self.parked.retain(|_, parked| {
+            if parked.ready.is_none() && parked.reply.borrow().is_some() {
+                parked.ready = Some(now);
+            }
+            parked
+                .ready
+                .is_none_or(|ready| now.duration_since(ready) < PARKED_TTL)
+        });
+    }
+
     fn cancel_all(&self) {
         for call in self.calls.values() {
             call.cancel();
@@ -364,20 +387,31 @@ impl BoundedSessions {
     pub(crate) fn park(&self, id: &SessionId, answer: Reply) -> Option<u64> {
         let mut table = self.lock();
         let adopted = table.sessions.get_mut(id)?.adopted.as_mut()?;
+        adopted.evict_parked(Instant::now());
         if adopted.parked.len() >= MAX_PARKED {
             return None;
         }
         let stream = adopted.next_stream;
         adopted.next_stream += 1;
-        adopted.parked.insert(stream, answer);
+        adopted.parked.insert(
+            stream,
+            Parked {
+                reply: answer,
+                ready: None,
+            },
+        );
         Some(stream)
     }
 
     /// The parked answer of `stream` on session `id`, if it is still held.
     pub(crate) fn parked(&self, id: &SessionId, stream: u64) -> Option<Reply> {
-        let table = self.lock();
-        let adopted = table.sessions.get(id)?.adopted.as_ref()?;
-        adopted.parked.get(&stream).cloned()
+        let mut table = self.lock();
+        let adopted = table.sessions.get_mut(id)?.adopted.as_mut()?;
+        adopted.evict_parked(Instant::now());
+        adopted
+            .parked
+            .get(&stream)
+            .map(|parked| parked.reply.clone())
     }
 
     /// Forgets the parked answer of `stream` (it was delivered).
