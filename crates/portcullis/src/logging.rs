@@ -18,8 +18,12 @@
 //!
 //! Operators grep these lines: their bytes are pinned by the tests below.
 
+use std::cell::Cell;
+use std::fmt;
+
 use portcullis_gateway::redact;
 use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::time::FormatTime;
 
 use crate::cli::LogFormat;
@@ -30,7 +34,7 @@ pub fn init(default: &str, format: LogFormat) {
     use tracing_subscriber::util::SubscriberInitExt as _;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let timer = tracing_subscriber::fmt::time::SystemTime;
+    let timer = Clock;
     let _ = match format {
         LogFormat::Text => {
             let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -97,6 +101,102 @@ fn escaped_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> + 
         }
     })
     .delimited(" ")
+}
+
+/// The clock of every line: UTC, RFC 3339 with microseconds
+/// (`2026-12-01T23:36:11.000042Z`), the very text of tracing-subscriber's
+/// `SystemTime` timer, with the date and time of day formatted once a
+/// second on each thread instead of for every line.
+#[derive(Debug, Clone, Copy, Default)]
+struct Clock;
+
+/// The last second this thread formatted, and its text.
+type Second = (u64, [u8; 19]);
+
+thread_local! {
+    static LAST_SECOND: Cell<Second> = const { Cell::new((u64::MAX, [0; 19])) };
+}
+
+/// 9999-12-31T23:59:59Z: past it the year has five digits, and the
+/// library's own timer writes the line.
+const LAST_FOUR_DIGIT_SECOND: u64 = 253_402_300_799;
+
+impl FormatTime for Clock {
+    fn format_time(&self, w: &mut Writer<'_>) -> fmt::Result {
+        match std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+            Ok(since) if since.as_secs() <= LAST_FOUR_DIGIT_SECOND => {
+                let stamp = stamp(since.as_secs(), since.subsec_micros());
+                // Only ASCII digits and separators were written.
+                w.write_str(std::str::from_utf8(&stamp).map_err(|_| fmt::Error)?)
+            }
+            // Before 1970 or after 9999: rare enough to take the slow way.
+            _ => tracing_subscriber::fmt::time::SystemTime.format_time(w),
+        }
+    }
+}
+
+/// `YYYY-MM-DDTHH:MM:SS.ffffffZ` for `secs` since the epoch (at most
+/// [`LAST_FOUR_DIGIT_SECOND`]) and `micros` past it.
+fn stamp(secs: u64, micros: u32) -> [u8; 27] {
+    let second = LAST_SECOND.with(|last| {
+        let (at, text) = last.get();
+        if at == secs {
+            return text;
+        }
+        let text = date_and_time(secs);
+        last.set((secs, text));
+        text
+    });
+    let mut out = [0u8; 27];
+    out[..19].copy_from_slice(&second);
+    out[19] = b'.';
+    digits(&mut out[20..26], u64::from(micros));
+    out[26] = b'Z';
+    out
+}
+
+/// `YYYY-MM-DDTHH:MM:SS` for `secs` since the epoch (UTC, proleptic
+/// Gregorian; `secs` at most [`LAST_FOUR_DIGIT_SECOND`]).
+fn date_and_time(secs: u64) -> [u8; 19] {
+    let (year, month, day) = civil_from_days(secs / 86_400);
+    let of_day = secs % 86_400;
+    let mut out = *b"0000-00-00T00:00:00";
+    digits(&mut out[0..4], year);
+    digits(&mut out[5..7], month);
+    digits(&mut out[8..10], day);
+    digits(&mut out[11..13], of_day / 3600);
+    digits(&mut out[14..16], of_day % 3600 / 60);
+    digits(&mut out[17..19], of_day % 60);
+    out
+}
+
+/// The year, month and day `days` after 1970-01-01 (Howard Hinnant's
+/// `civil_from_days`, for days on or after the epoch).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    // Counted from 0000-03-01, so a leap day ends its year.
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let day_of_era = z % 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let shifted_month = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * shifted_month + 2) / 5 + 1;
+    let month = if shifted_month < 10 {
+        shifted_month + 3
+    } else {
+        shifted_month - 9
+    };
+    let year = year_of_era + era * 400 + u64::from(month <= 2);
+    (year, month, day)
+}
+
+/// `value`'s last `out.len()` decimal digits, zero-padded, into `out`.
+fn digits(out: &mut [u8], mut value: u64) {
+    for place in out.iter_mut().rev() {
+        *place = b'0' + (value % 10) as u8;
+        value /= 10;
+    }
 }
 
 #[cfg(test)]
@@ -256,5 +356,70 @@ mod tests {
                 "{\"timestamp\":\"2026-12-01T23:36:11.000042Z\",\"level\":\"ERROR\",\"message\":\"inside a span\",\"target\":\"portcullis::logging::tests\"}\n",
             ]
         );
+    }
+
+    #[test]
+    fn the_clock_writes_dates_as_a_calendar_walk_does() {
+        // Day by day from 1970 to 2500 against a plain calendar walk.
+        let (mut year, mut month, mut day) = (1970u64, 1u64, 1u64);
+        let leap =
+            |y: u64| (y.is_multiple_of(4) && !y.is_multiple_of(100)) || y.is_multiple_of(400);
+        for days in 0..194_000u64 {
+            assert_eq!(civil_from_days(days), (year, month, day), "day {days}");
+            let length = match month {
+                2 if leap(year) => 29,
+                2 => 28,
+                4 | 6 | 9 | 11 => 30,
+                _ => 31,
+            };
+            day += 1;
+            if day > length {
+                day = 1;
+                month += 1;
+                if month > 12 {
+                    month = 1;
+                    year += 1;
+                }
+            }
+        }
+        let text = |secs, micros| String::from_utf8(stamp(secs, micros).to_vec()).expect("ASCII");
+        assert_eq!(text(0, 0), "1970-01-01T00:00:00.000000Z");
+        assert_eq!(text(951_782_400, 7), "2000-02-29T00:00:00.000007Z");
+        assert_eq!(text(1_796_168_171, 999_999), "2026-12-01T23:36:11.999999Z");
+        // The cached second is not reused for another one.
+        assert_eq!(text(1_796_168_172, 42), "2026-12-01T23:36:12.000042Z");
+        assert_eq!(
+            text(LAST_FOUR_DIGIT_SECOND, 1),
+            "9999-12-31T23:59:59.000001Z"
+        );
+    }
+
+    #[test]
+    fn the_clock_writes_what_the_library_timer_writes() {
+        use tracing_subscriber::fmt::time::SystemTime;
+        let format = |timer: &dyn FormatTime| {
+            let mut text = String::new();
+            timer
+                .format_time(&mut Writer::new(&mut text))
+                .expect("formatted");
+            text
+        };
+        // The two read the clock apart: compare when no second began
+        // between them (one of a few tries).
+        for _ in 0..20 {
+            let (before, ours, after) = (format(&SystemTime), format(&Clock), format(&SystemTime));
+            if before[..19] == after[..19] {
+                assert_eq!(ours.len(), before.len(), "{ours} {before}");
+                assert_eq!(ours[..20], before[..20], "{ours} {before}");
+                assert!(ours[20..26].bytes().all(|b| b.is_ascii_digit()) && ours.ends_with('Z'));
+                // Same width of digits, so the text order is the time order.
+                assert!(
+                    before[20..] <= ours[20..] && ours[20..] <= after[20..],
+                    "{before} {ours} {after}"
+                );
+                return;
+            }
+        }
+        panic!("a second began between every pair of readings");
     }
 }
