@@ -19,12 +19,15 @@
 //! Operators grep these lines: their bytes are pinned by the tests below.
 
 use std::cell::Cell;
-use std::fmt;
+use std::fmt::{self, Write as _};
 
+use portcullis_catalog::redact::write_visible;
 use portcullis_gateway::redact;
-use tracing_subscriber::fmt::MakeWriter;
+use tracing::field::{Field, Visit};
+use tracing_subscriber::field::RecordFields;
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::time::FormatTime;
+use tracing_subscriber::fmt::{FormatFields, MakeWriter};
 
 use crate::cli::LogFormat;
 
@@ -59,7 +62,7 @@ where
         .with_writer(writer)
         .with_env_filter(filter)
         .with_timer(timer)
-        .fmt_fields(escaped_fields())
+        .fmt_fields(EscapedFields)
         .with_ansi(ansi)
         .finish()
 }
@@ -86,21 +89,107 @@ where
 }
 
 /// The text format's fields, as the default formatter writes them (the
-/// message bare, others `name=value`), with invisible characters written
-/// out.
-fn escaped_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> + 'static {
-    use portcullis_catalog::redact::visible;
-    use tracing_subscriber::field::MakeExt as _;
-    tracing_subscriber::fmt::format::debug_fn(|writer, field, value| {
-        let shown = format!("{value:?}");
-        let shown = visible(&shown);
-        if field.name() == "message" {
-            write!(writer, "{shown}")
-        } else {
-            write!(writer, "{}={shown}", field.name())
+/// message bare, the others `name=value`, one space between), each value
+/// as its `Debug` writes it with invisible characters written out
+/// ([`write_visible`]). Written straight into the line being built: no
+/// string per field.
+#[derive(Debug, Clone, Copy, Default)]
+struct EscapedFields;
+
+impl<'w> FormatFields<'w> for EscapedFields {
+    fn format_fields<R: RecordFields>(&self, writer: Writer<'w>, fields: R) -> fmt::Result {
+        let mut visitor = EscapedVisitor {
+            writer,
+            seen: false,
+            result: Ok(()),
+        };
+        fields.record(&mut visitor);
+        visitor.result
+    }
+}
+
+/// Writes one event's (or span's) fields; stops at the first failed write.
+struct EscapedVisitor<'w> {
+    writer: Writer<'w>,
+    seen: bool,
+    result: fmt::Result,
+}
+
+impl EscapedVisitor<'_> {
+    /// The space before every field but the first, and `name=` unless it
+    /// is the message; whether the value is to be written.
+    fn begin(&mut self, field: &Field) -> bool {
+        if self.result.is_err() {
+            return false;
         }
-    })
-    .delimited(" ")
+        if self.seen {
+            self.result = self.writer.write_char(' ');
+        }
+        self.seen = true;
+        if self.result.is_ok() && field.name() != "message" {
+            self.result = self
+                .writer
+                .write_str(field.name())
+                .and_then(|()| self.writer.write_char('='));
+        }
+        self.result.is_ok()
+    }
+}
+
+impl Visit for EscapedVisitor<'_> {
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        if self.begin(field) {
+            self.result = write!(Visible(&mut self.writer), "{value:?}");
+        }
+    }
+
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if !self.begin(field) {
+            return;
+        }
+        // `Debug` quotes a string and escapes only `"`, `\` and what is
+        // not printable: printable ASCII without those is written as it
+        // is, between quotes, with nothing invisible in it.
+        self.result = if value
+            .bytes()
+            .all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
+        {
+            self.writer
+                .write_char('"')
+                .and_then(|()| self.writer.write_str(value))
+                .and_then(|()| self.writer.write_char('"'))
+        } else {
+            write!(Visible(&mut self.writer), "{value:?}")
+        };
+    }
+
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        // Digits only: nothing to make visible.
+        if self.begin(field) {
+            self.result = write!(self.writer, "{value}");
+        }
+    }
+
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        if self.begin(field) {
+            self.result = write!(self.writer, "{value}");
+        }
+    }
+
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        if self.begin(field) {
+            self.result = self.writer.write_str(if value { "true" } else { "false" });
+        }
+    }
+}
+
+/// A writer that passes text on as [`write_visible`] shows it.
+struct Visible<'a, W: ?Sized>(&'a mut W);
+
+impl<W: fmt::Write + ?Sized> fmt::Write for Visible<'_, W> {
+    fn write_str(&mut self, text: &str) -> fmt::Result {
+        write_visible(self.0, text)
+    }
 }
 
 /// The clock of every line: UTC, RFC 3339 with microseconds
@@ -276,6 +365,7 @@ mod tests {
         let error = std::io::Error::other("boom\r\nforged line \u{200b}");
         tracing::warn!(server = "files", %error, attempt = 3_i64, fresh = false, "could not {} the upstream", "reach");
         tracing::warn!(target: "rmcp::service", detail = ?Some("x\ty"), "debug\u{85}field");
+        tracing::info!(path = "C:\\dir \"x\"", empty = "", "quotes");
         let source = std::io::Error::other("refused\u{7}");
         tracing::error!(
             error = &source as &(dyn std::error::Error + 'static),
@@ -322,6 +412,7 @@ mod tests {
                 "2026-12-01T23:36:11.000042Z  INFO portcullis::call: tool call upstream=\"up\\nstream\" tool=\"t\\u{202e}o\\\"ol\\u{1b}[31m\" decision=\"denied\" outcome=\"failed\" duration_ms=3000\n",
                 "2026-12-01T23:36:11.000042Z  WARN portcullis::logging::tests: could not reach the upstream server=\"files\" error=boom\\r\\nforged line \\u{200b} attempt=3 fresh=false\n",
                 "2026-12-01T23:36:11.000042Z  WARN rmcp::service: debug\\u{85}field detail=Some(\"x\\ty\")\n",
+                "2026-12-01T23:36:11.000042Z  INFO portcullis::logging::tests: quotes path=\"C:\\\\dir \\\"x\\\"\" empty=\"\"\n",
                 "2026-12-01T23:36:11.000042Z ERROR portcullis::logging::tests: failed \"quoted \\\"x\\\"\" error=refused\\u{7} delta=-12 ratio=0.5\n",
                 "2026-12-01T23:36:11.000042Z ERROR session{id=\"s\\n1\" n=7 late=\"added\\u{2066}\"}: portcullis::logging::tests: inside a span\n",
             ]
@@ -337,6 +428,7 @@ mod tests {
                 "\u{1b}[2m2026-12-01T23:36:11.000042Z\u{1b}[0m \u{1b}[32m INFO\u{1b}[0m \u{1b}[2mportcullis::call\u{1b}[0m\u{1b}[2m:\u{1b}[0m tool call upstream=\"up\\nstream\" tool=\"t\\u{202e}o\\\"ol\\u{1b}[31m\" decision=\"denied\" outcome=\"failed\" duration_ms=3000\n",
                 "\u{1b}[2m2026-12-01T23:36:11.000042Z\u{1b}[0m \u{1b}[33m WARN\u{1b}[0m \u{1b}[2mportcullis::logging::tests\u{1b}[0m\u{1b}[2m:\u{1b}[0m could not reach the upstream server=\"files\" error=boom\\r\\nforged line \\u{200b} attempt=3 fresh=false\n",
                 "\u{1b}[2m2026-12-01T23:36:11.000042Z\u{1b}[0m \u{1b}[33m WARN\u{1b}[0m \u{1b}[2mrmcp::service\u{1b}[0m\u{1b}[2m:\u{1b}[0m debug\\u{85}field detail=Some(\"x\\ty\")\n",
+                "\u{1b}[2m2026-12-01T23:36:11.000042Z\u{1b}[0m \u{1b}[32m INFO\u{1b}[0m \u{1b}[2mportcullis::logging::tests\u{1b}[0m\u{1b}[2m:\u{1b}[0m quotes path=\"C:\\\\dir \\\"x\\\"\" empty=\"\"\n",
                 "\u{1b}[2m2026-12-01T23:36:11.000042Z\u{1b}[0m \u{1b}[31mERROR\u{1b}[0m \u{1b}[2mportcullis::logging::tests\u{1b}[0m\u{1b}[2m:\u{1b}[0m failed \"quoted \\\"x\\\"\" error=refused\\u{7} delta=-12 ratio=0.5\n",
                 "\u{1b}[2m2026-12-01T23:36:11.000042Z\u{1b}[0m \u{1b}[31mERROR\u{1b}[0m \u{1b}[1msession\u{1b}[0m\u{1b}[1m{\u{1b}[0mid=\"s\\n1\" n=7 late=\"added\\u{2066}\"\u{1b}[1m}\u{1b}[0m\u{1b}[2m:\u{1b}[0m \u{1b}[2mportcullis::logging::tests\u{1b}[0m\u{1b}[2m:\u{1b}[0m inside a span\n",
             ]
@@ -352,6 +444,7 @@ mod tests {
                 "{\"timestamp\":\"2026-12-01T23:36:11.000042Z\",\"level\":\"INFO\",\"message\":\"tool call\",\"upstream\":\"up\\nstream\",\"tool\":\"t\u{202e}o\\\"ol\\u001b[31m\",\"decision\":\"denied\",\"outcome\":\"failed\",\"duration_ms\":3000,\"target\":\"portcullis::call\"}\n",
                 "{\"timestamp\":\"2026-12-01T23:36:11.000042Z\",\"level\":\"WARN\",\"message\":\"could not reach the upstream\",\"server\":\"files\",\"error\":\"boom\\r\\nforged line \u{200b}\",\"attempt\":3,\"fresh\":false,\"target\":\"portcullis::logging::tests\"}\n",
                 "{\"timestamp\":\"2026-12-01T23:36:11.000042Z\",\"level\":\"WARN\",\"message\":\"debug\u{85}field\",\"detail\":\"Some(\\\"x\\\\ty\\\")\",\"target\":\"rmcp::service\"}\n",
+                "{\"timestamp\":\"2026-12-01T23:36:11.000042Z\",\"level\":\"INFO\",\"message\":\"quotes\",\"path\":\"C:\\\\dir \\\"x\\\"\",\"empty\":\"\",\"target\":\"portcullis::logging::tests\"}\n",
                 "{\"timestamp\":\"2026-12-01T23:36:11.000042Z\",\"level\":\"ERROR\",\"message\":\"failed \\\"quoted \\\\\\\"x\\\\\\\"\\\"\",\"error\":\"refused\\u0007\",\"delta\":-12,\"ratio\":0.5,\"target\":\"portcullis::logging::tests\"}\n",
                 "{\"timestamp\":\"2026-12-01T23:36:11.000042Z\",\"level\":\"ERROR\",\"message\":\"inside a span\",\"target\":\"portcullis::logging::tests\"}\n",
             ]
