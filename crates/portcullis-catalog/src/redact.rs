@@ -22,6 +22,7 @@
 //! ```
 
 use std::borrow::Cow;
+use std::fmt;
 
 /// What stands in for a value left out.
 pub const MASK: &str = "***";
@@ -158,6 +159,33 @@ pub fn visible(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// Writes `text` to `out` as [`visible`] shows it, without building a
+/// string first: for formatters that stream a value into a line (the
+/// binary's log fields). Runs of characters shown as they are go out in
+/// one write each. (Kept apart from [`visible`], which the tests hold it
+/// to, character by character.)
+pub fn write_visible<W: fmt::Write + ?Sized>(out: &mut W, text: &str) -> fmt::Result {
+    // Printable ASCII, the common case, is checked a byte at a time.
+    if text.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        return out.write_str(text);
+    }
+    let mut shown_from = 0;
+    for (at, c) in text.char_indices() {
+        if !is_invisible(c) {
+            continue;
+        }
+        out.write_str(&text[shown_from..at])?;
+        match c {
+            '\n' => out.write_str("\\n")?,
+            '\r' => out.write_str("\\r")?,
+            '\t' => out.write_str("\\t")?,
+            c => write!(out, "\\u{{{:x}}}", c as u32)?,
+        }
+        shown_from = at + c.len_utf8();
+    }
+    out.write_str(&text[shown_from..])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,5 +229,30 @@ mod tests {
         assert!(!shown.chars().any(is_invisible));
         assert_eq!(visible("C:\\new"), "C:\\new");
         assert!(matches!(visible("plain é 日本"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn written_out_as_a_stream_as_visible_shows_it() {
+        let samples = [
+            "",
+            "plain",
+            "\n",
+            "boom\n2026 ERROR forged\r\u{1b}[31m\u{85}\u{202e}\u{2066}\u{200b}é\t",
+            "\u{7f}\u{9f}\u{a0}\u{61c}\u{2028}\u{feff}日本 end",
+            "C:\\new \"quoted\"",
+        ];
+        for sample in samples {
+            let mut streamed = String::new();
+            write_visible(&mut streamed, sample).expect("a String takes every write");
+            assert_eq!(streamed, visible(sample), "{sample:?}");
+        }
+        // Every character up to U+3000, one at a time and in one run.
+        let all: String = ('\0'..'\u{3000}').collect();
+        let mut streamed = String::new();
+        for c in all.chars() {
+            write_visible(&mut streamed, c.encode_utf8(&mut [0; 4])).expect("written");
+        }
+        assert_eq!(streamed, visible(&all));
+        assert!(!streamed.chars().any(is_invisible));
     }
 }

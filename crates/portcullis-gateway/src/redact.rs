@@ -78,10 +78,19 @@ pub fn remember(redactions: &[(Secret, String)]) {
 
 /// `text` with every value in `known` replaced by what stands in for it.
 pub fn replace_known<'a>(text: &'a str, known: &[(Secret, String)]) -> Cow<'a, str> {
-    let mut out = Cow::Borrowed(text);
     let mut sorted: Vec<&(Secret, String)> = known.iter().collect();
     sorted.sort_by_key(|(v, _)| std::cmp::Reverse(v.expose().len()));
-    for (value, shown) in sorted {
+    replace_longest_first(text, sorted)
+}
+
+/// [`replace_known`] for values already sorted longest first, so a secret
+/// that contains another is replaced whole.
+fn replace_longest_first<'a, 'k>(
+    text: &'a str,
+    known: impl IntoIterator<Item = &'k (Secret, String)>,
+) -> Cow<'a, str> {
+    let mut out = Cow::Borrowed(text);
+    for (value, shown) in known {
         if !value.expose().is_empty() && out.contains(value.expose()) {
             out = Cow::Owned(out.replace(value.expose(), shown));
         }
@@ -93,7 +102,9 @@ pub fn replace_known<'a>(text: &'a str, known: &[(Secret, String)]) -> Cow<'a, s
 /// userinfo, query values and fragment masked.
 pub fn text(text: &str) -> Cow<'_, str> {
     let known = KNOWN.read().unwrap_or_else(PoisonError::into_inner);
-    match replace_known(text, &known) {
+    // [`remember`] keeps them longest first: every log line passes here,
+    // and sorting them once per line was a tenth of the line's cost.
+    match replace_longest_first(text, known.iter()) {
         Cow::Borrowed(text) => urls_in_text(text),
         Cow::Owned(replaced) => Cow::Owned(urls_in_text(&replaced).into_owned()),
     }
@@ -116,13 +127,22 @@ pub struct RedactingWriter;
 
 impl Write for RedactingWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let line = String::from_utf8_lossy(buf);
-        std::io::stderr().write_all(text(&line).as_bytes())?;
+        redact_line(buf, &mut std::io::stderr())?;
         Ok(buf.len())
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
         std::io::stderr().flush()
+    }
+}
+
+/// Writes `buf` (one formatted event) to `out` as [`text`] shows it.
+fn redact_line(buf: &[u8], out: &mut impl Write) -> std::io::Result<()> {
+    // The formatters write UTF-8; `from_utf8` checks it several times
+    // faster than `from_utf8_lossy`, which is kept for anything else.
+    match std::str::from_utf8(buf) {
+        Ok(line) => out.write_all(text(line).as_bytes()),
+        Err(_) => out.write_all(text(&String::from_utf8_lossy(buf)).as_bytes()),
     }
 }
 
@@ -146,5 +166,30 @@ mod tests {
             text("GET http://h/mcp?k=v SECRETVALUE"),
             "GET http://h/mcp?k=*** ${API_KEY}"
         );
+    }
+
+    #[test]
+    fn secrets_remembered_apart_are_still_replaced_longest_first() {
+        // The log writer relies on the order `remember` keeps: a longer
+        // secret learnt later (a reload) that contains an earlier one must
+        // still be replaced whole, not left with its tail showing.
+        remember(&[redaction("PART-7f3a", "${PART}").expect("long enough")]);
+        remember(&[masked("PART-7f3a-WHOLE-91c2").expect("long enough")]);
+        remember(&[redaction("x-PART-7f3a-WHOLE-91c2-y", "${XY}").expect("long enough")]);
+        assert_eq!(
+            text("a PART-7f3a-WHOLE-91c2 b PART-7f3a c x-PART-7f3a-WHOLE-91c2-y"),
+            "a *** b ${PART} c ${XY}"
+        );
+        let mut line = Vec::new();
+        redact_line(
+            b"token=PART-7f3a-WHOLE-91c2 at http://u:p@h/?k=v\n",
+            &mut line,
+        )
+        .expect("written");
+        assert_eq!(line, b"token=*** at http://***@h/?k=***\n");
+        // Bytes that are not UTF-8 are replaced, and the rest still redacted.
+        line.clear();
+        redact_line(b"\xff PART-7f3a-WHOLE-91c2\n", &mut line).expect("written");
+        assert_eq!(line, "\u{fffd} ***\n".as_bytes());
     }
 }

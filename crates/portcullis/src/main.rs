@@ -93,6 +93,7 @@ mod client_cmd;
 mod demo_upstream;
 mod diff;
 mod drift_cmd;
+mod logging;
 mod retrust_cmd;
 mod serve;
 mod tools_cmd;
@@ -212,7 +213,7 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Serve(_) => SERVE_LOG_FILTER,
         _ => ONE_SHOT_LOG_FILTER,
     };
-    init_logging(quiet_default, cli.log_format);
+    logging::init(quiet_default, cli.log_format);
     connecting::enable(matches!(cli.log_format, LogFormat::Json));
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     if let Command::DemoUpstream = &cli.command {
@@ -255,58 +256,6 @@ const SERVE_LOG_FILTER: &str = "info,rmcp=warn,rmcp::transport::worker=off";
 /// only, without rmcp's transport dump (see [`SERVE_LOG_FILTER`]).
 const ONE_SHOT_LOG_FILTER: &str = "warn,rmcp::transport::worker=off";
 
-/// Logs go to stderr, always (stdout carries results, or MCP over `--stdio`).
-/// `RUST_LOG` overrides the default level. `--log-format json` writes one
-/// JSON object a line with the event's fields flattened beside `message`
-/// (`upstream`, `tool`, `duration_ms`, `outcome` on a call), for collectors
-/// that index fields. Nothing logged anywhere carries argument values or
-/// secrets: call lines name the tool, never its arguments, and every line,
-/// whichever library wrote it, passes [`redact::Stderr`], which replaces
-/// the config's secrets and masks URL credentials.
-///
-/// In the text format each field's value (the message too) has its
-/// control, bidirectional and zero-width characters written out
-/// ([`portcullis_catalog::redact::visible`]): an upstream's error text, a
-/// tool name or a server's log message cannot end the line and forge
-/// another, or colour or hide part of one. (JSON escapes them itself.)
-fn init_logging(default: &str, format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let builder = tracing_subscriber::fmt()
-        .with_writer(redact::Stderr)
-        .with_env_filter(filter);
-    let _ = match format {
-        LogFormat::Text => builder
-            .fmt_fields(escaped_fields())
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .try_init(),
-        LogFormat::Json => builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(false)
-            .with_span_list(false)
-            .try_init(),
-    };
-}
-
-/// The text format's fields, as the default formatter writes them (the
-/// message bare, others `name=value`), with invisible characters written
-/// out.
-fn escaped_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> + 'static {
-    use portcullis_catalog::redact::visible;
-    use tracing_subscriber::field::MakeExt as _;
-    tracing_subscriber::fmt::format::debug_fn(|writer, field, value| {
-        let shown = format!("{value:?}");
-        let shown = visible(&shown);
-        if field.name() == "message" {
-            write!(writer, "{shown}")
-        } else {
-            write!(writer, "{}={shown}", field.name())
-        }
-    })
-    .delimited(" ")
-}
-
 /// `portcullis check`: load and validate the config, summarise it, report
 /// findings, then (unless `offline`) connect every upstream and name each
 /// that fails. Exit 0 when it is usable and every upstream answered, 1 when
@@ -342,7 +291,7 @@ fn run_check(path: &std::path::Path, offline: bool, format: LogFormat) -> anyhow
     if offline {
         return Ok(Exit::Success);
     }
-    init_logging(ONE_SHOT_LOG_FILTER, format);
+    logging::init(ONE_SHOT_LOG_FILTER, format);
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let results = runtime.block_on(check::connect_all(&config));
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
