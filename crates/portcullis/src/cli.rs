@@ -322,7 +322,7 @@ pub struct AuthLogoutArgs {
 pub enum ClientCommand {
     /// Move the client's MCP servers into the Portcullis config and make the
     /// client start Portcullis instead (a backup of the client's file is kept
-    /// beside it as <file>.bak-portcullis; running it again changes nothing).
+    /// beside it, its name ending in .bak-portcullis; running it again changes nothing).
     Connect(ClientArgs),
     /// Give the client its own servers back (from the backup) and remove the
     /// Portcullis entry; the Portcullis config is left as it is.
