@@ -407,10 +407,20 @@ impl BoundedSessions {
         Some(stream)
     }
 
-    /// The parked answer of `stream` on session `id`, if it is still held.
-    pub(crate) fn parked(&self, id: &SessionId, stream: u64) -> Option<Reply> {
+    /// The parked answer of `stream` on session `id`, if it is still held
+    /// and `version` (the request's `MCP-Protocol-Version`, if any) is the
+    /// session's.
+    pub(crate) fn parked(
+        &self,
+        id: &SessionId,
+        stream: u64,
+        version: Option<&str>,
+    ) -> Option<Reply> {
         let mut table = self.lock();
         let adopted = table.sessions.get_mut(id)?.adopted.as_mut()?;
+        if version.is_some_and(|v| v != adopted.version.as_str()) {
+            return None;
+        }
         adopted.evict_parked(Instant::now());
         adopted
             .parked

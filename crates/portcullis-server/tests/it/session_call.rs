@@ -516,3 +516,63 @@ async fn a_parked_answer_is_not_served_after_its_session_ended() {
     assert_ne!(status, StatusCode::OK, "{text}");
     server.close().await;
 }
+
+/// A `GET` resuming a parked answer is held to what rmcp holds any `GET`
+/// to: an `Accept` naming event streams (else `406`) and a known
+/// `MCP-Protocol-Version` (else `400`); only then is the answer served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resuming_a_parked_answer_checks_accept_and_version_as_rmcp_does() {
+    use futures::StreamExt as _;
+    let builder = ToolServer::builder().tool(ro("slow"), |_: Value, _ctx: CallContext| async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        Ok::<_, ToolError>(ToolResult::text("late answer"))
+    });
+    let options = HttpOptions {
+        keep_alive: Some(Duration::from_millis(100)),
+        ..with_sessions()
+    };
+    let server = serve(builder, options).await;
+    let http = reqwest::Client::new();
+    let session = open_session(&http, &server, json!({})).await;
+    let response = send_call(&http, &server, &session, call(9, "slow", json!({}), false))
+        .await
+        .unwrap()
+        .unwrap();
+    let mut body = response.bytes_stream();
+    let mut seen = String::new();
+    while !seen.contains("id:") {
+        let chunk = tokio::time::timeout(HANG, body.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        seen.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+    let last_event_id = seen
+        .lines()
+        .find_map(|l| l.strip_prefix("id:"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    drop(body);
+    let resume = |accept: &'static str, version: &'static str| {
+        http.get(server.url())
+            .header("accept", accept)
+            .header("mcp-session-id", &session)
+            .header("mcp-protocol-version", version)
+            .header("last-event-id", &last_event_id)
+            .send()
+    };
+    let wrong_accept = resume("application/json", VERSION).await.unwrap();
+    assert_eq!(wrong_accept.status(), StatusCode::NOT_ACCEPTABLE);
+    let wrong_version = resume("text/event-stream", "1999-01-01").await.unwrap();
+    assert_eq!(wrong_version.status(), StatusCode::BAD_REQUEST);
+    let right = resume("text/event-stream", VERSION).await.unwrap();
+    assert_eq!(right.status(), StatusCode::OK);
+    let text = tokio::time::timeout(HANG, right.text())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(text.contains("late answer"), "{text}");
+    server.close().await;
+}
