@@ -36,6 +36,17 @@ pub(crate) fn accepts_json_and_events(headers: &HeaderMap) -> bool {
     json && events
 }
 
+/// An `Accept` naming event streams (read as [`accepts_json_and_events`]
+/// reads it), as rmcp asks of a `GET`.
+pub(crate) fn accepts_events(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(ACCEPT)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .any(|range| !refused(range) && essence(range) == "text/event-stream")
+}
+
 /// A media range with `q=0` (in any spelling: `0`, `0.0`, `0.000`).
 pub(crate) fn refused(range: &str) -> bool {
     range.split(';').skip(1).any(|param| {

@@ -49,7 +49,7 @@ use rmcp::transport::streamable_http_server::session::SessionId;
 use rmcp::{RoleServer, ServerHandler};
 use serde::Deserialize;
 
-use crate::media_type::{accepts_json_and_events, essence};
+use crate::media_type::{accepts_events, accepts_json_and_events, essence};
 use crate::sessions::{BoundedSessions, Reply};
 use crate::tool_call::{Era, PlainCall, call_tool, json_response, sole, status_only};
 
@@ -235,14 +235,20 @@ impl SessionPath {
     }
 
     /// A `GET` resuming a stream of this path: the rest of it, or `None`
-    /// for rmcp to serve.
+    /// for rmcp to serve. Held to what rmcp holds a `GET` to (an `Accept`
+    /// naming event streams, the session's version if one is named), so
+    /// that rmcp answers anything else with its own refusal.
     fn resume(&self, headers: &HeaderMap) -> Option<Response> {
+        if !accepts_events(headers) || headers.get_all(PROTOCOL_VERSION_HEADER).iter().count() > 1 {
+            return None;
+        }
+        let version = sole(headers, PROTOCOL_VERSION_HEADER);
         let stream = sole(headers, LAST_EVENT_ID_HEADER)?
             .strip_prefix(EVENT_ID_PREFIX)?
             .parse::<u64>()
             .ok()?;
         let session = SessionId::from(sole(headers, SESSION_HEADER)?);
-        let reply = self.sessions.parked(&session, stream)?;
+        let reply = self.sessions.parked(&session, stream, version)?;
         Some(self.stream(session, Some(stream), reply, false))
     }
 

@@ -300,7 +300,9 @@ impl BoundedSessions {
     /// Keeps `peer` for session `id` when its client can be answered
     /// directly: it negotiated an initialize-era version and declared no
     /// capability a server request needs, so nothing but the response
-    /// ever has to reach it during a call.
+    /// ever has to reach it during a call. A session is adopted once: a
+    /// client saying `initialized` again must not drop the calls in
+    /// flight (and their cancellation) or the parked answers.
     pub(crate) fn adopt(&self, id: &SessionId, peer: Peer<RoleServer>) {
         let Some(info) = peer.peer_info() else { return };
         let capabilities = &info.capabilities;
@@ -311,7 +313,9 @@ impl BoundedSessions {
         {
             return;
         }
-        if let Some(usage) = self.lock().sessions.get_mut(id) {
+        if let Some(usage) = self.lock().sessions.get_mut(id)
+            && usage.adopted.is_none()
+        {
             usage.adopted = Some(Adopted {
                 peer,
                 version: info.protocol_version.clone(),
@@ -403,10 +407,20 @@ impl BoundedSessions {
         Some(stream)
     }
 
-    /// The parked answer of `stream` on session `id`, if it is still held.
-    pub(crate) fn parked(&self, id: &SessionId, stream: u64) -> Option<Reply> {
+    /// The parked answer of `stream` on session `id`, if it is still held
+    /// and `version` (the request's `MCP-Protocol-Version`, if any) is the
+    /// session's.
+    pub(crate) fn parked(
+        &self,
+        id: &SessionId,
+        stream: u64,
+        version: Option<&str>,
+    ) -> Option<Reply> {
         let mut table = self.lock();
         let adopted = table.sessions.get_mut(id)?.adopted.as_mut()?;
+        if version.is_some_and(|v| v != adopted.version.as_str()) {
+            return None;
+        }
         adopted.evict_parked(Instant::now());
         adopted
             .parked

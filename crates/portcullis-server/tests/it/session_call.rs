@@ -358,3 +358,221 @@ async fn a_session_call_refusing_json_is_refused_as_before() {
     assert_eq!(response.status(), StatusCode::NOT_ACCEPTABLE);
     server.close().await;
 }
+
+/// A plain call on `session`, sent on a task of its own (its answer is
+/// not read).
+fn send_call(
+    http: &reqwest::Client,
+    server: &HttpServer,
+    session: &str,
+    message: Value,
+) -> tokio::task::JoinHandle<reqwest::Result<reqwest::Response>> {
+    let (http, url, session) = (http.clone(), server.url(), session.to_owned());
+    tokio::spawn(async move {
+        http.post(url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-session-id", session)
+            .header("mcp-protocol-version", VERSION)
+            .body(message.to_string())
+            .send()
+            .await
+    })
+}
+
+/// Waits a few seconds at most for `done` (a failure here is a missing
+/// effect, so it should not cost the minute `until` allows).
+async fn soon(done: impl Fn() -> bool) -> bool {
+    for _ in 0..300 {
+        if done() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    done()
+}
+
+/// A client saying `initialized` again does not unhook the calls it has
+/// in flight: closing the session still cancels them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_initialized_leaves_calls_in_flight_cancellable() {
+    let cancelled = Arc::new(AtomicUsize::new(0));
+    let started = Arc::new(Notify::new());
+    let server = serve(
+        waiting_tool(cancelled.clone(), started.clone()),
+        with_sessions(),
+    )
+    .await;
+    let http = reqwest::Client::new();
+    let session = open_session(&http, &server, json!({})).await;
+    let running = send_call(&http, &server, &session, call(7, "wait", json!({}), false));
+    tokio::time::timeout(HANG, started.notified())
+        .await
+        .unwrap();
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let (status, ..) = post(&http, &server, Some(&session), &initialized).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let closed = http
+        .delete(server.url())
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", VERSION)
+        .send()
+        .await
+        .unwrap();
+    assert!(closed.status().is_success(), "{}", closed.status());
+    assert!(
+        soon(|| cancelled.load(Ordering::SeqCst) == 1).await,
+        "the call outlived its session"
+    );
+    running.abort();
+    server.close().await;
+}
+
+/// A session that ends on its own (idle) cancels its calls in flight:
+/// rmcp closes it through the session table once its service ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_ending_idle_cancels_its_calls_in_flight() {
+    let cancelled = Arc::new(AtomicUsize::new(0));
+    let started = Arc::new(Notify::new());
+    let options = HttpOptions {
+        session_idle_timeout: Some(Duration::from_millis(600)),
+        ..with_sessions()
+    };
+    let server = serve(waiting_tool(cancelled.clone(), started.clone()), options).await;
+    let http = reqwest::Client::new();
+    let session = open_session(&http, &server, json!({})).await;
+    let running = send_call(&http, &server, &session, call(7, "wait", json!({}), false));
+    tokio::time::timeout(HANG, started.notified())
+        .await
+        .unwrap();
+    assert!(
+        soon(|| cancelled.load(Ordering::SeqCst) == 1).await,
+        "the call outlived its idle session"
+    );
+    running.abort();
+    server.close().await;
+}
+
+/// A parked answer is not served once its session has ended (idle): the
+/// `GET` resuming it is answered as rmcp answers any request on an ended
+/// session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_answer_is_not_served_after_its_session_ended() {
+    use futures::StreamExt as _;
+    let builder = ToolServer::builder().tool(ro("slow"), |_: Value, _ctx: CallContext| async {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        Ok::<_, ToolError>(ToolResult::text("late answer"))
+    });
+    let options = HttpOptions {
+        keep_alive: Some(Duration::from_millis(100)),
+        session_idle_timeout: Some(Duration::from_millis(800)),
+        ..with_sessions()
+    };
+    let server = serve(builder, options).await;
+    let http = reqwest::Client::new();
+    let session = open_session(&http, &server, json!({})).await;
+    let response = send_call(&http, &server, &session, call(9, "slow", json!({}), false))
+        .await
+        .unwrap()
+        .unwrap();
+    let mut body = response.bytes_stream();
+    let mut seen = String::new();
+    while !seen.contains("id:") {
+        let chunk = tokio::time::timeout(HANG, body.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        seen.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+    let last_event_id = seen
+        .lines()
+        .find_map(|l| l.strip_prefix("id:"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    // The client goes away; the answer is parked; the session then ends.
+    drop(body);
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let resumed = http
+        .get(server.url())
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", VERSION)
+        .header("last-event-id", &last_event_id)
+        .send()
+        .await
+        .unwrap();
+    let status = resumed.status();
+    let text = tokio::time::timeout(Duration::from_secs(5), resumed.text())
+        .await
+        .map(Result::unwrap_or_default)
+        .unwrap_or_default();
+    assert!(
+        !text.contains("late answer"),
+        "an ended session's answer was served ({status}): {text}"
+    );
+    assert_ne!(status, StatusCode::OK, "{text}");
+    server.close().await;
+}
+
+/// A `GET` resuming a parked answer is held to what rmcp holds any `GET`
+/// to: an `Accept` naming event streams (else `406`) and a known
+/// `MCP-Protocol-Version` (else `400`); only then is the answer served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resuming_a_parked_answer_checks_accept_and_version_as_rmcp_does() {
+    use futures::StreamExt as _;
+    let builder = ToolServer::builder().tool(ro("slow"), |_: Value, _ctx: CallContext| async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        Ok::<_, ToolError>(ToolResult::text("late answer"))
+    });
+    let options = HttpOptions {
+        keep_alive: Some(Duration::from_millis(100)),
+        ..with_sessions()
+    };
+    let server = serve(builder, options).await;
+    let http = reqwest::Client::new();
+    let session = open_session(&http, &server, json!({})).await;
+    let response = send_call(&http, &server, &session, call(9, "slow", json!({}), false))
+        .await
+        .unwrap()
+        .unwrap();
+    let mut body = response.bytes_stream();
+    let mut seen = String::new();
+    while !seen.contains("id:") {
+        let chunk = tokio::time::timeout(HANG, body.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        seen.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+    let last_event_id = seen
+        .lines()
+        .find_map(|l| l.strip_prefix("id:"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    drop(body);
+    let resume = |accept: &'static str, version: &'static str| {
+        http.get(server.url())
+            .header("accept", accept)
+            .header("mcp-session-id", &session)
+            .header("mcp-protocol-version", version)
+            .header("last-event-id", &last_event_id)
+            .send()
+    };
+    let wrong_accept = resume("application/json", VERSION).await.unwrap();
+    assert_eq!(wrong_accept.status(), StatusCode::NOT_ACCEPTABLE);
+    let wrong_version = resume("text/event-stream", "1999-01-01").await.unwrap();
+    assert_eq!(wrong_version.status(), StatusCode::BAD_REQUEST);
+    let right = resume("text/event-stream", VERSION).await.unwrap();
+    assert_eq!(right.status(), StatusCode::OK);
+    let text = tokio::time::timeout(HANG, right.text())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(text.contains("late answer"), "{text}");
+    server.close().await;
+}
