@@ -1073,10 +1073,15 @@ impl ServerHandler for ToolServer {
         if self.shared.live {
             let mut peers = lock(&self.shared.peers);
             peers.retain(|p| !p.is_transport_closed());
-            if peers.len() >= MAX_PEERS {
-                peers.remove(0);
+            // A client may say `initialized` again and again: its session
+            // is listed once, so it cannot push the others off the list.
+            let listed = peers.iter().any(|p| same_session(p, &context.peer));
+            if !listed {
+                if peers.len() >= MAX_PEERS {
+                    peers.remove(0);
+                }
+                peers.push(context.peer.clone());
             }
-            peers.push(context.peer.clone());
         }
         // An HTTP session's plain calls may then skip rmcp's session
         // machinery (`crate::session_call`).
@@ -1344,6 +1349,15 @@ impl ToolServer {
         };
         observer.finished(call, note);
         answer
+    }
+}
+
+/// Whether two peers are one session's: rmcp keeps a session's client
+/// information in one shared value from `initialize` on.
+fn same_session(a: &Peer<RoleServer>, b: &Peer<RoleServer>) -> bool {
+    match (a.peer_info(), b.peer_info()) {
+        (Some(a), Some(b)) => Arc::ptr_eq(&a, &b),
+        _ => false,
     }
 }
 

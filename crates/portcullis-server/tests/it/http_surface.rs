@@ -2414,3 +2414,47 @@ mod oauth {
         );
     }
 }
+
+/// A client saying `initialized` over and over is listed once among the
+/// sessions told about a new tool set, so it cannot push the others off
+/// that list: another session still hears of the change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_initialized_cannot_push_other_sessions_off_the_change_list() {
+    use futures::StreamExt as _;
+    let live = tools().build().unwrap().live(None);
+    let server = serve_http(live.clone(), with_sessions()).await.unwrap();
+    let http = reqwest::Client::new();
+    let listener = open_session(&http, &server).await;
+    let mut stream = http
+        .get(server.url())
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", &listener)
+        .header("mcp-protocol-version", "2025-11-25")
+        .send()
+        .await
+        .unwrap()
+        .bytes_stream();
+    let flooder = open_session(&http, &server).await;
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    // More than the list holds (1024).
+    for _ in 0..1100 {
+        session_post(&http, &server, Some(&flooder), &initialized).await;
+    }
+    // rmcp hands each notification to the handler on a task of its own.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let fewer = ToolServer::builder()
+        .tool(ro("echo"), echo)
+        .build()
+        .unwrap();
+    assert!(live.replace(&fewer, None));
+    let mut seen = String::new();
+    while !seen.contains("notifications/tools/list_changed") {
+        let chunk = tokio::time::timeout(HANG, stream.next())
+            .await
+            .expect("the listening session was never told")
+            .expect("the stream ended")
+            .unwrap();
+        seen.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+    server.close().await;
+}
