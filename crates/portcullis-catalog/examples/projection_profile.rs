@@ -9,9 +9,11 @@
 //! Projects one 1 000-tool server against its baseline N times (default 20);
 //! with `wake` as the second argument, 50 servers of 100 tools with long
 //! descriptions instead (the wake bench's catalogue); with `stored` as the
-//! third, each listing comes with its digests, as a wake's from the store.
+//! third, each listing comes with its digests and is shared, as a wake's
+//! from the store.
 
 use std::hint::black_box;
+use std::sync::Arc;
 
 use portcullis_catalog::catalogue::ListingRef;
 use portcullis_catalog::fingerprint::{fingerprint, fingerprint_listing};
@@ -58,11 +60,17 @@ fn main() {
         // As a wake lends a cached listing: with the digests the store
         // wrote beside it.
         let digests: Vec<String> = tools.iter().map(fingerprint).collect();
+        let shared: Vec<Arc<[Tool]>> = listings.iter().map(|l| l.tools.clone().into()).collect();
         let lent = || {
-            listings.iter().map(|listing| ListingRef {
-                digests: Some(&digests),
-                ..ListingRef::from(listing)
-            })
+            listings
+                .iter()
+                .zip(&shared)
+                .map(|(listing, tools)| ListingRef {
+                    tools,
+                    digests: Some(&digests),
+                    shared: Some(tools),
+                    ..ListingRef::from(listing)
+                })
         };
         for _ in 0..rounds {
             black_box(Catalogue::project(lent(), &options));

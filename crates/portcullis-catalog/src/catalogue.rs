@@ -17,19 +17,19 @@
 //! order listings are handed in; entries are sorted by name so the tool list
 //! a model sees is stable between runs (a shuffled order measurably defeats
 //! prompt caching). A catalogue is built when listings change and then only
-//! read: a call looks its name up in a prebuilt map.
+//! read: a call finds its name by a binary search of the sorted entries.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
-use std::sync::OnceLock;
+use std::collections::{BTreeSet, HashSet};
+use std::sync::{Arc, OnceLock};
 
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::classification::{Classification, ClassifiedBy};
+use crate::classification::{Classification, ClassifiedBy, record};
 use crate::diagnostic::{Diagnostic, Rule};
 use crate::disclosure::{
     DESCRIBE_TOOL_NAME, DisclosureOptions, Tier, choose_tier, compose_system_prompt,
-    describe_tool_definition, disclose_borrowed, unknown_tool_message,
+    describe_tool_definition, disclose_named, unknown_tool_message,
 };
 use crate::drift::{Drift, guard_listing_by, quarantine_denial, quarantine_stub};
 use crate::filter::ToolFilter;
@@ -113,11 +113,18 @@ pub struct ListingRef<'a> {
     pub filter: &'a ToolFilter,
     /// The operator's word on which of its tools only read.
     pub classification: &'a Classification,
+    /// The same tools as `tools`, when the caller holds them shared: an
+    /// entry whose tier takes the full input schema out of the definition
+    /// then keeps a share of the listing to reach it, instead of a copy
+    /// of the schema (on a wake, copying 5 000 schemas was a tenth of the
+    /// time to the map). Ignored unless it is exactly `tools`.
+    pub shared: Option<&'a Arc<[Tool]>>,
 }
 
-/// A tool of a borrowed listing with its stored digest, if any.
+/// A tool of a borrowed listing with its position and stored digest.
 struct Cached<'a> {
     tool: &'a Tool,
+    index: usize,
     digest: Option<&'a str>,
 }
 
@@ -136,6 +143,7 @@ impl<'a> From<&'a ServerListing> for ListingRef<'a> {
             baseline: listing.baseline.as_ref(),
             filter: &listing.filter,
             classification: &listing.classification,
+            shared: None,
         }
     }
 }
@@ -172,7 +180,7 @@ pub enum EntryKind {
 }
 
 /// One tool in the map the model sees.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct CatalogueEntry {
     /// The projected (qualified) name.
     pub name: String,
@@ -187,7 +195,7 @@ pub struct CatalogueEntry {
     /// How much of the schema is disclosed.
     pub tier: Tier,
     /// The full schema when the tier replaced it in `definition`.
-    full_input_schema: Option<Value>,
+    full_input_schema: Option<FullSchema>,
     /// Who decided whether the tool only reads (its `readOnlyHint` in
     /// `definition` is that decision); `None` for stubs and the describe
     /// tool.
@@ -199,10 +207,50 @@ impl CatalogueEntry {
     /// arguments are validated against, whatever the tier disclosed.
     pub fn full_input_schema(&self) -> &Value {
         static OBJECT: OnceLock<Value> = OnceLock::new();
-        self.full_input_schema
-            .as_ref()
-            .or(self.definition.input_schema.as_ref())
-            .unwrap_or_else(|| OBJECT.get_or_init(|| json!({"type": "object"})))
+        let published = match &self.full_input_schema {
+            Some(FullSchema::Copied(schema)) => Some(schema),
+            Some(FullSchema::Shared(tools, index)) => {
+                tools.get(*index).and_then(|t| t.input_schema.as_ref())
+            }
+            None => self.definition.input_schema.as_ref(),
+        };
+        published.unwrap_or_else(|| OBJECT.get_or_init(|| json!({"type": "object"})))
+    }
+}
+
+/// Where an entry finds the full input schema its tier took out of the
+/// definition.
+#[derive(Debug, Clone)]
+enum FullSchema {
+    /// A copy.
+    Copied(Value),
+    /// The schema of the tool at this position of the shared listing
+    /// (absent there: `{"type":"object"}`, as published).
+    Shared(Arc<[Tool]>, usize),
+}
+
+/// Equal when the schemas are, however each is held.
+impl PartialEq for CatalogueEntry {
+    fn eq(&self, other: &Self) -> bool {
+        let CatalogueEntry {
+            name,
+            server,
+            remote_name,
+            kind,
+            definition,
+            tier,
+            full_input_schema,
+            classified_by,
+        } = self;
+        *name == other.name
+            && *server == other.server
+            && *remote_name == other.remote_name
+            && *kind == other.kind
+            && *definition == other.definition
+            && *tier == other.tier
+            && full_input_schema.is_some() == other.full_input_schema.is_some()
+            && self.full_input_schema() == other.full_input_schema()
+            && *classified_by == other.classified_by
     }
 }
 
@@ -360,7 +408,6 @@ pub enum Route<'a> {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Catalogue {
     entries: Vec<CatalogueEntry>,
-    index: HashMap<String, usize>,
     withheld: Vec<WithheldTool>,
     servers: Vec<ServerSummary>,
     diagnostics: Vec<Diagnostic>,
@@ -431,7 +478,9 @@ impl Catalogue {
                 baseline,
                 filter,
                 classification,
+                shared,
             } = listing;
+            let shared = shared.filter(|s| std::ptr::eq::<[Tool]>(&***s, tools));
             // Stored digests count only when they pair up with the tools one
             // to one (by position, not by name: a listing may repeat a name,
             // and each of the repeats is judged by its own digest).
@@ -439,9 +488,10 @@ impl Catalogue {
             let mut tools: Vec<Cached<'_>> = tools
                 .iter()
                 .enumerate()
-                .map(|(i, tool)| Cached {
+                .map(|(index, tool)| Cached {
                     tool,
-                    digest: digests.map(|d| d[i].as_str()),
+                    index,
+                    digest: digests.map(|d| d[index].as_str()),
                 })
                 .collect();
             tools.sort_by(|a, b| a.tool.name.cmp(&b.tool.name));
@@ -501,16 +551,16 @@ impl Catalogue {
                         .then_some((name, tool.name.as_str()))
                 })
                 .collect();
-            let admitted: Vec<(String, &Tool)> = guarded
+            let admitted: Vec<(String, &Tool, usize)> = guarded
                 .trusted
                 .into_iter()
-                .filter_map(|Cached { tool, .. }| {
+                .filter_map(|Cached { tool, index, .. }| {
                     let name = project_name(&tool.name);
-                    gate.admit(&name, &tool.name).then_some((name, tool))
+                    gate.admit(&name, &tool.name).then_some((name, tool, index))
                 })
                 .collect();
 
-            let visible: Vec<&Tool> = admitted.iter().map(|&(_, t)| t).collect();
+            let visible: Vec<&Tool> = admitted.iter().map(|&(_, t, _)| t).collect();
             let mut tier_decision = choose_tier(&server, &visible, &options.disclosure);
             if options.disclosure.always_load.contains(&identity.name) {
                 tier_decision.tier = Tier::Inline;
@@ -534,16 +584,23 @@ impl Catalogue {
                     classified_by: None,
                 });
             }
-            for (name, tool) in admitted {
+            for (name, tool, index) in admitted {
                 let remote_name = tool.name.clone();
-                // Disclosure keeps the name and the annotations, all that
-                // classifying reads, so it may come first: it copies only
-                // what the tier keeps.
-                let (mut shown, full_input_schema) = disclose_borrowed(tool, tier);
-                // After the drift guard: the fingerprint is of what the
-                // server said; the map carries what was decided.
-                let classified_by = classification.apply(&mut shown, &name);
-                shown.name = name.clone();
+                // Classified on the tool as the server published it (its
+                // own name; the fingerprint was of that too), then shown
+                // under its projected name with what the tier keeps.
+                let (read_only, classified_by) = classification.classify(tool, &name);
+                let mut shown = disclose_named(tool, tier, name.clone());
+                record(&mut shown, read_only);
+                // The full schema the tier took out: a share of the
+                // listing when it is shared, else a copy.
+                let full_input_schema = match (tier, &tool.input_schema) {
+                    (Tier::Inline, _) | (_, None) => None,
+                    (_, Some(schema)) => Some(match shared {
+                        Some(shared) => FullSchema::Shared(Arc::clone(shared), index),
+                        None => FullSchema::Copied(schema.clone()),
+                    }),
+                };
                 entries.push(CatalogueEntry {
                     name,
                     server: server.clone(),
@@ -585,15 +642,11 @@ impl Catalogue {
                 classified_by: None,
             });
         }
+        // Sorted by name, unique by the name-taken rule: `get` searches
+        // them, so no index repeats every name.
         entries.sort_by(|a, b| a.name.cmp(&b.name));
-        let index = entries
-            .iter()
-            .enumerate()
-            .map(|(i, e)| (e.name.clone(), i))
-            .collect();
         Catalogue {
             entries,
-            index,
             withheld,
             servers,
             diagnostics,
@@ -607,7 +660,10 @@ impl Catalogue {
 
     /// The entry with this projected name.
     pub fn get(&self, name: &str) -> Option<&CatalogueEntry> {
-        self.index.get(name).map(|&i| &self.entries[i])
+        self.entries
+            .binary_search_by(|e| e.name.as_str().cmp(name))
+            .ok()
+            .map(|i| &self.entries[i])
     }
 
     /// The definitions the model sees, in order.
@@ -637,7 +693,7 @@ impl Catalogue {
 
     /// True when `mcp__describe_tool` is registered.
     pub fn has_describe_tool(&self) -> bool {
-        self.index.contains_key(DESCRIBE_TOOL_NAME)
+        self.get(DESCRIBE_TOOL_NAME).is_some()
     }
 
     /// Where a call to `name` goes. A quarantined tool is refused here, so it
@@ -969,6 +1025,52 @@ mod tests {
                 .unwrap()
                 .contains("id_rsa")
         );
+    }
+
+    #[test]
+    fn a_deferred_entry_of_a_shared_listing_keeps_a_share_not_a_copy() {
+        let tight = ProjectionOptions {
+            disclosure: DisclosureOptions {
+                budget: Budget::Tokens(10),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let mut listing = listing("a", "https://a/mcp", &["t2", "t1"]);
+        for tool in &mut listing.tools {
+            tool.input_schema = Some(
+                json!({"type": "object", "properties": {tool.name.clone(): {"type": "string"}}}),
+            );
+        }
+        let tools: Arc<[Tool]> = listing.tools.clone().into();
+        let lent = ListingRef {
+            tools: &tools,
+            shared: Some(&tools),
+            ..ListingRef::from(&listing)
+        };
+        let catalogue = Catalogue::project([lent], &tight);
+        // One share per deferred entry, none copied: each reaches its own
+        // tool (sorted by name, they are not in the listing's order).
+        assert_eq!(Arc::strong_count(&tools), 3);
+        for name in ["t1", "t2"] {
+            let entry = catalogue.get(name).unwrap();
+            assert_ne!(entry.tier, Tier::Inline);
+            let published = listing.tools.iter().find(|t| t.name == name).unwrap();
+            assert_eq!(
+                Some(entry.full_input_schema()),
+                published.input_schema.as_ref()
+            );
+        }
+        assert_eq!(catalogue, Catalogue::project([&listing], &tight));
+        // A share that is not the lent slice is not used.
+        let other: Arc<[Tool]> = tools.to_vec().into();
+        let mismatched = ListingRef {
+            tools: &tools,
+            shared: Some(&other),
+            ..lent
+        };
+        drop(Catalogue::project([mismatched], &tight));
+        assert_eq!(Arc::strong_count(&other), 1);
     }
 
     #[test]

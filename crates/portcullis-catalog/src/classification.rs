@@ -100,12 +100,18 @@ impl Classification {
     /// the one field every later stage (exposure, policy, the model) reads.
     pub fn apply(&self, tool: &mut Tool, projected: &str) -> ClassifiedBy {
         let (read_only, by) = self.classify(tool, projected);
-        if tool.is_read_only() != read_only {
-            tool.annotations
-                .get_or_insert_with(ToolAnnotations::default)
-                .read_only_hint = Some(read_only);
-        }
+        record(tool, read_only);
         by
+    }
+}
+
+/// Writes a decision made by [`Classification::classify`] into `tool`'s
+/// `readOnlyHint` (left as it is when it already says so).
+pub(crate) fn record(tool: &mut Tool, read_only: bool) {
+    if tool.is_read_only() != read_only {
+        tool.annotations
+            .get_or_insert_with(ToolAnnotations::default)
+            .read_only_hint = Some(read_only);
     }
 }
 

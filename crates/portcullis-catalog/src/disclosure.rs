@@ -422,7 +422,13 @@ pub fn deferred_schema(schema: Option<&Value>) -> Value {
 
 /// The description a deferred tool is shown with.
 pub fn deferred_description(tool: &Tool) -> String {
-    format!("{}{DEFERRED_NOTE}", tool.description_or_name())
+    // Sized once: `format!` guesses short and copies long descriptions
+    // again as it grows.
+    let description = tool.description_or_name();
+    let mut shown = String::with_capacity(description.len() + DEFERRED_NOTE.len());
+    shown.push_str(description);
+    shown.push_str(DEFERRED_NOTE);
+    shown
 }
 
 /// The definition the model sees for `tool` at `tier`. The name never changes.
@@ -455,29 +461,49 @@ pub fn disclose_borrowed(tool: &Tool, tier: Tier) -> (Tool, Option<Value>) {
     if tier == Tier::Inline {
         return (tool.clone(), None);
     }
+    (disclose_shown(tool, tier), tool.input_schema.clone())
+}
+
+/// The definition [`disclose_borrowed`] shows, without the copy of the
+/// full schema: for a caller that reaches the published schema otherwise
+/// (the catalogue, from a shared listing).
+pub fn disclose_shown(tool: &Tool, tier: Tier) -> Tool {
+    disclose_named(tool, tier, tool.name.clone())
+}
+
+/// The definition the model sees for `tool` at `tier`, under `name` (the
+/// projected name: the published one is not copied only to be replaced).
+pub(crate) fn disclose_named(tool: &Tool, tier: Tier, name: String) -> Tool {
     // Every field named, so a field added to `Tool` must be decided here.
     let Tool {
-        name,
+        name: _,
         title,
-        description: _,
+        description,
         input_schema,
         output_schema,
         annotations,
         meta,
     } = tool;
-    let shown = Tool {
-        name: name.clone(),
+    let (description, input_schema) = match tier {
+        Tier::Inline => (description.clone(), input_schema.clone()),
+        Tier::Names => (
+            Some(deferred_description(tool)),
+            Some(deferred_schema(input_schema.as_ref())),
+        ),
+        Tier::Bare => (
+            Some(deferred_description(tool)),
+            Some(json!({"type": "object"})),
+        ),
+    };
+    Tool {
+        name,
         title: title.clone(),
-        description: Some(deferred_description(tool)),
-        input_schema: Some(match tier {
-            Tier::Names => deferred_schema(input_schema.as_ref()),
-            _ => json!({"type": "object"}),
-        }),
+        description,
+        input_schema,
         output_schema: output_schema.clone(),
         annotations: annotations.clone(),
         meta: meta.clone(),
-    };
-    (shown, input_schema.clone())
+    }
 }
 
 /// The definition of `mcp__describe_tool`, registered once any server defers.

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use portcullis_catalog::catalogue::ListingRef;
 use portcullis_catalog::classification::Classification;
 use portcullis_catalog::fingerprint::Fingerprints;
-use portcullis_catalog::{Catalogue, ProjectionOptions, ServerIdentity, ToolFilter};
+use portcullis_catalog::{Catalogue, ProjectionOptions, ServerIdentity, Tool, ToolFilter};
 use portcullis_store::{SqliteStore, Store};
 use portcullis_upstream::{
     CallContext, ConnectOptions, McpServerConfig, connect, rebuild_from_store,
@@ -161,18 +161,24 @@ async fn run() {
         // As the wake lends them: the toolset keeps each cached listing
         // (with the digests the store wrote beside it) for later
         // projections, and the catalogue copies what it keeps.
-        let listings =
-            rows.iter()
-                .zip(&identities)
-                .zip(&baselines)
-                .map(|((row, identity), baseline)| ListingRef {
-                    identity,
-                    tools: row.tools.as_deref().unwrap_or_default(),
-                    digests: row.cached_digests(),
-                    baseline: baseline.as_ref(),
-                    filter: &filter,
-                    classification: &classification,
-                });
+        let shared: Vec<Arc<[Tool]>> = rows
+            .iter()
+            .map(|row| row.tools.clone().unwrap_or_default().into())
+            .collect();
+        let listings = rows
+            .iter()
+            .zip(&shared)
+            .zip(&identities)
+            .zip(&baselines)
+            .map(|(((row, tools), identity), baseline)| ListingRef {
+                identity,
+                tools,
+                digests: row.cached_digests(),
+                baseline: baseline.as_ref(),
+                filter: &filter,
+                classification: &classification,
+                shared: Some(tools),
+            });
         let start = Instant::now();
         let catalogue = Catalogue::project(listings, &ProjectionOptions::default());
         projected.push(start.elapsed());

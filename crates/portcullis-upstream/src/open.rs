@@ -125,7 +125,7 @@ pub(crate) fn source(
         classification: options.classification_of(config.name()),
         config,
         filter,
-        tools,
+        tools: tools.into(),
         baseline,
         recorded,
         connection: Arc::new(connection),

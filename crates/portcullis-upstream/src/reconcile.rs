@@ -180,15 +180,18 @@ async fn join(
         };
         match woken {
             Some(woken) => {
-                let changed = !crate::relist::same_listing(&woken.tools, &fresh)
-                    || woken.baseline != in_force;
+                let same = crate::relist::same_listing(&woken.tools, &fresh);
+                let changed = !same || woken.baseline != in_force;
+                // Unchanged, the cached listing stays: the map projected
+                // from it already shares it.
+                let tools = if same { woken.tools } else { fresh.into() };
                 sources.push(Source {
                     id: woken.id,
                     config: woken.config,
                     identity: woken.identity,
                     filter: woken.filter,
                     classification: woken.classification,
-                    tools: fresh,
+                    tools,
                     baseline: in_force,
                     recorded: now_recorded,
                     connection: connection.clone(),

@@ -124,7 +124,9 @@ pub(crate) fn apply(
             ));
         }
     }
-    source.tools = fresh;
+    if moved {
+        source.tools = fresh.into();
+    }
     source.baseline = in_force;
     match swap {
         Some((_, new)) => {

@@ -39,8 +39,8 @@ pub(crate) struct Source {
     pub(crate) filter: ToolFilter,
     /// Which of its tools only read, by the operator's word and its own.
     pub(crate) classification: Classification,
-    /// Its current listing.
-    pub(crate) tools: Vec<Tool>,
+    /// Its current listing, shared with the catalogues projected from it.
+    pub(crate) tools: Arc<[Tool]>,
     /// The baseline enforced on it (`None`: trusted as listed).
     pub(crate) baseline: Option<Fingerprints>,
     /// Whether the store holds a recorded baseline for it, so a reconcile
@@ -60,6 +60,7 @@ impl Source {
             baseline: self.baseline.as_ref(),
             filter: &self.filter,
             classification: &self.classification,
+            shared: Some(&self.tools),
         }
     }
 }
@@ -81,8 +82,9 @@ pub(crate) struct Waking {
     pub(crate) filter: ToolFilter,
     /// Which of its tools only read.
     pub(crate) classification: Classification,
-    /// The row's cached listing.
-    pub(crate) tools: Vec<Tool>,
+    /// The row's cached listing, shared with the catalogues projected
+    /// from it.
+    pub(crate) tools: Arc<[Tool]>,
     /// The digest of each cached tool, as the store wrote them beside the
     /// cache ([`portcullis_store::PersistedServer::cached_digests`]): the
     /// projection compares these with the baseline instead of hashing the
@@ -107,6 +109,7 @@ impl Waking {
             baseline: self.baseline.as_ref(),
             filter: &self.filter,
             classification: &self.classification,
+            shared: Some(&self.tools),
         }
     }
 }
@@ -254,8 +257,8 @@ pub(crate) fn project(
     let mut output_schemas: HashMap<(&ServerIdentity, &str), &Value> = HashMap::new();
     let published = sources
         .iter()
-        .map(|s| (&s.identity, &s.tools))
-        .chain(waking.iter().map(|w| (&w.identity, &w.tools)));
+        .map(|s| (&s.identity, &*s.tools))
+        .chain(waking.iter().map(|w| (&w.identity, &*w.tools)));
     for (identity, tools) in published {
         for tool in tools {
             if let Some(schema) = &tool.output_schema {
@@ -276,8 +279,10 @@ pub(crate) fn project(
         if entry.kind != EntryKind::Remote {
             continue;
         }
-        let schema = identities
-            .get(entry.server.as_str())
+        // Most servers promise no output schema: then no lookup per tool.
+        let schema = (!output_schemas.is_empty())
+            .then(|| identities.get(entry.server.as_str()))
+            .flatten()
             .and_then(|identity| output_schemas.get(&(*identity, entry.remote_name.as_str())));
         if let Some(output) = schema.and_then(|s| OutputValidator::compile(s)) {
             outputs.insert(entry.name.clone(), Arc::new(output));

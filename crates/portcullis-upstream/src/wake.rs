@@ -102,7 +102,7 @@ pub async fn rebuild_from_store(
             // The store's own digests of the cache (trusted as the baseline
             // beside them is): see `Waking::digests`.
             digests: row.take_cached_digests(),
-            tools: row.tools.unwrap_or_default(),
+            tools: row.tools.unwrap_or_default().into(),
             baseline,
             id: row.id,
             config,

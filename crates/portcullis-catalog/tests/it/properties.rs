@@ -4,8 +4,10 @@
 //! not even with a lookalike of its closing tag.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use portcullis_catalog::catalogue::ListingRef;
+use portcullis_catalog::disclosure::{Budget, DisclosureOptions};
 use portcullis_catalog::fingerprint::{canonical_json, fingerprint, fingerprint_listing};
 use portcullis_catalog::framing::{Exit, UNTRUSTED_NOTICE, fold_text, frame_output, seal};
 use portcullis_catalog::naming::{Prefix, is_legal_name, legal_name, qualified_name};
@@ -358,6 +360,56 @@ proptest! {
         prop_assert_eq!(&Catalogue::project(lent(0), &options), &hashed);
         // Digests that do not pair up one to one are not used.
         prop_assert_eq!(&Catalogue::project(lent(1), &options), &hashed);
+    }
+
+    #[test]
+    fn a_shared_listing_gives_the_catalogue_a_lent_one_gives(
+        listings in listings(),
+        budget in 0usize..80,
+    ) {
+        // Each tool its own schema (some none), and budgets that defer:
+        // an entry reaching the wrong tool of the shared listing, or a
+        // missing schema read as present, would show.
+        let listings: Vec<ServerListing> = listings
+            .into_iter()
+            .map(|mut listing| {
+                for (j, tool) in listing.tools.iter_mut().enumerate() {
+                    if j % 3 != 0 {
+                        tool.input_schema = Some(json!({
+                            "type": "object",
+                            "properties": {format!("p{j}"): {"type": "string"}},
+                            "required": [format!("p{j}")]
+                        }));
+                    }
+                }
+                listing
+            })
+            .collect();
+        let shared: Vec<Arc<[Tool]>> = listings.iter().map(|l| l.tools.clone().into()).collect();
+        let options = ProjectionOptions {
+            disclosure: DisclosureOptions {
+                budget: Budget::Tokens(budget),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let lent = Catalogue::project(&listings, &options);
+        let with_shares = Catalogue::project(
+            listings.iter().zip(&shared).map(|(listing, tools)| ListingRef {
+                tools,
+                shared: Some(tools),
+                ..ListingRef::from(listing)
+            }),
+            &options,
+        );
+        prop_assert_eq!(&with_shares, &lent);
+        for (a, b) in with_shares.entries().iter().zip(lent.entries()) {
+            prop_assert_eq!(a.full_input_schema(), b.full_input_schema());
+            prop_assert_eq!(
+                with_shares.describe(&a.name).ok(),
+                lent.describe(&b.name).ok()
+            );
+        }
     }
 
     #[test]
