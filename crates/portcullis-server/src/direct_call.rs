@@ -42,7 +42,7 @@ use std::task::{Context, Poll};
 
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
-use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
+
 use http::{HeaderMap, Method, Request, StatusCode};
 use rmcp::model::{
     CallToolRequestParams, ClientCapabilities, ErrorCode, Implementation, InitializeRequestParams,
@@ -54,15 +54,12 @@ use rmcp::{Peer, RoleServer, ServerHandler};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::media_type::{accepts_json_and_events, essence};
 use crate::session_call::SessionPath;
-use crate::tool_call::{Era, PlainCall, call_tool, json_response, sole, status_only};
+use crate::tool_call::{
+    Era, METHOD_HEADER, NAME_HEADER, PROTOCOL_VERSION_HEADER, PlainCall, SESSION_HEADER, call_tool,
+    json_response, plain_json_post, promotes_params, sole, status_only,
+};
 
-const PROTOCOL_VERSION_HEADER: &str = "mcp-protocol-version";
-const METHOD_HEADER: &str = "mcp-method";
-const NAME_HEADER: &str = "mcp-name";
-const PARAM_HEADER_PREFIX: &str = "mcp-param-";
-const SESSION_HEADER: &str = "mcp-session-id";
 const LOG_LEVEL_META: &str = "io.modelcontextprotocol/logLevel";
 const PARAM_HEADER_ANNOTATION: &str = "x-mcp-header";
 const VERSION: &str = "2026-07-28";
@@ -240,13 +237,8 @@ fn plain_headers<T>(request: &Request<T>) -> bool {
         && sole(headers, METHOD_HEADER) == Some("tools/call")
         && sole(headers, NAME_HEADER).is_some()
         && !headers.contains_key(SESSION_HEADER)
-        && !headers
-            .keys()
-            .any(|name| name.as_str().starts_with(PARAM_HEADER_PREFIX))
-        && headers.contains_key(CONTENT_LENGTH)
-        && sole(headers, CONTENT_TYPE.as_str())
-            .is_some_and(|value| essence(value) == "application/json")
-        && accepts_json_and_events(headers)
+        && !promotes_params(headers)
+        && plain_json_post(headers)
 }
 
 /// A plain call's id, request and `_meta` (see the module docs). `None`
@@ -472,7 +464,7 @@ mod fuzz {
                     builder = builder.header(http::header::ORIGIN, value);
                 }
             }
-            for (name, value) in [(http::header::AUTHORIZATION, &authorization), (CONTENT_LENGTH, &length)] {
+            for (name, value) in [(http::header::AUTHORIZATION, &authorization), (http::header::CONTENT_LENGTH, &length)] {
                 if let Ok(value) = http::HeaderValue::from_bytes(value) {
                     builder = builder.header(name, value);
                 }

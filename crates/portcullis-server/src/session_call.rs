@@ -41,7 +41,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::response::Response;
 use bytes::Bytes;
-use http::header::{CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE};
+use http::header::{CACHE_CONTROL, CONTENT_TYPE};
 use http::{HeaderMap, HeaderValue, Method, Request, StatusCode};
 use rmcp::model::{RequestId, ServerJsonRpcMessage};
 use rmcp::service::{NotificationContext, RequestContext};
@@ -49,15 +49,13 @@ use rmcp::transport::streamable_http_server::session::SessionId;
 use rmcp::{RoleServer, ServerHandler};
 use serde::Deserialize;
 
-use crate::media_type::{accepts_events, accepts_json_and_events, essence};
+use crate::media_type::accepts_events;
 use crate::sessions::{BoundedSessions, Reply};
-use crate::tool_call::{Era, PlainCall, call_tool, json_response, sole, status_only};
+use crate::tool_call::{
+    Era, METHOD_HEADER, NAME_HEADER, PROTOCOL_VERSION_HEADER, PlainCall, SESSION_HEADER, call_tool,
+    json_response, plain_json_post, promotes_params, sole, status_only,
+};
 
-const SESSION_HEADER: &str = "mcp-session-id";
-const PROTOCOL_VERSION_HEADER: &str = "mcp-protocol-version";
-const METHOD_HEADER: &str = "mcp-method";
-const NAME_HEADER: &str = "mcp-name";
-const PARAM_HEADER_PREFIX: &str = "mcp-param-";
 const LAST_EVENT_ID_HEADER: &str = "last-event-id";
 /// `_meta` keys of the protocol itself (a 2026-07-28 request's envelope,
 /// its log level): a request carrying one is rmcp's to judge.
@@ -348,13 +346,8 @@ fn plain_headers<T>(request: &Request<T>) -> bool {
         && headers.get_all(PROTOCOL_VERSION_HEADER).iter().count() <= 1
         && !headers.contains_key(METHOD_HEADER)
         && !headers.contains_key(NAME_HEADER)
-        && !headers
-            .keys()
-            .any(|name| name.as_str().starts_with(PARAM_HEADER_PREFIX))
-        && headers.contains_key(CONTENT_LENGTH)
-        && sole(headers, CONTENT_TYPE.as_str())
-            .is_some_and(|value| essence(value) == "application/json")
-        && accepts_json_and_events(headers)
+        && !promotes_params(headers)
+        && plain_json_post(headers)
 }
 
 /// A plain JSON answer with the headers rmcp gives its streams (what

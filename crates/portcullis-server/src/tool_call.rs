@@ -6,13 +6,44 @@
 
 use axum::body::Body;
 use axum::response::Response;
-use http::header::CONTENT_TYPE;
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use http::{HeaderMap, HeaderValue, StatusCode};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ClientCapabilities, ErrorCode, RequestId, ServerResult,
 };
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler};
+
+use crate::media_type::{accepts_json_and_events, essence};
+
+/// `MCP-Protocol-Version`.
+pub(crate) const PROTOCOL_VERSION_HEADER: &str = "mcp-protocol-version";
+/// `Mcp-Method` (SEP-2243).
+pub(crate) const METHOD_HEADER: &str = "mcp-method";
+/// `Mcp-Name` (SEP-2243).
+pub(crate) const NAME_HEADER: &str = "mcp-name";
+/// `Mcp-Param-*` (SEP-2243): arguments promoted to headers.
+pub(crate) const PARAM_HEADER_PREFIX: &str = "mcp-param-";
+/// `Mcp-Session-Id`.
+pub(crate) const SESSION_HEADER: &str = "mcp-session-id";
+
+/// Whether a request carries an argument promoted to an `Mcp-Param-*`
+/// header.
+pub(crate) fn promotes_params(headers: &HeaderMap) -> bool {
+    headers
+        .keys()
+        .any(|name| name.as_str().starts_with(PARAM_HEADER_PREFIX))
+}
+
+/// The body headers both direct paths need: a declared length (the
+/// guard has held it to the body limit), one JSON `Content-Type`, and an
+/// `Accept` taking both answers a Streamable HTTP POST may get.
+pub(crate) fn plain_json_post(headers: &HeaderMap) -> bool {
+    headers.contains_key(CONTENT_LENGTH)
+        && sole(headers, CONTENT_TYPE.as_str())
+            .is_some_and(|value| essence(value) == "application/json")
+        && accepts_json_and_events(headers)
+}
 
 /// The body of a JSON-RPC `tools/call`, read as exactly that. (rmcp reads
 /// any client message into untagged enums, trying each request type in

@@ -454,25 +454,15 @@ async fn a_session_ending_idle_cancels_its_calls_in_flight() {
     server.close().await;
 }
 
-/// A parked answer is not served once its session has ended (idle): the
-/// `GET` resuming it is answered as rmcp answers any request on an ended
-/// session.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_parked_answer_is_not_served_after_its_session_ended() {
+/// Calls `slow` (id 9), which outlives a keep-alive interval, reads its
+/// stream up to the event id and goes away; the id.
+async fn streamed_call_event_id(
+    http: &reqwest::Client,
+    server: &HttpServer,
+    session: &str,
+) -> String {
     use futures::StreamExt as _;
-    let builder = ToolServer::builder().tool(ro("slow"), |_: Value, _ctx: CallContext| async {
-        tokio::time::sleep(Duration::from_millis(400)).await;
-        Ok::<_, ToolError>(ToolResult::text("late answer"))
-    });
-    let options = HttpOptions {
-        keep_alive: Some(Duration::from_millis(100)),
-        session_idle_timeout: Some(Duration::from_millis(800)),
-        ..with_sessions()
-    };
-    let server = serve(builder, options).await;
-    let http = reqwest::Client::new();
-    let session = open_session(&http, &server, json!({})).await;
-    let response = send_call(&http, &server, &session, call(9, "slow", json!({}), false))
+    let response = send_call(http, server, session, call(9, "slow", json!({}), false))
         .await
         .unwrap()
         .unwrap();
@@ -486,14 +476,32 @@ async fn a_parked_answer_is_not_served_after_its_session_ended() {
             .unwrap();
         seen.push_str(std::str::from_utf8(&chunk).unwrap());
     }
-    let last_event_id = seen
-        .lines()
+    seen.lines()
         .find_map(|l| l.strip_prefix("id:"))
         .unwrap()
         .trim()
-        .to_owned();
+        .to_owned()
+}
+
+/// A parked answer is not served once its session has ended (idle): the
+/// `GET` resuming it is answered as rmcp answers any request on an ended
+/// session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_answer_is_not_served_after_its_session_ended() {
+    let builder = ToolServer::builder().tool(ro("slow"), |_: Value, _ctx: CallContext| async {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        Ok::<_, ToolError>(ToolResult::text("late answer"))
+    });
+    let options = HttpOptions {
+        keep_alive: Some(Duration::from_millis(100)),
+        session_idle_timeout: Some(Duration::from_millis(800)),
+        ..with_sessions()
+    };
+    let server = serve(builder, options).await;
+    let http = reqwest::Client::new();
+    let session = open_session(&http, &server, json!({})).await;
     // The client goes away; the answer is parked; the session then ends.
-    drop(body);
+    let last_event_id = streamed_call_event_id(&http, &server, &session).await;
     tokio::time::sleep(Duration::from_millis(2000)).await;
     let resumed = http
         .get(server.url())
@@ -522,7 +530,6 @@ async fn a_parked_answer_is_not_served_after_its_session_ended() {
 /// `MCP-Protocol-Version` (else `400`); only then is the answer served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resuming_a_parked_answer_checks_accept_and_version_as_rmcp_does() {
-    use futures::StreamExt as _;
     let builder = ToolServer::builder().tool(ro("slow"), |_: Value, _ctx: CallContext| async {
         tokio::time::sleep(Duration::from_millis(300)).await;
         Ok::<_, ToolError>(ToolResult::text("late answer"))
@@ -534,27 +541,7 @@ async fn resuming_a_parked_answer_checks_accept_and_version_as_rmcp_does() {
     let server = serve(builder, options).await;
     let http = reqwest::Client::new();
     let session = open_session(&http, &server, json!({})).await;
-    let response = send_call(&http, &server, &session, call(9, "slow", json!({}), false))
-        .await
-        .unwrap()
-        .unwrap();
-    let mut body = response.bytes_stream();
-    let mut seen = String::new();
-    while !seen.contains("id:") {
-        let chunk = tokio::time::timeout(HANG, body.next())
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
-        seen.push_str(std::str::from_utf8(&chunk).unwrap());
-    }
-    let last_event_id = seen
-        .lines()
-        .find_map(|l| l.strip_prefix("id:"))
-        .unwrap()
-        .trim()
-        .to_owned();
-    drop(body);
+    let last_event_id = streamed_call_event_id(&http, &server, &session).await;
     let resume = |accept: &'static str, version: &'static str| {
         http.get(server.url())
             .header("accept", accept)
