@@ -172,12 +172,15 @@ impl SessionPath {
         tokio::spawn(Box::pin(async move {
             let answer = call_tool(&handler, params, context, Era::Session).await;
             let message = match answer {
-                Ok(result) => ServerJsonRpcMessage::response(result, id),
-                Err(error) => ServerJsonRpcMessage::error(error, Some(id)),
+                Ok(result) => ServerJsonRpcMessage::response(result, id.clone()),
+                Err(error) => ServerJsonRpcMessage::error(error, Some(id.clone())),
             };
             let bytes = serde_json::to_vec(&message).unwrap_or_else(|error| {
                 tracing::error!(%error, "response not serialised");
-                Vec::new()
+                let error =
+                    rmcp::ErrorData::internal_error("the response could not be written", None);
+                serde_json::to_vec(&ServerJsonRpcMessage::error(error, Some(id)))
+                    .unwrap_or_default()
             });
             reply.send_replace(Some(Bytes::from(bytes)));
             drop(open);
