@@ -733,6 +733,59 @@ mod jsonrpc {
             .unwrap_or_else(|| panic!("no JSON-RPC message in: {response}"))
     }
 
+    /// A session's plain calls are answered in front of rmcp's session
+    /// machinery, which keeps its own table of calls to cancel: another
+    /// session's `notifications/cancelled` naming the same request id must
+    /// not reach this one. The call runs to its own end (the upstream's
+    /// timeout), and the gateway keeps serving.
+    #[test]
+    fn a_session_cannot_cancel_another_sessions_call() {
+        let shared = shared();
+        let authority = shared.authority.clone();
+        let host = authority.clone();
+        let on = move |session: &str, message: &Value| {
+            let message = message.to_string();
+            let raw = format!(
+                "POST /mcp HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-06-18\r\nMcp-Session-Id: {session}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{message}",
+                message.len()
+            );
+            send(&host, raw.as_bytes())
+        };
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        let victim = session_id(&authority);
+        let attacker = session_id(&authority);
+        for session in [&victim, &attacker] {
+            let (status, response) = on(session, &initialized);
+            assert_eq!(status, 202, "{response}");
+        }
+        // The gateway adopts a session just after its `initialized`.
+        std::thread::sleep(Duration::from_millis(300));
+        let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+            "params": {"name": "sleepy__hang", "arguments": {}}});
+        let running = {
+            let on = on.clone();
+            let victim = victim.clone();
+            std::thread::spawn(move || on(&victim, &call))
+        };
+        std::thread::sleep(Duration::from_millis(300));
+        let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": 7, "reason": "not yours"}});
+        let (status, response) = on(&attacker, &cancel);
+        assert_eq!(status, 202, "{response}");
+        let (status, response) = running.join().expect("the call returns");
+        assert_eq!(status, 200, "{response}");
+        let answer = event_message(&response);
+        assert_eq!(answer["id"], 7, "{answer}");
+        let text = answer["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            text.contains("timed out after 1500 ms"),
+            "the call did not run to its own end: {answer}"
+        );
+        shared.still_serving();
+    }
+
     /// Every kind of body that is not one JSON-RPC message, on each way in:
     /// a stateless 2026-07-28 request, an initialize-era request before a
     /// session exists, and one inside a session. Each gets 400 and a
