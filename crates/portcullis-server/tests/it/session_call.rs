@@ -207,19 +207,7 @@ async fn a_session_call_is_cancelled_by_its_clients_notification() {
     .await;
     let http = reqwest::Client::new();
     let session = open_session(&http, &server, json!({})).await;
-    let running = {
-        let (http, url, session) = (http.clone(), server.url(), session.clone());
-        tokio::spawn(async move {
-            http.post(url)
-                .header("content-type", "application/json")
-                .header("accept", "application/json, text/event-stream")
-                .header("mcp-session-id", session)
-                .header("mcp-protocol-version", VERSION)
-                .body(call(7, "wait", json!({}), false).to_string())
-                .send()
-                .await
-        })
-    };
+    let running = send_call(&http, &server, &session, call(7, "wait", json!({}), false));
     tokio::time::timeout(HANG, started.notified())
         .await
         .unwrap();
@@ -247,19 +235,7 @@ async fn closing_a_session_cancels_its_calls_in_flight() {
     .await;
     let http = reqwest::Client::new();
     let session = open_session(&http, &server, json!({})).await;
-    let running = {
-        let (http, url, session) = (http.clone(), server.url(), session.clone());
-        tokio::spawn(async move {
-            http.post(url)
-                .header("content-type", "application/json")
-                .header("accept", "application/json, text/event-stream")
-                .header("mcp-session-id", session)
-                .header("mcp-protocol-version", VERSION)
-                .body(call(8, "wait", json!({}), false).to_string())
-                .send()
-                .await
-        })
-    };
+    let running = send_call(&http, &server, &session, call(8, "wait", json!({}), false));
     tokio::time::timeout(HANG, started.notified())
         .await
         .unwrap();
