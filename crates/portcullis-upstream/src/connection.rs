@@ -649,12 +649,25 @@ impl Connection {
                             server,
                             params.clone(),
                             context,
+                            relay.as_ref(),
                             token.as_deref(),
                         )
                         .await?
                     {
                         direct::Answer::Result(result) => return Ok(result),
                         direct::Answer::Other(answer) => *answer,
+                        // The session expired unseen: rmcp opens a new one.
+                        direct::Answer::Unserved => {
+                            Box::pin(self.call_once(
+                                tool,
+                                server,
+                                params.clone(),
+                                context,
+                                relay.as_ref(),
+                                token.clone(),
+                            ))
+                            .await?
+                        }
                     }
                 }
                 // Boxed, like the input rounds below: the direct path is the
@@ -759,8 +772,12 @@ impl Connection {
     }
 
     /// One round of `tools/call` on the direct path: the same timeout,
-    /// cancellation (dropping the request closes its stream, the 2026
-    /// signal) and error mapping as [`Connection::call_once`].
+    /// cancellation and error mapping as [`Connection::call_once`]. A
+    /// 2026 server hears the cancellation as its request's closed stream;
+    /// an initialize-era one as `notifications/cancelled`, on timeouts
+    /// too. Server requests that arrive unrelated to any call see this one
+    /// in flight (its relay slot), as rmcp's path does.
+    #[allow(clippy::too_many_arguments)]
     async fn call_direct(
         &self,
         direct: &direct::Direct,
@@ -768,12 +785,29 @@ impl Connection {
         server: &str,
         params: CallToolRequestParams,
         context: &CallContext,
+        relay: Option<&Arc<dyn ClientRelay>>,
         token: Option<&str>,
     ) -> Result<direct::Answer, CallError> {
-        let round = tokio::time::timeout(self.timeout, direct.call(params, token, &self.handler));
+        let id = direct.next_id();
+        let _slot = direct.keeps_session().then(|| {
+            let slot = self.handler.relays.open(relay.cloned());
+            slot.bind(rmcp::model::RequestId::Number(id as i64));
+            slot
+        });
+        let round = direct::Round {
+            id,
+            token,
+            handler: &self.handler,
+            relay,
+        };
+        let round = tokio::time::timeout(self.timeout, direct.call(params, round));
         let answer = tokio::select! {
-            answer = round => answer.unwrap_or(Err(ServiceError::Timeout { timeout: self.timeout })),
+            answer = round => answer.unwrap_or_else(|_| {
+                direct.cancel(id, "timed out", token);
+                Err(ServiceError::Timeout { timeout: self.timeout })
+            }),
             _ = context.cancel.cancelled() => {
+                direct.cancel(id, "cancelled by the caller", token);
                 return Err(CallError::Cancelled { tool: tool.to_owned() });
             }
         };

@@ -47,8 +47,8 @@ use crate::report::DiagnosticSink;
 /// Redirects followed per request; the next one fails.
 pub const MAX_REDIRECTS: usize = 5;
 
-const SESSION_HEADER: &str = "mcp-session-id";
-const LAST_EVENT_ID_HEADER: &str = "last-event-id";
+pub(crate) const SESSION_HEADER: &str = "mcp-session-id";
+pub(crate) const LAST_EVENT_ID_HEADER: &str = "last-event-id";
 pub(crate) const EVENT_STREAM: &str = "text/event-stream";
 pub(crate) const JSON: &str = "application/json";
 
@@ -112,6 +112,10 @@ struct Shared {
     /// string to every request, and parsing it was a measurable part of a
     /// proxied call.
     endpoint: OnceLock<(Arc<str>, Url)>,
+    /// The session rmcp is on: the id it last posted with, or the one the
+    /// server's answer to its `initialize` gave. The direct call path posts
+    /// into the same session.
+    session: Mutex<Option<Arc<str>>>,
 }
 
 /// A reqwest client bound to one server's guard, headers and health.
@@ -156,6 +160,7 @@ impl GuardedHttp {
                 diagnostics: parts.diagnostics,
                 reported: Mutex::new(HashSet::new()),
                 session_opened: AtomicBool::new(false),
+                session: Mutex::new(None),
                 standalone: tokio::sync::watch::Sender::new(false),
                 endpoint: OnceLock::new(),
             }),
@@ -164,6 +169,26 @@ impl GuardedHttp {
 
     pub(crate) fn server(&self) -> &str {
         &self.shared.server
+    }
+
+    /// The id of the session rmcp is on, if the server gave one.
+    pub(crate) fn session(&self) -> Option<Arc<str>> {
+        self.shared
+            .session
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn note_session(&self, session: &Arc<str>) {
+        let mut current = self
+            .shared
+            .session
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if current.as_ref().is_none_or(|known| known != session) {
+            *current = Some(session.clone());
+        }
     }
 
     /// Waits, at most `limit`, until the session's standalone GET stream has
@@ -473,6 +498,14 @@ pub(crate) fn sse_events(
     SseStream::from_bytes_stream(BoundedEvents::new(response.bytes_stream(), max)).boxed()
 }
 
+/// Whether an event stream failed because its connection broke (worth
+/// resuming), not because of what the server sent (an oversized or
+/// malformed event).
+pub(crate) fn interrupted(error: &SseError) -> bool {
+    matches!(error, SseError::Body(e) if !e.is::<EventStreamError>()
+        || matches!(e.downcast_ref::<EventStreamError>(), Some(EventStreamError::Http(_))))
+}
+
 /// Fails a byte stream once one SSE event (the bytes between blank lines)
 /// exceeds `max`: sse-stream buffers an event whole, so an unbounded event
 /// from a hostile server would be unbounded memory.
@@ -604,6 +637,9 @@ impl StreamableHttpClient for GuardedHttp {
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
         let url = self.parse_uri(&uri)?;
         let had_session = session_id.is_some();
+        if let Some(session) = &session_id {
+            self.note_session(session);
+        }
         let protocol = protocol_headers(custom_headers, session_id.as_deref())?;
         let body = Bytes::from(serde_json::to_vec(&message)?);
         let token = call_token(&message);
@@ -624,8 +660,9 @@ impl StreamableHttpClient for GuardedHttp {
             .get(SESSION_HEADER)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        if session.is_some() && !had_session {
+        if let Some(opened) = session.as_deref().filter(|_| !had_session) {
             self.shared.session_opened.store(true, Ordering::Release);
+            self.note_session(&Arc::from(opened));
         }
         let kind = content_type(&response);
         if !status.is_success() {

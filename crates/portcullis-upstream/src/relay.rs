@@ -303,14 +303,67 @@ impl Relays {
         let method = method_of(&request);
         let origin = context.extensions.get::<InboundStreamOrigin>();
         let relay = self.find(origin, method)?;
-        if !declared(&relay.capabilities(), &request) {
-            let mut missing = ClientCapabilities::default();
-            require(&mut missing, &request);
-            relay.undeclared(missing);
-            return Err(Refusal::Undeclared { method }.into());
+        put_to(&relay, request, context.ct.clone()).await
+    }
+}
+
+/// Puts `request` to `relay`, the client of the call it belongs to, if
+/// that client declared the capability it needs.
+async fn put_to(
+    relay: &Arc<dyn ClientRelay>,
+    request: ServerRequest,
+    cancel: CancellationToken,
+) -> Result<ClientResult, ErrorData> {
+    let method = method_of(&request);
+    if !declared(&relay.capabilities(), &request) {
+        let mut missing = ClientCapabilities::default();
+        require(&mut missing, &request);
+        relay.undeclared(missing);
+        return Err(Refusal::Undeclared { method }.into());
+    }
+    tracing::debug!(method, "relaying a server request to the calling client");
+    relay.request(request, cancel).await
+}
+
+/// The answer to a server request that arrived on a call's own response
+/// stream, read without rmcp's service (the direct call path): `relay` is
+/// that call's client. Answered as rmcp's service and
+/// [`Relays::forward`] answer it: `ping` at once, sampling, elicitation
+/// and roots by the calling client (a result of another kind is an
+/// error), anything else "method not found".
+pub(crate) async fn answer_for_call(
+    relay: Option<Arc<dyn ClientRelay>>,
+    request: ServerRequest,
+    cancel: CancellationToken,
+) -> Result<ClientResult, ErrorData> {
+    let method = method_of(&request);
+    let asked = match request {
+        ServerRequest::PingRequest(_) => return Ok(ClientResult::empty(())),
+        ServerRequest::CustomRequest(_) => {
+            return Err(ErrorData::new(
+                ErrorCode::METHOD_NOT_FOUND,
+                "portcullis does not relay this request to the calling client",
+                None,
+            ));
         }
-        tracing::debug!(method, "relaying a server request to the calling client");
-        relay.request(request, context.ct.clone()).await
+        asked => asked,
+    };
+    let relay = relay.ok_or(Refusal::NoClient { method })?;
+    let answer = put_to(&relay, asked, cancel).await?;
+    let answered = match &answer {
+        ClientResult::CreateMessageResult(_) => "sampling/createMessage",
+        ClientResult::ElicitResult(_) => "elicitation/create",
+        ClientResult::ListRootsResult(_) => "roots/list",
+        _ => "",
+    };
+    let fits = answered == method;
+    if fits {
+        Ok(answer)
+    } else {
+        Err(ErrorData::internal_error(
+            format!("the calling client answered {method} with another kind of result"),
+            None,
+        ))
     }
 }
 

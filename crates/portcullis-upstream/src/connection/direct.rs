@@ -1,33 +1,49 @@
-//! The direct call path for 2026-07-28 Streamable HTTP servers: a
-//! stateless `tools/call` is POSTed through the guarded client and its
-//! answer read straight into a result, without rmcp's client service in
-//! between.
+//! The direct call path for Streamable HTTP servers: a `tools/call` is
+//! POSTed through the guarded client and its answer read straight into a
+//! result, without rmcp's client service in between.
 //!
-//! Why: on such a server a call needs no session, so rmcp's request loop,
-//! its transport worker task, its per-request header derivation (the whole
-//! message serialised to a JSON value once more) and its two-pass message
-//! parsing are pure overhead — measured on loopback they cost more gateway
-//! CPU than the HTTP exchange itself.
+//! Why: rmcp's request loop, its transport worker task, its per-request
+//! header derivation (the whole message serialised to a JSON value once
+//! more) and its two-pass message parsing cost more gateway CPU than the
+//! HTTP exchange itself, measured on loopback.
+//!
+//! Two generations of server take it:
+//!
+//! * **2026-07-28** servers: a call needs no session. The request carries
+//!   the `_meta` rmcp stamps on a 2026 request and the `Mcp-Method` and
+//!   `Mcp-Name` headers; closing the request cancels it.
+//! * **Initialize-era** servers (2025-11-25 and before): the call is posted
+//!   into the session rmcp opened and keeps (its `Mcp-Session-Id` as rmcp
+//!   last used it, the negotiated `MCP-Protocol-Version`). A server that
+//!   no longer knows the session (404) has not run the call: it goes
+//!   through rmcp, which opens a new session and sends it there
+//!   ([`Answer::Unserved`]). Requests the server sends on the call's
+//!   stream are answered by the call's client and POSTed back, a stream
+//!   that ends after an event id is resumed with `Last-Event-ID`
+//!   ([`events`]), and a cancelled call is cancelled with
+//!   `notifications/cancelled` ([`Direct::cancel`]).
 //!
 //! It is used only where it changes nothing a caller can see (see
-//! [`Direct::serves`]): no progress to route (rmcp's path routes it), a tool
-//! name that goes in the `Mcp-Name` header as it is, and a server none of
-//! whose tools promotes arguments to `Mcp-Param-*` headers. Everything
-//! else — the same guard, credentials, redirects and body limits
-//! ([`GuardedHttp::send`]), the same `_meta` rmcp stamps on a 2026 request,
-//! the same error mapping, cancellation by closing the request, an event
-//! stream answer with its notifications delivered — is as on rmcp's path.
+//! [`Direct::serves`]): no progress to route (rmcp's path routes it) and,
+//! for a 2026 server, a tool name that goes in the `Mcp-Name` header as it
+//! is and no tool that promotes arguments to `Mcp-Param-*` headers.
+//! Everything else — the same guard, credentials, redirects and body
+//! limits ([`GuardedHttp::send`]), the same error mapping, an event stream
+//! answer with its notifications delivered — is as on rmcp's path.
 
+mod events;
+
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use bytes::Bytes;
-use futures::StreamExt;
 use http::header::ACCEPT;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use portcullis_catalog::ToolResult;
 use rmcp::model::{
-    CallToolRequestParams, ClientCapabilities, ErrorData, Implementation, JsonRpcMessage,
-    ProtocolVersion, RequestMetaObject, ServerJsonRpcMessage, ServerResult,
+    CallToolRequestParams, CancelledNotification, CancelledNotificationParam, ClientCapabilities,
+    ClientJsonRpcMessage, ClientNotification, ErrorData, Implementation, JsonRpcMessage,
+    ProtocolVersion, RequestId, RequestMetaObject, ServerJsonRpcMessage, ServerResult,
 };
 use rmcp::service::ServiceError;
 use rmcp::transport::DynamicTransportError;
@@ -36,8 +52,11 @@ use serde::Serialize;
 use serde_json::Value;
 use url::Url;
 
-use crate::http::{EVENT_STREAM, GuardedHttp, HttpFailure, JSON, content_type, is_media};
+use crate::http::{
+    EVENT_STREAM, GuardedHttp, HttpFailure, JSON, SESSION_HEADER, content_type, is_media,
+};
 use crate::progress::UpstreamHandler;
+use crate::relay::ClientRelay;
 
 /// What a direct call answered.
 pub(crate) enum Answer {
@@ -46,19 +65,30 @@ pub(crate) enum Answer {
     /// Any other result (`input_required`, an empty or unexpected one), as
     /// rmcp reads it, for the caller's usual handling.
     Other(Box<ServerResult>),
+    /// The server no longer knows the session the call was posted into
+    /// (HTTP 404), so it did not run the call: rmcp's path opens a new
+    /// session and sends it there.
+    Unserved,
 }
 
-/// A 2026 Streamable HTTP server's direct call path.
+/// Which generation of Streamable HTTP the server speaks.
+enum Era {
+    /// 2026-07-28: stateless; `meta` is what rmcp puts on every request
+    /// (protocol version, client info and capabilities).
+    Stateless { meta: RequestMetaObject },
+    /// Initialize era: calls go into the session rmcp keeps.
+    Session,
+}
+
+/// A Streamable HTTP server's direct call path.
 pub(crate) struct Direct {
     http: GuardedHttp,
     url: Url,
-    /// `Mcp-Protocol-Version`.
+    /// `MCP-Protocol-Version`: the negotiated version.
     version: HeaderValue,
-    /// The `_meta` rmcp puts on every 2026 request: protocol version,
-    /// client info and capabilities.
-    meta: RequestMetaObject,
+    era: Era,
     /// Set once any listing had a tool with `x-mcp-header` annotations:
-    /// rmcp promotes those arguments to headers, so such a server is
+    /// rmcp promotes those arguments to headers, so such a 2026 server is
     /// called through rmcp from then on.
     promotes_headers: AtomicBool,
     next_id: AtomicU64,
@@ -73,10 +103,21 @@ struct Envelope<'a> {
     params: &'a CallToolRequestParams,
 }
 
+/// The call a direct round is for, as its answer stream needs it.
+pub(crate) struct Round<'a> {
+    /// The request id the call was posted with ([`Direct::next_id`]).
+    pub(crate) id: u64,
+    /// The call's own credential, if it has one.
+    pub(crate) token: Option<&'a str>,
+    /// Where notifications on the answer's stream go.
+    pub(crate) handler: &'a UpstreamHandler,
+    /// The call's client: it answers what the server asks on the stream.
+    pub(crate) relay: Option<&'a Arc<dyn ClientRelay>>,
+}
+
 impl Direct {
-    /// The direct path for a server that negotiated `version` with the
-    /// client described by `client`, or `None` when `version` still has a
-    /// handshake (those calls belong to a session rmcp keeps).
+    /// The direct path for a Streamable HTTP server that negotiated
+    /// `version` with the client described by `client`.
     pub(crate) fn new(
         http: GuardedHttp,
         url: Url,
@@ -84,19 +125,21 @@ impl Direct {
         client: Implementation,
         capabilities: ClientCapabilities,
     ) -> Option<Direct> {
-        if version.has_initialize() {
-            return None;
-        }
         let header = HeaderValue::from_str(version.as_str()).ok()?;
-        let mut meta = RequestMetaObject::default();
-        meta.set_protocol_version(version.clone());
-        meta.set_client_info(client);
-        meta.set_client_capabilities(capabilities);
+        let era = if version.has_initialize() {
+            Era::Session
+        } else {
+            let mut meta = RequestMetaObject::default();
+            meta.set_protocol_version(version.clone());
+            meta.set_client_info(client);
+            meta.set_client_capabilities(capabilities);
+            Era::Stateless { meta }
+        };
         Some(Direct {
             http,
             url,
             version: header,
-            meta,
+            era,
             promotes_headers: AtomicBool::new(false),
             // rmcp numbers its own requests from 0 on the same server;
             // these ids live in another range so the two never meet.
@@ -104,12 +147,21 @@ impl Direct {
         })
     }
 
-    /// Notes a listing's input schemas: a tool that annotates
-    /// `x-mcp-header` sends its calls through rmcp from now on.
+    /// Whether calls go into a session (an initialize-era server).
+    pub(crate) fn keeps_session(&self) -> bool {
+        matches!(self.era, Era::Session)
+    }
+
+    /// Notes a listing's input schemas: on a 2026 server, a tool that
+    /// annotates `x-mcp-header` sends its calls through rmcp from now on.
+    /// (rmcp promotes no arguments to headers for earlier revisions.)
     pub(crate) fn saw_schemas<'a, S: Serialize + 'a>(
         &self,
         schemas: impl IntoIterator<Item = &'a S>,
     ) {
+        if self.keeps_session() {
+            return;
+        }
         let promotes = schemas.into_iter().any(|schema| {
             serde_json::to_string(schema).is_ok_and(|schema| schema.contains("x-mcp-header"))
         });
@@ -119,53 +171,59 @@ impl Direct {
     }
 
     /// Whether a call of `remote_name` can go this way: no progress to
-    /// route, no argument headers, a name that needs no header encoding.
+    /// route; on a 2026 server also no argument headers and a name that
+    /// needs no header encoding.
     pub(crate) fn serves(&self, remote_name: &str, wants_progress: bool) -> bool {
         !wants_progress
-            && !self.promotes_headers.load(Ordering::Relaxed)
-            && plain_header_value(remote_name)
+            && (self.keeps_session()
+                || (!self.promotes_headers.load(Ordering::Relaxed)
+                    && plain_header_value(remote_name)))
     }
 
-    /// One `tools/call` round. Notifications in an event-stream answer
-    /// are delivered through `handler`, as rmcp's path delivers them.
+    /// The id of the next direct request.
+    pub(crate) fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// One `tools/call` round, posted with `round.id`. Notifications in an
+    /// event-stream answer are delivered through `round.handler`, as
+    /// rmcp's path delivers them.
     pub(crate) async fn call(
         &self,
         mut params: CallToolRequestParams,
-        token: Option<&str>,
-        handler: &UpstreamHandler,
+        round: Round<'_>,
     ) -> Result<Answer, ServiceError> {
-        // The call's own capabilities (what its client can answer), if it
-        // names them, over the connection's.
-        let capabilities = params.meta.as_ref().and_then(|m| m.client_capabilities());
-        let mut meta = self.meta.clone();
-        if let Some(capabilities) = capabilities {
-            meta.set_client_capabilities(capabilities);
-        }
-        params.meta = Some(meta);
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let session = match &self.era {
+            Era::Session => self.http.session(),
+            Era::Stateless { meta } => {
+                // The call's own capabilities (what its client can answer),
+                // if it names them, over the connection's.
+                let capabilities = params.meta.as_ref().and_then(|m| m.client_capabilities());
+                let mut meta = meta.clone();
+                if let Some(capabilities) = capabilities {
+                    meta.set_client_capabilities(capabilities);
+                }
+                params.meta = Some(meta);
+                None
+            }
+        };
         let body = serde_json::to_vec(&Envelope {
             jsonrpc: "2.0",
-            id,
+            id: round.id,
             method: "tools/call",
             params: &params,
         })
         .map_err(|e| unexpected(format!("cannot encode the request: {e}")))?;
-        let mut headers = HeaderMap::with_capacity(4);
-        headers.insert(
-            ACCEPT,
-            HeaderValue::from_static("application/json, text/event-stream"),
-        );
-        headers.insert(
-            HeaderName::from_static("mcp-protocol-version"),
-            self.version.clone(),
-        );
-        headers.insert(
-            HeaderName::from_static("mcp-method"),
-            HeaderValue::from_static("tools/call"),
-        );
-        let name = HeaderValue::from_str(&params.name)
-            .map_err(|_| unexpected("the tool name is not a header value".into()))?;
-        headers.insert(HeaderName::from_static("mcp-name"), name);
+        let mut headers = self.protocol_headers(session.as_deref(), BOTH);
+        if !self.keeps_session() {
+            headers.insert(
+                HeaderName::from_static("mcp-method"),
+                HeaderValue::from_static("tools/call"),
+            );
+            let name = HeaderValue::from_str(&params.name)
+                .map_err(|_| unexpected("the tool name is not a header value".into()))?;
+            headers.insert(HeaderName::from_static("mcp-name"), name);
+        }
         let (response, _) = self
             .http
             .send(
@@ -173,12 +231,15 @@ impl Direct {
                 self.url.clone(),
                 headers,
                 Some(Bytes::from(body)),
-                token,
+                round.token,
             )
             .await
             .map_err(transport)?;
         let limits = StreamableHttpResponseLimits::default();
         let status = response.status();
+        if status == StatusCode::NOT_FOUND && session.is_some() {
+            return Ok(Answer::Unserved);
+        }
         let kind = content_type(&response);
         if !status.is_success() {
             // A JSON-RPC error in the body is the server's answer; anything
@@ -200,43 +261,126 @@ impl Direct {
             let body = crate::http::read_bounded(response, limits.max_json_response_size)
                 .await
                 .map_err(transport)?;
-            return answer(&body);
+            let message: Value = serde_json::from_slice(&body)
+                .map_err(|e| unexpected(format!("unreadable answer: {e}")))?;
+            if !answers(&message, round.id) {
+                return Err(unexpected("the server answered another request".into()));
+            }
+            return answer(message);
         }
         if is_media(kind.as_deref(), EVENT_STREAM) {
-            let mut events = crate::http::sse_events(response, limits.max_sse_event_size);
-            while let Some(event) = events.next().await {
-                let event = event.map_err(|e| unexpected(e.to_string()))?;
-                let Some(data) = event.data.filter(|d| !d.trim().is_empty()) else {
-                    continue;
-                };
-                match serde_json::from_str::<ServerJsonRpcMessage>(&data) {
-                    Ok(JsonRpcMessage::Notification(notification)) => {
-                        handler.observe(notification.notification).await;
-                    }
-                    Ok(JsonRpcMessage::Response(_) | JsonRpcMessage::Error(_)) => {
-                        return answer(data.as_bytes());
-                    }
-                    // A 2026 server asks for input with `input_required`,
-                    // never with a request on the call's stream.
-                    Ok(_) | Err(_) => {}
-                }
-            }
-            return Err(unexpected(
-                "the event stream ended without an answer".into(),
-            ));
+            let stream = crate::http::sse_events(response, limits.max_sse_event_size);
+            return events::read(self, stream, session, round).await;
         }
         Err(unexpected(format!(
             "unexpected content type {}",
             kind.as_deref().unwrap_or("(none)")
         )))
     }
+
+    /// Tells an initialize-era server that the call posted as `id` is
+    /// cancelled (`notifications/cancelled`, on a task of its own: the
+    /// caller does not wait). A 2026 server needs nothing: the request's
+    /// closed stream is that revision's signal.
+    pub(crate) fn cancel(&self, id: u64, reason: &str, token: Option<&str>) {
+        if !self.keeps_session() {
+            return;
+        }
+        let mut param = CancelledNotificationParam::new(Some(RequestId::Number(id as i64)), None);
+        param.reason = Some(reason.to_owned());
+        let message = ClientJsonRpcMessage::notification(
+            ClientNotification::CancelledNotification(CancelledNotification::new(param)),
+        );
+        let replier = self.replier(self.http.session(), token);
+        tokio::spawn(async move { replier.post(&message).await });
+    }
+
+    /// The headers every request of this path carries: `Accept`, the
+    /// negotiated protocol version and the session, if any.
+    fn protocol_headers(&self, session: Option<&str>, accept: &'static str) -> HeaderMap {
+        let mut headers = HeaderMap::with_capacity(5);
+        headers.insert(ACCEPT, HeaderValue::from_static(accept));
+        headers.insert(
+            HeaderName::from_static("mcp-protocol-version"),
+            self.version.clone(),
+        );
+        if let Some(value) = session.and_then(|s| HeaderValue::from_str(s).ok()) {
+            headers.insert(SESSION_HEADER, value);
+        }
+        headers
+    }
+
+    /// Where messages that await no answer (replies to the server's
+    /// requests, cancellations) are POSTed for a call.
+    fn replier(&self, session: Option<Arc<str>>, token: Option<&str>) -> Replier {
+        Replier {
+            http: self.http.clone(),
+            url: self.url.clone(),
+            headers: self.protocol_headers(session.as_deref(), BOTH),
+            token: token.map(str::to_owned),
+        }
+    }
+}
+
+/// Where a reply to one of the server's requests is POSTed.
+pub(super) struct Replier {
+    http: GuardedHttp,
+    url: Url,
+    headers: HeaderMap,
+    token: Option<String>,
+}
+
+impl Replier {
+    /// POSTs `message`. A failure is only logged: the server times out
+    /// its side of it.
+    pub(super) async fn post(self, message: &ClientJsonRpcMessage) {
+        let body = match serde_json::to_vec(message) {
+            Ok(body) => Bytes::from(body),
+            Err(e) => {
+                tracing::debug!("a reply to the server could not be encoded: {e}");
+                return;
+            }
+        };
+        let sent = self
+            .http
+            .send(
+                Method::POST,
+                self.url,
+                self.headers,
+                Some(body),
+                self.token.as_deref(),
+            )
+            .await;
+        match sent {
+            Ok((response, _)) if response.status().is_success() => {}
+            Ok((response, _)) => tracing::debug!(
+                server = self.http.server(),
+                status = response.status().as_u16(),
+                "the server refused a message posted to it"
+            ),
+            Err(e) => tracing::debug!(
+                server = self.http.server(),
+                "a message could not be posted to the server: {e}"
+            ),
+        }
+    }
+}
+
+/// `Accept` for a request whose answer may be JSON or an event stream.
+const BOTH: &str = "application/json, text/event-stream";
+
+/// Whether `message` is the answer to the request posted as `id` (or an
+/// error the server could not tie to any request).
+fn answers(message: &Value, id: u64) -> bool {
+    match message.get("id") {
+        Some(Value::Null) | None => message.get("error").is_some(),
+        Some(other) => other.as_u64() == Some(id),
+    }
 }
 
 /// Reads one JSON-RPC answer: a tool result straight into [`ToolResult`],
 /// anything else through rmcp's types.
-fn answer(body: &[u8]) -> Result<Answer, ServiceError> {
-    let mut message: Value =
-        serde_json::from_slice(body).map_err(|e| unexpected(format!("unreadable answer: {e}")))?;
+fn answer(mut message: Value) -> Result<Answer, ServiceError> {
     if let Some(error) = message.get_mut("error") {
         let error: ErrorData = serde_json::from_value(error.take())
             .map_err(|e| unexpected(format!("unreadable error: {e}")))?;
@@ -299,17 +443,14 @@ mod tests {
     fn tool_results_are_read_directly_and_others_through_rmcp() {
         let body = json!({"jsonrpc": "2.0", "id": 1, "result": {
             "content": [{"type": "text", "text": "hi"}], "isError": false}});
-        match answer(body.to_string().as_bytes()) {
+        match answer(body) {
             Ok(Answer::Result(result)) => assert_eq!(result, ToolResult::text("hi")),
             _ => panic!("expected a tool result"),
         }
         let empty = json!({"jsonrpc": "2.0", "id": 1, "result": {}});
-        assert!(matches!(
-            answer(empty.to_string().as_bytes()),
-            Ok(Answer::Other(_))
-        ));
+        assert!(matches!(answer(empty), Ok(Answer::Other(_))));
         let error = json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32602, "message": "bad"}});
-        match answer(error.to_string().as_bytes()) {
+        match answer(error) {
             Err(ServiceError::McpError(data)) => assert_eq!(data.message, "bad"),
             _ => panic!("expected the server's error"),
         }

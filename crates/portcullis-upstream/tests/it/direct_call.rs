@@ -1,9 +1,15 @@
-//! Calls to a 2026-07-28 Streamable HTTP server go the direct way
+//! Calls to a Streamable HTTP server go the direct way
 //! (`connection::direct`); these pin what that path must do besides a
 //! plain JSON answer, which every HTTP test in `integration.rs` covers: a
 //! server that answers with an event stream, log messages on that stream
 //! handed over before the call returns, a JSON-RPC error, and a caller
 //! that wants progress still getting it (through rmcp's path).
+//!
+//! For an initialize-era server the call goes into rmcp's session: the
+//! session's id rides along, a session the server dropped is reopened by
+//! rmcp and the call still answered, a cancelled call is cancelled with
+//! `notifications/cancelled`, and the server's requests on the call's
+//! stream are answered by the call's client.
 
 // Logging is deprecated by SEP-2577, but 2026 servers may still log on a
 // call's stream, and the gateway passes it on.
@@ -13,14 +19,17 @@ use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 use portcullis_upstream::{
-    CallContext, CallError, ConnectOptions, LogSink, McpServerConfig, Toolset, connect,
+    CallContext, CallError, ClientRelay, ConnectOptions, LogSink, McpServerConfig, Toolset, connect,
 };
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
-    LoggingLevel, LoggingMessageNotificationParam, PaginatedRequestParams,
-    ProgressNotificationParam, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientResult,
+    ContentBlock, DiscoverRequestMethod, DiscoverResult, ElicitRequestParams, ElicitResult,
+    ListToolsResult, LoggingLevel, LoggingMessageNotificationParam, PaginatedRequestParams,
+    ProgressNotificationParam, ProtocolVersion, ServerCapabilities, ServerConfig, ServerRequest,
+    Tool,
 };
 use rmcp::service::RequestContext;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -202,6 +211,318 @@ async fn a_caller_that_wants_progress_still_gets_it() {
         steps.push(progress.progress);
     }
     assert_eq!(steps, [1.0, 2.0, 3.0]);
+    toolset.close().await;
+    server.abort();
+}
+
+/// What the session server saw.
+#[derive(Default)]
+struct Sessions {
+    /// Each `tools/call`: its JSON-RPC id and the `Mcp-Session-Id` it came with.
+    calls: Mutex<Vec<(Value, Option<String>)>>,
+    /// Calls whose cancellation reached the tool.
+    cancelled: tokio::sync::Notify,
+}
+
+/// An initialize-era session server: it knows nothing of 2026-07-28.
+#[derive(Clone)]
+struct Sessioned(Arc<Sessions>);
+
+impl ServerHandler for Sessioned {
+    fn supported_protocol_versions(&self) -> std::borrow::Cow<'static, [ProtocolVersion]> {
+        std::borrow::Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2025_11_25))
+    }
+
+    async fn discover(
+        &self,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<DiscoverResult, ErrorData> {
+        Err(ErrorData::method_not_found::<DiscoverRequestMethod>())
+    }
+
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let tools = ["echo", "ask", "wait"].map(|name| {
+            serde_json::from_value::<Tool>(json!({
+                "name": name,
+                "inputSchema": {"type": "object"},
+                "annotations": {"readOnlyHint": true}
+            }))
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))
+        });
+        Ok(ListToolsResult::with_all_items(
+            tools.into_iter().collect::<Result<_, _>>()?,
+        ))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let text = match request.name.as_ref() {
+            "ask" => {
+                let params: ElicitRequestParams = serde_json::from_value(json!({
+                    "mode": "form", "message": "Your name?", "requestedSchema": {
+                        "type": "object", "properties": {"name": {"type": "string"}}}
+                }))
+                .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+                let asked = ServerRequest::ElicitRequest(rmcp::model::ElicitRequest::new(params));
+                match context.peer.send_request(asked).await {
+                    Ok(ClientResult::ElicitResult(answer)) => format!(
+                        "hello {}",
+                        answer
+                            .content
+                            .as_ref()
+                            .and_then(|c| c["name"].as_str())
+                            .unwrap_or("nobody")
+                    ),
+                    Ok(other) => format!("not asked: answered {other:?}"),
+                    Err(error) => format!("not asked: {error}"),
+                }
+            }
+            "wait" => {
+                context.ct.cancelled().await;
+                self.0.cancelled.notify_one();
+                return Err(ErrorData::internal_error("cancelled", None));
+            }
+            _ => request
+                .arguments
+                .as_ref()
+                .and_then(|a| a.get("message"))
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+        };
+        Ok(CallToolResult::success(vec![ContentBlock::text(text)]).into())
+    }
+}
+
+/// Serves [`Sessioned`] with sessions and event-stream answers, noting
+/// every `tools/call` on its way in.
+async fn serve_sessions(seen: Arc<Sessions>) -> (String, tokio::task::JoinHandle<()>) {
+    let config = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(true)
+        .with_json_response(false);
+    let handler = Sessioned(seen.clone());
+    let service = StreamableHttpService::new(
+        move || Ok(handler.clone()),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    );
+    let note = move |request: axum::extract::Request, next: axum::middleware::Next| {
+        let seen = seen.clone();
+        async move {
+            let (parts, body) = request.into_parts();
+            let bytes = axum::body::to_bytes(body, 1 << 20)
+                .await
+                .unwrap_or_default();
+            if let Ok(message) = serde_json::from_slice::<Value>(&bytes)
+                && message["method"] == "tools/call"
+            {
+                let session = parts
+                    .headers
+                    .get("mcp-session-id")
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned);
+                seen.calls
+                    .lock()
+                    .expect("not poisoned")
+                    .push((message["id"].clone(), session));
+            }
+            next.run(axum::extract::Request::from_parts(parts, bytes.into()))
+                .await
+        }
+    };
+    let app = axum::Router::new()
+        .route_service("/mcp", service)
+        .layer(axum::middleware::from_fn(note));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("binds");
+    let url = format!(
+        "http://{}/mcp",
+        listener.local_addr().expect("has an address")
+    );
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (url, task)
+}
+
+/// The ids rmcp's own requests never reach: the direct path numbers its
+/// requests from here.
+const DIRECT_IDS: u64 = 1 << 48;
+
+fn last_call(seen: &Sessions) -> (Value, Option<String>) {
+    seen.calls
+        .lock()
+        .expect("not poisoned")
+        .last()
+        .cloned()
+        .expect("a call reached the server")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_calls_go_direct_into_rmcps_session_and_survive_its_loss() {
+    let seen = Arc::new(Sessions::default());
+    let (url, server) = serve_sessions(seen.clone()).await;
+    let toolset = connected(&url).await;
+    let call = |message: &'static str| {
+        let toolset = &toolset;
+        async move {
+            toolset
+                .call(
+                    "echo",
+                    Some(json!({"message": message})),
+                    &CallContext::default(),
+                )
+                .await
+                .expect("the tool answers")
+        }
+    };
+    assert_eq!(text(&call("one").await), "one");
+    let (id, first_session) = last_call(&seen);
+    assert!(
+        id.as_u64() >= Some(DIRECT_IDS),
+        "went through rmcp: id {id}"
+    );
+    let first_session = first_session.expect("the call came in the session");
+
+    // The server forgets the session: the next call is still answered
+    // (rmcp opens a new session), and the one after goes direct into it.
+    let ended = reqwest::Client::new()
+        .delete(&url)
+        .header("mcp-session-id", &first_session)
+        .send()
+        .await
+        .expect("the server answers");
+    assert!(ended.status().is_success(), "{}", ended.status());
+    assert_eq!(text(&call("two").await), "two");
+    assert_eq!(text(&call("three").await), "three");
+    let (id, session) = last_call(&seen);
+    assert!(
+        id.as_u64() >= Some(DIRECT_IDS),
+        "went through rmcp: id {id}"
+    );
+    let session = session.expect("the call came in a session");
+    assert_ne!(
+        session, first_session,
+        "the call went into the dropped session"
+    );
+    toolset.close().await;
+    server.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_session_call_is_cancelled_on_the_server() {
+    let seen = Arc::new(Sessions::default());
+    let (url, server) = serve_sessions(seen.clone()).await;
+    let toolset = connected(&url).await;
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let context = CallContext::default().with_cancel(cancel.clone());
+    let call = toolset.call("wait", Some(json!({})), &context);
+    let cancelled = async {
+        while seen.calls.lock().expect("not poisoned").is_empty() {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let (id, _) = last_call(&seen);
+        assert!(
+            id.as_u64() >= Some(DIRECT_IDS),
+            "went through rmcp: id {id}"
+        );
+        cancel.cancel();
+        tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            seen.cancelled.notified(),
+        )
+        .await
+        .expect("the server's tool saw its cancellation");
+    };
+    let (answer, ()) = tokio::join!(call, cancelled);
+    assert!(
+        matches!(answer, Err(CallError::Cancelled { .. })),
+        "{answer:?}"
+    );
+    toolset.close().await;
+    server.abort();
+}
+
+/// A calling client that answers every elicitation with a name.
+struct Names(Mutex<Vec<String>>);
+
+impl ClientRelay for Names {
+    fn capabilities(&self) -> ClientCapabilities {
+        let mut capabilities = ClientCapabilities::default();
+        capabilities.elicitation = Some(Default::default());
+        capabilities
+    }
+
+    fn request(
+        &self,
+        request: ServerRequest,
+        _cancel: tokio_util::sync::CancellationToken,
+    ) -> BoxFuture<'static, Result<ClientResult, ErrorData>> {
+        if let ServerRequest::ElicitRequest(asked) = &request
+            && let Ok(mut seen) = self.0.lock()
+        {
+            seen.push(
+                serde_json::to_value(&asked.params).expect("serialisable")["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            );
+        }
+        Box::pin(async {
+            serde_json::from_value::<ElicitResult>(
+                json!({"action": "accept", "content": {"name": "Ada"}}),
+            )
+            .map(ClientResult::ElicitResult)
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_servers_request_during_a_call_is_answered_by_the_calls_client() {
+    let seen = Arc::new(Sessions::default());
+    let (url, server) = serve_sessions(seen.clone()).await;
+    let toolset = connected(&url).await;
+    let names = Arc::new(Names(Mutex::default()));
+    let result = toolset
+        .call(
+            "ask",
+            Some(json!({})),
+            &CallContext::default().with_relay(names.clone()),
+        )
+        .await
+        .expect("the tool answers");
+    assert_eq!(text(&result), "hello Ada");
+    assert_eq!(*names.0.lock().expect("not poisoned"), ["Your name?"]);
+    let (id, _) = last_call(&seen);
+    assert!(
+        id.as_u64() >= Some(DIRECT_IDS),
+        "went through rmcp: id {id}"
+    );
+
+    // A call made without a client: the server is refused and says so.
+    let result = toolset
+        .call("ask", Some(json!({})), &CallContext::default())
+        .await
+        .expect("the tool answers");
+    assert!(
+        text(&result).starts_with("not asked:")
+            && text(&result).contains("not made by an MCP client"),
+        "{}",
+        text(&result)
+    );
     toolset.close().await;
     server.abort();
 }

@@ -1,0 +1,221 @@
+//! Reading a direct call's answer when it comes as an event stream.
+//!
+//! Before the answer the server may send notifications (progress, log
+//! messages, list changes: delivered as rmcp's path delivers them) and, on
+//! an initialize-era session, requests of its own that belong to the call
+//! (sampling, elicitation, roots, ping). Those are put to the call's
+//! client ([`crate::relay::answer_for_call`]) while the stream is still
+//! read, and each answer is POSTed back into the session; the server's
+//! `notifications/cancelled` for one of them withdraws it, and every one
+//! still open is withdrawn when the call ends.
+//!
+//! An initialize-era server may also end the stream before the answer once
+//! it has given an event id: the stream is then resumed with a `GET`
+//! carrying `Last-Event-ID`, after the `retry` the server asked for (else
+//! one second, as rmcp waits), at most [`MAX_RESUMES`] times a call.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use http::{HeaderValue, Method, StatusCode};
+use rmcp::model::{
+    ClientJsonRpcMessage, JsonRpcMessage, RequestId, ServerJsonRpcMessage, ServerNotification,
+};
+use rmcp::service::ServiceError;
+use serde_json::Value;
+use sse_stream::{Error as SseError, Sse};
+use tokio_util::sync::CancellationToken;
+
+use super::{Answer, Direct, Round, answer, answers, transport, unexpected};
+use crate::http::{EVENT_STREAM, LAST_EVENT_ID_HEADER, content_type, interrupted, is_media};
+use crate::relay::answer_for_call;
+
+/// Resumptions of one call's answer stream. A server that closes its
+/// stream again and again without answering is given up on after this
+/// many, whatever its `retry`, instead of being polled until the call's
+/// timeout.
+pub(super) const MAX_RESUMES: usize = 32;
+
+/// The wait before a resumption when the server named none (rmcp's first
+/// retry interval).
+const DEFAULT_RETRY: Duration = Duration::from_secs(1);
+
+type Events = BoxStream<'static, Result<Sse, SseError>>;
+
+/// The server's requests of one call still waiting for the client's
+/// answer, each withdrawn (its token cancelled) when the call ends.
+#[derive(Default)]
+struct Asked(HashMap<RequestId, CancellationToken>);
+
+impl Drop for Asked {
+    fn drop(&mut self) {
+        for token in self.0.values() {
+            token.cancel();
+        }
+    }
+}
+
+/// Reads the answer of the call `round` from `events`, the stream its POST
+/// opened (`session`: the session it was posted into, if any).
+pub(super) async fn read(
+    direct: &Direct,
+    mut events: Events,
+    session: Option<Arc<str>>,
+    round: Round<'_>,
+) -> Result<Answer, ServiceError> {
+    let mut asked = Asked::default();
+    let mut last_event: Option<String> = None;
+    let mut retry: Option<Duration> = None;
+    let mut resumes = 0;
+    loop {
+        let ended = loop {
+            let event = match events.next().await {
+                None => break None,
+                Some(Err(e)) => break Some(e),
+                Some(Ok(event)) => event,
+            };
+            if let Some(ms) = event.retry {
+                retry = Some(Duration::from_millis(ms));
+            }
+            if event.id.is_some() {
+                last_event = event.id;
+            }
+            // Only unnamed and `message` events carry JSON-RPC.
+            if !matches!(event.event.as_deref(), None | Some("" | "message")) {
+                continue;
+            }
+            let Some(data) = event.data.filter(|d| !d.trim().is_empty()) else {
+                continue;
+            };
+            // Unreadable events are skipped, as rmcp skips them.
+            let Ok(message) = serde_json::from_str::<Value>(&data) else {
+                continue;
+            };
+            if message.get("method").is_none() {
+                if answers(&message, round.id) {
+                    return answer(message);
+                }
+                // An answer to another request has no business here.
+                continue;
+            }
+            match serde_json::from_value::<ServerJsonRpcMessage>(message) {
+                Ok(JsonRpcMessage::Notification(notification)) => {
+                    if let ServerNotification::CancelledNotification(cancelled) =
+                        &notification.notification
+                    {
+                        if let Some(token) = cancelled
+                            .params
+                            .request_id
+                            .as_ref()
+                            .and_then(|id| asked.0.remove(id))
+                        {
+                            token.cancel();
+                        }
+                        continue;
+                    }
+                    round.handler.observe(notification.notification).await;
+                }
+                // Only a session has a way back for the answer.
+                Ok(JsonRpcMessage::Request(request)) if direct.keeps_session() => {
+                    let cancel = CancellationToken::new();
+                    asked.0.insert(request.id.clone(), cancel.clone());
+                    let relay = round.relay.cloned();
+                    let reply = direct.replier(session.clone(), round.token);
+                    tokio::spawn(async move {
+                        let id = request.id;
+                        let message = match answer_for_call(relay, request.request, cancel).await {
+                            Ok(result) => ClientJsonRpcMessage::response(result, id),
+                            Err(error) => ClientJsonRpcMessage::error(error, Some(id)),
+                        };
+                        reply.post(&message).await;
+                    });
+                }
+                Ok(_) | Err(_) => {}
+            }
+        };
+        // The stream ended without the answer.
+        let resumable = direct.keeps_session()
+            && last_event.is_some()
+            && resumes < MAX_RESUMES
+            && ended.as_ref().is_none_or(interrupted);
+        if !resumable {
+            return Err(match ended {
+                Some(e) => unexpected(format!("the event stream failed: {e}")),
+                None => unexpected("the event stream ended without an answer".into()),
+            });
+        }
+        // Asked requests stay open across a resumption: their answers are
+        // POSTed whichever stream the server continues on.
+        loop {
+            resumes += 1;
+            tokio::time::sleep(retry.unwrap_or(DEFAULT_RETRY)).await;
+            match resume(
+                direct,
+                session.as_deref(),
+                last_event.as_deref(),
+                round.token,
+            )
+            .await
+            {
+                Ok(stream) => {
+                    events = stream;
+                    break;
+                }
+                Err(Resume::Fatal(error)) => return Err(error),
+                Err(Resume::Again(error)) if resumes >= MAX_RESUMES => return Err(error),
+                Err(Resume::Again(_)) => {}
+            }
+        }
+    }
+}
+
+/// Why a resumption failed.
+enum Resume {
+    /// Trying again cannot help (refused, gone, not an event stream).
+    Fatal(ServiceError),
+    /// It may work after the next wait.
+    Again(ServiceError),
+}
+
+/// Reopens the call's stream after `last_event` with a `GET`.
+async fn resume(
+    direct: &Direct,
+    session: Option<&str>,
+    last_event: Option<&str>,
+    token: Option<&str>,
+) -> Result<Events, Resume> {
+    let mut headers = direct.protocol_headers(session, EVENT_STREAM);
+    if let Some(id) = last_event.and_then(|id| HeaderValue::from_str(id).ok()) {
+        headers.insert(LAST_EVENT_ID_HEADER, id);
+    }
+    let (response, _) = direct
+        .http
+        .send(Method::GET, direct.url.clone(), headers, None, token)
+        .await
+        .map_err(|e| match e {
+            crate::http::HttpFailure::Http(_) => Resume::Again(transport(e)),
+            other => Resume::Fatal(transport(other)),
+        })?;
+    let status = response.status();
+    if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
+        return Err(Resume::Again(unexpected(format!(
+            "HTTP {status} to the resumption GET"
+        ))));
+    }
+    if !status.is_success() {
+        return Err(Resume::Fatal(unexpected(format!(
+            "HTTP {status} to the resumption GET"
+        ))));
+    }
+    if !is_media(content_type(&response).as_deref(), EVENT_STREAM) {
+        return Err(Resume::Fatal(unexpected(
+            "the resumption GET was not answered with an event stream".into(),
+        )));
+    }
+    let limit = rmcp::transport::streamable_http_client::StreamableHttpResponseLimits::default()
+        .max_sse_event_size;
+    Ok(crate::http::sse_events(response, limit))
+}
