@@ -224,6 +224,9 @@ struct Sessions {
     cancelled: tokio::sync::Notify,
 }
 
+/// How many pings the `pings` tool sends during its call.
+const PINGS: usize = 500;
+
 /// An initialize-era session server: it knows nothing of 2026-07-28.
 #[derive(Clone)]
 struct Sessioned(Arc<Sessions>);
@@ -249,7 +252,7 @@ impl ServerHandler for Sessioned {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let tools = ["echo", "ask", "wait"].map(|name| {
+        let tools = ["echo", "ask", "wait", "pings"].map(|name| {
             serde_json::from_value::<Tool>(json!({
                 "name": name,
                 "inputSchema": {"type": "object"},
@@ -287,6 +290,21 @@ impl ServerHandler for Sessioned {
                     Ok(other) => format!("not asked: answered {other:?}"),
                     Err(error) => format!("not asked: {error}"),
                 }
+            }
+            "pings" => {
+                // A server that asks again and again during one call.
+                let pings = (0..PINGS).map(|_| {
+                    let peer = context.peer.clone();
+                    async move {
+                        let ping = ServerRequest::PingRequest(Default::default());
+                        matches!(
+                            peer.send_request(ping).await,
+                            Ok(ClientResult::EmptyResult(_))
+                        )
+                    }
+                });
+                let answered = futures::future::join_all(pings).await;
+                format!("{} answered", answered.into_iter().filter(|a| *a).count())
             }
             "wait" => {
                 context.ct.cancelled().await;
@@ -523,6 +541,35 @@ async fn a_session_servers_request_during_a_call_is_answered_by_the_calls_client
         "{}",
         text(&result)
     );
+    toolset.close().await;
+    server.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_server_that_pings_all_through_a_call_gets_every_ping_answered() {
+    let seen = Arc::new(Sessions::default());
+    let (url, server) = serve_sessions(seen.clone()).await;
+    let toolset = connected(&url).await;
+    let result = toolset
+        .call("pings", Some(json!({})), &CallContext::default())
+        .await
+        .expect("the tool answers");
+    assert_eq!(text(&result), format!("{PINGS} answered"));
+    let (id, _) = last_call(&seen);
+    assert!(
+        id.as_u64() >= Some(DIRECT_IDS),
+        "went through rmcp: id {id}"
+    );
+    // The connection still serves calls.
+    let result = toolset
+        .call(
+            "echo",
+            Some(json!({"message": "still here"})),
+            &CallContext::default(),
+        )
+        .await
+        .expect("the tool answers");
+    assert_eq!(text(&result), "still here");
     toolset.close().await;
     server.abort();
 }

@@ -27,6 +27,7 @@ use rmcp::model::{
 use rmcp::service::ServiceError;
 use serde_json::Value;
 use sse_stream::{Error as SseError, Sse};
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::{Answer, Direct, Round, answer, answers, transport, unexpected};
@@ -48,12 +49,35 @@ type Events = BoxStream<'static, Result<Sse, SseError>>;
 /// The server's requests of one call still waiting for the client's
 /// answer, each withdrawn (its token cancelled) when the call ends.
 #[derive(Default)]
-struct Asked(HashMap<RequestId, CancellationToken>);
+struct Asked(HashMap<RequestId, (CancellationToken, JoinHandle<()>)>);
+
+impl Asked {
+    /// Notes a request being answered by `task`. Answered ones are
+    /// forgotten from time to time, so a server that asks (pings) all
+    /// through a long call does not grow the map for as long.
+    fn insert(&mut self, id: RequestId, cancel: CancellationToken, task: JoinHandle<()>) {
+        if self.0.len() >= PRUNE_AT {
+            self.0.retain(|_, (_, task)| !task.is_finished());
+        }
+        self.0.insert(id, (cancel, task));
+    }
+
+    /// Withdraws the request `id`, if it is still being answered.
+    fn withdraw(&mut self, id: &RequestId) {
+        if let Some((cancel, _)) = self.0.remove(id) {
+            cancel.cancel();
+        }
+    }
+}
+
+/// How many of a call's requests are noted before answered ones are
+/// forgotten.
+const PRUNE_AT: usize = 64;
 
 impl Drop for Asked {
     fn drop(&mut self) {
-        for token in self.0.values() {
-            token.cancel();
+        for (cancel, _) in self.0.values() {
+            cancel.cancel();
         }
     }
 }
@@ -106,13 +130,8 @@ pub(super) async fn read(
                     if let ServerNotification::CancelledNotification(cancelled) =
                         &notification.notification
                     {
-                        if let Some(token) = cancelled
-                            .params
-                            .request_id
-                            .as_ref()
-                            .and_then(|id| asked.0.remove(id))
-                        {
-                            token.cancel();
+                        if let Some(id) = &cancelled.params.request_id {
+                            asked.withdraw(id);
                         }
                         continue;
                     }
@@ -121,10 +140,10 @@ pub(super) async fn read(
                 // Only a session has a way back for the answer.
                 Ok(JsonRpcMessage::Request(request)) if direct.keeps_session() => {
                     let cancel = CancellationToken::new();
-                    asked.0.insert(request.id.clone(), cancel.clone());
                     let relay = round.relay.cloned();
                     let reply = direct.replier(session.clone(), round.token);
-                    tokio::spawn(async move {
+                    let (id, withdrawn) = (request.id.clone(), cancel.clone());
+                    let task = tokio::spawn(async move {
                         let id = request.id;
                         let message = match answer_for_call(relay, request.request, cancel).await {
                             Ok(result) => ClientJsonRpcMessage::response(result, id),
@@ -132,6 +151,7 @@ pub(super) async fn read(
                         };
                         reply.post(&message).await;
                     });
+                    asked.insert(id, withdrawn, task);
                 }
                 Ok(_) | Err(_) => {}
             }
