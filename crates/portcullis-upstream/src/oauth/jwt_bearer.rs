@@ -182,7 +182,7 @@ impl AssertionGrant {
 #[derive(Deserialize)]
 pub(crate) struct TokenAnswer {
     pub(crate) access_token: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "seconds")]
     pub(crate) expires_in: Option<u64>,
     #[serde(default)]
     pub(crate) scope: Option<String>,
@@ -190,6 +190,19 @@ pub(crate) struct TokenAnswer {
     pub(crate) issued_token_type: Option<String>,
     #[serde(default)]
     pub(crate) token_type: Option<String>,
+}
+
+/// `expires_in` in whole seconds: a negative number is read as `0` (no
+/// lifetime, [`super::tokens::lifetime`]) and a fraction cut, rather than
+/// the whole answer refused; anything but a number is still refused.
+fn seconds<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    let number = Option::<serde_json::Number>::deserialize(d)?;
+    Ok(number.map(|n| {
+        n.as_u64().unwrap_or_else(|| {
+            // Saturating: a huge fraction is the largest lifetime.
+            n.as_f64().filter(|f| *f > 0.0).map_or(0, |f| f as u64)
+        })
+    }))
 }
 
 /// A token endpoint's error answer (RFC 6749 §5.2).
