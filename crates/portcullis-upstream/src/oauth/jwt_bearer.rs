@@ -369,7 +369,10 @@ pub(crate) struct Target<'a> {
 }
 
 /// Runs the grant: reads (or, enterprise-managed, obtains) the assertion
-/// and presents it at the authorization server's token endpoint.
+/// and presents it at the authorization server's token endpoint — with a
+/// DPoP proof when `http` proves a key, the token then bound to it. The
+/// identity provider's exchange carries no proof: its ID-JAG is a grant
+/// for the authorization server, not a token to present.
 pub(crate) async fn obtain(
     http: &OAuthHttp,
     grant: &AssertionGrant,
@@ -381,7 +384,9 @@ pub(crate) async fn obtain(
     let assertion = match grant {
         AssertionGrant::Workload { assertion } => assertion.read().await?,
         AssertionGrant::Enterprise(idp) => {
-            super::token_exchange::id_jag(http, idp, target.issuer, target.resource, scopes).await?
+            let plain = http.proving(None);
+            super::token_exchange::id_jag(&plain, idp, target.issuer, target.resource, scopes)
+                .await?
         }
     };
     let mut form = vec![
@@ -398,9 +403,13 @@ pub(crate) async fn obtain(
         audience: target.issuer,
     };
     let answer = token_request(http, target.token_endpoint, &auth, form, &[&assertion]).await?;
-    // No proof was sent: a DPoP-bound token could not be presented.
-    if let Some(token_type) = &answer.token_type {
-        super::dpop::check_token_type(token_type, false)?;
+    // Bound when a proof was sent, Bearer otherwise: a token of the other
+    // kind could not be presented (a bound one needs `token_type: DPoP`).
+    let bound = http.dpop_key().is_some();
+    match &answer.token_type {
+        Some(token_type) => super::dpop::check_token_type(token_type, bound)?,
+        None if bound => super::dpop::check_token_type("", bound)?,
+        None => {}
     }
     super::tokens::check_access_token(&answer.access_token)?;
     let (expires_at, refresh_at) = super::tokens::lifetime(answer.expires_in);
@@ -421,8 +430,7 @@ pub(crate) async fn obtain(
         refresh_at,
         scopes: granted,
         client_credentials: false,
-        // Not DPoP-bound: these grants' token requests carry no proof.
-        dpop_key: None,
+        dpop_key: http.dpop_key().cloned(),
     })
 }
 
