@@ -1473,13 +1473,6 @@ impl Validator<'_> {
                     "no browser comes back to this grant",
                 ));
             }
-            if raw.dpop == Some(true) {
-                return Err(both(
-                    key,
-                    "dpop",
-                    "the unattended grants do not bind their tokens with DPoP",
-                ));
-            }
         }
         let idp_keys = [
             ("idp_issuer", raw.idp_issuer.is_some()),
@@ -2138,6 +2131,13 @@ key_file = ".portcullis/gateway.pub"
         assert_eq!(e.grant.describe(), "enterprise-managed (ID-JAG)");
         let head = "[upstreams.a]\ntype = \"streamable-http\"\nurl = \"https://h/mcp\"\n[upstreams.a.oauth]\n";
         let enterprise = "client_id = \"c\"\nid_token_file = \"t\"\nidp_client_id = \"i\"\n";
+        // Unattended grants bind their tokens with DPoP as a login does.
+        let bound = parse_text(&format!(
+            "{head}{enterprise}idp_issuer = \"https://i.example\"\ndpop = true\n"
+        ))
+        .expect("loads");
+        let oauth = bound.upstreams["a"].oauth.as_ref().expect("oauth");
+        assert_eq!(oauth.dpop, Some(true));
         let cases: Vec<(String, &str, &str)> = vec![
             (
                 format!("{head}assertion_file = \"a\"\nid_token_file = \"t\"\n"),
@@ -2148,11 +2148,6 @@ key_file = ".portcullis/gateway.pub"
                 format!("{head}assertion_file = \"a\"\nredirect_port = 0\n"),
                 "upstreams.a.oauth.redirect_port",
                 "cannot be used together with assertion_file",
-            ),
-            (
-                format!("{head}{enterprise}dpop = true\n"),
-                "upstreams.a.oauth.dpop",
-                "cannot be used together with id_token_file: the unattended grants do not bind their tokens with DPoP",
             ),
             (
                 format!(

@@ -31,7 +31,9 @@
 //! `portcullis_upstream::Backoff`), and an upstream that failed at start is
 //! retried the same way: each is down until its new connection is in (with
 //! `reconnect_max_ms = 0`, until a reload reconnects it or the gateway
-//! restarts).
+//! restarts). An upstream that joins late is up only once the served tool
+//! map has its tools: a client that waits for "up" and then calls never
+//! meets "unknown tool".
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -16,7 +16,7 @@
 //! Each such value is held as a [`Secret`], whose `Debug` never prints it.
 
 use std::borrow::Cow;
-use std::fmt;
+use std::fmt::{self, Write as _};
 use std::io::Write;
 use std::sync::{PoisonError, RwLock};
 
@@ -146,9 +146,78 @@ fn redact_line(buf: &[u8], out: &mut impl Write) -> std::io::Result<()> {
     }
 }
 
+/// The JSON log's writer around `M` (stderr when serving): each line
+/// redacted as [`Stderr`] does, then written as [`json_visible`] shows it.
+/// Redacted first: a URL ends at a backslash, so escaping first could cut
+/// a URL's credentials off the part that is masked.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct JsonLines<M>(pub M);
+
+impl<'a, M: tracing_subscriber::fmt::MakeWriter<'a>> tracing_subscriber::fmt::MakeWriter<'a>
+    for JsonLines<M>
+{
+    type Writer = JsonLine<M::Writer>;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        JsonLine(self.0.make_writer())
+    }
+}
+
+/// One JSON log line's write: redacted, its invisible characters escaped.
+#[derive(Debug)]
+pub struct JsonLine<W>(W);
+
+impl<W: Write> Write for JsonLine<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let redacted = match std::str::from_utf8(buf) {
+            Ok(line) => text(line),
+            Err(_) => Cow::Owned(text(&String::from_utf8_lossy(buf)).into_owned()),
+        };
+        self.0.write_all(json_visible(&redacted).as_bytes())?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
+/// A JSON text with every invisible character that is not ASCII (C1
+/// controls, bidirectional and zero-width characters, the line separators,
+/// the byte-order mark: [`portcullis_catalog::redact::is_invisible`]) and
+/// DEL written as a `\uXXXX` escape: still the same JSON, parsed, but a
+/// terminal showing the line cannot be made to reorder or hide part of it.
+/// ASCII controls are left to the JSON writer, which escapes them in
+/// strings (the line's own end stays). Outside strings JSON is ASCII, so
+/// every such character is inside one, where the escape is valid. Only a
+/// line with a byte past `~` is looked at twice.
+pub fn json_visible(line: &str) -> Cow<'_, str> {
+    if line.bytes().all(|b| b < 0x7f) {
+        return Cow::Borrowed(line);
+    }
+    let mut out = String::with_capacity(line.len() + 12);
+    let mut shown_from = 0;
+    for (at, c) in line.char_indices() {
+        if c < '\u{7f}' || !portcullis_catalog::redact::is_invisible(c) {
+            continue;
+        }
+        out.push_str(&line[shown_from..at]);
+        // Every invisible character is in the Basic Multilingual Plane:
+        // one escape, no surrogate pair.
+        let _ = write!(out, "\\u{:04x}", u32::from(c));
+        shown_from = at + c.len_utf8();
+    }
+    if shown_from == 0 {
+        return Cow::Borrowed(line);
+    }
+    out.push_str(&line[shown_from..]);
+    Cow::Owned(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use portcullis_catalog::redact::is_invisible;
 
     #[test]
     fn known_values_and_urls_are_replaced_longest_first() {
@@ -191,5 +260,38 @@ mod tests {
         line.clear();
         redact_line(b"\xff PART-7f3a-WHOLE-91c2\n", &mut line).expect("written");
         assert_eq!(line, "\u{fffd} ***\n".as_bytes());
+    }
+
+    #[test]
+    fn json_lines_escape_invisible_characters_after_redacting() {
+        let record = serde_json::json!({
+            "tool": "a\u{202e}b\u{2066}c\u{200b}d\u{feff}e\u{85}f\u{7f}g é 日本",
+            "message": "line\nend \\ \"q\"",
+        });
+        let raw = format!("{record}\n");
+        let shown = json_visible(&raw);
+        assert!(
+            !shown.chars().any(|c| c > '~' && is_invisible(c)),
+            "{shown}"
+        );
+        assert!(
+            shown.contains(r"a\u202eb\u2066c\u200bd\ufeffe\u0085f\u007fg é 日本"),
+            "{shown}"
+        );
+        assert!(shown.ends_with('\n'), "the line's own end stays");
+        // The same record, parsed.
+        let parsed: serde_json::Value = serde_json::from_str(&shown).expect("still JSON");
+        assert_eq!(parsed, record);
+        assert!(matches!(json_visible("{\"a\":\"é\"}\n"), Cow::Borrowed(_)));
+
+        // Redacted before it is escaped: a zero-width character inside a
+        // URL's credentials does not cut them off the part masked.
+        let mut written = Vec::new();
+        JsonLine(&mut written)
+            .write_all("{\"error\":\"GET http://user\u{200b}:pw-91c2@h/mcp\"}\n".as_bytes())
+            .expect("written");
+        let written = String::from_utf8(written).expect("UTF-8");
+        assert!(!written.contains("pw-91c2"), "{written}");
+        assert_eq!(written, "{\"error\":\"GET http://***@h/mcp\"}\n");
     }
 }

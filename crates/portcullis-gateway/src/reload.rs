@@ -187,11 +187,14 @@ impl Generation {
     /// What `/metrics` and `/healthz` show about this generation: tool
     /// counts by status, and each configured upstream up or down (down: it
     /// failed to connect, its connection has since ended, or a remote one
-    /// stopped answering; see [`crate::health`]).
+    /// stopped answering; see [`crate::health`]). Up also means served: the
+    /// upstream is in the catalogue this generation's tool server was built
+    /// from, not only in the toolset's newer one that a rebuild has yet to
+    /// follow (a client that waited for "up" would meet "unknown tool").
     pub fn snapshot(&self) -> Snapshot {
         let rows = self.gateway.rows();
         let count = |status: &str| rows.iter().filter(|r| r.status == status).count();
-        let catalogue = self.gateway.toolset.catalogue();
+        let catalogue = &self.gateway.catalogue;
         let upstreams = self
             .config
             .upstreams
@@ -377,10 +380,12 @@ impl Live {
         // takes the audit trail with it.
         self.recorder.follow_store(&generation.gateway.store);
         let generation = Arc::new(generation);
-        *self.current.write().unwrap_or_else(PoisonError::into_inner) = generation.clone();
+        // The tools are served before the generation is current: what
+        // `/healthz` reads of it is never ahead of what a call finds.
         // Clients hear of it when the listed tools changed.
         self.served
             .replace(&generation.gateway.tools, Some(generation.clone()));
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) = generation;
         self.swaps.send_modify(|n| *n = n.wrapping_add(1));
     }
 

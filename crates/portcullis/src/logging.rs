@@ -1,5 +1,6 @@
 //! The log on stderr: which lines are written (the filter) and how (text or
-//! JSON), every line passing the redacting writer ([`redact::Stderr`]).
+//! JSON), every line passing the redacting writer ([`redact::Stderr`],
+//! [`redact::JsonLines`]).
 //!
 //! Logs go to stderr, always (stdout carries results, or MCP over
 //! `--stdio`). `RUST_LOG` overrides the default level. `--log-format json`
@@ -14,7 +15,9 @@
 //! control, bidirectional and zero-width characters written out
 //! ([`portcullis_catalog::redact::visible`]): an upstream's error text, a
 //! tool name or a server's log message cannot end the line and forge
-//! another, or colour or hide part of one. (JSON escapes them itself.)
+//! another, or colour or hide part of one. The JSON format escapes the
+//! same characters inside its strings (`\u202e`,
+//! [`redact::json_visible`]): the same record when parsed.
 //!
 //! Operators grep these lines: their bytes are pinned by the tests below.
 
@@ -43,7 +46,7 @@ pub fn init(default: &str, format: LogFormat) {
             let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
             text(filter, ansi, redact::Stderr, timer).try_init()
         }
-        LogFormat::Json => json(filter, redact::Stderr, timer).try_init(),
+        LogFormat::Json => json(filter, std::io::stderr, timer).try_init(),
     };
 }
 
@@ -67,7 +70,8 @@ where
         .finish()
 }
 
-/// The JSON format's subscriber.
+/// The JSON format's subscriber, writing to `writer` through
+/// [`redact::JsonLines`] (redacted, invisible characters escaped).
 fn json<W, T>(
     filter: tracing_subscriber::EnvFilter,
     writer: W,
@@ -78,7 +82,7 @@ where
     T: FormatTime + Send + Sync + 'static,
 {
     tracing_subscriber::fmt()
-        .with_writer(writer)
+        .with_writer(redact::JsonLines(writer))
         .with_env_filter(filter)
         .with_timer(timer)
         .json()
@@ -382,6 +386,12 @@ mod tests {
         );
         span.record("late", "added\u{2066}");
         span.in_scope(|| tracing::error!("inside a span"));
+        // Isolates, zero-width joiner, byte-order mark, line separator and
+        // DEL hidden among visible letters that are not ASCII.
+        tracing::warn!(
+            tool = "a\u{2067}b\u{2069}c\u{feff}d\u{200d}e\u{2028}f\u{7f}g é 日本",
+            "hidden\u{202a}\u{202d}"
+        );
         tracing::debug!("filtered out");
     }
 
@@ -415,6 +425,7 @@ mod tests {
                 "2026-12-01T23:36:11.000042Z  INFO portcullis::logging::tests: quotes path=\"C:\\\\dir \\\"x\\\"\" empty=\"\"\n",
                 "2026-12-01T23:36:11.000042Z ERROR portcullis::logging::tests: failed \"quoted \\\"x\\\"\" error=refused\\u{7} delta=-12 ratio=0.5\n",
                 "2026-12-01T23:36:11.000042Z ERROR session{id=\"s\\n1\" n=7 late=\"added\\u{2066}\"}: portcullis::logging::tests: inside a span\n",
+                "2026-12-01T23:36:11.000042Z  WARN portcullis::logging::tests: hidden\\u{202a}\\u{202d} tool=\"a\\u{2067}b\\u{2069}c\\u{feff}d\\u{200d}e\\u{2028}f\\u{7f}g é 日本\"\n",
             ]
         );
     }
@@ -431,6 +442,7 @@ mod tests {
                 "\u{1b}[2m2026-12-01T23:36:11.000042Z\u{1b}[0m \u{1b}[32m INFO\u{1b}[0m \u{1b}[2mportcullis::logging::tests\u{1b}[0m\u{1b}[2m:\u{1b}[0m quotes path=\"C:\\\\dir \\\"x\\\"\" empty=\"\"\n",
                 "\u{1b}[2m2026-12-01T23:36:11.000042Z\u{1b}[0m \u{1b}[31mERROR\u{1b}[0m \u{1b}[2mportcullis::logging::tests\u{1b}[0m\u{1b}[2m:\u{1b}[0m failed \"quoted \\\"x\\\"\" error=refused\\u{7} delta=-12 ratio=0.5\n",
                 "\u{1b}[2m2026-12-01T23:36:11.000042Z\u{1b}[0m \u{1b}[31mERROR\u{1b}[0m \u{1b}[1msession\u{1b}[0m\u{1b}[1m{\u{1b}[0mid=\"s\\n1\" n=7 late=\"added\\u{2066}\"\u{1b}[1m}\u{1b}[0m\u{1b}[2m:\u{1b}[0m \u{1b}[2mportcullis::logging::tests\u{1b}[0m\u{1b}[2m:\u{1b}[0m inside a span\n",
+                "\u{1b}[2m2026-12-01T23:36:11.000042Z\u{1b}[0m \u{1b}[33m WARN\u{1b}[0m \u{1b}[2mportcullis::logging::tests\u{1b}[0m\u{1b}[2m:\u{1b}[0m hidden\\u{202a}\\u{202d} tool=\"a\\u{2067}b\\u{2069}c\\u{feff}d\\u{200d}e\\u{2028}f\\u{7f}g é 日本\"\n",
             ]
         );
     }
@@ -441,14 +453,23 @@ mod tests {
             lines(&run_json()),
             [
                 "{\"timestamp\":\"2026-12-01T23:36:11.000042Z\",\"level\":\"INFO\",\"message\":\"tool call\",\"upstream\":\"demo\",\"tool\":\"demo__echo\",\"decision\":\"allowed\",\"outcome\":\"ok\",\"duration_ms\":2,\"target\":\"portcullis::call\"}\n",
-                "{\"timestamp\":\"2026-12-01T23:36:11.000042Z\",\"level\":\"INFO\",\"message\":\"tool call\",\"upstream\":\"up\\nstream\",\"tool\":\"t\u{202e}o\\\"ol\\u001b[31m\",\"decision\":\"denied\",\"outcome\":\"failed\",\"duration_ms\":3000,\"target\":\"portcullis::call\"}\n",
-                "{\"timestamp\":\"2026-12-01T23:36:11.000042Z\",\"level\":\"WARN\",\"message\":\"could not reach the upstream\",\"server\":\"files\",\"error\":\"boom\\r\\nforged line \u{200b}\",\"attempt\":3,\"fresh\":false,\"target\":\"portcullis::logging::tests\"}\n",
-                "{\"timestamp\":\"2026-12-01T23:36:11.000042Z\",\"level\":\"WARN\",\"message\":\"debug\u{85}field\",\"detail\":\"Some(\\\"x\\\\ty\\\")\",\"target\":\"rmcp::service\"}\n",
+                "{\"timestamp\":\"2026-12-01T23:36:11.000042Z\",\"level\":\"INFO\",\"message\":\"tool call\",\"upstream\":\"up\\nstream\",\"tool\":\"t\\u202eo\\\"ol\\u001b[31m\",\"decision\":\"denied\",\"outcome\":\"failed\",\"duration_ms\":3000,\"target\":\"portcullis::call\"}\n",
+                "{\"timestamp\":\"2026-12-01T23:36:11.000042Z\",\"level\":\"WARN\",\"message\":\"could not reach the upstream\",\"server\":\"files\",\"error\":\"boom\\r\\nforged line \\u200b\",\"attempt\":3,\"fresh\":false,\"target\":\"portcullis::logging::tests\"}\n",
+                "{\"timestamp\":\"2026-12-01T23:36:11.000042Z\",\"level\":\"WARN\",\"message\":\"debug\\u0085field\",\"detail\":\"Some(\\\"x\\\\ty\\\")\",\"target\":\"rmcp::service\"}\n",
                 "{\"timestamp\":\"2026-12-01T23:36:11.000042Z\",\"level\":\"INFO\",\"message\":\"quotes\",\"path\":\"C:\\\\dir \\\"x\\\"\",\"empty\":\"\",\"target\":\"portcullis::logging::tests\"}\n",
                 "{\"timestamp\":\"2026-12-01T23:36:11.000042Z\",\"level\":\"ERROR\",\"message\":\"failed \\\"quoted \\\\\\\"x\\\\\\\"\\\"\",\"error\":\"refused\\u0007\",\"delta\":-12,\"ratio\":0.5,\"target\":\"portcullis::logging::tests\"}\n",
                 "{\"timestamp\":\"2026-12-01T23:36:11.000042Z\",\"level\":\"ERROR\",\"message\":\"inside a span\",\"target\":\"portcullis::logging::tests\"}\n",
+                "{\"timestamp\":\"2026-12-01T23:36:11.000042Z\",\"level\":\"WARN\",\"message\":\"hidden\\u202a\\u202d\",\"tool\":\"a\\u2067b\\u2069c\\ufeffd\\u200de\\u2028f\\u007fg é 日本\",\"target\":\"portcullis::logging::tests\"}\n",
             ]
         );
+        // Escaped, not changed: the record reads the same when parsed.
+        let json = run_json();
+        let last: serde_json::Value = serde_json::from_str(lines(&json)[7]).expect("JSON");
+        assert_eq!(
+            last["tool"],
+            "a\u{2067}b\u{2069}c\u{feff}d\u{200d}e\u{2028}f\u{7f}g é 日本"
+        );
+        assert_eq!(last["message"], "hidden\u{202a}\u{202d}");
     }
 
     #[test]

@@ -182,7 +182,7 @@ impl AssertionGrant {
 #[derive(Deserialize)]
 pub(crate) struct TokenAnswer {
     pub(crate) access_token: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "seconds")]
     pub(crate) expires_in: Option<u64>,
     #[serde(default)]
     pub(crate) scope: Option<String>,
@@ -190,6 +190,19 @@ pub(crate) struct TokenAnswer {
     pub(crate) issued_token_type: Option<String>,
     #[serde(default)]
     pub(crate) token_type: Option<String>,
+}
+
+/// `expires_in` in whole seconds: a negative number is read as `0` (no
+/// lifetime, [`super::tokens::lifetime`]) and a fraction cut, rather than
+/// the whole answer refused; anything but a number is still refused.
+fn seconds<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    let number = Option::<serde_json::Number>::deserialize(d)?;
+    Ok(number.map(|n| {
+        n.as_u64().unwrap_or_else(|| {
+            // Saturating: a huge fraction is the largest lifetime.
+            n.as_f64().filter(|f| *f > 0.0).map_or(0, |f| f as u64)
+        })
+    }))
 }
 
 /// A token endpoint's error answer (RFC 6749 §5.2).
@@ -356,7 +369,10 @@ pub(crate) struct Target<'a> {
 }
 
 /// Runs the grant: reads (or, enterprise-managed, obtains) the assertion
-/// and presents it at the authorization server's token endpoint.
+/// and presents it at the authorization server's token endpoint — with a
+/// DPoP proof when `http` proves a key, the token then bound to it. The
+/// identity provider's exchange carries no proof: its ID-JAG is a grant
+/// for the authorization server, not a token to present.
 pub(crate) async fn obtain(
     http: &OAuthHttp,
     grant: &AssertionGrant,
@@ -368,7 +384,9 @@ pub(crate) async fn obtain(
     let assertion = match grant {
         AssertionGrant::Workload { assertion } => assertion.read().await?,
         AssertionGrant::Enterprise(idp) => {
-            super::token_exchange::id_jag(http, idp, target.issuer, target.resource, scopes).await?
+            let plain = http.proving(None);
+            super::token_exchange::id_jag(&plain, idp, target.issuer, target.resource, scopes)
+                .await?
         }
     };
     let mut form = vec![
@@ -385,9 +403,13 @@ pub(crate) async fn obtain(
         audience: target.issuer,
     };
     let answer = token_request(http, target.token_endpoint, &auth, form, &[&assertion]).await?;
-    // No proof was sent: a DPoP-bound token could not be presented.
-    if let Some(token_type) = &answer.token_type {
-        super::dpop::check_token_type(token_type, false)?;
+    // Bound when a proof was sent, Bearer otherwise: a token of the other
+    // kind could not be presented (a bound one needs `token_type: DPoP`).
+    let bound = http.dpop_key().is_some();
+    match &answer.token_type {
+        Some(token_type) => super::dpop::check_token_type(token_type, bound)?,
+        None if bound => super::dpop::check_token_type("", bound)?,
+        None => {}
     }
     super::tokens::check_access_token(&answer.access_token)?;
     let (expires_at, refresh_at) = super::tokens::lifetime(answer.expires_in);
@@ -408,8 +430,7 @@ pub(crate) async fn obtain(
         refresh_at,
         scopes: granted,
         client_credentials: false,
-        // Not DPoP-bound: these grants' token requests carry no proof.
-        dpop_key: None,
+        dpop_key: http.dpop_key().cloned(),
     })
 }
 

@@ -818,7 +818,9 @@ impl OAuthClient {
             } else {
                 union
             };
-            return self.assertion_login(assertion, &discovered, scopes).await;
+            return self
+                .assertion_login(assertion, challenge, &discovered, scopes)
+                .await;
         }
         let redirect_uri = self.0.settings.redirect_uri.as_str();
         let known = self
@@ -980,11 +982,13 @@ impl OAuthClient {
         self.0.state.lock().await.refusal.clone()
     }
 
-    /// The JWT bearer grant at the discovered authorization server; a
-    /// refusal leaves the client needing a new grant, with the reason.
+    /// The JWT bearer grant at the discovered authorization server, DPoP-
+    /// bound when a person's login would be ([`dpop::wanted`]); a refusal
+    /// leaves the client needing a new grant, with the reason.
     async fn assertion_login(
         &self,
         assertion: &AssertionGrant,
+        challenge: Option<&Challenge>,
         discovered: &Discovered,
         scopes: Vec<String>,
     ) -> Result<(), OAuthError> {
@@ -1010,8 +1014,12 @@ impl OAuthClient {
             token_endpoint: &discovered.server.token_endpoint,
             resource: &discovered.resource,
         };
+        let http = self
+            .0
+            .http
+            .proving(self.dpop_for(challenge, discovered).await?);
         let outcome = jwt_bearer::obtain(
-            &self.0.http,
+            &http,
             assertion,
             &client,
             self.0.settings.client_key.as_ref(),
@@ -1166,7 +1174,8 @@ impl OAuthClient {
     }
 
     /// Renews an unattended grant by running it again (the assertion read
-    /// afresh); refused, the client needs a new grant.
+    /// afresh; a DPoP-bound grant with its own key); refused, the client
+    /// needs a new grant.
     async fn renew_locked(
         &self,
         state: &mut State,
@@ -1178,8 +1187,15 @@ impl OAuthClient {
             token_endpoint: &grant.token_endpoint,
             resource: &grant.resource,
         };
+        let http = self
+            .0
+            .http
+            .proving(grant.dpop_key.clone().map(|key| dpop::Prover {
+                key,
+                binding: self.0.dpop.clone(),
+            }));
         match jwt_bearer::obtain(
-            &self.0.http,
+            &http,
             assertion,
             &grant.client,
             self.0.settings.client_key.as_ref(),

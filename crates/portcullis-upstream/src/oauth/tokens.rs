@@ -84,18 +84,34 @@ pub(crate) fn now() -> u64 {
         .unwrap_or(0)
 }
 
+/// The shortest time a token is used before it is renewed ahead of its
+/// expiry. A token that lives less than this is used until it expires —
+/// never past — and renewed then: a server answering `expires_in: 1` is
+/// asked about once a second, not on every request. Two seconds, since
+/// times here are whole seconds: at least one real second between two
+/// renewals.
+pub const MIN_RENEWAL_INTERVAL: Duration = Duration::from_secs(2);
+
 /// When a token of `expires_in` seconds expires and when to refresh it
 /// ([`Grant::expires_at`], [`Grant::refresh_at`]). Saturating: a server's
 /// `expires_in` near `u64::MAX` must not wrap round to an expiry in the
-/// past (renewing on every request) or panic.
+/// past (renewing on every request) or panic. `0` (what a negative value
+/// is read as) is no time a token can be used in, so it states no
+/// lifetime, as an absent one does (some servers mean "does not expire"):
+/// the token is used until the server refuses it, and a `401` renews it.
 pub(crate) fn lifetime(expires_in: Option<u64>) -> (Option<u64>, Option<u64>) {
-    let Some(lifetime) = expires_in else {
+    lifetime_from(now(), expires_in)
+}
+
+fn lifetime_from(now: u64, expires_in: Option<u64>) -> (Option<u64>, Option<u64>) {
+    let Some(lifetime) = expires_in.filter(|&l| l > 0) else {
         return (None, None);
     };
-    let now = now();
+    // Never later than the expiry: each term is at most `lifetime`.
     let early = lifetime
         .saturating_sub(REFRESH_MARGIN.as_secs())
-        .max(lifetime / 2);
+        .max(lifetime / 2)
+        .max(lifetime.min(MIN_RENEWAL_INTERVAL.as_secs()));
     (
         Some(now.saturating_add(lifetime)),
         Some(now.saturating_add(early)),
@@ -378,6 +394,37 @@ pub(crate) async fn refresh(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_token_is_renewed_neither_past_its_expiry_nor_on_every_request() {
+        let now = 1_000_000;
+        assert_eq!(lifetime_from(now, None), (None, None));
+        assert_eq!(lifetime_from(now, Some(0)), (None, None));
+        // Short lives are used to their end; longer ones renewed ahead.
+        assert_eq!(lifetime_from(now, Some(1)), (Some(now + 1), Some(now + 1)));
+        assert_eq!(lifetime_from(now, Some(2)), (Some(now + 2), Some(now + 2)));
+        assert_eq!(lifetime_from(now, Some(3)), (Some(now + 3), Some(now + 2)));
+        assert_eq!(lifetime_from(now, Some(6)), (Some(now + 6), Some(now + 3)));
+        assert_eq!(
+            lifetime_from(now, Some(100)),
+            (Some(now + 100), Some(now + 50))
+        );
+        assert_eq!(
+            lifetime_from(now, Some(3600)),
+            (Some(now + 3600), Some(now + 3540))
+        );
+        for life in 1..1000 {
+            let (Some(expires), Some(refresh)) = lifetime_from(now, Some(life)) else {
+                panic!("{life}: no lifetime");
+            };
+            assert_eq!(expires, now + life);
+            assert!(refresh <= expires, "{life}: renewed past its expiry");
+            assert!(
+                refresh >= now + life.min(MIN_RENEWAL_INTERVAL.as_secs()),
+                "{life}: renewed sooner than the floor"
+            );
+        }
+    }
 
     #[test]
     fn a_grant_never_shows_its_tokens() {

@@ -2575,6 +2575,126 @@ mod oauth_assertion {
         toolset.close().await;
     }
 
+    /// An authorization server that issues DPoP-bound tokens only: the
+    /// unattended grants bind theirs as a person's login does — when its
+    /// metadata lists ES256, or when the upstream's `dpop` setting says
+    /// so — with a proof at the token endpoint, the token presented as
+    /// DPoP, and the renewal signed by the same key. Without either, the grant is refused, not sent as
+    /// Bearer.
+    #[tokio::test]
+    async fn oauth_unattended_grants_are_dpop_bound_for_a_server_that_requires_it() {
+        for (listed, forced, enterprise) in [
+            (true, None, false),
+            (false, Some(true), false),
+            (true, None, true),
+        ] {
+            let (_as, auth) = auth_server(Iss::Correct).await;
+            auth.jwt_bearer.store(true, Ordering::SeqCst);
+            auth.dpop_required.store(true, Ordering::SeqCst);
+            if listed {
+                *auth.dpop_algs.lock().unwrap() = Some(vec!["ES256".into()]);
+            }
+            let protection = Arc::new(Protection {
+                scope: "mcp:read".into(),
+                dpop_only: true,
+                ..Protection::default()
+            });
+            let server = protected_fixture(auth.clone(), protection.clone()).await;
+            let dir = tempfile::tempdir().unwrap();
+            let file = dir.path().join("token");
+            let (_idp, idp) = idp_server().await;
+            let assertion_grant = if enterprise {
+                *idp.audience.lock().unwrap() = Some(auth.clone());
+                *idp.jag_client.lock().unwrap() = "workload".into();
+                idp.id_tokens
+                    .lock()
+                    .unwrap()
+                    .push("eyJh.id-token.sig".into());
+                std::fs::write(&file, "eyJh.id-token.sig").unwrap();
+                AssertionGrant::Enterprise(EnterpriseIdp {
+                    endpoint: IdpEndpoint::Issuer(idp.issuer.lock().unwrap().clone()),
+                    client_id: "idp-client".into(),
+                    client_secret: Some("idp-secret".into()),
+                    id_token: AssertionSource::File(file.clone()),
+                })
+            } else {
+                auth.trusted.lock().unwrap().insert(
+                    "eyJh.workload.sig".into(),
+                    (Some("workload".into()), Some(server.mcp_url())),
+                );
+                std::fs::write(&file, "eyJh.workload.sig").unwrap();
+                AssertionGrant::Workload {
+                    assertion: AssertionSource::File(file.clone()),
+                }
+            };
+            let case = format!("listed {listed}, dpop {forced:?}, enterprise {enterprise}");
+            let settings = OAuthSettings {
+                client_id: Some("workload".into()),
+                assertion_grant: Some(assertion_grant.clone()),
+                dpop: forced,
+                ..OAuthSettings::default()
+            };
+            let oauth = OAuthClient::new("docs", &server.mcp_url(), None, settings)
+                .await
+                .unwrap();
+            oauth
+                .obtain()
+                .await
+                .unwrap_or_else(|e| panic!("{case}: {e}"));
+            let grant = oauth.grant().await.expect("a grant");
+            let key = grant.dpop_key.clone().expect("a DPoP-bound grant");
+            let thumbprint = key.thumbprint().to_owned();
+            assert_eq!(
+                auth.dpop_token_proofs.lock().unwrap().clone(),
+                [(Some(thumbprint.clone()), None)],
+                "{case}"
+            );
+            assert_eq!(
+                auth.dpop_bound.lock().unwrap().get(&grant.access_token),
+                Some(&thumbprint),
+                "{case}"
+            );
+            let toolset = open(&server, &oauth).await;
+            assert_eq!(echo(&toolset, "hi").await.expect("the call"), "hi");
+            // Renewal runs the grant again, with the same key.
+            auth.expire_access_tokens();
+            expire(&oauth).await;
+            assert_eq!(echo(&toolset, "again").await.expect("renewed"), "again");
+            let renewed = oauth.grant().await.unwrap();
+            assert_ne!(renewed.access_token, grant.access_token, "{case}");
+            let proofs = auth.dpop_token_proofs.lock().unwrap().clone();
+            assert_eq!(proofs.len(), 2, "{case}");
+            assert_eq!(proofs[1].0.as_ref(), Some(&thumbprint), "{case}");
+            // Every request to the upstream carried the token as DPoP, with
+            // a proof by that key.
+            let seen = protection.dpop_seen.lock().unwrap().clone();
+            assert!(!seen.is_empty(), "{case}");
+            for (method, scheme, verified) in &seen {
+                assert_eq!(scheme, "DPoP", "{case}: {method}");
+                assert_eq!(verified.as_ref(), Ok(&thumbprint), "{case}: {method}");
+            }
+            toolset.close().await;
+
+            // Neither listed nor asked for: the grant sends no proof and the
+            // server refuses it.
+            if !listed {
+                let settings = OAuthSettings {
+                    client_id: Some("workload".into()),
+                    assertion_grant: Some(assertion_grant),
+                    ..OAuthSettings::default()
+                };
+                let oauth = OAuthClient::new("docs", &server.mcp_url(), None, settings)
+                    .await
+                    .unwrap();
+                let refused = oauth.obtain().await.expect_err("refused without a proof");
+                assert!(
+                    refused.to_string().contains("invalid_dpop_proof"),
+                    "{refused}"
+                );
+            }
+        }
+    }
+
     #[tokio::test]
     async fn oauth_a_refused_exchange_needs_a_new_grant_and_never_shows_the_id_token() {
         let (_as, auth) = auth_server(Iss::Correct).await;

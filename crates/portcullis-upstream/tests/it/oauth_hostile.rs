@@ -243,6 +243,51 @@ async fn oauth_an_enormous_expires_in_neither_panics_nor_renews_at_once() {
     }
 }
 
+/// `expires_in: 0` (or below) is no time a token can be used in, so it
+/// states no lifetime: the token is used until the server refuses it, not
+/// renewed on every request.
+#[tokio::test]
+async fn oauth_a_zero_or_negative_expires_in_does_not_renew_on_every_request() {
+    for (grants, expires_in) in [
+        (&[JWT_BEARER][..], json!(0)),
+        (&[JWT_BEARER][..], json!(-30)),
+        (&["client_credentials"][..], json!(0)),
+    ] {
+        let (mcp, seen) =
+            authorization_server(grants, move |_, _| bearer(expires_in.clone())).await;
+        let settings = if grants[0] == JWT_BEARER {
+            OAuthSettings {
+                assertion_grant: workload("eyJh.workload.sig"),
+                ..OAuthSettings::default()
+            }
+        } else {
+            OAuthSettings {
+                client_id: Some("machine".into()),
+                client_secret: Some("machine-secret".into()),
+                ..OAuthSettings::default()
+            }
+        };
+        let oauth = OAuthClient::new("docs", &mcp, None, settings)
+            .await
+            .unwrap();
+        if oauth.unattended().is_some() {
+            oauth.obtain().await
+        } else {
+            oauth.login(None, &oauth.follow_redirects()).await
+        }
+        .unwrap_or_else(|e| panic!("{grants:?}: not granted: {e}"));
+        for _ in 0..5 {
+            oauth.access_token().await.unwrap();
+        }
+        assert_eq!(seen.count(), 1, "{grants:?}: renewed on every request");
+        let grant = oauth.grant().await.unwrap();
+        assert_eq!((grant.expires_at, grant.refresh_at), (None, None));
+        // The server refusing it (a 401) still renews it.
+        oauth.refresh().await.unwrap();
+        assert_eq!(seen.count(), 2);
+    }
+}
+
 /// An authorization server whose error echoes the request back (form body
 /// and `Authorization` header, percent-encoded and raw): nothing the
 /// client sent as a credential reaches the error, and a huge description
@@ -341,7 +386,7 @@ async fn oauth_a_refused_refresh_does_not_echo_the_refresh_token() {
         axum::Json(json!({
             "access_token": "at-1",
             "token_type": "Bearer",
-            "expires_in": 0,
+            "expires_in": 1,
             "refresh_token": "rt-s3cret",
         }))
         .into_response()
@@ -359,6 +404,8 @@ async fn oauth_a_refused_refresh_does_not_echo_the_refresh_token() {
         .login(None, &oauth.follow_redirects())
         .await
         .expect("granted");
+    // Expired: a failed refresh has no token left to fall back on.
+    tokio::time::sleep(Duration::from_millis(2100)).await;
     let said = oauth.refresh().await.expect_err("refused").to_string();
     assert!(said.contains("invalid_request"), "{said}");
     assert!(!said.contains("s3cret"), "{said}");

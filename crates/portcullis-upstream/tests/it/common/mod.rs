@@ -489,6 +489,9 @@ pub struct AuthState {
     /// DPoP: answer a proof with a Bearer token anyway (a misbehaving
     /// server).
     pub dpop_unbound: std::sync::atomic::AtomicBool,
+    /// DPoP: refuse every token request without a proof (a server that
+    /// issues bound tokens only), whatever its metadata lists.
+    pub dpop_required: std::sync::atomic::AtomicBool,
     /// DPoP: access and refresh tokens -> the thumbprint they are bound to.
     pub dpop_bound: Mutex<HashMap<String, String>>,
     /// DPoP: token requests seen, each with the thumbprint of its proof's
@@ -749,7 +752,12 @@ async fn as_token(
     );
     // DPoP (RFC 9449 §5): a proof, when sent, must hold; the token (and
     // refresh token) are bound to its key.
-    let dpop = state.dpop_algs.lock().unwrap().is_some();
+    let required = state.dpop_required.load(Ordering::SeqCst);
+    let dpop = required || state.dpop_algs.lock().unwrap().is_some();
+    if required && !headers.contains_key("dpop") {
+        state.dpop_token_proofs.lock().unwrap().push((None, None));
+        return dpop_error(StatusCode::BAD_REQUEST, "invalid_dpop_proof", None);
+    }
     let mut jkt = None;
     if dpop && headers.contains_key("dpop") {
         let issuer = state.issuer.lock().unwrap().clone();
