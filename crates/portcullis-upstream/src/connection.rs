@@ -203,10 +203,16 @@ async fn open(plan: ConnectPlan, health: Arc<ServerHealth>) -> Result<Connected,
             standalone = Some(http.clone());
             if let Some(server) = client.peer().peer_info() {
                 let info = rmcp::ClientHandler::get_info(&handler);
+                let lifecycle = if http.handshook() {
+                    direct::Lifecycle::Handshake
+                } else {
+                    direct::Lifecycle::Discover
+                };
                 direct = direct::Direct::new(
                     http,
                     url,
                     &server.protocol_version,
+                    lifecycle,
                     info.client_info,
                     info.capabilities,
                 )

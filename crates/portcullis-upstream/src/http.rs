@@ -116,6 +116,10 @@ struct Shared {
     /// server's answer to its `initialize` gave. The direct call path posts
     /// into the same session.
     session: Mutex<Option<Arc<str>>>,
+    /// Set once rmcp posted `initialize`: the server is held to the
+    /// handshake's lifecycle (a session, if it gives one), not to
+    /// `server/discover`'s per-request metadata, whatever the version.
+    handshake: AtomicBool,
 }
 
 /// A reqwest client bound to one server's guard, headers and health.
@@ -161,6 +165,7 @@ impl GuardedHttp {
                 reported: Mutex::new(HashSet::new()),
                 session_opened: AtomicBool::new(false),
                 session: Mutex::new(None),
+                handshake: AtomicBool::new(false),
                 standalone: tokio::sync::watch::Sender::new(false),
                 endpoint: OnceLock::new(),
             }),
@@ -178,6 +183,11 @@ impl GuardedHttp {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    /// Whether rmcp opened the connection with the `initialize` handshake.
+    pub(crate) fn handshook(&self) -> bool {
+        self.shared.handshake.load(Ordering::Acquire)
     }
 
     fn note_session(&self, session: &Arc<str>) {
@@ -637,6 +647,11 @@ impl StreamableHttpClient for GuardedHttp {
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
         let url = self.parse_uri(&uri)?;
         let had_session = session_id.is_some();
+        if let ClientJsonRpcMessage::Request(request) = &message
+            && matches!(request.request, ClientRequest::InitializeRequest(_))
+        {
+            self.shared.handshake.store(true, Ordering::Release);
+        }
         if let Some(session) = &session_id {
             self.note_session(session);
         }

@@ -7,15 +7,17 @@
 //! more) and its two-pass message parsing cost more gateway CPU than the
 //! HTTP exchange itself, measured on loopback.
 //!
-//! Two generations of server take it:
+//! Servers take it as rmcp opened them:
 //!
-//! * **2026-07-28** servers: a call needs no session. The request carries
-//!   the `_meta` rmcp stamps on a 2026 request and the `Mcp-Method` and
-//!   `Mcp-Name` headers; closing the request cancels it.
-//! * **Initialize-era** servers (2025-11-25 and before): the call is posted
-//!   into the session rmcp opened and keeps (its `Mcp-Session-Id` as rmcp
-//!   last used it, the negotiated `MCP-Protocol-Version`). A server that
-//!   no longer knows the session (404) has not run the call: it goes
+//! * through **`server/discover`** (2026-07-28 servers, and servers that
+//!   offered an earlier version in their discover answer): a call needs no
+//!   session. The request carries the `_meta` rmcp stamps on every such
+//!   request, and, from 2026-07-28 on, the `Mcp-Method` and `Mcp-Name`
+//!   headers; closing the request cancels it.
+//! * through the **`initialize` handshake** (2025-era servers): the call is
+//!   posted into the session rmcp opened and keeps (its `Mcp-Session-Id`
+//!   as rmcp last used it, the negotiated `MCP-Protocol-Version`). A server
+//!   that no longer knows the session (404) has not run the call: it goes
 //!   through rmcp, which opens a new session and sends it there
 //!   ([`Answer::Unserved`]). Requests the server sends on the call's
 //!   stream are answered by the call's client and POSTed back, a stream
@@ -25,8 +27,9 @@
 //!
 //! It is used only where it changes nothing a caller can see (see
 //! [`Direct::serves`]): no progress to route (rmcp's path routes it) and,
-//! for a 2026 server, a tool name that goes in the `Mcp-Name` header as it
-//! is and no tool that promotes arguments to `Mcp-Param-*` headers.
+//! where the SEP-2243 headers apply, a tool name that goes in the
+//! `Mcp-Name` header as it is and no tool that promotes arguments to
+//! `Mcp-Param-*` headers.
 //! Everything else — the same guard, credentials, redirects and body
 //! limits ([`GuardedHttp::send`]), the same error mapping, an event stream
 //! answer with its notifications delivered — is as on rmcp's path.
@@ -71,12 +74,26 @@ pub(crate) enum Answer {
     Unserved,
 }
 
-/// Which generation of Streamable HTTP the server speaks.
+/// How rmcp opened the connection.
+pub(crate) enum Lifecycle {
+    /// `initialize`: the calls belong to the session it opened (if the
+    /// server gave one), whatever the version.
+    Handshake,
+    /// `server/discover`: every request carries its own metadata.
+    Discover,
+}
+
+/// How calls are sent, after the lifecycle rmcp went through.
 enum Era {
-    /// 2026-07-28: stateless; `meta` is what rmcp puts on every request
-    /// (protocol version, client info and capabilities).
-    Stateless { meta: RequestMetaObject },
-    /// Initialize era: calls go into the session rmcp keeps.
+    /// Discovered (2026-07-28, or an earlier version a server offered in
+    /// its discover answer): no session; `meta` is what rmcp puts on every
+    /// request (protocol version, client info and capabilities);
+    /// `standard_headers` when the version has the SEP-2243 headers.
+    Stateless {
+        meta: RequestMetaObject,
+        standard_headers: bool,
+    },
+    /// Handshake: calls go into the session rmcp keeps.
     Session,
 }
 
@@ -117,23 +134,29 @@ pub(crate) struct Round<'a> {
 
 impl Direct {
     /// The direct path for a Streamable HTTP server that negotiated
-    /// `version` with the client described by `client`.
+    /// `version` with the client described by `client`, through
+    /// `lifecycle`.
     pub(crate) fn new(
         http: GuardedHttp,
         url: Url,
         version: &ProtocolVersion,
+        lifecycle: Lifecycle,
         client: Implementation,
         capabilities: ClientCapabilities,
     ) -> Option<Direct> {
         let header = HeaderValue::from_str(version.as_str()).ok()?;
-        let era = if version.has_initialize() {
-            Era::Session
-        } else {
-            let mut meta = RequestMetaObject::default();
-            meta.set_protocol_version(version.clone());
-            meta.set_client_info(client);
-            meta.set_client_capabilities(capabilities);
-            Era::Stateless { meta }
+        let era = match lifecycle {
+            Lifecycle::Handshake => Era::Session,
+            Lifecycle::Discover => {
+                let mut meta = RequestMetaObject::default();
+                meta.set_protocol_version(version.clone());
+                meta.set_client_info(client);
+                meta.set_client_capabilities(capabilities);
+                Era::Stateless {
+                    meta,
+                    standard_headers: *version >= ProtocolVersion::STANDARD_HEADERS,
+                }
+            }
         };
         Some(Direct {
             http,
@@ -147,9 +170,22 @@ impl Direct {
         })
     }
 
-    /// Whether calls go into a session (an initialize-era server).
+    /// Whether calls go into a session (the server was opened with the
+    /// handshake).
     pub(crate) fn keeps_session(&self) -> bool {
         matches!(self.era, Era::Session)
+    }
+
+    /// Whether calls carry the SEP-2243 headers (`Mcp-Method`,
+    /// `Mcp-Name`, `Mcp-Param-*`).
+    fn standard_headers(&self) -> bool {
+        matches!(
+            self.era,
+            Era::Stateless {
+                standard_headers: true,
+                ..
+            }
+        )
     }
 
     /// Notes a listing's input schemas: on a 2026 server, a tool that
@@ -159,7 +195,7 @@ impl Direct {
         &self,
         schemas: impl IntoIterator<Item = &'a S>,
     ) {
-        if self.keeps_session() {
+        if !self.standard_headers() {
             return;
         }
         let promotes = schemas.into_iter().any(|schema| {
@@ -175,7 +211,7 @@ impl Direct {
     /// needs no header encoding.
     pub(crate) fn serves(&self, remote_name: &str, wants_progress: bool) -> bool {
         !wants_progress
-            && (self.keeps_session()
+            && (!self.standard_headers()
                 || (!self.promotes_headers.load(Ordering::Relaxed)
                     && plain_header_value(remote_name)))
     }
@@ -195,7 +231,7 @@ impl Direct {
     ) -> Result<Answer, ServiceError> {
         let session = match &self.era {
             Era::Session => self.http.session(),
-            Era::Stateless { meta } => {
+            Era::Stateless { meta, .. } => {
                 // The call's own capabilities (what its client can answer),
                 // if it names them, over the connection's.
                 let capabilities = params.meta.as_ref().and_then(|m| m.client_capabilities());
@@ -215,7 +251,7 @@ impl Direct {
         })
         .map_err(|e| unexpected(format!("cannot encode the request: {e}")))?;
         let mut headers = self.protocol_headers(session.as_deref(), BOTH);
-        if !self.keeps_session() {
+        if self.standard_headers() {
             headers.insert(
                 HeaderName::from_static("mcp-method"),
                 HeaderValue::from_static("tools/call"),

@@ -323,13 +323,53 @@ impl ServerHandler for Sessioned {
     }
 }
 
+/// The same server as rmcp serves a 2025-era handler by default: it
+/// answers `server/discover` for the versions it speaks, so rmcp's client
+/// takes the discover lifecycle at 2025-11-25 (metadata on every request,
+/// no session) instead of the handshake.
+#[derive(Clone)]
+struct Discovered(Sessioned);
+
+impl ServerHandler for Discovered {
+    fn supported_protocol_versions(&self) -> std::borrow::Cow<'static, [ProtocolVersion]> {
+        self.0.supported_protocol_versions()
+    }
+
+    fn get_info(&self) -> ServerConfig {
+        self.0.get_info()
+    }
+
+    async fn list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        self.0.list_tools(request, context).await
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        self.0.call_tool(request, context).await
+    }
+}
+
 /// Serves [`Sessioned`] with sessions and event-stream answers, noting
 /// every `tools/call` on its way in.
 async fn serve_sessions(seen: Arc<Sessions>) -> (String, tokio::task::JoinHandle<()>) {
+    serve_legacy(seen.clone(), Sessioned(seen)).await
+}
+
+/// Serves `handler` as [`serve_sessions`] does.
+async fn serve_legacy<H: ServerHandler + Clone>(
+    seen: Arc<Sessions>,
+    handler: H,
+) -> (String, tokio::task::JoinHandle<()>) {
     let config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(true)
         .with_json_response(false);
-    let handler = Sessioned(seen.clone());
     let service = StreamableHttpService::new(
         move || Ok(handler.clone()),
         Arc::new(LocalSessionManager::default()),
@@ -570,6 +610,32 @@ async fn a_session_server_that_pings_all_through_a_call_gets_every_ping_answered
         .await
         .expect("the tool answers");
     assert_eq!(text(&result), "still here");
+    toolset.close().await;
+    server.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_2025_server_reached_by_discover_is_called_with_metadata_not_a_session() {
+    let seen = Arc::new(Sessions::default());
+    let (url, server) = serve_legacy(seen.clone(), Discovered(Sessioned(seen.clone()))).await;
+    let toolset = connected(&url).await;
+    for message in ["one", "two"] {
+        let result = toolset
+            .call(
+                "echo",
+                Some(json!({"message": message})),
+                &CallContext::default(),
+            )
+            .await
+            .expect("the tool answers");
+        assert_eq!(text(&result), message);
+    }
+    let (id, session) = last_call(&seen);
+    assert!(
+        id.as_u64() >= Some(DIRECT_IDS),
+        "went through rmcp: id {id}"
+    );
+    assert_eq!(session, None, "a discovered server has no session");
     toolset.close().await;
     server.abort();
 }
