@@ -114,14 +114,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 // ---------------------------------------------------------------------------
 // The servers.
 
-/// The echo, 2025-era only: `server/discover` is refused with the versions
-/// it speaks, so a dual-era client (the gateway) falls back to `initialize`.
+/// The echo, 2025-era only: `server/discover` is refused as a 2025-era SDK
+/// refuses a method it does not know, so a dual-era client (the gateway)
+/// falls back to `initialize` and a session. (rmcp's default would answer
+/// a discover at 2025-11-25, and its client would then skip the handshake.)
 #[derive(Clone)]
 struct LegacyEcho;
 
 impl rmcp::ServerHandler for LegacyEcho {
     fn get_info(&self) -> rmcp::model::ServerConfig {
         RmcpEcho.get_info()
+    }
+
+    async fn discover(
+        &self,
+        _context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<rmcp::model::DiscoverResult, rmcp::ErrorData> {
+        Err(rmcp::ErrorData::method_not_found::<
+            rmcp::model::DiscoverRequestMethod,
+        >())
     }
 
     fn supported_protocol_versions(
