@@ -15,6 +15,7 @@
 // call's stream, and the gateway passes it on.
 #![allow(deprecated)]
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
@@ -636,6 +637,95 @@ async fn a_2025_server_reached_by_discover_is_called_with_metadata_not_a_session
         "went through rmcp: id {id}"
     );
     assert_eq!(session, None, "a discovered server has no session");
+    toolset.close().await;
+    server.abort();
+}
+
+/// A hostile session server written by hand: a handshake, one tool, and
+/// an answer stream for every call that gives an event id, asks for no
+/// wait and closes, again on every resumption, never answering.
+async fn serve_closing_streams(gets: Arc<AtomicUsize>) -> (String, tokio::task::JoinHandle<()>) {
+    use axum::http::{HeaderMap, StatusCode, header};
+    use axum::response::IntoResponse;
+    let post = |body: axum::body::Bytes| async move {
+        let message: Value = serde_json::from_slice(&body).unwrap_or_default();
+        let id = message["id"].clone();
+        let json = |result: Value| {
+            (
+                [
+                    (header::CONTENT_TYPE, "application/json"),
+                    (header::HeaderName::from_static("mcp-session-id"), "s1"),
+                ],
+                json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string(),
+            )
+                .into_response()
+        };
+        match message["method"].as_str() {
+            Some("server/discover") => (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "application/json")],
+                json!({"jsonrpc": "2.0", "id": message["id"], "error": {"code": -32601, "message": "Method not found"}}).to_string(),
+            )
+                .into_response(),
+            Some("initialize") => json(json!({
+                "protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+                "serverInfo": {"name": "closing", "version": "1"}})),
+            Some("tools/list") => json(json!({"tools": [{"name": "echo",
+                "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": true}}]})),
+            Some("tools/call") => (
+                [(header::CONTENT_TYPE, "text/event-stream")],
+                "id: 1\nretry: 0\ndata: \n\n",
+            )
+                .into_response(),
+            _ => StatusCode::ACCEPTED.into_response(),
+        }
+    };
+    let get = move |headers: HeaderMap| {
+        let gets = gets.clone();
+        async move {
+            if !headers.contains_key("last-event-id") {
+                return StatusCode::METHOD_NOT_ALLOWED.into_response();
+            }
+            let n = gets.fetch_add(1, Ordering::SeqCst) + 2;
+            (
+                [(header::CONTENT_TYPE, "text/event-stream")],
+                format!("id: {n}\nretry: 0\ndata: \n\n"),
+            )
+                .into_response()
+        }
+    };
+    let app = axum::Router::new().route("/mcp", axum::routing::post(post).get(get));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("binds");
+    let url = format!(
+        "http://{}/mcp",
+        listener.local_addr().expect("has an address")
+    );
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (url, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_closes_its_answer_stream_for_ever_is_given_up_on_not_polled() {
+    let gets = Arc::new(AtomicUsize::new(0));
+    let (url, server) = serve_closing_streams(gets.clone()).await;
+    let toolset = connected(&url).await;
+    let started = std::time::Instant::now();
+    let error = toolset
+        .call("echo", Some(json!({})), &CallContext::default())
+        .await
+        .expect_err("the server never answers");
+    assert!(
+        matches!(&error, CallError::Protocol { message, .. } if message.contains("without an answer")),
+        "{error:?}"
+    );
+    // Every resumption was tried, and no more: the call's 60 s timeout
+    // was not what ended it.
+    assert_eq!(gets.load(Ordering::SeqCst), 32);
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
     toolset.close().await;
     server.abort();
 }
