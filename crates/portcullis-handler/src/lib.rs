@@ -57,7 +57,7 @@ pub mod registration;
 pub mod source;
 
 pub use access::{Access, Identity, check_call, missing_permissions};
-pub use context::{CallContext, InputChannel, InputSink};
+pub use context::{CallContext, ClientRequests, InputChannel, InputSink, RequestSink};
 pub use error::ToolError;
 pub use handler::{ToolFuture, ToolHandler, Typed, typed};
 pub use registration::{IN_PROCESS_SOURCE, Registration};
