@@ -401,8 +401,10 @@ impl rmcp::ServerHandler for SamplesAModel {
         strict.name = "strict_poem".into();
         let mut lenient = tool.clone();
         lenient.name = "lenient_poem".into();
+        let mut impatient = tool.clone();
+        impatient.name = "impatient_poem".into();
         Ok(ListToolsResult::with_all_items(vec![
-            tool, survey, strict, lenient,
+            tool, survey, strict, lenient, impatient,
         ]))
     }
 
@@ -452,6 +454,24 @@ impl rmcp::ServerHandler for SamplesAModel {
             "maxTokens": 50
         }))
         .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        if request.name == "impatient_poem" {
+            // Gives up on its question after a moment: rmcp withdraws it
+            // with `notifications/cancelled`.
+            let asked = rmcp::model::ServerRequest::CreateMessageRequest(
+                rmcp::model::CreateMessageRequest::new(params),
+            );
+            let options = PeerRequestOptions::with_timeout(Duration::from_millis(300));
+            let handle = context
+                .peer
+                .send_request_with_option(asked, options)
+                .await
+                .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+            let line = match handle.await_response().await {
+                Ok(_) => "sampled",
+                Err(_) => "no answer in time",
+            };
+            return Ok(CallToolResult::success(vec![ContentBlock::text(line)]).into());
+        }
         if request.name != "poem" {
             // Without a model, `strict_poem` fails and `lenient_poem` falls
             // back to a line of its own.
@@ -1162,5 +1182,33 @@ async fn another_session_cannot_answer_a_relayed_request() {
     let text = first_text(&answer);
     assert!(text.contains("The model said: Roses are red"), "{answer}");
     assert!(!text.contains("Mallory"), "{answer}");
+    upstream.close().await;
+}
+
+/// An upstream that withdraws its request (its own timeout) has the
+/// gateway withdraw it from the client, on the call's stream, with the id
+/// the client was asked under.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_withdrawing_its_request_withdraws_it_from_the_session_client() {
+    let (_seen, upstream, _dir, served) = sampling_gateway(60_000).await;
+    let session = RawSession::open(&served.url, json!({"sampling": {}})).await;
+    let mut call = session.call(1, "impatient_poem", false).await;
+    let sampling = call.next().await;
+    assert_eq!(sampling["method"], "sampling/createMessage", "{sampling}");
+    let withdrawn = call.next().await;
+    assert_eq!(
+        withdrawn["method"], "notifications/cancelled",
+        "{withdrawn}"
+    );
+    assert_eq!(withdrawn["params"]["requestId"], sampling["id"]);
+    let answer = call.next().await;
+    assert!(
+        first_text(&answer).contains("no answer in time"),
+        "{answer}"
+    );
+    // A late answer is nobody's now: rmcp takes it, as any unknown id.
+    let late = json!({"role": "assistant", "model": "m",
+        "content": {"type": "text", "text": "too late"}});
+    assert_eq!(session.answer(&sampling, late).await, 202);
     upstream.close().await;
 }
