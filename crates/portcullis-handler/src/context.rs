@@ -149,8 +149,9 @@ impl CallContext {
 
     /// Where to ask the client for input mid-call, when the client takes
     /// it through `input_required` round trips (2026-07-28 clients).
-    /// `None` otherwise: an initialize-era client is sent
-    /// requests through [`CallContext::peer`].
+    /// `None` otherwise: an initialize-era client is sent requests through
+    /// [`CallContext::client_requests`] or, failing that,
+    /// [`CallContext::peer`].
     pub fn input(&self) -> Option<&InputChannel> {
         self.input.as_ref()
     }
