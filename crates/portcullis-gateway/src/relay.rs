@@ -7,7 +7,9 @@
 //!
 //! Initialize-era clients get the request on their session, on the
 //! response stream of the `tools/call` that caused it (Streamable HTTP
-//! routes a server request by the request it originates from). 2026-07-28
+//! routes a server request by the request it originates from): through
+//! rmcp's session when rmcp serves the call, through the call's
+//! [`ClientRequests`] when the server answers it in front of rmcp. 2026-07-28
 //! clients cannot be sent requests at all: the request goes through the
 //! call's input channel instead ([`portcullis_server::input`]), which parks
 //! the upstream call, answers the client's `tools/call` with an
@@ -34,7 +36,7 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use portcullis_handler::{CallContext, InputChannel};
+use portcullis_handler::{CallContext, ClientRequests, InputChannel};
 use portcullis_upstream::ClientRelay;
 use portcullis_upstream::relay::InputKey;
 use rmcp::model::{
@@ -56,6 +58,9 @@ pub struct DownstreamRelay {
     /// Where such a client's input is asked for (`None` when the tool
     /// surface cannot park this call).
     input: Option<InputChannel>,
+    /// Where an initialize-era client is asked when the server answers
+    /// the call in front of rmcp (`None`: rmcp serves it, ask the peer).
+    direct: Option<ClientRequests>,
 }
 
 impl DownstreamRelay {
@@ -85,6 +90,7 @@ impl DownstreamRelay {
             capabilities,
             modern,
             input: ctx.input().cloned(),
+            direct: ctx.client_requests().cloned(),
         })
     }
 }
@@ -115,6 +121,21 @@ impl ClientRelay for DownstreamRelay {
                     })
                 }
             };
+        }
+        if let Some(direct) = &self.direct {
+            let answer = direct.send(request, None);
+            return Box::pin(async move {
+                tokio::select! {
+                    answer = answer => answer.map_err(unrelayable),
+                    // Dropping the answer withdraws the request: the client
+                    // hears `notifications/cancelled` on the call's stream.
+                    () = cancel.cancelled() => Err(ErrorData::new(
+                        ErrorCode::INTERNAL_ERROR,
+                        "the request was cancelled",
+                        None,
+                    )),
+                }
+            });
         }
         // rmcp ties a server request to the request being handled through a
         // task-local that only the handling task has; this one is called

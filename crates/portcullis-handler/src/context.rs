@@ -10,15 +10,22 @@
 //! Input asked mid-call from a client that cannot be sent requests (the
 //! 2026-07-28 revision's `input_required` round trips) goes through an
 //! [`InputChannel`]; the surface that parks the call behind those round
-//! trips implements [`InputSink`].
+//! trips implements [`InputSink`]. An initialize-era call the surface
+//! answers itself (not through rmcp's session) carries a
+//! [`ClientRequests`]: requests to its client go on the call's own response
+//! stream through it, which the session's peer cannot reach.
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use rmcp::ErrorData;
-use rmcp::model::{ClientCapabilities, InputRequest, ProgressNotificationParam, ProgressToken};
-use rmcp::service::RequestContext;
+use rmcp::model::{
+    ClientCapabilities, ClientResult, InputRequest, ProgressNotificationParam, ProgressToken,
+    ServerRequest,
+};
+use rmcp::service::{RequestContext, ServiceError};
 use rmcp::{Peer, RoleServer};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -142,8 +149,9 @@ impl CallContext {
 
     /// Where to ask the client for input mid-call, when the client takes
     /// it through `input_required` round trips (2026-07-28 clients).
-    /// `None` otherwise: an initialize-era client is sent
-    /// requests through [`CallContext::peer`].
+    /// `None` otherwise: an initialize-era client is sent requests through
+    /// [`CallContext::client_requests`] or, failing that,
+    /// [`CallContext::peer`].
     pub fn input(&self) -> Option<&InputChannel> {
         self.input.as_ref()
     }
@@ -163,9 +171,19 @@ impl CallContext {
     }
 
     /// The client, for handlers that need more than progress (logging,
-    /// sampling, elicitation). `None` for a detached call.
+    /// sampling, elicitation). `None` for a detached call. A request to the
+    /// client sent here rides the call's stream only when rmcp serves the
+    /// call; check [`CallContext::client_requests`] first.
     pub fn peer(&self) -> Option<&Peer<RoleServer>> {
         self.request.as_ref().map(|r| &r.peer)
+    }
+
+    /// Where requests to the client go when the surface answers this
+    /// initialize-era call itself, in front of rmcp's session: there the
+    /// session's peer cannot put a request on the call's stream. `None`
+    /// when rmcp serves the call (send through [`CallContext::peer`]).
+    pub fn client_requests(&self) -> Option<&ClientRequests> {
+        self.request.as_ref()?.extensions.get::<ClientRequests>()
     }
 
     /// The raw rmcp request context (request `_meta`, HTTP parts in its
@@ -252,6 +270,57 @@ impl InputChannel {
     /// reported instead of the error result.
     pub fn undeclared(&self, missing: ClientCapabilities) {
         self.sink.undeclared(missing);
+    }
+}
+
+/// Where a call's requests to its initialize-era client go when the
+/// surface that answers the call routes them itself (see
+/// [`ClientRequests`]).
+pub trait RequestSink: Send + Sync + 'static {
+    /// Sends `request` to the client on the call's response stream and
+    /// resolves with its answer, as rmcp's
+    /// `send_request_with_option(..).await_response()` does: the client's
+    /// JSON-RPC error is [`ServiceError::McpError`], `timeout` (if any) ends
+    /// the wait with [`ServiceError::Timeout`]. The call ending, being
+    /// cancelled or losing its session fails the request; dropping the
+    /// future before the answer withdraws it (the client is sent
+    /// `notifications/cancelled`).
+    fn send(
+        &self,
+        request: ServerRequest,
+        timeout: Option<Duration>,
+    ) -> BoxFuture<'static, Result<ClientResult, ServiceError>>;
+}
+
+/// A call's way to ask its initialize-era client (sampling, elicitation,
+/// roots) when the surface answers the call itself; found through
+/// [`CallContext::client_requests`]. Cheap to clone; usable from any task.
+#[derive(Clone)]
+pub struct ClientRequests {
+    sink: Arc<dyn RequestSink>,
+}
+
+impl fmt::Debug for ClientRequests {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientRequests").finish_non_exhaustive()
+    }
+}
+
+impl ClientRequests {
+    /// Requests that go to `sink`.
+    pub fn new(sink: impl RequestSink) -> Self {
+        ClientRequests {
+            sink: Arc::new(sink),
+        }
+    }
+
+    /// Asks the client `request`; see [`RequestSink::send`].
+    pub fn send(
+        &self,
+        request: ServerRequest,
+        timeout: Option<Duration>,
+    ) -> BoxFuture<'static, Result<ClientResult, ServiceError>> {
+        self.sink.send(request, timeout)
     }
 }
 

@@ -170,22 +170,32 @@ impl<P: Send + 'static> Approvals<P> {
         args: &Value,
         ctx: &CallContext,
     ) -> Verdict {
-        let Some(peer) = ctx.peer() else {
-            return cannot_ask(tool);
-        };
         let question = ServerRequest::ElicitRequest(ElicitRequest::new(form(tool, title, args)));
-        let handle = match peer
-            .send_request_with_option(question, PeerRequestOptions::with_timeout(self.timeout))
-            .await
-        {
-            Ok(handle) => handle,
-            Err(error) => {
-                tracing::debug!(tool, %error, "approval request not sent");
-                return cannot_ask(tool);
-            }
-        };
+        // A call the server answers in front of rmcp asks on its own stream;
+        // one rmcp serves asks through the session's peer.
+        let answer: futures::future::BoxFuture<'static, Result<ClientResult, ServiceError>> =
+            if let Some(direct) = ctx.client_requests() {
+                direct.send(question, Some(self.timeout))
+            } else {
+                let Some(peer) = ctx.peer() else {
+                    return cannot_ask(tool);
+                };
+                match peer
+                    .send_request_with_option(
+                        question,
+                        PeerRequestOptions::with_timeout(self.timeout),
+                    )
+                    .await
+                {
+                    Ok(handle) => Box::pin(handle.await_response()),
+                    Err(error) => {
+                        tracing::debug!(tool, %error, "approval request not sent");
+                        return cannot_ask(tool);
+                    }
+                }
+            };
         let answer = tokio::select! {
-            answer = handle.await_response() => answer,
+            answer = answer => answer,
             () = ctx.cancelled() => {
                 return Verdict::Refused(
                     DeniedResult::new(tool, BY_POLICY, "the call was cancelled before the user answered")

@@ -88,6 +88,7 @@ pub mod mcp_server;
 mod media_type;
 pub mod oauth;
 pub mod passthrough;
+mod session_ask;
 mod session_call;
 mod sessions;
 pub mod shutdown;

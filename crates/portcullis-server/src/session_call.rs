@@ -13,9 +13,7 @@
 //!
 //! Only the plain case is taken; anything else goes to rmcp untouched:
 //! - the session is *adopted* (`crate::sessions`): its client negotiated an
-//!   initialize-era version and declared none of sampling, elicitation or
-//!   roots, so nothing but the response ever has to reach it during a
-//!   call, and its service is alive;
+//!   initialize-era version, and its service is alive;
 //! - headers: one `Mcp-Session-Id`; at most one `MCP-Protocol-Version`,
 //!   naming the session's version; no `Mcp-Method`, `Mcp-Name` or
 //!   `Mcp-Param-*`; JSON content with a declared length; an `Accept`
@@ -28,12 +26,17 @@
 //! peer and the request's `_meta` and HTTP parts in its context; a
 //! `notifications/cancelled` from the client cancels it (seen here on its
 //! way to rmcp); the session's end cancels it; the call counts as an open
-//! stream of its session; rmcp's idle timer hears of the session's use. A
-//! call still running after one keep-alive interval is answered as a
-//! stream instead, like rmcp's: an event with an id, keep-alive comments,
-//! then the response; the call runs on if the client goes away, and a
-//! `GET` with that id as `Last-Event-ID` resumes the stream. As on rmcp's
-//! session path, a client that goes away does not cancel its call.
+//! stream of its session; rmcp's idle timer hears of the session's use; a
+//! client that declared sampling, elicitation or roots can be asked them
+//! on the call's stream (`crate::session_ask`, in place of rmcp's routing
+//! by originating request). A call still running after one keep-alive
+//! interval, or asking its client something, is answered as a stream
+//! instead, like rmcp's: an event with an id (`d<n>`), its requests as
+//! events with ids of their own (`d<n>.<k>`), keep-alive comments, then
+//! the response; the call runs on if the client goes away, and a `GET`
+//! with one of those ids as `Last-Event-ID` resumes the stream after it.
+//! As on rmcp's session path, a client that goes away does not cancel its
+//! call.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,7 +53,8 @@ use rmcp::{RoleServer, ServerHandler};
 use serde::Deserialize;
 
 use crate::media_type::accepts_events;
-use crate::sessions::{BoundedSessions, Reply};
+use crate::session_ask;
+use crate::sessions::{BoundedSessions, Outbox, Reply};
 use crate::tool_call::{
     Era, METHOD_HEADER, NAME_HEADER, PROTOCOL_VERSION_HEADER, PlainCall, SESSION_HEADER, call_tool,
     json_response, plain_json_post, promotes_params, sole, status_only,
@@ -136,6 +140,10 @@ impl SessionPath {
             return Err(Request::from_parts(parts, Body::from(bytes)));
         };
         let Some(call) = PlainCall::read(&bytes) else {
+            if self.answer(&parts.headers, &session, &bytes) {
+                // What rmcp answers a posted response with.
+                return Ok(status_only(StatusCode::ACCEPTED));
+            }
             self.notice(&mut parts.extensions, &session, &bytes);
             return Err(Request::from_parts(parts, Body::from(bytes)));
         };
@@ -160,11 +168,21 @@ impl SessionPath {
         // context, and the HTTP parts into its extensions.
         let mut extensions = rmcp::model::Extensions::new();
         extensions.insert(parts);
+        let outbox = Arc::new(tokio::sync::watch::Sender::new(Outbox::default()));
+        let mut answered = outbox.subscribe();
+        if admitted.asks {
+            extensions.insert(session_ask::for_call(
+                self.sessions.clone(),
+                session.clone(),
+                id.clone(),
+                admitted.cancel.clone(),
+                &outbox,
+            ));
+        }
         let mut context = RequestContext::new(id.clone(), admitted.peer);
         context.ct = admitted.cancel;
         context.meta = meta;
         context.extensions = extensions;
-        let (reply, mut answered) = tokio::sync::watch::channel(None);
         let handler = handler.clone();
         let open = admitted.open;
         // Boxed for the reason `crate::direct_call` boxes its call; not
@@ -182,19 +200,45 @@ impl SessionPath {
                 serde_json::to_vec(&ServerJsonRpcMessage::error(error, Some(id)))
                     .unwrap_or_default()
             });
-            reply.send_replace(Some(Bytes::from(bytes)));
+            outbox.send_modify(|outbox| outbox.answer = Some(Bytes::from(bytes)));
             drop(open);
         }));
 
-        match wait(&mut answered, self.keep_alive).await {
+        match wait(&mut answered, 0, self.keep_alive).await {
             Waited::Answered(message) => Ok(plain_json(message)),
             Waited::Gone => {
                 tracing::error!("tool call task ended without an answer");
                 Ok(status_only(StatusCode::INTERNAL_SERVER_ERROR))
             }
-            Waited::Running => {
+            // A request to the client, or a long call: a stream.
+            Waited::Event(_) | Waited::Running => {
                 let stream = self.sessions.park(&session, answered.clone());
-                Ok(self.stream(session, stream, answered, true))
+                Ok(self.stream(session, stream, answered, 0, true))
+            }
+        }
+    }
+
+    /// A client's response to a request a direct call of `session` sent
+    /// it: handed to the waiting request (`true`), or left for rmcp.
+    fn answer(&self, headers: &HeaderMap, session: &SessionId, body: &[u8]) -> bool {
+        let Some((request, answer)) = session_ask::read_answer(body) else {
+            return false;
+        };
+        // rmcp refuses a response naming another version; so does this.
+        if sole(headers, PROTOCOL_VERSION_HEADER)
+            .is_some_and(|version| !self.sessions.speaks(session, version))
+        {
+            return false;
+        }
+        match self.sessions.answer(session, &request, answer) {
+            None => false,
+            Some(touch) => {
+                if touch {
+                    let sessions = self.sessions.clone();
+                    let session = session.clone();
+                    tokio::spawn(async move { sessions.tell_worker(&session).await });
+                }
+                true
             }
         }
     }
@@ -244,18 +288,29 @@ impl SessionPath {
             return None;
         }
         let version = sole(headers, PROTOCOL_VERSION_HEADER);
-        let stream = sole(headers, LAST_EVENT_ID_HEADER)?
-            .strip_prefix(EVENT_ID_PREFIX)?
-            .parse::<u64>()
-            .ok()?;
+        let last = sole(headers, LAST_EVENT_ID_HEADER)?.strip_prefix(EVENT_ID_PREFIX)?;
+        // `d<n>`: the stream's first event; `d<n>.<k>`: its k-th request.
+        let (stream, seen) = match last.split_once('.') {
+            Some((stream, seen)) => (stream, seen.parse::<usize>().ok()?),
+            None => (last, 0),
+        };
+        let stream = stream.parse::<u64>().ok()?;
         let session = SessionId::from(sole(headers, SESSION_HEADER)?);
         let reply = self.sessions.parked(&session, stream, version)?;
-        Some(self.stream(session, Some(stream), reply, false))
+        Some(self.stream(session, Some(stream), reply, seen, false))
     }
 
-    /// An SSE answer: the event naming `stream` (when new and parked),
-    /// keep-alive comments while the call runs, then its response.
-    fn stream(&self, session: SessionId, stream: Option<u64>, reply: Reply, new: bool) -> Response {
+    /// An SSE answer: the event naming `stream` (when new and parked), the
+    /// call's events after the first `seen`, keep-alive comments while the
+    /// call runs, then its response.
+    fn stream(
+        &self,
+        session: SessionId,
+        stream: Option<u64>,
+        reply: Reply,
+        seen: usize,
+        new: bool,
+    ) -> Response {
         let first = match (stream, new) {
             (Some(number), true) => Some(Bytes::from(format!(
                 "id: {EVENT_ID_PREFIX}{number}\ndata: \n\n"
@@ -265,6 +320,7 @@ impl SessionPath {
         let state = Streaming {
             first,
             reply: Some(reply),
+            seen,
             keep_alive: self.keep_alive,
             sessions: self.sessions.clone(),
             session,
@@ -285,6 +341,8 @@ struct Streaming {
     first: Option<Bytes>,
     /// `None` once the response went out.
     reply: Option<Reply>,
+    /// Events of the call sent so far (or seen before a resume).
+    seen: usize,
     keep_alive: Option<Duration>,
     sessions: Arc<BoundedSessions>,
     session: SessionId,
@@ -297,27 +355,45 @@ impl Streaming {
             return Some((Ok(first), self));
         }
         let mut reply = self.reply.take()?;
-        let message = match wait(&mut reply, self.keep_alive).await {
+        let message = match wait(&mut reply, self.seen, self.keep_alive).await {
             Waited::Running => {
                 self.reply = Some(reply);
                 return Some((Ok(Bytes::from_static(b":\n\n")), self));
             }
             Waited::Gone => return None,
+            Waited::Event(message) => {
+                self.seen += 1;
+                self.reply = Some(reply);
+                // A parked stream's events can be resumed after.
+                let id = self
+                    .stream
+                    .map(|stream| format!("id: {EVENT_ID_PREFIX}{stream}.{}\n", self.seen));
+                return Some((Ok(event(id.as_deref(), &message)), self));
+            }
             Waited::Answered(message) => message,
         };
         if let Some(stream) = self.stream {
             self.sessions.unpark(&self.session, stream);
         }
-        let mut event = Vec::with_capacity(message.len() + 8);
-        event.extend_from_slice(b"data: ");
-        event.extend_from_slice(&message);
-        event.extend_from_slice(b"\n\n");
-        Some((Ok(Bytes::from(event)), self))
+        Some((Ok(event(None, &message)), self))
     }
 }
 
-/// What waiting for a direct call's response found.
+/// An SSE event carrying `message`, after the `id` line if any.
+fn event(id: Option<&str>, message: &[u8]) -> Bytes {
+    let id = id.unwrap_or_default();
+    let mut event = Vec::with_capacity(id.len() + message.len() + 8);
+    event.extend_from_slice(id.as_bytes());
+    event.extend_from_slice(b"data: ");
+    event.extend_from_slice(message);
+    event.extend_from_slice(b"\n\n");
+    Bytes::from(event)
+}
+
+/// What waiting for a direct call's next event found.
 enum Waited {
+    /// A message to the client before the response.
+    Event(Bytes),
     Answered(Bytes),
     /// Still running after the wait's limit.
     Running,
@@ -325,11 +401,16 @@ enum Waited {
     Gone,
 }
 
-/// Waits for `reply`, at most `limit` (`None`: until it comes).
-async fn wait(reply: &mut Reply, limit: Option<Duration>) -> Waited {
+/// Waits for the call's event after the first `seen`, or its response
+/// once every event is out, at most `limit` (`None`: until it comes).
+async fn wait(reply: &mut Reply, seen: usize, limit: Option<Duration>) -> Waited {
     let answered = async {
-        match reply.wait_for(Option::is_some).await {
-            Ok(message) => Waited::Answered(message.clone().unwrap_or_default()),
+        let ready = |outbox: &Outbox| outbox.events.len() > seen || outbox.answer.is_some();
+        match reply.wait_for(ready).await {
+            Ok(outbox) => match outbox.events.get(seen) {
+                Some(event) => Waited::Event(event.clone()),
+                None => Waited::Answered(outbox.answer.clone().unwrap_or_default()),
+            },
             Err(_) => Waited::Gone,
         }
     };

@@ -12,15 +12,16 @@
 //! naming the limit. Sessions idle longer than the idle timeout end on
 //! their own (rmcp's `keep_alive`).
 //!
-//! A session whose client declared none of the capabilities a server
-//! request needs (sampling, elicitation, roots) is also *adopted* when the
-//! client says `initialized`: its peer is kept here so that its plain
-//! `tools/call`s can be answered in front of rmcp (`crate::session_call`).
-//! This table then also holds those calls: each counts as an open stream,
-//! can be cancelled by the client's `notifications/cancelled`, and is
-//! cancelled when its session closes; a call that outlived a keep-alive
-//! interval leaves its answer *parked* under a stream number until a
-//! client reads it.
+//! An initialize-era session is also *adopted* when the client says
+//! `initialized`: its peer is kept here so that its plain `tools/call`s
+//! can be answered in front of rmcp (`crate::session_call`). This table
+//! then also holds those calls: each counts as an open stream, can be
+//! cancelled by the client's `notifications/cancelled`, and is cancelled
+//! when its session closes; a call whose answer became a stream (it
+//! outlived a keep-alive interval, or asked its client something) leaves
+//! its events *parked* under a stream number until a client reads them.
+//! The requests such calls send their client (sampling, elicitation,
+//! roots) wait here, by an id of the session's, for the client's answer.
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -30,7 +31,10 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::Stream;
-use rmcp::model::{ClientJsonRpcMessage, ProtocolVersion, RequestId, ServerJsonRpcMessage};
+use rmcp::model::{
+    ClientJsonRpcMessage, ClientResult, ProtocolVersion, RequestId, ServerJsonRpcMessage,
+};
+use rmcp::service::ServiceError;
 use rmcp::transport::WorkerTransport;
 use rmcp::transport::streamable_http_server::session::local::{
     LocalSessionManager, LocalSessionManagerError, LocalSessionWorker,
@@ -40,7 +44,7 @@ use rmcp::transport::streamable_http_server::session::{
 };
 use rmcp::{Peer, RoleServer};
 
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::throttle::LogThrottle;
@@ -98,8 +102,33 @@ struct Usage {
     adopted: Option<Adopted>,
 }
 
-/// The serialised response of a direct call, `None` until it is made.
-pub(crate) type Reply = watch::Receiver<Option<Bytes>>;
+/// What a direct call has to say to its client, serialised: the requests
+/// (and withdrawals) it sent during the call, in order, then its response.
+#[derive(Debug, Default)]
+pub(crate) struct Outbox {
+    /// Server messages sent before the response.
+    pub(crate) events: Vec<Bytes>,
+    /// The response, `None` until it is made; nothing follows it.
+    pub(crate) answer: Option<Bytes>,
+}
+
+/// A direct call's [`Outbox`] as it fills.
+pub(crate) type Reply = watch::Receiver<Outbox>;
+
+/// The client's answer to a request a direct call sent it.
+pub(crate) type ClientAnswer = Result<ClientResult, ServiceError>;
+
+/// Ids of the requests direct calls send their clients start with this:
+/// rmcp numbers its own from 0 (and reads a numeric string as that
+/// number), so such an id is never one of rmcp's on the same session.
+pub(crate) const ASK_ID_PREFIX: &str = "portcullis-";
+
+/// A request a direct call sent its client, waiting for the answer.
+struct Asked {
+    /// The client's id of the call that sent it.
+    call: RequestId,
+    answer: oneshot::Sender<ClientAnswer>,
+}
 
 /// What the direct path holds of an adopted session.
 struct Adopted {
@@ -111,6 +140,12 @@ struct Adopted {
     /// Answers of long direct calls, by stream number.
     parked: HashMap<u64, Parked>,
     next_stream: u64,
+    /// The client declared sampling, elicitation or roots: its calls may
+    /// send it requests.
+    asks: bool,
+    /// Requests sent by direct calls, by their id.
+    asked: HashMap<RequestId, Asked>,
+    next_ask: u64,
     /// When rmcp's session worker last heard of this session's direct
     /// calls (its idle timer sees only what passes through it).
     touched: Instant,
@@ -122,6 +157,7 @@ impl std::fmt::Debug for Adopted {
             .field("version", &self.version)
             .field("calls", &self.calls.len())
             .field("parked", &self.parked.len())
+            .field("asked", &self.asked.len())
             .finish_non_exhaustive()
     }
 }
@@ -137,7 +173,7 @@ impl Adopted {
     /// Forgets answers ready for longer than [`PARKED_TTL`].
     fn evict_parked(&mut self, now: Instant) {
         self.parked.retain(|_, parked| {
-            if parked.ready.is_none() && parked.reply.borrow().is_some() {
+            if parked.ready.is_none() && parked.reply.borrow().answer.is_some() {
                 parked.ready = Some(now);
             }
             parked
@@ -162,6 +198,9 @@ pub(crate) struct SessionCall {
     pub(crate) cancel: CancellationToken,
     /// Whether rmcp's worker should hear of the session now.
     pub(crate) touch: bool,
+    /// The client declared a capability a request to it needs: the call
+    /// gets a way to ask it (`crate::session_call`).
+    pub(crate) asks: bool,
     /// Ends the call's accounting when dropped.
     pub(crate) open: OpenCall,
 }
@@ -181,6 +220,11 @@ impl Drop for OpenCall {
             usage.last_used = Instant::now();
             if let Some(adopted) = &mut usage.adopted {
                 adopted.calls.remove(&self.request);
+                // Requests the call left unanswered fail (their senders
+                // are dropped): nobody can read an answer to them now.
+                if !adopted.asked.is_empty() {
+                    adopted.asked.retain(|_, asked| asked.call != self.request);
+                }
             }
         }
     }
@@ -297,22 +341,19 @@ impl BoundedSessions {
 
 /// The direct path's side of the table (see the module docs).
 impl BoundedSessions {
-    /// Keeps `peer` for session `id` when its client can be answered
-    /// directly: it negotiated an initialize-era version and declared no
-    /// capability a server request needs, so nothing but the response
-    /// ever has to reach it during a call. A session is adopted once: a
-    /// client saying `initialized` again must not drop the calls in
-    /// flight (and their cancellation) or the parked answers.
+    /// Keeps `peer` for session `id` when its client negotiated an
+    /// initialize-era version. A session is adopted once: a client saying
+    /// `initialized` again must not drop the calls in flight (and their
+    /// cancellation), their requests or the parked answers.
     pub(crate) fn adopt(&self, id: &SessionId, peer: Peer<RoleServer>) {
         let Some(info) = peer.peer_info() else { return };
-        let capabilities = &info.capabilities;
-        if !info.protocol_version.has_initialize()
-            || capabilities.sampling.is_some()
-            || capabilities.elicitation.is_some()
-            || capabilities.roots.is_some()
-        {
+        if !info.protocol_version.has_initialize() {
             return;
         }
+        let capabilities = &info.capabilities;
+        let asks = capabilities.sampling.is_some()
+            || capabilities.elicitation.is_some()
+            || capabilities.roots.is_some();
         if let Some(usage) = self.lock().sessions.get_mut(id)
             && usage.adopted.is_none()
         {
@@ -322,6 +363,9 @@ impl BoundedSessions {
                 calls: HashMap::new(),
                 parked: HashMap::new(),
                 next_stream: 0,
+                asks,
+                asked: HashMap::new(),
+                next_ask: 0,
                 touched: Instant::now(),
             });
         }
@@ -350,25 +394,106 @@ impl BoundedSessions {
         let now = Instant::now();
         let cancel = CancellationToken::new();
         adopted.calls.insert(request.clone(), cancel.clone());
-        let touch = self
-            .idle
-            .is_some_and(|idle| now.duration_since(adopted.touched) >= idle / 4);
-        if touch {
-            adopted.touched = now;
-        }
+        let touch = self.touch_due(adopted, now);
         let peer = adopted.peer.clone();
+        let asks = adopted.asks;
         usage.open_streams += 1;
         usage.last_used = now;
         Some(SessionCall {
             peer,
             cancel,
             touch,
+            asks,
             open: OpenCall {
                 id: id.clone(),
                 request: request.clone(),
                 table: self.table.clone(),
             },
         })
+    }
+
+    /// Whether rmcp's worker should hear of `adopted` now (at most every
+    /// quarter of the idle timeout); noted as told if so.
+    fn touch_due(&self, adopted: &mut Adopted, now: Instant) -> bool {
+        let due = self
+            .idle
+            .is_some_and(|idle| now.duration_since(adopted.touched) >= idle / 4);
+        if due {
+            adopted.touched = now;
+        }
+        due
+    }
+
+    /// Registers a request the direct call `call` of session `id` sends
+    /// its client: the request's id and where its answer will come.
+    /// `None` when the call is no longer in flight or the session gone.
+    pub(crate) fn ask(
+        &self,
+        id: &SessionId,
+        call: &RequestId,
+    ) -> Option<(RequestId, oneshot::Receiver<ClientAnswer>)> {
+        let mut table = self.lock();
+        let adopted = table.sessions.get_mut(id)?.adopted.as_mut()?;
+        if !adopted.calls.contains_key(call) {
+            return None;
+        }
+        adopted.next_ask += 1;
+        let request = RequestId::String(format!("{ASK_ID_PREFIX}{}", adopted.next_ask).into());
+        let (answer, answered) = oneshot::channel();
+        adopted.asked.insert(
+            request.clone(),
+            Asked {
+                call: call.clone(),
+                answer,
+            },
+        );
+        Some((request, answered))
+    }
+
+    /// Hands the client's `answer` to the request `request` a direct call
+    /// of session `id` is waiting on. Only that session's requests are
+    /// looked at: `None` (nothing done) for any other id, which is then
+    /// rmcp's. The `bool` is whether rmcp's worker should hear of the
+    /// session now (its idle timer never sees these answers).
+    pub(crate) fn answer(
+        &self,
+        id: &SessionId,
+        request: &RequestId,
+        answer: ClientAnswer,
+    ) -> Option<bool> {
+        let mut table = self.lock();
+        let usage = table.sessions.get_mut(id)?;
+        let adopted = usage.adopted.as_mut()?;
+        let asked = adopted.asked.remove(request)?;
+        let now = Instant::now();
+        let touch = self.touch_due(adopted, now);
+        usage.last_used = now;
+        // A request whose asker stopped waiting is answered all the same.
+        let _ = asked.answer.send(answer);
+        Some(touch)
+    }
+
+    /// Whether `version` is the version session `id` settled on (`false`
+    /// for a session not adopted).
+    pub(crate) fn speaks(&self, id: &SessionId, version: &str) -> bool {
+        let table = self.lock();
+        table
+            .sessions
+            .get(id)
+            .and_then(|usage| usage.adopted.as_ref())
+            .is_some_and(|adopted| adopted.version.as_str() == version)
+    }
+
+    /// Forgets the request `request` of session `id`: whether it was still
+    /// waiting (and so should be withdrawn from the client).
+    pub(crate) fn withdraw(&self, id: &SessionId, request: &RequestId) -> bool {
+        let mut table = self.lock();
+        table
+            .sessions
+            .get_mut(id)
+            .and_then(|usage| usage.adopted.as_mut())
+            .and_then(|adopted| adopted.asked.remove(request))
+            .is_some()
     }
 
     /// Cancels the direct call `request` of session `id`, if one is in

@@ -59,8 +59,11 @@
 //! `target/release/portcullis` beside the examples directory),
 //! `LOAD_MATRIX_STORE=sqlite` (the default store, SQLite in the gateway's
 //! data directory, instead of the memory store, which keeps every audit
-//! record in memory). The gateway runs with its default logging (stderr
-//! read and dropped here).
+//! record in memory), `LOAD_MATRIX_CAPABILITIES` (the capabilities the
+//! 2025-era clients declare, as JSON; default `{}`, e.g.
+//! `{"elicitation":{},"sampling":{},"roots":{}}` as VS Code-like clients
+//! declare them). The gateway runs with its default logging (stderr read
+//! and dropped here).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -674,8 +677,13 @@ async fn open(client: &reqwest::Client, url: &str, era: Era) -> Result<Option<St
     if era == Era::Stateless2026 {
         return Ok(None);
     }
+    let capabilities = match std::env::var("LOAD_MATRIX_CAPABILITIES") {
+        Ok(text) => serde_json::from_str::<Value>(&text)
+            .map_err(|e| format!("LOAD_MATRIX_CAPABILITIES: {e}"))?,
+        Err(_) => json!({}),
+    };
     let body = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": LEGACY_VERSION, "capabilities": {},
+        "protocolVersion": LEGACY_VERSION, "capabilities": capabilities,
         "clientInfo": {"name": "load-matrix", "version": "1"}}});
     let response = client
         .post(url)

@@ -1,7 +1,8 @@
 //! The session path for plain `tools/call`s of initialize-era clients
 //! (`src/session_call.rs`), over real loopback HTTP: answers equal to
 //! rmcp's own, and what a session gives a call (cancellation by the
-//! client, the session's end, the session kept alive by its calls).
+//! client, the session's end, the session kept alive by its calls, its
+//! requests to the client on the call's stream).
 //!
 //! A call is sent plain, which the session path answers once the session
 //! is adopted, and with a progress token in `_meta`, which sends it to
@@ -287,11 +288,11 @@ async fn a_session_busy_with_calls_is_not_closed_as_idle() {
     server.close().await;
 }
 
-/// A client that declared sampling, elicitation or roots keeps rmcp's
-/// path, where a server request during its call rides the call's stream;
-/// its calls are answered all the same.
+/// A client that declared sampling, elicitation or roots takes the
+/// direct path too; its calls that ask nothing are answered plain JSON,
+/// as before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn capable_clients_are_answered_by_rmcp() {
+async fn capable_clients_calls_are_answered_plain() {
     let server = serve(tools(), with_sessions()).await;
     let http = reqwest::Client::new();
     for capabilities in [
@@ -537,5 +538,478 @@ async fn resuming_a_parked_answer_checks_accept_and_version_as_rmcp_does() {
         .unwrap()
         .unwrap();
     assert!(text.contains("late answer"), "{text}");
+    server.close().await;
+}
+
+/// The server-sent events of a streamed answer, one JSON-RPC message at a
+/// time, with their ids.
+struct Events {
+    body: std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
+    buffer: String,
+}
+
+impl Events {
+    fn new(response: reqwest::Response) -> Self {
+        Events {
+            body: Box::pin(response.bytes_stream()),
+            buffer: String::new(),
+        }
+    }
+
+    /// The next event carrying a message: its id (if any) and the message;
+    /// `None` at the end of the stream.
+    async fn next(&mut self) -> Option<(Option<String>, Value)> {
+        use futures::StreamExt as _;
+        loop {
+            while let Some(end) = self.buffer.find("\n\n") {
+                let block: String = self.buffer.drain(..end + 2).collect();
+                let mut id = None;
+                let mut data = String::new();
+                for line in block.lines() {
+                    if let Some(value) = line.strip_prefix("id:") {
+                        id = Some(value.trim().to_owned());
+                    } else if let Some(value) = line.strip_prefix("data:") {
+                        data.push_str(value.trim());
+                    }
+                }
+                if !data.is_empty() {
+                    return Some((id, serde_json::from_str(&data).unwrap()));
+                }
+            }
+            let chunk = tokio::time::timeout(HANG, self.body.next())
+                .await
+                .unwrap()?;
+            self.buffer
+                .push_str(std::str::from_utf8(&chunk.unwrap()).unwrap());
+        }
+    }
+
+    /// The next message, which must be there.
+    async fn message(&mut self) -> (Option<String>, Value) {
+        self.next().await.expect("the stream ended early")
+    }
+}
+
+/// How the `ask` tool asks: through the call's own requests when the
+/// server answers the call in front of rmcp, through the session's peer
+/// when rmcp serves it (rmcp routes it onto the call's stream).
+async fn ask_client(
+    ctx: &CallContext,
+    request: rmcp::model::ServerRequest,
+) -> Result<rmcp::model::ClientResult, rmcp::service::ServiceError> {
+    match ctx.client_requests() {
+        Some(direct) => direct.send(request, None).await,
+        None => ctx.peer().unwrap().send_request(request).await,
+    }
+}
+
+/// What the `ask` tool's question came to (counted by the tests).
+#[derive(Default)]
+struct Asking {
+    failed: AtomicUsize,
+    started: Notify,
+}
+
+/// Tools that ask their client during the call: `ask` elicits a name and
+/// answers with what came back (the answer, or the client's error); `ask_briefly`
+/// gives up on its question after a moment.
+fn asking_tools(asking: Arc<Asking>) -> portcullis_server::ToolServerBuilder {
+    let briefly = asking.clone();
+    tools()
+        .tool(ro("ask"), move |_: Value, ctx: CallContext| {
+            let asking = asking.clone();
+            async move {
+                let params: rmcp::model::ElicitRequestParams = serde_json::from_value(json!({
+                    "mode": "form", "message": "Your name?", "requestedSchema": {
+                        "type": "object", "properties": {"name": {"type": "string"}}}
+                }))
+                .unwrap();
+                let request = rmcp::model::ServerRequest::ElicitRequest(
+                    rmcp::model::ElicitRequest::new(params),
+                );
+                asking.started.notify_one();
+                let text = match ask_client(&ctx, request).await {
+                    Ok(answer) => format!("answered: {}", serde_json::to_value(answer).unwrap()),
+                    Err(rmcp::service::ServiceError::McpError(error)) => {
+                        format!("refused: {} {}", error.code.0, error.message)
+                    }
+                    Err(error) => {
+                        asking.failed.fetch_add(1, Ordering::SeqCst);
+                        format!("failed: {error}")
+                    }
+                };
+                Ok::<_, ToolError>(ToolResult::text(text))
+            }
+        })
+        .tool(ro("ask_briefly"), move |_: Value, ctx: CallContext| {
+            let asking = briefly.clone();
+            async move {
+                let request = rmcp::model::ServerRequest::ListRootsRequest(Default::default());
+                let direct = ctx.client_requests().unwrap().clone();
+                let gave_up =
+                    tokio::time::timeout(Duration::from_millis(300), direct.send(request, None))
+                        .await
+                        .is_err();
+                asking.started.notify_one();
+                // Long enough for the withdrawal to be read before the
+                // answer.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                Ok::<_, ToolError>(ToolResult::text(format!("gave up: {gave_up}")))
+            }
+        })
+}
+
+const ELICITATION: &str = r#"{"elicitation": {"form": {}}}"#;
+
+/// A call of `name` on `session`, its answer read as events.
+async fn stream_call(
+    http: &reqwest::Client,
+    server: &HttpServer,
+    session: &str,
+    message: Value,
+) -> Events {
+    let response = send_call(http, server, session, message)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    assert_eq!(content_type, "text/event-stream");
+    Events::new(response)
+}
+
+/// The client's JSON-RPC answer `result` to `request`, POSTed on
+/// `session`: the HTTP status.
+async fn answer(
+    http: &reqwest::Client,
+    server: &HttpServer,
+    session: &str,
+    request: &Value,
+    result: Value,
+) -> StatusCode {
+    let message = json!({"jsonrpc": "2.0", "id": request["id"], "result": result});
+    post(http, server, Some(session), &message).await.0
+}
+
+/// A capable client's session takes the direct path (the request during
+/// its call has an id of the session path's, never rmcp's numbers), the
+/// request reaches the client on the call's stream, and its POSTed answer
+/// (`202`) reaches the tool: the request and the final answer are the
+/// same as on rmcp's path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capable_clients_call_asks_it_on_the_calls_stream_as_rmcp_does() {
+    let server = serve(asking_tools(Arc::default()), with_sessions()).await;
+    let http = reqwest::Client::new();
+    let capabilities: Value = serde_json::from_str(ELICITATION).unwrap();
+    let session = open_session(&http, &server, capabilities).await;
+    let mut seen = Vec::new();
+    for progress in [false, true] {
+        let mut events = stream_call(
+            &http,
+            &server,
+            &session,
+            call(20, "ask", json!({}), progress),
+        )
+        .await;
+        let (_, request) = events.message().await;
+        assert_eq!(request["method"], "elicitation/create", "{request}");
+        let status = answer(
+            &http,
+            &server,
+            &session,
+            &request,
+            json!({"action": "accept", "content": {"name": "Ada"}}),
+        )
+        .await;
+        assert_eq!(status, StatusCode::ACCEPTED);
+        let (_, response) = events.message().await;
+        assert_eq!(response["id"], 20, "{response}");
+        assert!(events.next().await.is_none(), "the stream went on");
+        seen.push((request, response));
+    }
+    let (direct, rmcp) = (&seen[0], &seen[1]);
+    let direct_id = direct.0["id"].as_str().unwrap_or_default();
+    assert!(direct_id.starts_with("portcullis-"), "{}", direct.0);
+    assert!(rmcp.0["id"].is_number(), "rmcp's own request: {}", rmcp.0);
+    // rmcp gives each request it sends a progress token of its own; the
+    // session path listens for no progress, so names none.
+    let mut rmcp_params = rmcp.0["params"].clone();
+    assert!(
+        rmcp_params["_meta"]["progressToken"].is_number(),
+        "{rmcp_params}"
+    );
+    rmcp_params.as_object_mut().unwrap().remove("_meta");
+    assert_eq!(direct.0["params"], rmcp_params);
+    assert_eq!(direct.1, rmcp.1);
+    let text = direct.1["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("\"Ada\""), "{text}");
+    server.close().await;
+}
+
+/// The client's JSON-RPC error answer reaches the tool as it is, as on
+/// rmcp's path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_error_answer_reaches_the_tool_as_on_rmcps_path() {
+    let server = serve(asking_tools(Arc::default()), with_sessions()).await;
+    let http = reqwest::Client::new();
+    let capabilities: Value = serde_json::from_str(ELICITATION).unwrap();
+    let session = open_session(&http, &server, capabilities).await;
+    let mut answers = Vec::new();
+    for progress in [false, true] {
+        let mut events = stream_call(
+            &http,
+            &server,
+            &session,
+            call(21, "ask", json!({}), progress),
+        )
+        .await;
+        let (_, request) = events.message().await;
+        let error = json!({"jsonrpc": "2.0", "id": request["id"],
+            "error": {"code": -32601, "message": "no forms here"}});
+        let (status, ..) = post(&http, &server, Some(&session), &error).await;
+        assert_eq!(status, StatusCode::ACCEPTED);
+        answers.push(events.message().await.1);
+    }
+    assert_eq!(answers[0], answers[1]);
+    let text = answers[0]["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("\nrefused: -32601 no forms here\n"), "{text}");
+    server.close().await;
+}
+
+/// Another session cannot answer this session's request, though it names
+/// its id: its answer goes to rmcp, which knows no such request, and the
+/// call takes its own client's answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_session_cannot_answer_a_sessions_request() {
+    let server = serve(asking_tools(Arc::default()), with_sessions()).await;
+    let http = reqwest::Client::new();
+    let capabilities: Value = serde_json::from_str(ELICITATION).unwrap();
+    let victim = open_session(&http, &server, capabilities.clone()).await;
+    let attacker = open_session(&http, &server, capabilities).await;
+    let mut events = stream_call(&http, &server, &victim, call(22, "ask", json!({}), false)).await;
+    let (_, request) = events.message().await;
+    let forged = json!({"action": "accept", "content": {"name": "Mallory"}});
+    let status = answer(&http, &server, &attacker, &request, forged).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "as rmcp answers any response");
+    // Nor does its own session's answer naming another protocol version:
+    // rmcp refuses that one.
+    let other_version = json!({"jsonrpc": "2.0", "id": request["id"],
+        "result": {"action": "accept", "content": {"name": "Eve"}}});
+    let refused = http
+        .post(server.url())
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", &victim)
+        .header("mcp-protocol-version", "1999-01-01")
+        .body(other_version.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
+    let own = json!({"action": "accept", "content": {"name": "Ada"}});
+    assert_eq!(
+        answer(&http, &server, &victim, &request, own).await,
+        StatusCode::ACCEPTED
+    );
+    let (_, response) = events.message().await;
+    let text = response["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("\"Ada\""), "{text}");
+    assert!(!text.contains("Mallory") && !text.contains("Eve"), "{text}");
+    server.close().await;
+}
+
+/// A request still waiting fails when its call is cancelled, and the
+/// client hears it withdrawn; one the tool gives up on is withdrawn too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_request_fails_with_its_call_and_is_withdrawn() {
+    let asking = Arc::new(Asking::default());
+    let server = serve(asking_tools(asking.clone()), with_sessions()).await;
+    let http = reqwest::Client::new();
+    let capabilities: Value = serde_json::from_str(ELICITATION).unwrap();
+    let session = open_session(&http, &server, capabilities).await;
+
+    let mut events = stream_call(&http, &server, &session, call(23, "ask", json!({}), false)).await;
+    let (_, request) = events.message().await;
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 23}});
+    let (status, ..) = post(&http, &server, Some(&session), &cancel).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let (_, withdrawn) = events.message().await;
+    assert_eq!(
+        withdrawn["method"], "notifications/cancelled",
+        "{withdrawn}"
+    );
+    assert_eq!(withdrawn["params"]["requestId"], request["id"]);
+    let (_, response) = events.message().await;
+    assert_eq!(response["id"], 23, "{response}");
+    assert_eq!(asking.failed.load(Ordering::SeqCst), 1);
+    // Its answer, late, is rmcp's now (and goes nowhere).
+    let late = json!({"action": "accept", "content": {"name": "Ada"}});
+    assert_eq!(
+        answer(&http, &server, &session, &request, late).await,
+        StatusCode::ACCEPTED
+    );
+
+    let roots: Value = json!({"roots": {}});
+    let session = open_session(&http, &server, roots).await;
+    let mut events = stream_call(
+        &http,
+        &server,
+        &session,
+        call(24, "ask_briefly", json!({}), false),
+    )
+    .await;
+    let (_, request) = events.message().await;
+    assert_eq!(request["method"], "roots/list", "{request}");
+    let (_, withdrawn) = events.message().await;
+    assert_eq!(
+        withdrawn["method"], "notifications/cancelled",
+        "{withdrawn}"
+    );
+    assert_eq!(withdrawn["params"]["requestId"], request["id"]);
+    let (_, response) = events.message().await;
+    let text = response["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("\ngave up: true\n"), "{text}");
+    server.close().await;
+}
+
+/// Closing the session fails a request its call is waiting on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_a_session_fails_its_waiting_requests() {
+    let asking = Arc::new(Asking::default());
+    let server = serve(asking_tools(asking.clone()), with_sessions()).await;
+    let http = reqwest::Client::new();
+    let capabilities: Value = serde_json::from_str(ELICITATION).unwrap();
+    let session = open_session(&http, &server, capabilities).await;
+    let mut events = stream_call(&http, &server, &session, call(25, "ask", json!({}), false)).await;
+    let (_, request) = events.message().await;
+    assert_eq!(request["method"], "elicitation/create", "{request}");
+    let closed = http
+        .delete(server.url())
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", VERSION)
+        .send()
+        .await
+        .unwrap();
+    assert!(closed.status().is_success(), "{}", closed.status());
+    assert!(
+        soon(|| asking.failed.load(Ordering::SeqCst) == 1).await,
+        "the request outlived its session"
+    );
+    drop(events);
+    server.close().await;
+}
+
+/// A streamed call that asked its client can be resumed: from its first
+/// event the request comes again (same id), from the request's own event
+/// only what follows; the answer POSTed meanwhile completes the call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_carrying_a_request_resumes_after_its_last_event() {
+    let server = serve(asking_tools(Arc::default()), with_sessions()).await;
+    let http = reqwest::Client::new();
+    let capabilities: Value = serde_json::from_str(ELICITATION).unwrap();
+    let session = open_session(&http, &server, capabilities).await;
+    let mut events = stream_call(&http, &server, &session, call(26, "ask", json!({}), false)).await;
+    let (request_event, request) = events.message().await;
+    let request_event = request_event.expect("the request's event has an id");
+    // The client goes away before answering.
+    drop(events);
+    let resume = |last: String| {
+        http.get(server.url())
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", &session)
+            .header("mcp-protocol-version", VERSION)
+            .header("last-event-id", last)
+            .send()
+    };
+    let (stream, _) = request_event.split_once('.').expect("d<n>.<k>");
+    let again = resume(stream.to_owned()).await.unwrap();
+    assert_eq!(again.status(), StatusCode::OK);
+    let mut again = Events::new(again);
+    let (id, replayed) = again.message().await;
+    assert_eq!(replayed, request);
+    assert_eq!(id.as_deref(), Some(request_event.as_str()));
+    drop(again);
+    let after = resume(request_event).await.unwrap();
+    assert_eq!(after.status(), StatusCode::OK);
+    let mut after = Events::new(after);
+    let own = json!({"action": "accept", "content": {"name": "Ada"}});
+    assert_eq!(
+        answer(&http, &server, &session, &request, own).await,
+        StatusCode::ACCEPTED
+    );
+    let (_, response) = after.message().await;
+    assert_eq!(response["id"], 26, "{response}");
+    let text = response["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("\"Ada\""), "{text}");
+    server.close().await;
+}
+
+/// The approval form goes out on the call's stream too: approved, the tool
+/// runs; declined, it does not; the same as on rmcp's path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approval_is_asked_on_the_calls_stream_as_rmcp_asks_it() {
+    use portcullis_catalog::policy::{Decision, PolicyRequest};
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    let builder = tools()
+        .tool(ro("charge"), move |_: Value, ctx: CallContext| {
+            let runs = counted.clone();
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, ToolError>(ToolResult::text(format!("approved: {}", ctx.approved())))
+            }
+        })
+        .policy(|request: &PolicyRequest<'_>| match request.tool_name {
+            "charge" => Decision::Ask { title: None },
+            _ => Decision::Allow,
+        });
+    let server = serve(builder, with_sessions()).await;
+    let http = reqwest::Client::new();
+    let capabilities: Value = serde_json::from_str(ELICITATION).unwrap();
+    let session = open_session(&http, &server, capabilities).await;
+    let mut seen = Vec::new();
+    for (approve, progress) in [(true, false), (true, true), (false, false), (false, true)] {
+        let id = 30 + seen.len() as u64;
+        let mut events = stream_call(
+            &http,
+            &server,
+            &session,
+            call(id, "charge", json!({}), progress),
+        )
+        .await;
+        let (_, request) = events.message().await;
+        assert_eq!(request["method"], "elicitation/create", "{request}");
+        let reply = json!({"action": "accept", "content": {"approve": approve}});
+        assert_eq!(
+            answer(&http, &server, &session, &request, reply).await,
+            StatusCode::ACCEPTED
+        );
+        let (_, mut response) = events.message().await;
+        response["id"] = json!(null);
+        seen.push((request, response));
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "approved twice");
+    for pair in seen.chunks(2) {
+        let ((direct, direct_answer), (rmcp, rmcp_answer)) = (&pair[0], &pair[1]);
+        assert!(
+            direct["id"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("portcullis-"),
+            "{direct}"
+        );
+        assert!(rmcp["id"].is_number(), "{rmcp}");
+        assert_eq!(direct["params"]["message"], rmcp["params"]["message"]);
+        assert_eq!(direct_answer, rmcp_answer);
+    }
+    let approved = seen[0].1["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(approved.contains("approved: true"), "{approved}");
+    assert_eq!(seen[2].1["result"]["isError"], true, "{}", seen[2].1);
     server.close().await;
 }

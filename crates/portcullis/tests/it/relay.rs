@@ -25,7 +25,12 @@
 //!   is told the caller's own capabilities with each call, and its own
 //!   `-32021` reaches the caller as it is.
 //!
-//! (Initialize-era clients' server-to-client requests through the gateway are covered by
+//! * An initialize-era upstream's sampling, elicitation and roots requests
+//!   reach a capable session client on its call's stream when the gateway
+//!   answers the call in front of rmcp, the same as through rmcp's session;
+//!   another session cannot answer them.
+//!
+//! (Initialize-era clients' server-to-client requests through the gateway are also covered by
 //! `interop.rs` and by the conformance run in `.ci/conformance.sh`.)
 
 // Sampling is deprecated by SEP-2577, but 2025-era servers use it.
@@ -396,8 +401,10 @@ impl rmcp::ServerHandler for SamplesAModel {
         strict.name = "strict_poem".into();
         let mut lenient = tool.clone();
         lenient.name = "lenient_poem".into();
+        let mut impatient = tool.clone();
+        impatient.name = "impatient_poem".into();
         Ok(ListToolsResult::with_all_items(vec![
-            tool, survey, strict, lenient,
+            tool, survey, strict, lenient, impatient,
         ]))
     }
 
@@ -447,6 +454,24 @@ impl rmcp::ServerHandler for SamplesAModel {
             "maxTokens": 50
         }))
         .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        if request.name == "impatient_poem" {
+            // Gives up on its question after a moment: rmcp withdraws it
+            // with `notifications/cancelled`.
+            let asked = rmcp::model::ServerRequest::CreateMessageRequest(
+                rmcp::model::CreateMessageRequest::new(params),
+            );
+            let options = PeerRequestOptions::with_timeout(Duration::from_millis(300));
+            let handle = context
+                .peer
+                .send_request_with_option(asked, options)
+                .await
+                .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+            let line = match handle.await_response().await {
+                Ok(_) => "sampled",
+                Err(_) => "no answer in time",
+            };
+            return Ok(CallToolResult::success(vec![ContentBlock::text(line)]).into());
+        }
         if request.name != "poem" {
             // Without a model, `strict_poem` fails and `lenient_poem` falls
             // back to a line of its own.
@@ -948,5 +973,242 @@ async fn a_retry_that_leaves_the_question_unanswered_is_asked_again() {
     let text = first_text(&done);
     assert!(text.contains("\nGrace has 0 root(s)\n"), "{done}");
     assert_eq!(seen.calls.load(Ordering::SeqCst), 1, "called exactly once");
+    upstream.close().await;
+}
+
+/// An initialize-era client's session on the gateway, over plain HTTP,
+/// that reads each call's answer as events (so it can answer the
+/// gateway's requests on the call's stream itself).
+struct RawSession {
+    http: reqwest::Client,
+    url: String,
+    id: String,
+}
+
+const SESSION_VERSION: &str = "2025-11-25";
+
+impl RawSession {
+    /// Opens a session declaring `capabilities`, once the gateway has had
+    /// a moment to take its calls in front of rmcp.
+    async fn open(url: &str, capabilities: serde_json::Value) -> RawSession {
+        let http = reqwest::Client::new();
+        let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": SESSION_VERSION, "capabilities": capabilities,
+            "clientInfo": {"name": "raw", "version": "1"}}});
+        let response = http
+            .post(url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(initialize.to_string())
+            .send()
+            .await
+            .expect("initialize");
+        let id = response
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+            .expect("a session")
+            .to_owned();
+        let session = RawSession {
+            http,
+            url: url.to_owned(),
+            id,
+        };
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        assert_eq!(session.post(&initialized).await, 202);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        session
+    }
+
+    fn request(&self, message: &serde_json::Value) -> reqwest::RequestBuilder {
+        self.http
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-session-id", &self.id)
+            .header("mcp-protocol-version", SESSION_VERSION)
+            .body(message.to_string())
+    }
+
+    /// POSTs `message`: the status.
+    async fn post(&self, message: &serde_json::Value) -> u16 {
+        self.request(message)
+            .send()
+            .await
+            .expect("a POST")
+            .status()
+            .as_u16()
+    }
+
+    /// Calls `tool` (with a progress token: through rmcp's session); its
+    /// answer as events.
+    async fn call(&self, id: u64, tool: &str, progress: bool) -> SseMessages {
+        let mut params = json!({"name": tool, "arguments": {}});
+        if progress {
+            params["_meta"] = json!({"progressToken": "p"});
+        }
+        let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
+        let response = self.request(&call).send().await.expect("a call");
+        assert_eq!(response.status(), 200);
+        SseMessages {
+            body: Box::pin(response.bytes_stream()),
+            buffer: String::new(),
+        }
+    }
+
+    /// Answers `request` with `result`: the status.
+    async fn answer(&self, request: &serde_json::Value, result: serde_json::Value) -> u16 {
+        self.post(&json!({"jsonrpc": "2.0", "id": request["id"], "result": result}))
+            .await
+    }
+}
+
+/// The JSON-RPC messages of a streamed answer, in order.
+struct SseMessages {
+    body: std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<axum::body::Bytes>> + Send>>,
+    buffer: String,
+}
+
+impl SseMessages {
+    async fn next(&mut self) -> serde_json::Value {
+        use futures::StreamExt as _;
+        loop {
+            while let Some(end) = self.buffer.find("\n\n") {
+                let block: String = self.buffer.drain(..end + 2).collect();
+                let data: String = block
+                    .lines()
+                    .filter_map(|line| line.strip_prefix("data:"))
+                    .map(str::trim)
+                    .collect();
+                if !data.is_empty() {
+                    return serde_json::from_str(&data).expect("a JSON-RPC message");
+                }
+            }
+            let chunk = tokio::time::timeout(Duration::from_secs(60), self.body.next())
+                .await
+                .expect("the stream stalled")
+                .expect("the stream ended early")
+                .expect("a chunk");
+            self.buffer
+                .push_str(std::str::from_utf8(&chunk).expect("UTF-8"));
+        }
+    }
+}
+
+/// An initialize-era upstream's sampling, elicitation and roots requests
+/// reach a capable session client on its call's stream when the gateway
+/// answers the call in front of rmcp (ids of its own), and the client's
+/// answers reach the upstream: the requests and the answers are the same
+/// as through rmcp's session (a progress token sends the call there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstreams_requests_reach_a_capable_session_client_as_through_rmcp() {
+    let (_seen, upstream, _dir, served) = sampling_gateway(60_000).await;
+    let capabilities = json!({"sampling": {}, "elicitation": {"form": {}}, "roots": {}});
+    let session = RawSession::open(&served.url, capabilities).await;
+    let mut runs = Vec::new();
+    for progress in [false, true] {
+        let mut poem = session.call(1, "poem", progress).await;
+        let sampling = poem.next().await;
+        assert_eq!(sampling["method"], "sampling/createMessage", "{sampling}");
+        let line = json!({"role": "assistant", "model": "test",
+            "content": {"type": "text", "text": "Roses are red"}});
+        assert_eq!(session.answer(&sampling, line).await, 202);
+        let poem = poem.next().await;
+
+        let mut survey = session.call(2, "survey", progress).await;
+        let elicitation = survey.next().await;
+        assert_eq!(elicitation["method"], "elicitation/create", "{elicitation}");
+        let name = json!({"action": "accept", "content": {"name": "Ada"}});
+        assert_eq!(session.answer(&elicitation, name).await, 202);
+        let roots = survey.next().await;
+        assert_eq!(roots["method"], "roots/list", "{roots}");
+        let listed = json!({"roots": [{"uri": "file:///work", "name": "work"}]});
+        assert_eq!(session.answer(&roots, listed).await, 202);
+        let survey = survey.next().await;
+        runs.push([sampling, poem, elicitation, roots, survey]);
+    }
+    let (direct, rmcp) = (&runs[0], &runs[1]);
+    assert!(
+        first_text(&direct[1]).contains("The model said: Roses are red"),
+        "{}",
+        direct[1]
+    );
+    assert!(
+        first_text(&direct[4]).contains("Ada has 1 root(s)"),
+        "{}",
+        direct[4]
+    );
+    for (direct, rmcp) in direct.iter().zip(rmcp) {
+        if direct.get("method").is_some() {
+            // A request: the gateway's own id on its path, rmcp's number on
+            // rmcp's; rmcp adds a progress token of its own.
+            let id = direct["id"].as_str().unwrap_or_default();
+            assert!(id.starts_with("portcullis-"), "{direct}");
+            assert!(rmcp["id"].is_number(), "{rmcp}");
+            // (Params left empty by that are no params.)
+            let mut params = rmcp["params"].clone();
+            if let Some(object) = params.as_object_mut() {
+                object.remove("_meta");
+                if object.is_empty() {
+                    params = serde_json::Value::Null;
+                }
+            }
+            assert_eq!(direct["params"], params);
+        } else {
+            assert_eq!(direct, rmcp);
+        }
+    }
+    upstream.close().await;
+}
+
+/// Through the gateway too, another session cannot answer a session's
+/// request by naming its id: the call takes its own client's answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_session_cannot_answer_a_relayed_request() {
+    let (_seen, upstream, _dir, served) = sampling_gateway(60_000).await;
+    let capabilities = json!({"sampling": {}});
+    let victim = RawSession::open(&served.url, capabilities.clone()).await;
+    let attacker = RawSession::open(&served.url, capabilities).await;
+    let mut poem = victim.call(1, "poem", false).await;
+    let sampling = poem.next().await;
+    assert_eq!(sampling["method"], "sampling/createMessage", "{sampling}");
+    let forged = json!({"role": "assistant", "model": "m",
+        "content": {"type": "text", "text": "Mallory was here"}});
+    assert_eq!(attacker.answer(&sampling, forged).await, 202);
+    let own = json!({"role": "assistant", "model": "m",
+        "content": {"type": "text", "text": "Roses are red"}});
+    assert_eq!(victim.answer(&sampling, own).await, 202);
+    let answer = poem.next().await;
+    let text = first_text(&answer);
+    assert!(text.contains("The model said: Roses are red"), "{answer}");
+    assert!(!text.contains("Mallory"), "{answer}");
+    upstream.close().await;
+}
+
+/// An upstream that withdraws its request (its own timeout) has the
+/// gateway withdraw it from the client, on the call's stream, with the id
+/// the client was asked under.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_withdrawing_its_request_withdraws_it_from_the_session_client() {
+    let (_seen, upstream, _dir, served) = sampling_gateway(60_000).await;
+    let session = RawSession::open(&served.url, json!({"sampling": {}})).await;
+    let mut call = session.call(1, "impatient_poem", false).await;
+    let sampling = call.next().await;
+    assert_eq!(sampling["method"], "sampling/createMessage", "{sampling}");
+    let withdrawn = call.next().await;
+    assert_eq!(
+        withdrawn["method"], "notifications/cancelled",
+        "{withdrawn}"
+    );
+    assert_eq!(withdrawn["params"]["requestId"], sampling["id"]);
+    let answer = call.next().await;
+    assert!(
+        first_text(&answer).contains("no answer in time"),
+        "{answer}"
+    );
+    // A late answer is nobody's now: rmcp takes it, as any unknown id.
+    let late = json!({"role": "assistant", "model": "m",
+        "content": {"type": "text", "text": "too late"}});
+    assert_eq!(session.answer(&sampling, late).await, 202);
     upstream.close().await;
 }
