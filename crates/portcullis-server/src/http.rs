@@ -95,6 +95,14 @@ pub struct HttpOptions {
     /// `application/json`, with or without a session; one that gets
     /// progress, log messages or server requests first, an SSE stream.
     pub json_response: bool,
+    /// The handler sends its requests to a calling client (sampling,
+    /// elicitation, roots) through `CallContext::client_requests` when it
+    /// is there, as the gateway does. Sessions whose client declared those
+    /// capabilities then have their plain calls answered in front of
+    /// rmcp's session too. Off by default: a handler that sends through
+    /// `CallContext::peer` needs rmcp to serve the call, or its request
+    /// would reach the session's standalone stream instead of the call's.
+    pub client_requests_in_context: bool,
     /// How long an SSE stream may go without an event before it gets a
     /// keep-alive comment (`None`: never); default 15 s. It also bounds
     /// how long a session request's answer is held back to see whether it
@@ -142,6 +150,7 @@ impl Default for HttpOptions {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             legacy_sessions: false,
             json_response: true,
+            client_requests_in_context: false,
             keep_alive: Some(DEFAULT_KEEP_ALIVE),
             handle_signals: false,
             shutdown_grace: Duration::from_secs(10),
@@ -391,6 +400,7 @@ where
         Arc::new(BoundedSessions::new(
             options.max_sessions,
             options.session_idle_timeout,
+            options.client_requests_in_context,
         ))
     });
     let mcp = if let Some(sessions) = &sessions {

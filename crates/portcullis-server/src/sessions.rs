@@ -83,6 +83,9 @@ pub(crate) struct BoundedSessions {
     inner: LocalSessionManager,
     max: Option<usize>,
     idle: Option<Duration>,
+    /// Whether sessions whose client can be asked things are adopted too
+    /// (`HttpOptions::client_requests_in_context`).
+    adopts_askers: bool,
     table: Arc<Mutex<Table>>,
     warnings: LogThrottle,
 }
@@ -235,13 +238,14 @@ type SseStream = Pin<Box<dyn Stream<Item = ServerSseMessage> + Send + Sync>>;
 impl BoundedSessions {
     /// At most `max` sessions (`None`: no cap), each closed after `idle`
     /// without a message (`None`: never).
-    pub(crate) fn new(max: Option<usize>, idle: Option<Duration>) -> Self {
+    pub(crate) fn new(max: Option<usize>, idle: Option<Duration>, adopts_askers: bool) -> Self {
         let mut inner = LocalSessionManager::default();
         inner.session_config.keep_alive = idle;
         BoundedSessions {
             inner,
             max,
             idle,
+            adopts_askers,
             table: Arc::default(),
             warnings: LogThrottle::new(),
         }
@@ -354,6 +358,9 @@ impl BoundedSessions {
         let asks = capabilities.sampling.is_some()
             || capabilities.elicitation.is_some()
             || capabilities.roots.is_some();
+        if asks && !self.adopts_askers {
+            return;
+        }
         if let Some(usage) = self.lock().sessions.get_mut(id)
             && usage.adopted.is_none()
         {

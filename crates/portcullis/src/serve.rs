@@ -198,6 +198,9 @@ pub async fn serve(
         // one (its answer comes back as a POST of the same session).
         // 2026-07-28 clients stay stateless.
         legacy_sessions: true,
+        // The gateway's relay and approval ask through the call's context,
+        // so every session's plain calls can skip rmcp's session worker.
+        client_requests_in_context: true,
         shutdown_grace: SHUTDOWN_GRACE,
         ..HttpOptions::default()
     };

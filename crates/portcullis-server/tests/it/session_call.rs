@@ -26,9 +26,13 @@ fn ro(name: &str) -> Tool {
     Tool::new(name).with_annotations(ToolAnnotations::read_only(true))
 }
 
+/// Sessions, with a handler that asks its clients through the call's
+/// context (as the gateway's does), so every session's plain calls may
+/// be answered in front of rmcp.
 fn with_sessions() -> HttpOptions {
     HttpOptions {
         legacy_sessions: true,
+        client_requests_in_context: true,
         ..HttpOptions::default()
     }
 }
@@ -748,6 +752,37 @@ async fn a_capable_clients_call_asks_it_on_the_calls_stream_as_rmcp_does() {
     assert_eq!(direct.1, rmcp.1);
     let text = direct.1["result"]["content"][0]["text"].as_str().unwrap();
     assert!(text.contains("\"Ada\""), "{text}");
+    server.close().await;
+}
+
+/// Without `client_requests_in_context` (the default: a library handler
+/// may ask through the session's peer, which only rmcp can put on the
+/// call's stream) a capable client's calls stay on rmcp's path: the
+/// request during the call is rmcp's own, and the call completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_opt_in_a_capable_clients_calls_stay_on_rmcps_path() {
+    let options = HttpOptions {
+        legacy_sessions: true,
+        ..HttpOptions::default()
+    };
+    let server = serve(asking_tools(Arc::default()), options).await;
+    let http = reqwest::Client::new();
+    let capabilities: Value = serde_json::from_str(ELICITATION).unwrap();
+    let session = open_session(&http, &server, capabilities).await;
+    let mut events = stream_call(&http, &server, &session, call(22, "ask", json!({}), false)).await;
+    let (_, request) = events.message().await;
+    assert!(request["id"].is_number(), "not rmcp's request: {request}");
+    let status = answer(
+        &http,
+        &server,
+        &session,
+        &request,
+        json!({"action": "accept", "content": {"name": "Ada"}}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let (_, response) = events.message().await;
+    assert_eq!(response["id"], 22, "{response}");
     server.close().await;
 }
 
