@@ -11,8 +11,8 @@ use portcullis_catalog::redact::urls_in_text;
 use portcullis_catalog::{Tool, ToolResult};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
-    ClientRequest, JsonObject, PaginatedRequestParams, ProtocolVersion, ServerResult,
-    SubscriptionFilter,
+    ClientRequest, JsonObject, PaginatedRequestParams, ProgressToken, ProtocolVersion,
+    ServerResult, SubscriptionFilter,
 };
 use rmcp::service::{ClientInitializeError, PeerRequestOptions, RunningService, ServiceError};
 use rmcp::transport::StreamableHttpClientTransport;
@@ -642,10 +642,7 @@ impl Connection {
         // Counted across every round of this call.
         let relay = for_one_call(context.relay.as_ref());
         for _ in 0..=MAX_INPUT_ROUNDS {
-            let direct = self
-                .direct
-                .as_ref()
-                .filter(|d| d.serves(remote_name, context.progress.is_some()));
+            let direct = self.direct.as_ref().filter(|d| d.serves(remote_name));
             let answer = match direct {
                 Some(direct) => {
                     match self
@@ -800,11 +797,21 @@ impl Connection {
             slot.bind(rmcp::model::RequestId::Number(id as i64));
             slot
         });
+        // The call's progress token is its id: rmcp numbers its own from 0.
+        let progress = context
+            .progress
+            .as_ref()
+            .map(|_| ProgressToken(rmcp::model::NumberOrString::Number(id as i64)));
+        let _route = progress
+            .clone()
+            .zip(context.progress.clone())
+            .map(|(token, sink)| self.handler.route(token, sink));
         let round = direct::Round {
             id,
             token,
             handler: &self.handler,
             relay,
+            progress,
         };
         let round = tokio::time::timeout(self.timeout, direct.call(params, round));
         let answer = tokio::select! {

@@ -25,9 +25,12 @@
 //!   ([`events`]), and a cancelled call is cancelled with
 //!   `notifications/cancelled` ([`Direct::cancel`]).
 //!
+//! A caller that wants progress gets the server's reports on the answer's
+//! stream through the connection's progress routes, as on rmcp's path; the
+//! call's token is its request id, a range rmcp's own tokens never reach.
+//!
 //! It is used only where it changes nothing a caller can see (see
-//! [`Direct::serves`]): no progress to route (rmcp's path routes it) and,
-//! where the SEP-2243 headers apply, a tool name that goes in the
+//! [`Direct::serves`]): where the SEP-2243 headers apply, a tool name that goes in the
 //! `Mcp-Name` header as it is and no tool that promotes arguments to
 //! `Mcp-Param-*` headers.
 //! Everything else — the same guard, credentials, redirects and body
@@ -46,7 +49,8 @@ use portcullis_catalog::ToolResult;
 use rmcp::model::{
     CallToolRequestParams, CancelledNotification, CancelledNotificationParam, ClientCapabilities,
     ClientJsonRpcMessage, ClientNotification, ErrorData, Implementation, JsonRpcMessage,
-    ProtocolVersion, RequestId, RequestMetaObject, ServerJsonRpcMessage, ServerResult,
+    ProgressToken, ProtocolVersion, RequestId, RequestMetaObject, ServerJsonRpcMessage,
+    ServerResult,
 };
 use rmcp::service::ServiceError;
 use rmcp::transport::DynamicTransportError;
@@ -130,6 +134,9 @@ pub(crate) struct Round<'a> {
     pub(crate) handler: &'a UpstreamHandler,
     /// The call's client: it answers what the server asks on the stream.
     pub(crate) relay: Option<&'a Arc<dyn ClientRelay>>,
+    /// The progress token the call is sent with, when its caller wants
+    /// progress (its route is the caller's to open).
+    pub(crate) progress: Option<ProgressToken>,
 }
 
 impl Direct {
@@ -206,14 +213,12 @@ impl Direct {
         }
     }
 
-    /// Whether a call of `remote_name` can go this way: no progress to
-    /// route; on a 2026 server also no argument headers and a name that
-    /// needs no header encoding.
-    pub(crate) fn serves(&self, remote_name: &str, wants_progress: bool) -> bool {
-        !wants_progress
-            && (!self.standard_headers()
-                || (!self.promotes_headers.load(Ordering::Relaxed)
-                    && plain_header_value(remote_name)))
+    /// Whether a call of `remote_name` can go this way: where the SEP-2243
+    /// headers apply, no argument headers and a name that needs no header
+    /// encoding.
+    pub(crate) fn serves(&self, remote_name: &str) -> bool {
+        !self.standard_headers()
+            || (!self.promotes_headers.load(Ordering::Relaxed) && plain_header_value(remote_name))
     }
 
     /// The id of the next direct request.
@@ -243,6 +248,12 @@ impl Direct {
                 None
             }
         };
+        if let Some(token) = &round.progress {
+            params
+                .meta
+                .get_or_insert_with(Default::default)
+                .set_progress_token(token.clone());
+        }
         let body = serde_json::to_vec(&Envelope {
             jsonrpc: "2.0",
             id: round.id,

@@ -3,7 +3,7 @@
 //! plain JSON answer, which every HTTP test in `integration.rs` covers: a
 //! server that answers with an event stream, log messages on that stream
 //! handed over before the call returns, a JSON-RPC error, and a caller
-//! that wants progress still getting it (through rmcp's path).
+//! that wants progress getting every report, in order, before the answer.
 //!
 //! For an initialize-era server the call goes into rmcp's session: the
 //! session's id rides along, a session the server dropped is reopened by
@@ -253,7 +253,7 @@ impl ServerHandler for Sessioned {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let tools = ["echo", "ask", "wait", "pings"].map(|name| {
+        let tools = ["echo", "ask", "wait", "pings", "count"].map(|name| {
             serde_json::from_value::<Tool>(json!({
                 "name": name,
                 "inputSchema": {"type": "object"},
@@ -306,6 +306,21 @@ impl ServerHandler for Sessioned {
                 });
                 let answered = futures::future::join_all(pings).await;
                 format!("{} answered", answered.into_iter().filter(|a| *a).count())
+            }
+            "count" => {
+                let Some(token) = context.meta.get_progress_token() else {
+                    return Err(ErrorData::invalid_params("no progress token", None));
+                };
+                for step in 1..=3 {
+                    let _ = context
+                        .peer
+                        .notify_progress(
+                            ProgressNotificationParam::new(token.clone(), f64::from(step))
+                                .with_total(3.0),
+                        )
+                        .await;
+                }
+                "counted".to_owned()
             }
             "wait" => {
                 context.ct.cancelled().await;
@@ -726,6 +741,37 @@ async fn a_server_that_closes_its_answer_stream_for_ever_is_given_up_on_not_poll
     // was not what ended it.
     assert_eq!(gets.load(Ordering::SeqCst), 32);
     assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    toolset.close().await;
+    server.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_call_that_wants_progress_goes_direct_and_gets_every_report_first() {
+    let seen = Arc::new(Sessions::default());
+    let (url, server) = serve_sessions(seen.clone()).await;
+    let toolset = connected(&url).await;
+    for round in 0..3 {
+        let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
+        let result = toolset
+            .call(
+                "count",
+                Some(json!({})),
+                &CallContext::default().with_progress(sender),
+            )
+            .await
+            .expect("the tool answers");
+        assert_eq!(text(&result), "counted", "round {round}");
+        let mut steps = Vec::new();
+        while let Ok(progress) = receiver.try_recv() {
+            steps.push(progress.progress);
+        }
+        assert_eq!(steps, [1.0, 2.0, 3.0], "round {round}");
+        let (id, _) = last_call(&seen);
+        assert!(
+            id.as_u64() >= Some(DIRECT_IDS),
+            "went through rmcp: id {id}"
+        );
+    }
     toolset.close().await;
     server.abort();
 }
