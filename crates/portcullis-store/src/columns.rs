@@ -44,18 +44,21 @@ pub(crate) fn transport(text: &str) -> Option<TransportKind> {
     }
 }
 
-/// The raw columns of one `mcp_servers` row.
-pub(crate) struct RawRow {
+/// The raw columns of one `mcp_servers` row. The JSON columns are
+/// borrowed from the database's row: the cached listing is megabytes on a
+/// wake, and it is parsed straight from the driver's copy instead of being
+/// copied into a `String` first.
+pub(crate) struct RawRow<'r> {
     pub id: String,
     pub name: String,
     pub kind: String,
     pub url: String,
-    pub tools: Option<String>,
-    pub tool_fingerprints: Option<String>,
-    pub tool_digests: Option<String>,
+    pub tools: Option<&'r str>,
+    pub tool_fingerprints: Option<&'r str>,
+    pub tool_digests: Option<&'r str>,
 }
 
-impl RawRow {
+impl RawRow<'_> {
     /// The row, with unparseable caches dropped; `None` (with a warning) for
     /// a transport this build does not know, which the schema's CHECK
     /// constraint should make impossible.
@@ -64,19 +67,15 @@ impl RawRow {
             tracing::warn!(%backend, server = self.id, kind = self.kind, "skipping a stored server with an unknown transport");
             return None;
         };
-        let tools: Option<Vec<Tool>> = decode(backend, &self.id, "tools", self.tools.as_deref());
+        let tools: Option<Vec<Tool>> = decode(backend, &self.id, "tools", self.tools);
         let tool_fingerprints: Option<Fingerprints> = decode(
             backend,
             &self.id,
             "tool_fingerprints",
-            self.tool_fingerprints.as_deref(),
+            self.tool_fingerprints,
         );
-        let digests: Option<Vec<String>> = decode(
-            backend,
-            &self.id,
-            "tool_digests",
-            self.tool_digests.as_deref(),
-        );
+        let digests: Option<Vec<String>> =
+            decode(backend, &self.id, "tool_digests", self.tool_digests);
         Some(PersistedServer::from_columns(
             self.id,
             self.name,

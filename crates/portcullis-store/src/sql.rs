@@ -123,6 +123,7 @@ where
     for<'q> Option<String>: Encode<'q, DB>,
     for<'q> i64: Encode<'q, DB>,
     String: Type<DB> + for<'r> Decode<'r, DB>,
+    for<'r> &'r str: Type<DB> + Decode<'r, DB>,
     i64: Type<DB> + for<'r> Decode<'r, DB>,
     usize: ColumnIndex<DB::Row>,
 {
@@ -190,15 +191,15 @@ where
     /// The columns of one `mcp_servers` row. The JSON columns are read
     /// leniently: a value of the wrong SQL type reads as absent, like one
     /// that does not parse.
-    fn raw_row(row: &DB::Row) -> Result<RawRow, sqlx::Error> {
+    fn raw_row(row: &DB::Row) -> Result<RawRow<'_>, sqlx::Error> {
         Ok(RawRow {
             id: row.try_get(0)?,
             name: row.try_get(1)?,
             kind: row.try_get(2)?,
             url: row.try_get(3)?,
-            tools: row.try_get::<Option<String>, _>(4).ok().flatten(),
-            tool_fingerprints: row.try_get::<Option<String>, _>(5).ok().flatten(),
-            tool_digests: row.try_get::<Option<String>, _>(6).ok().flatten(),
+            tools: row.try_get::<Option<&str>, _>(4).ok().flatten(),
+            tool_fingerprints: row.try_get::<Option<&str>, _>(5).ok().flatten(),
+            tool_digests: row.try_get::<Option<&str>, _>(6).ok().flatten(),
         })
     }
 

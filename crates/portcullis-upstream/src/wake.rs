@@ -88,7 +88,13 @@ pub async fn rebuild_from_store(
             diagnostics.report(config_mismatch(&row.id));
             continue;
         }
-        let baseline = row.baseline_or_derived();
+        // A recorded baseline is moved out of the row, not copied (5 000
+        // digests on a large wake); only a row without one derives it.
+        let recorded = row.tool_fingerprints.is_some();
+        let baseline = match row.tool_fingerprints.take() {
+            Some(recorded) => Some(recorded),
+            None => row.baseline_or_derived(),
+        };
         let filter = options
             .server_tools
             .get(config.name())
@@ -98,7 +104,7 @@ pub async fn rebuild_from_store(
             identity: config.identity(),
             classification: options.classification_of(config.name()),
             filter,
-            recorded: row.tool_fingerprints.is_some(),
+            recorded,
             // The store's own digests of the cache (trusted as the baseline
             // beside them is): see `Waking::digests`.
             digests: row.take_cached_digests(),
