@@ -643,7 +643,7 @@ impl Connection {
         let relay = for_one_call(context.relay.as_ref());
         for _ in 0..=MAX_INPUT_ROUNDS {
             let direct = self.direct.as_ref().filter(|d| d.serves(remote_name));
-            let answer = match direct {
+            let answered = match direct {
                 Some(direct) => {
                     match self
                         .call_direct(
@@ -658,21 +658,15 @@ impl Connection {
                         .await?
                     {
                         direct::Answer::Result(result) => return Ok(result),
-                        direct::Answer::Other(answer) => *answer,
+                        direct::Answer::Other(answer) => Some(*answer),
                         // The session expired unseen: rmcp opens a new one.
-                        direct::Answer::Unserved => {
-                            Box::pin(self.call_once(
-                                tool,
-                                server,
-                                params.clone(),
-                                context,
-                                relay.as_ref(),
-                                token.clone(),
-                            ))
-                            .await?
-                        }
+                        direct::Answer::Unserved => None,
                     }
                 }
+                None => None,
+            };
+            let answer = match answered {
+                Some(answer) => answer,
                 // Boxed, like the input rounds below: the direct path is the
                 // common one, and rmcp's path and the rounds would otherwise
                 // make every call's future as large as theirs (it is moved

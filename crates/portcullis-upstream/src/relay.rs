@@ -47,8 +47,8 @@ use futures::future::BoxFuture;
 use rmcp::ErrorData;
 use rmcp::RoleClient;
 use rmcp::model::{
-    ClientCapabilities, ClientResult, ErrorCode, GetExtensions, InputRequest, InputRequests,
-    InputResponses, RequestId, ServerRequest,
+    ClientCapabilities, ClientResult, ElicitRequestParams, ErrorCode, GetExtensions, InputRequest,
+    InputRequests, InputResponses, RequestId, RequestMetaObject, ServerRequest,
 };
 use rmcp::service::{InboundStreamOrigin, RequestContext, ServiceError};
 use tokio_util::sync::CancellationToken;
@@ -325,6 +325,24 @@ async fn put_to(
     relay.request(request, cancel).await
 }
 
+/// `request` without the server's `_meta` (its progress token and the
+/// like belong to the server's side of the exchange), as rmcp's service
+/// hands a request to its client handler: the calling client gets what it
+/// would get through rmcp's path.
+fn without_meta(mut request: ServerRequest) -> ServerRequest {
+    request.extensions_mut().remove::<RequestMetaObject>();
+    match &mut request {
+        ServerRequest::CreateMessageRequest(r) => r.params.meta = None,
+        ServerRequest::ElicitRequest(r) => match &mut r.params {
+            ElicitRequestParams::FormElicitationParams { meta, .. }
+            | ElicitRequestParams::UrlElicitationParams { meta, .. } => *meta = None,
+            _ => {}
+        },
+        _ => {}
+    }
+    request
+}
+
 /// The answer to a server request that arrived on a call's own response
 /// stream, read without rmcp's service (the direct call path): `relay` is
 /// that call's client. Answered as rmcp's service and
@@ -349,7 +367,7 @@ pub(crate) async fn answer_for_call(
         asked => asked,
     };
     let relay = relay.ok_or(Refusal::NoClient { method })?;
-    let answer = put_to(&relay, asked, cancel).await?;
+    let answer = put_to(&relay, without_meta(asked), cancel).await?;
     let answered = match &answer {
         ClientResult::CreateMessageResult(_) => "sampling/createMessage",
         ClientResult::ElicitResult(_) => "elicitation/create",

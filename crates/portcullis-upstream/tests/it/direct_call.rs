@@ -50,17 +50,7 @@ impl ServerHandler for Streaming {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let tools = ["echo", "fail", "count"].map(|name| {
-            serde_json::from_value::<Tool>(json!({
-                "name": name,
-                "inputSchema": {"type": "object"},
-                "annotations": {"readOnlyHint": true}
-            }))
-            .map_err(|e| ErrorData::internal_error(e.to_string(), None))
-        });
-        Ok(ListToolsResult::with_all_items(
-            tools.into_iter().collect::<Result<_, _>>()?,
-        ))
+        read_only_tools(&["echo", "fail", "count"])
     }
 
     async fn call_tool(
@@ -87,22 +77,44 @@ impl ServerHandler for Streaming {
                 Ok(CallToolResult::success(vec![ContentBlock::text(text)]).into())
             }
             "count" => {
-                if let Some(token) = context.meta.get_progress_token() {
-                    for step in 1..=3 {
-                        let _ = context
-                            .peer
-                            .notify_progress(
-                                ProgressNotificationParam::new(token.clone(), f64::from(step))
-                                    .with_total(3.0),
-                            )
-                            .await;
-                    }
-                }
+                count_to_three(&context).await;
                 Ok(CallToolResult::success(vec![ContentBlock::text("counted")]).into())
             }
             _ => Err(ErrorData::invalid_params("no such luck", None)),
         }
     }
+}
+
+/// A listing of read-only tools taking any object.
+fn read_only_tools(names: &[&str]) -> Result<ListToolsResult, ErrorData> {
+    let tools = names.iter().map(|name| {
+        serde_json::from_value::<Tool>(json!({
+            "name": name,
+            "inputSchema": {"type": "object"},
+            "annotations": {"readOnlyHint": true}
+        }))
+        .map_err(|e| ErrorData::internal_error(e.to_string(), None))
+    });
+    Ok(ListToolsResult::with_all_items(
+        tools.collect::<Result<_, _>>()?,
+    ))
+}
+
+/// Reports progress 1, 2, 3 of 3 to the caller, if it asked for progress;
+/// whether it did.
+async fn count_to_three(context: &RequestContext<RoleServer>) -> bool {
+    let Some(token) = context.meta.get_progress_token() else {
+        return false;
+    };
+    for step in 1..=3 {
+        let _ = context
+            .peer
+            .notify_progress(
+                ProgressNotificationParam::new(token.clone(), f64::from(step)).with_total(3.0),
+            )
+            .await;
+    }
+    true
 }
 
 async fn serve() -> (String, tokio::task::JoinHandle<()>) {
@@ -253,17 +265,7 @@ impl ServerHandler for Sessioned {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let tools = ["echo", "ask", "wait", "pings", "count"].map(|name| {
-            serde_json::from_value::<Tool>(json!({
-                "name": name,
-                "inputSchema": {"type": "object"},
-                "annotations": {"readOnlyHint": true}
-            }))
-            .map_err(|e| ErrorData::internal_error(e.to_string(), None))
-        });
-        Ok(ListToolsResult::with_all_items(
-            tools.into_iter().collect::<Result<_, _>>()?,
-        ))
+        read_only_tools(&["echo", "ask", "wait", "pings", "count"])
     }
 
     async fn call_tool(
@@ -308,17 +310,8 @@ impl ServerHandler for Sessioned {
                 format!("{} answered", answered.into_iter().filter(|a| *a).count())
             }
             "count" => {
-                let Some(token) = context.meta.get_progress_token() else {
+                if !count_to_three(&context).await {
                     return Err(ErrorData::invalid_params("no progress token", None));
-                };
-                for step in 1..=3 {
-                    let _ = context
-                        .peer
-                        .notify_progress(
-                            ProgressNotificationParam::new(token.clone(), f64::from(step))
-                                .with_total(3.0),
-                        )
-                        .await;
                 }
                 "counted".to_owned()
             }

@@ -6,8 +6,11 @@
 //! (sampling, elicitation, roots, ping). Those are put to the call's
 //! client ([`crate::relay::answer_for_call`]) while the stream is still
 //! read, and each answer is POSTed back into the session; the server's
-//! `notifications/cancelled` for one of them withdraws it, and every one
-//! still open is withdrawn when the call ends.
+//! `notifications/cancelled` for one of them withdraws it (and it gets no
+//! answer), and every one still open is withdrawn when the call ends. The
+//! call's answer is handed back only once its withdrawn requests have
+//! ended (at most a second), so the calling client hears of a withdrawal
+//! before the call's answer, as through rmcp's path.
 //!
 //! An initialize-era server may also end the stream before the answer once
 //! it has given an event id: the stream is then resumed with a `GET`
@@ -62,13 +65,29 @@ impl Asked {
         self.0.insert(id, (cancel, task));
     }
 
-    /// Withdraws the request `id`, if it is still being answered.
+    /// Withdraws the request `id`, if it is still being answered. Its
+    /// task stays noted until it ends, so [`Asked::settle`] waits for it.
     fn withdraw(&mut self, id: &RequestId) {
-        if let Some((cancel, _)) = self.0.remove(id) {
+        if let Some((cancel, _)) = self.0.get(id) {
             cancel.cancel();
         }
     }
+
+    /// Before the call's answer is handed back: withdraws every request
+    /// still open and waits (at most [`SETTLE`]) until each has ended, so
+    /// the calling client hears of a withdrawn request before it gets the
+    /// call's answer, as it would through rmcp's path.
+    async fn settle(&mut self) {
+        let deadline = tokio::time::Instant::now() + SETTLE;
+        for (_, (cancel, task)) in self.0.drain() {
+            cancel.cancel();
+            let _ = tokio::time::timeout_at(deadline, task).await;
+        }
+    }
 }
+
+/// How long a call's answer waits for its withdrawn requests to end.
+const SETTLE: Duration = Duration::from_secs(1);
 
 /// How many of a call's requests are noted before answered ones are
 /// forgotten.
@@ -120,6 +139,7 @@ pub(super) async fn read(
             };
             if message.get("method").is_none() {
                 if answers(&message, round.id) {
+                    asked.settle().await;
                     return answer(message);
                 }
                 // An answer to another request has no business here.
@@ -145,7 +165,13 @@ pub(super) async fn read(
                     let (id, withdrawn) = (request.id.clone(), cancel.clone());
                     let task = tokio::spawn(async move {
                         let id = request.id;
-                        let message = match answer_for_call(relay, request.request, cancel).await {
+                        let answered =
+                            answer_for_call(relay, request.request, cancel.clone()).await;
+                        // A withdrawn request is not answered.
+                        if cancel.is_cancelled() {
+                            return;
+                        }
+                        let message = match answered {
                             Ok(result) => ClientJsonRpcMessage::response(result, id),
                             Err(error) => ClientJsonRpcMessage::error(error, Some(id)),
                         };
