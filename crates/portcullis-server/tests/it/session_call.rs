@@ -1307,3 +1307,27 @@ async fn a_call_flooding_progress_holds_a_bounded_amount() {
     }
     server.close().await;
 }
+
+/// A call whose `_meta` carries a key of the protocol's own besides its
+/// progress token is still rmcp's to judge: its reports come with rmcp's
+/// event ids, not the session path's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_with_protocol_meta_keys_stays_on_rmcps_path() {
+    let server = serve(progress_tools(Arc::default()), with_sessions()).await;
+    let http = reqwest::Client::new();
+    let session = open_session(&http, &server, json!({})).await;
+    let mut message = call(43, "steps", json!({}), true);
+    message["params"]["_meta"]["io.modelcontextprotocol/logLevel"] = json!("debug");
+    let events = all_events(stream_call(&http, &server, &session, message).await).await;
+    let reports: Vec<&Option<String>> = events
+        .iter()
+        .filter(|(_, m)| m["method"] == "notifications/progress")
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(reports.len(), 3, "{events:?}");
+    for id in reports {
+        let id = id.as_deref().unwrap_or_default();
+        assert!(!id.starts_with('d'), "taken in front of rmcp: {id}");
+    }
+    server.close().await;
+}
