@@ -13,7 +13,8 @@
 //! trips implements [`InputSink`]. An initialize-era call the surface
 //! answers itself (not through rmcp's session) carries a
 //! [`ClientRequests`]: requests to its client go on the call's own response
-//! stream through it, which the session's peer cannot reach.
+//! stream through it, which the session's peer cannot reach; when it asked
+//! for progress, a [`CallProgress`] carries its reports there too.
 
 use std::fmt;
 use std::sync::Arc;
@@ -37,11 +38,20 @@ use crate::access::Identity;
 pub struct CallContext {
     tool: Arc<str>,
     cancel: CancellationToken,
-    progress: Option<(ProgressToken, Peer<RoleServer>)>,
+    progress: Option<(ProgressToken, ProgressRoute)>,
     identity: Option<Arc<Identity>>,
     request: Option<Arc<RequestContext<RoleServer>>>,
     approved: bool,
     input: Option<InputChannel>,
+}
+
+/// Where a call's progress reports go.
+#[derive(Clone)]
+enum ProgressRoute {
+    /// Through rmcp, which routes them by token onto the call's stream.
+    Peer(Peer<RoleServer>),
+    /// Onto the call's stream by the surface that answers it.
+    Call(CallProgress),
 }
 
 impl CallContext {
@@ -67,10 +77,15 @@ impl CallContext {
         request: RequestContext<RoleServer>,
         identity: Option<Arc<Identity>>,
     ) -> Self {
-        let progress = request
-            .meta
-            .get_progress_token()
-            .map(|token| (token, request.peer.clone()));
+        // The surface's own route when it answers the call itself: the
+        // session's peer would put the reports on the standalone stream.
+        let progress = request.meta.get_progress_token().map(|token| {
+            let route = match request.extensions.get::<CallProgress>() {
+                Some(call) => ProgressRoute::Call(call.clone()),
+                None => ProgressRoute::Peer(request.peer.clone()),
+            };
+            (token, route)
+        });
         CallContext {
             tool,
             cancel: request.ct.clone(),
@@ -118,7 +133,7 @@ impl CallContext {
     /// Reports progress to the client, if it asked for it; otherwise does
     /// nothing. `progress` should increase with every report.
     pub async fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
-        let Some((token, peer)) = &self.progress else {
+        let Some((token, route)) = &self.progress else {
             return;
         };
         let mut param = ProgressNotificationParam::new(token.clone(), progress);
@@ -126,8 +141,17 @@ impl CallContext {
         param.message = message.map(str::to_owned);
         // A client that went away cannot be told; the call's cancellation
         // token says so, and the handler decides what to do.
-        if let Err(error) = peer.notify_progress(param).await {
-            tracing::debug!(tool = %self.tool, %error, "progress notification not delivered");
+        match route {
+            ProgressRoute::Peer(peer) => {
+                if let Err(error) = peer.notify_progress(param).await {
+                    tracing::debug!(tool = %self.tool, %error, "progress notification not delivered");
+                }
+            }
+            ProgressRoute::Call(call) => {
+                if !call.report(param) {
+                    tracing::debug!(tool = %self.tool, "progress notification not delivered");
+                }
+            }
         }
     }
 
@@ -173,7 +197,10 @@ impl CallContext {
     /// The client, for handlers that need more than progress (logging,
     /// sampling, elicitation). `None` for a detached call. A request to the
     /// client sent here rides the call's stream only when rmcp serves the
-    /// call; check [`CallContext::client_requests`] first.
+    /// call; check [`CallContext::client_requests`] first. Report progress
+    /// through [`CallContext::progress`], never here: when the surface
+    /// answers the call itself, a report sent through the peer reaches the
+    /// session's standalone stream, not the call's.
     pub fn peer(&self) -> Option<&Peer<RoleServer>> {
         self.request.as_ref().map(|r| &r.peer)
     }
@@ -321,6 +348,46 @@ impl ClientRequests {
         timeout: Option<Duration>,
     ) -> BoxFuture<'static, Result<ClientResult, ServiceError>> {
         self.sink.send(request, timeout)
+    }
+}
+
+/// Where a call's progress reports go when the surface that answers the
+/// call routes them itself (see [`CallProgress`]).
+pub trait ProgressSink: Send + Sync + 'static {
+    /// Puts `report` on the call's response stream, after what was sent
+    /// before it and before the response, as rmcp's session would; `false`
+    /// when it cannot go out any more (the response is out) or is dropped
+    /// (the surface's bound on what a call may hold for its client).
+    /// Never blocks.
+    fn report(&self, report: ProgressNotificationParam) -> bool;
+}
+
+/// A call's way to report progress on its own response stream when the
+/// surface answers the call itself, in front of rmcp's session; put in the
+/// request's extensions, [`CallContext::progress`] prefers it to the
+/// session's peer. Cheap to clone; usable from any task.
+#[derive(Clone)]
+pub struct CallProgress {
+    sink: Arc<dyn ProgressSink>,
+}
+
+impl fmt::Debug for CallProgress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CallProgress").finish_non_exhaustive()
+    }
+}
+
+impl CallProgress {
+    /// Reports that go to `sink`.
+    pub fn new(sink: impl ProgressSink) -> Self {
+        CallProgress {
+            sink: Arc::new(sink),
+        }
+    }
+
+    /// Sends `report`; see [`ProgressSink::report`].
+    pub fn report(&self, report: ProgressNotificationParam) -> bool {
+        self.sink.report(report)
     }
 }
 

@@ -14,7 +14,7 @@
 //! |---|---|
 //! | [`handler`] | [`ToolHandler`], any async function of its arguments and a [`CallContext`]; [`typed`] for `Deserialize` arguments |
 //! | [`error`] | [`ToolError`], a handler's failure or a guard's typed refusal |
-//! | [`context`] | [`CallContext`], what a handler knows of its call (cancellation, progress, identity, the client); [`InputChannel`] and [`ClientRequests`] for input asked mid-call |
+//! | [`context`] | [`CallContext`], what a handler knows of its call (cancellation, progress, identity, the client); [`InputChannel`] and [`ClientRequests`] for input asked mid-call, [`CallProgress`] for progress on a call the surface answers |
 //! | [`access`] | [`Access`] and [`Identity`], and [`check_call`], the call-time backstop for routes needing an authenticated caller |
 //! | [`registration`] | [`Registration`], one tool ready to serve |
 //! | [`source`] | [`ToolSource`], anything that publishes tools, runs them and says when they changed |
@@ -57,7 +57,9 @@ pub mod registration;
 pub mod source;
 
 pub use access::{Access, Identity, check_call, missing_permissions};
-pub use context::{CallContext, ClientRequests, InputChannel, InputSink, RequestSink};
+pub use context::{
+    CallContext, CallProgress, ClientRequests, InputChannel, InputSink, ProgressSink, RequestSink,
+};
 pub use error::ToolError;
 pub use handler::{ToolFuture, ToolHandler, Typed, typed};
 pub use registration::{IN_PROCESS_SOURCE, Registration};

@@ -90,6 +90,7 @@ pub mod oauth;
 pub mod passthrough;
 mod session_ask;
 mod session_call;
+mod session_progress;
 mod sessions;
 pub mod shutdown;
 pub mod stdio;

@@ -18,9 +18,9 @@
 //!   naming the session's version; no `Mcp-Method`, `Mcp-Name` or
 //!   `Mcp-Param-*`; JSON content with a declared length; an `Accept`
 //!   naming JSON and event streams;
-//! - body: a JSON-RPC `tools/call` asking for no progress and carrying no
-//!   protocol keys in its `_meta`, whose id is not already in flight on
-//!   the session.
+//! - body: a JSON-RPC `tools/call` carrying no protocol keys in its
+//!   `_meta` (a progress token is no such key), whose id is not already in
+//!   flight on the session.
 //!
 //! What rmcp's session gives a call, this path gives too: the session's
 //! peer and the request's `_meta` and HTTP parts in its context; a
@@ -29,12 +29,15 @@
 //! stream of its session; rmcp's idle timer hears of the session's use; a
 //! client that declared sampling, elicitation or roots can be asked them
 //! on the call's stream (`crate::session_ask`, in place of rmcp's routing
-//! by originating request). A call still running after one keep-alive
-//! interval, or asking its client something, is answered as a stream
-//! instead, like rmcp's: an event with an id (`d<n>`), its requests as
-//! events with ids of their own (`d<n>.<k>`), keep-alive comments, then
-//! the response; the call runs on if the client goes away, and a `GET`
-//! with one of those ids as `Last-Event-ID` resumes the stream after it.
+//! by originating request); a call that sent a progress token has its
+//! reports put on its stream too (`crate::session_progress`, in place of
+//! rmcp's routing by token). A call still running after one keep-alive
+//! interval, asking its client something or reporting progress, is
+//! answered as a stream instead, like rmcp's: an event with an id
+//! (`d<n>`), its requests and reports as events with ids of their own
+//! (`d<n>.<k>`), keep-alive comments, then the response; the call runs
+//! on if the client goes away, and a `GET` with one of those ids as
+//! `Last-Event-ID` resumes the stream after it.
 //! As on rmcp's session path, a client that goes away does not cancel its
 //! call.
 
@@ -54,6 +57,7 @@ use serde::Deserialize;
 
 use crate::media_type::accepts_events;
 use crate::session_ask;
+use crate::session_progress;
 use crate::sessions::{BoundedSessions, Outbox, Reply};
 use crate::tool_call::{
     Era, METHOD_HEADER, NAME_HEADER, PROTOCOL_VERSION_HEADER, PlainCall, SESSION_HEADER, call_tool,
@@ -149,8 +153,9 @@ impl SessionPath {
         };
         let PlainCall { id, mut params, .. } = call;
         let meta = params.meta.take().unwrap_or_default();
-        let plain = meta.get_progress_token().is_none()
-            && !meta.keys().any(|key| key.starts_with(PROTOCOL_META_PREFIX));
+        // A progress token is plain: its reports go on the call's stream
+        // (`crate::session_progress`).
+        let plain = !meta.keys().any(|key| key.starts_with(PROTOCOL_META_PREFIX));
         if !plain || !self.sessions.holds(&session).await {
             return Err(Request::from_parts(parts, Body::from(bytes)));
         }
@@ -178,6 +183,9 @@ impl SessionPath {
                 admitted.cancel.clone(),
                 &outbox,
             ));
+        }
+        if meta.get_progress_token().is_some() {
+            extensions.insert(session_progress::for_call(Arc::downgrade(&outbox)));
         }
         let mut context = RequestContext::new(id.clone(), admitted.peer);
         context.ct = admitted.cancel;

@@ -106,13 +106,17 @@ struct Usage {
 }
 
 /// What a direct call has to say to its client, serialised: the requests
-/// (and withdrawals) it sent during the call, in order, then its response.
+/// (and withdrawals) and progress reports it sent during the call, in
+/// order, then its response.
 #[derive(Debug, Default)]
 pub(crate) struct Outbox {
     /// Server messages sent before the response.
     pub(crate) events: Vec<Bytes>,
     /// The response, `None` until it is made; nothing follows it.
     pub(crate) answer: Option<Bytes>,
+    /// Bytes of the progress reports among `events` (bounded by
+    /// `crate::session_progress`).
+    pub(crate) progress_bytes: usize,
 }
 
 /// A direct call's [`Outbox`] as it fills.

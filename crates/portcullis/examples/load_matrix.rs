@@ -62,7 +62,9 @@
 //! record in memory), `LOAD_MATRIX_CAPABILITIES` (the capabilities the
 //! 2025-era clients declare, as JSON; default `{}`, e.g.
 //! `{"elicitation":{},"sampling":{},"roots":{}}` as VS Code-like clients
-//! declare them). The gateway runs with its default logging (stderr read
+//! declare them), `LOAD_MATRIX_PROGRESS_TOKEN=1` (the 2025-era clients put
+//! a `progressToken` in every call's `_meta`, numbered like rmcp's client,
+//! which sends one on every request). The gateway runs with its default logging (stderr read
 //! and dropped here).
 
 use std::collections::HashMap;
@@ -724,6 +726,12 @@ async fn open(client: &reqwest::Client, url: &str, era: Era) -> Result<Option<St
     Ok(session)
 }
 
+/// Whether the 2025-era clients ask for progress (`LOAD_MATRIX_PROGRESS_TOKEN`).
+fn progress_token() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("LOAD_MATRIX_PROGRESS_TOKEN").is_ok_and(|v| v == "1"))
+}
+
 /// One `tools/call` of `era`, its answer read to the end and checked to
 /// echo `message`.
 async fn call(
@@ -752,6 +760,9 @@ async fn call(
                 .header("mcp-name", "echo");
         }
         Era::Sse2025 | Era::Json2025 => {
+            if progress_token() {
+                params["_meta"] = json!({"progressToken": id});
+            }
             request = request.header("mcp-protocol-version", LEGACY_VERSION);
             if let Some(session) = session {
                 request = request.header("mcp-session-id", session);

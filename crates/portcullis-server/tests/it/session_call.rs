@@ -4,9 +4,10 @@
 //! client, the session's end, the session kept alive by its calls, its
 //! requests to the client on the call's stream).
 //!
-//! A call is sent plain, which the session path answers once the session
-//! is adopted, and with a progress token in `_meta`, which sends it to
-//! rmcp (the tools never report progress, so rmcp answers plain JSON too).
+//! A call is sent on a session the session path adopted, which it answers,
+//! and on one it never adopted (its `notifications/initialized` was sent
+//! without a declared length, so the session path never read it), whose
+//! calls rmcp serves.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -93,6 +94,36 @@ async fn open_session(http: &reqwest::Client, server: &HttpServer, capabilities:
     id
 }
 
+/// Opens a session as [`open_session`] does, but one the session path
+/// never adopts: its `initialized` goes out without a declared length
+/// (chunked), which only rmcp reads, so rmcp serves all its calls.
+async fn open_rmcp_session(
+    http: &reqwest::Client,
+    server: &HttpServer,
+    capabilities: Value,
+) -> String {
+    let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": VERSION, "capabilities": capabilities,
+        "clientInfo": {"name": "test", "version": "1"}}});
+    let (status, id, _, body) = post(http, server, None, &initialize).await;
+    let id = id.unwrap_or_else(|| panic!("no session ({status}): {body}"));
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let chunks = futures::stream::iter([Ok::<_, std::io::Error>(initialized.to_string())]);
+    let response = http
+        .post(server.url())
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", &id)
+        .header("mcp-protocol-version", VERSION)
+        .body(reqwest::Body::wrap_stream(chunks))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    id
+}
+
 fn call(id: u64, name: &str, arguments: Value, progress: bool) -> Value {
     let mut params = json!({"name": name, "arguments": arguments});
     if progress {
@@ -135,6 +166,7 @@ async fn plain_session_calls_answer_as_rmcp_does() {
     let server = serve(tools(), with_sessions()).await;
     let http = reqwest::Client::new();
     let session = open_session(&http, &server, json!({})).await;
+    let rmcp_session = open_rmcp_session(&http, &server, json!({})).await;
     let cases = [
         ("echo", json!({"text": "hello"})),
         ("echo", json!({"text": 5})),
@@ -152,19 +184,35 @@ async fn plain_session_calls_answer_as_rmcp_does() {
             &call(id, name, arguments.clone(), false),
         )
         .await;
-        let rmcp = post(
+        // A progress token the tool never reports on: still plain JSON.
+        let direct_token = post(
             &http,
             &server,
             Some(&session),
+            &call(id, name, arguments.clone(), true),
+        )
+        .await;
+        let rmcp = post(
+            &http,
+            &server,
+            Some(&rmcp_session),
             &call(id, name, arguments, true),
         )
         .await;
         assert_eq!(direct.0, rmcp.0, "{name}");
+        assert_eq!(direct_token.0, rmcp.0, "{name}");
         assert_eq!(direct.2, "application/json", "{name}: {}", direct.3);
+        assert_eq!(
+            direct_token.2, "application/json",
+            "{name}: {}",
+            direct_token.3
+        );
         assert_eq!(rmcp.2, "application/json", "{name}: {}", rmcp.3);
         let direct: Value = serde_json::from_str(&direct.3).unwrap();
+        let direct_token: Value = serde_json::from_str(&direct_token.3).unwrap();
         let rmcp: Value = serde_json::from_str(&rmcp.3).unwrap();
         assert_eq!(direct, rmcp, "{name}");
+        assert_eq!(direct_token, rmcp, "{name}");
         assert_eq!(direct["id"], id, "{direct}");
         assert!(direct["result"].get("resultType").is_none(), "{direct}");
     }
@@ -710,13 +758,14 @@ async fn a_capable_clients_call_asks_it_on_the_calls_stream_as_rmcp_does() {
     let server = serve(asking_tools(Arc::default()), with_sessions()).await;
     let http = reqwest::Client::new();
     let capabilities: Value = serde_json::from_str(ELICITATION).unwrap();
-    let session = open_session(&http, &server, capabilities).await;
+    let direct_session = open_session(&http, &server, capabilities.clone()).await;
+    let rmcp_session = open_rmcp_session(&http, &server, capabilities).await;
     let mut seen = Vec::new();
-    for progress in [false, true] {
+    for (session, progress) in [(&direct_session, false), (&rmcp_session, true)] {
         let mut events = stream_call(
             &http,
             &server,
-            &session,
+            session,
             call(20, "ask", json!({}), progress),
         )
         .await;
@@ -725,7 +774,7 @@ async fn a_capable_clients_call_asks_it_on_the_calls_stream_as_rmcp_does() {
         let status = answer(
             &http,
             &server,
-            &session,
+            session,
             &request,
             json!({"action": "accept", "content": {"name": "Ada"}}),
         )
@@ -793,20 +842,21 @@ async fn a_clients_error_answer_reaches_the_tool_as_on_rmcps_path() {
     let server = serve(asking_tools(Arc::default()), with_sessions()).await;
     let http = reqwest::Client::new();
     let capabilities: Value = serde_json::from_str(ELICITATION).unwrap();
-    let session = open_session(&http, &server, capabilities).await;
+    let direct_session = open_session(&http, &server, capabilities.clone()).await;
+    let rmcp_session = open_rmcp_session(&http, &server, capabilities).await;
     let mut answers = Vec::new();
-    for progress in [false, true] {
+    for (session, progress) in [(&direct_session, false), (&rmcp_session, true)] {
         let mut events = stream_call(
             &http,
             &server,
-            &session,
+            session,
             call(21, "ask", json!({}), progress),
         )
         .await;
         let (_, request) = events.message().await;
         let error = json!({"jsonrpc": "2.0", "id": request["id"],
             "error": {"code": -32601, "message": "no forms here"}});
-        let (status, ..) = post(&http, &server, Some(&session), &error).await;
+        let (status, ..) = post(&http, &server, Some(session), &error).await;
         assert_eq!(status, StatusCode::ACCEPTED);
         answers.push(events.message().await.1);
     }
@@ -1007,14 +1057,21 @@ async fn approval_is_asked_on_the_calls_stream_as_rmcp_asks_it() {
     let server = serve(builder, with_sessions()).await;
     let http = reqwest::Client::new();
     let capabilities: Value = serde_json::from_str(ELICITATION).unwrap();
-    let session = open_session(&http, &server, capabilities).await;
+    let direct_session = open_session(&http, &server, capabilities.clone()).await;
+    let rmcp_session = open_rmcp_session(&http, &server, capabilities).await;
     let mut seen = Vec::new();
     for (approve, progress) in [(true, false), (true, true), (false, false), (false, true)] {
         let id = 30 + seen.len() as u64;
+        // The calls with a token go to the session rmcp serves.
+        let session = if progress {
+            &rmcp_session
+        } else {
+            &direct_session
+        };
         let mut events = stream_call(
             &http,
             &server,
-            &session,
+            session,
             call(id, "charge", json!({}), progress),
         )
         .await;
@@ -1022,7 +1079,7 @@ async fn approval_is_asked_on_the_calls_stream_as_rmcp_asks_it() {
         assert_eq!(request["method"], "elicitation/create", "{request}");
         let reply = json!({"action": "accept", "content": {"approve": approve}});
         assert_eq!(
-            answer(&http, &server, &session, &request, reply).await,
+            answer(&http, &server, session, &request, reply).await,
             StatusCode::ACCEPTED
         );
         let (_, mut response) = events.message().await;
@@ -1046,5 +1103,231 @@ async fn approval_is_asked_on_the_calls_stream_as_rmcp_asks_it() {
     let approved = seen[0].1["result"]["content"][0]["text"].as_str().unwrap();
     assert!(approved.contains("approved: true"), "{approved}");
     assert_eq!(seen[2].1["result"]["isError"], true, "{}", seen[2].1);
+    server.close().await;
+}
+
+/// What the `held` tool waits for and reports (see [`progress_tools`]).
+#[derive(Default)]
+struct Held {
+    release: Notify,
+    /// Its context's report sent after its answer was made.
+    late: Notify,
+}
+
+/// Tools that report progress: `steps` three reports (with a total and a
+/// message) before its answer; `held` one, then waits to be released,
+/// then a second before its answer, and a third from a clone of its
+/// context once the answer is out; `flood` reports far more than a call
+/// holds for its client.
+fn progress_tools(held: Arc<Held>) -> portcullis_server::ToolServerBuilder {
+    tools()
+        .tool(ro("steps"), |_: Value, ctx: CallContext| async move {
+            for step in 1..=3 {
+                let message = format!("step {step}");
+                ctx.progress(f64::from(step), Some(3.0), Some(&message))
+                    .await;
+            }
+            Ok::<_, ToolError>(ToolResult::text("stepped"))
+        })
+        .tool(ro("held"), move |_: Value, ctx: CallContext| {
+            let held = held.clone();
+            async move {
+                ctx.progress(1.0, None, None).await;
+                held.release.notified().await;
+                ctx.progress(2.0, None, None).await;
+                let late = ctx.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    late.progress(99.0, None, Some("after the answer")).await;
+                    held.late.notify_one();
+                });
+                Ok::<_, ToolError>(ToolResult::text("released"))
+            }
+        })
+        .tool(ro("flood"), |_: Value, ctx: CallContext| async move {
+            let message = "x".repeat(100);
+            for step in 1..=5000 {
+                ctx.progress(f64::from(step), None, Some(&message)).await;
+            }
+            Ok::<_, ToolError>(ToolResult::text("flooded"))
+        })
+}
+
+/// Every event of a streamed answer: ids and messages.
+async fn all_events(mut events: Events) -> Vec<(Option<String>, Value)> {
+    let mut all = Vec::new();
+    while let Some(event) = events.next().await {
+        all.push(event);
+    }
+    all
+}
+
+/// A call with a progress token (as rmcp's client sends on every request)
+/// is answered in front of rmcp: its reports ride its own stream (with the
+/// session path's event ids, `d<n>.<k>`; rmcp's are digits and `/`), in
+/// order, before the answer, and they and the answer are the same messages
+/// rmcp's path sends for the same call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_rides_the_calls_own_stream_as_on_rmcps_path() {
+    let server = serve(progress_tools(Arc::default()), with_sessions()).await;
+    let http = reqwest::Client::new();
+    let direct_session = open_session(&http, &server, json!({})).await;
+    let rmcp_session = open_rmcp_session(&http, &server, json!({})).await;
+    let mut seen = Vec::new();
+    for session in [&direct_session, &rmcp_session] {
+        let events = stream_call(&http, &server, session, call(40, "steps", json!({}), true)).await;
+        seen.push(all_events(events).await);
+    }
+    let (direct, rmcp) = (&seen[0], &seen[1]);
+    for (id, message) in direct {
+        if message.get("method").is_some() {
+            let id = id.as_deref().unwrap_or_default();
+            assert!(
+                id.starts_with('d'),
+                "not the session path's: {id} {message}"
+            );
+        }
+    }
+    for (id, _) in rmcp {
+        assert!(
+            !id.as_deref().unwrap_or_default().starts_with('d'),
+            "{rmcp:?}"
+        );
+    }
+    let messages = |events: &[(Option<String>, Value)]| -> Vec<Value> {
+        events.iter().map(|(_, message)| message.clone()).collect()
+    };
+    assert_eq!(messages(direct), messages(rmcp));
+    let order: Vec<String> = messages(direct)
+        .iter()
+        .map(|m| match m["method"].as_str() {
+            Some(method) => format!(
+                "{method} {} {} {} {}",
+                m["params"]["progressToken"],
+                m["params"]["progress"],
+                m["params"]["total"],
+                m["params"]["message"]
+            ),
+            None => format!("response {}", m["id"]),
+        })
+        .collect();
+    assert_eq!(
+        order,
+        [
+            r#"notifications/progress "p-40" 1.0 3.0 "step 1""#,
+            r#"notifications/progress "p-40" 2.0 3.0 "step 2""#,
+            r#"notifications/progress "p-40" 3.0 3.0 "step 3""#,
+            "response 40",
+        ]
+    );
+    server.close().await;
+}
+
+/// A stream carrying progress resumes after its last event seen: from its
+/// first event the first report comes again (same id), from a report only
+/// what follows; a report the call's context sends once the answer is out
+/// never reaches the client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_carrying_progress_resumes_after_its_last_event() {
+    let held = Arc::new(Held::default());
+    // Short keep-alives: a stream whose client went away is noticed (its
+    // next write fails) and dropped before the answer comes, which would
+    // otherwise be written to it and no longer be held for a resume.
+    let options = HttpOptions {
+        keep_alive: Some(Duration::from_millis(50)),
+        ..with_sessions()
+    };
+    let server = serve(progress_tools(held.clone()), options).await;
+    let http = reqwest::Client::new();
+    let session = open_session(&http, &server, json!({})).await;
+    let mut events = stream_call(&http, &server, &session, call(41, "held", json!({}), true)).await;
+    let (first_event, first) = events.message().await;
+    let first_event = first_event.expect("the report's event has an id");
+    assert_eq!(first["params"]["progress"], 1.0, "{first}");
+    // The client goes away mid-call.
+    drop(events);
+    let resume = |last: String| {
+        http.get(server.url())
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", &session)
+            .header("mcp-protocol-version", VERSION)
+            .header("last-event-id", last)
+            .send()
+    };
+    let (stream, _) = first_event.split_once('.').expect("d<n>.<k>");
+    let again = resume(stream.to_owned()).await.unwrap();
+    assert_eq!(again.status(), StatusCode::OK);
+    let mut again = Events::new(again);
+    let (id, replayed) = again.message().await;
+    assert_eq!(replayed, first);
+    assert_eq!(id.as_deref(), Some(first_event.as_str()));
+    drop(again);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    held.release.notify_one();
+    tokio::time::timeout(HANG, held.late.notified())
+        .await
+        .expect("the late report was never sent");
+    let after = resume(first_event).await.unwrap();
+    assert_eq!(after.status(), StatusCode::OK);
+    let rest = all_events(Events::new(after)).await;
+    let progress: Vec<&Value> = rest
+        .iter()
+        .filter(|(_, m)| m["method"] == "notifications/progress")
+        .map(|(_, m)| &m["params"]["progress"])
+        .collect();
+    assert_eq!(progress, [&json!(2.0)], "{rest:?}");
+    let (_, response) = rest.last().expect("the response");
+    assert_eq!(response["id"], 41, "{response}");
+    server.close().await;
+}
+
+/// A call that reports more progress than a call holds for its client has
+/// its first reports sent in order, the rest dropped, and still its
+/// answer (the memory a call holds is bounded).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_flooding_progress_holds_a_bounded_amount() {
+    let server = serve(progress_tools(Arc::default()), with_sessions()).await;
+    let http = reqwest::Client::new();
+    let session = open_session(&http, &server, json!({})).await;
+    let events = stream_call(&http, &server, &session, call(42, "flood", json!({}), true)).await;
+    let all = all_events(events).await;
+    let (_, response) = all.last().expect("the response");
+    assert_eq!(response["id"], 42, "{response}");
+    let reports = &all[..all.len() - 1];
+    let bytes: usize = reports.iter().map(|(_, m)| m.to_string().len()).sum();
+    assert!(!reports.is_empty());
+    assert!(
+        reports.len() < 5000,
+        "every report was held: {}",
+        reports.len()
+    );
+    assert!(bytes <= 256 * 1024, "{bytes} bytes of progress held");
+    for (n, (_, report)) in reports.iter().enumerate() {
+        assert_eq!(report["params"]["progress"], json!(n as f64 + 1.0));
+    }
+    server.close().await;
+}
+
+/// A call whose `_meta` carries a key of the protocol's own besides its
+/// progress token is still rmcp's to judge: its reports come with rmcp's
+/// event ids, not the session path's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_with_protocol_meta_keys_stays_on_rmcps_path() {
+    let server = serve(progress_tools(Arc::default()), with_sessions()).await;
+    let http = reqwest::Client::new();
+    let session = open_session(&http, &server, json!({})).await;
+    let mut message = call(43, "steps", json!({}), true);
+    message["params"]["_meta"]["io.modelcontextprotocol/logLevel"] = json!("debug");
+    let events = all_events(stream_call(&http, &server, &session, message).await).await;
+    let reports: Vec<&Option<String>> = events
+        .iter()
+        .filter(|(_, m)| m["method"] == "notifications/progress")
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(reports.len(), 3, "{events:?}");
+    for id in reports {
+        let id = id.as_deref().unwrap_or_default();
+        assert!(!id.starts_with('d'), "taken in front of rmcp: {id}");
+    }
     server.close().await;
 }

@@ -5,7 +5,9 @@
 //!
 //! * Every progress notification an upstream sends before its result
 //!   reaches the client, with the client's own token, before the result —
-//!   even when the upstream answers at once after the last one.
+//!   even when the upstream answers at once after the last one; a session
+//!   client's call with a token (rmcp's client sends one on every request)
+//!   is answered in front of rmcp's session, its reports on its stream.
 //! * A client that cancels its call makes the gateway tell the upstream,
 //!   whose handler sees its cancellation.
 //! * A 2026-07-28 upstream that answers `input_required` has its question
@@ -186,6 +188,81 @@ async fn progress_sent_just_before_the_result_all_arrives_first() {
         assert_eq!(values, expected, "round {round}");
     }
     let _ = client.cancel().await;
+    upstream.close().await;
+}
+
+/// The same burst for a session client whose call carries a
+/// `progressToken` (as rmcp's client puts on every request), by hand so the
+/// stream's bytes can be read: the gateway answers it in front of rmcp's
+/// session (its events carry the session path's `d<n>.<k>` ids; rmcp's are
+/// digits and `/`), every report of the upstream's with the client's token,
+/// in order, then the result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_calls_progress_rides_its_own_stream_through_the_session_path() {
+    let upstream = upstream(Arc::default()).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let served = common::serve(&config(dir.path(), &upstream.url()));
+    let http = reqwest::Client::new();
+    let post = |session: Option<&str>, body: serde_json::Value| {
+        let mut request = http
+            .post(&served.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25")
+            .body(body.to_string());
+        if let Some(session) = session {
+            request = request.header("mcp-session-id", session);
+        }
+        request.send()
+    };
+    let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "test", "version": "1"}}});
+    let response = post(None, initialize).await.expect("initialize");
+    let session = response.headers()["mcp-session-id"]
+        .to_str()
+        .expect("a session id")
+        .to_owned();
+    let _ = response.bytes().await;
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let response = post(Some(&session), initialized)
+        .await
+        .expect("initialized");
+    assert_eq!(response.status(), 202);
+    // The session is adopted on a task of rmcp's after the `202`.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "burst", "arguments": {}, "_meta": {"progressToken": "tok"}}});
+    let response = post(Some(&session), call).await.expect("the call");
+    assert_eq!(response.status(), 200);
+    let body = tokio::time::timeout(Duration::from_secs(60), response.text())
+        .await
+        .expect("answered in time")
+        .expect("the body");
+    let mut order = Vec::new();
+    for event in body.split("\n\n") {
+        let id = event.lines().find_map(|l| l.strip_prefix("id: "));
+        let Some(data) = event.lines().find_map(|l| l.strip_prefix("data: ")) else {
+            continue;
+        };
+        let Ok(message) = serde_json::from_str::<serde_json::Value>(data) else {
+            continue;
+        };
+        if message["method"] == "notifications/progress" {
+            assert!(
+                id.is_some_and(|id| id.starts_with('d')),
+                "not the session path: {event}"
+            );
+            assert_eq!(message["params"]["progressToken"], "tok", "{message}");
+            order.push(message["params"]["progress"].as_f64().unwrap_or_default());
+        } else {
+            assert_eq!(message["id"], 1, "{message}");
+            order.push(-1.0);
+        }
+    }
+    let mut expected: Vec<f64> = (1..=BURST).map(|s| s as f64).collect();
+    expected.push(-1.0);
+    assert_eq!(order, expected, "{body}");
     upstream.close().await;
 }
 
@@ -991,6 +1068,17 @@ impl RawSession {
     /// Opens a session declaring `capabilities`, once the gateway has had
     /// a moment to take its calls in front of rmcp.
     async fn open(url: &str, capabilities: serde_json::Value) -> RawSession {
+        Self::open_with(url, capabilities, true).await
+    }
+
+    /// Opens a session whose calls rmcp serves: its `initialized` goes out
+    /// without a declared length (chunked), which only rmcp reads, so the
+    /// gateway never takes its calls in front of rmcp.
+    async fn open_on_rmcp(url: &str, capabilities: serde_json::Value) -> RawSession {
+        Self::open_with(url, capabilities, false).await
+    }
+
+    async fn open_with(url: &str, capabilities: serde_json::Value, adopted: bool) -> RawSession {
         let http = reqwest::Client::new();
         let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
             "protocolVersion": SESSION_VERSION, "capabilities": capabilities,
@@ -1015,7 +1103,20 @@ impl RawSession {
             id,
         };
         let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-        assert_eq!(session.post(&initialized).await, 202);
+        let status = if adopted {
+            session.post(&initialized).await
+        } else {
+            let chunks = futures::stream::iter([Ok::<_, std::io::Error>(initialized.to_string())]);
+            session
+                .request(&initialized)
+                .body(reqwest::Body::wrap_stream(chunks))
+                .send()
+                .await
+                .expect("initialized")
+                .status()
+                .as_u16()
+        };
+        assert_eq!(status, 202);
         tokio::time::sleep(Duration::from_millis(300)).await;
         session
     }
@@ -1040,8 +1141,8 @@ impl RawSession {
             .as_u16()
     }
 
-    /// Calls `tool` (with a progress token: through rmcp's session); its
-    /// answer as events.
+    /// Calls `tool` (with a progress token if `progress`); its answer as
+    /// events.
     async fn call(&self, id: u64, tool: &str, progress: bool) -> SseMessages {
         let mut params = json!({"name": tool, "arguments": {}});
         if progress {
@@ -1099,14 +1200,20 @@ impl SseMessages {
 /// reach a capable session client on its call's stream when the gateway
 /// answers the call in front of rmcp (ids of its own), and the client's
 /// answers reach the upstream: the requests and the answers are the same
-/// as through rmcp's session (a progress token sends the call there).
+/// as through rmcp's session (a session the gateway never adopted), with
+/// or without a progress token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upstreams_requests_reach_a_capable_session_client_as_through_rmcp() {
     let (_seen, upstream, _dir, served) = sampling_gateway(60_000).await;
     let capabilities = json!({"sampling": {}, "elicitation": {"form": {}}, "roots": {}});
-    let session = RawSession::open(&served.url, capabilities).await;
+    let direct_session = RawSession::open(&served.url, capabilities.clone()).await;
+    let rmcp_session = RawSession::open_on_rmcp(&served.url, capabilities).await;
     let mut runs = Vec::new();
-    for progress in [false, true] {
+    for (session, progress) in [
+        (&direct_session, false),
+        (&direct_session, true),
+        (&rmcp_session, true),
+    ] {
         let mut poem = session.call(1, "poem", progress).await;
         let sampling = poem.next().await;
         assert_eq!(sampling["method"], "sampling/createMessage", "{sampling}");
@@ -1127,7 +1234,10 @@ async fn an_upstreams_requests_reach_a_capable_session_client_as_through_rmcp() 
         let survey = survey.next().await;
         runs.push([sampling, poem, elicitation, roots, survey]);
     }
-    let (direct, rmcp) = (&runs[0], &runs[1]);
+    // With a token the direct path answers alike.
+    assert_eq!(runs[0][1], runs[1][1]);
+    assert_eq!(runs[0][4], runs[1][4]);
+    let (direct, rmcp) = (&runs[1], &runs[2]);
     assert!(
         first_text(&direct[1]).contains("The model said: Roses are red"),
         "{}",
