@@ -768,3 +768,189 @@ async fn a_session_call_that_wants_progress_goes_direct_and_gets_every_report_fi
     toolset.close().await;
     server.abort();
 }
+
+/// What a [`serve_hostile`] server saw of the gateway's replies (POSTed
+/// responses to its own requests).
+#[derive(Default)]
+struct Replies {
+    /// Replies that reached the server; each is held open for ever.
+    held: AtomicUsize,
+    /// Of those, the ones whose request the gateway has not let go of.
+    open: Arc<AtomicUsize>,
+}
+
+/// Counts a held reply as open until the gateway lets go of its request
+/// (the server then drops the handler).
+struct Held(Arc<AtomicUsize>);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A hostile session server written by hand: a handshake, one tool, and
+/// for every call an answer stream of `events` (the text of server
+/// messages, one an event; `{id}` in one is the call's id) followed by the
+/// call's answer. It never answers a reply POSTed to it (the request hangs).
+async fn serve_hostile(
+    events: Vec<String>,
+    replies: Arc<Replies>,
+) -> (String, tokio::task::JoinHandle<()>) {
+    use axum::http::{StatusCode, header};
+    use axum::response::IntoResponse;
+    let events = Arc::new(events);
+    let post = move |body: axum::body::Bytes| {
+        let (events, replies) = (events.clone(), replies.clone());
+        async move {
+            let message: Value = serde_json::from_slice(&body).unwrap_or_default();
+            let id = message["id"].clone();
+            let json = |result: Value| {
+                (
+                    [
+                        (header::CONTENT_TYPE, "application/json"),
+                        (header::HeaderName::from_static("mcp-session-id"), "s1"),
+                    ],
+                    json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string(),
+                )
+                    .into_response()
+            };
+            if message.get("method").is_none() {
+                replies.held.fetch_add(1, Ordering::SeqCst);
+                replies.open.fetch_add(1, Ordering::SeqCst);
+                let _held = Held(replies.open.clone());
+                std::future::pending::<()>().await;
+            }
+            match message["method"].as_str() {
+                Some("server/discover") => (
+                    StatusCode::OK,
+                    [(header::CONTENT_TYPE, "application/json")],
+                    json!({"jsonrpc": "2.0", "id": message["id"], "error": {"code": -32601, "message": "Method not found"}}).to_string(),
+                )
+                    .into_response(),
+                Some("initialize") => json(json!({
+                    "protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+                    "serverInfo": {"name": "hostile", "version": "1"}})),
+                Some("tools/list") => json(json!({"tools": [{"name": "echo",
+                    "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": true}}]})),
+                Some("tools/call") => {
+                    let mut stream = String::new();
+                    for event in events.iter() {
+                        stream.push_str(&format!("data: {}\n\n", event.replace("{id}", &id.to_string())));
+                    }
+                    let answer = json!({"jsonrpc": "2.0", "id": id, "result": {
+                        "content": [{"type": "text", "text": "done"}]}});
+                    stream.push_str(&format!("data: {answer}\n\n"));
+                    ([(header::CONTENT_TYPE, "text/event-stream")], stream).into_response()
+                }
+                _ => StatusCode::ACCEPTED.into_response(),
+            }
+        }
+    };
+    let app = axum::Router::new().route(
+        "/mcp",
+        axum::routing::post(post).get(|| async { StatusCode::METHOD_NOT_ALLOWED }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("binds");
+    let url = format!(
+        "http://{}/mcp",
+        listener.local_addr().expect("has an address")
+    );
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (url, task)
+}
+
+/// A calling client that declares elicitation and answers nothing: each
+/// request waits until it is withdrawn, which is counted.
+#[derive(Default)]
+struct Silent {
+    asked: AtomicUsize,
+    withdrawn: Arc<AtomicUsize>,
+}
+
+impl ClientRelay for Silent {
+    fn capabilities(&self) -> ClientCapabilities {
+        let mut capabilities = ClientCapabilities::default();
+        capabilities.elicitation = Some(Default::default());
+        capabilities
+    }
+
+    fn request(
+        &self,
+        _request: ServerRequest,
+        cancel: tokio_util::sync::CancellationToken,
+    ) -> BoxFuture<'static, Result<ClientResult, ErrorData>> {
+        self.asked.fetch_add(1, Ordering::SeqCst);
+        let withdrawn = self.withdrawn.clone();
+        Box::pin(async move {
+            cancel.cancelled().await;
+            withdrawn.fetch_add(1, Ordering::SeqCst);
+            Err(ErrorData::internal_error("withdrawn", None))
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_reusing_a_request_id_cannot_leave_a_request_open_after_the_call() {
+    let elicit = |id: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "elicitation/create", "params": {
+            "mode": "form", "message": "?", "requestedSchema": {"type": "object", "properties": {}}}})
+        .to_string()
+    };
+    let events = vec![elicit("dup"), elicit("dup")];
+    let (url, server) = serve_hostile(events, Arc::default()).await;
+    let toolset = connected(&url).await;
+    let client = Arc::new(Silent::default());
+    let result = toolset
+        .call(
+            "echo",
+            Some(json!({})),
+            &CallContext::default().with_relay(client.clone()),
+        )
+        .await
+        .expect("the tool answers");
+    assert_eq!(text(&result), "done");
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // Whatever reached the client was withdrawn when the call ended:
+    // nothing the server asked outlives the call it asked in.
+    let asked = client.asked.load(Ordering::SeqCst);
+    assert!(asked >= 1, "the client was asked");
+    assert_eq!(client.withdrawn.load(Ordering::SeqCst), asked);
+    toolset.close().await;
+    server.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_flooding_requests_and_holding_the_replies_gets_a_bounded_number_at_once() {
+    let events = (0..300)
+        .map(|n| json!({"jsonrpc": "2.0", "id": format!("p{n}"), "method": "ping"}).to_string())
+        .collect();
+    let replies = Arc::new(Replies::default());
+    let (url, server) = serve_hostile(events, replies.clone()).await;
+    let options = ConnectOptions {
+        timeout: std::time::Duration::from_secs(3),
+        ..ConnectOptions::default()
+    };
+    let toolset = connect(vec![McpServerConfig::streamable_http("sx", &url)], options)
+        .await
+        .expect("wiring is fine");
+    // The call itself may end either way (its replies never get through);
+    // what matters is how many replies were open at once.
+    let _ = toolset
+        .call("echo", Some(json!({})), &CallContext::default())
+        .await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let held = replies.held.load(Ordering::SeqCst);
+    assert!(
+        held <= 64,
+        "{held} replies were open at once against a server that holds them"
+    );
+    // And none of them outlives the call.
+    assert_eq!(replies.open.load(Ordering::SeqCst), 0, "replies still open");
+    toolset.close().await;
+    server.abort();
+}

@@ -12,6 +12,14 @@
 //! ended (at most a second), so the calling client hears of a withdrawal
 //! before the call's answer, as through rmcp's path.
 //!
+//! A hostile server is held to bounds here: at most [`MAX_OPEN_ASKS`] of
+//! its requests are open at once (reading the stream waits for one to end,
+//! so a flood, or replies the server never takes, cannot grow tasks and
+//! connections without bound); a request reusing the id of one still open
+//! is dropped (it would otherwise orphan the first, left open with the
+//! client past the call); and a reply still being POSTed when the call
+//! ends is abandoned with it.
+//!
 //! An initialize-era server may also end the stream before the answer once
 //! it has given an event id: the stream is then resumed with a `GET`
 //! carrying `Last-Event-ID`, after the `retry` the server asked for (else
@@ -55,6 +63,11 @@ type Events = BoxStream<'static, Result<Sse, SseError>>;
 struct Asked(HashMap<RequestId, (CancellationToken, JoinHandle<()>)>);
 
 impl Asked {
+    /// Whether a request `id` is still being answered.
+    fn is_open(&self, id: &RequestId) -> bool {
+        self.0.get(id).is_some_and(|(_, task)| !task.is_finished())
+    }
+
     /// Notes a request being answered by `task`. Answered ones are
     /// forgotten from time to time, so a server that asks (pings) all
     /// through a long call does not grow the map for as long.
@@ -93,6 +106,10 @@ const SETTLE: Duration = Duration::from_secs(1);
 /// forgotten.
 const PRUNE_AT: usize = 64;
 
+/// A call's server requests open at once (being answered, or their answer
+/// being POSTed); past it, the stream is not read until one ends.
+pub(super) const MAX_OPEN_ASKS: usize = 64;
+
 impl Drop for Asked {
     fn drop(&mut self) {
         for (cancel, _) in self.0.values() {
@@ -110,6 +127,7 @@ pub(super) async fn read(
     round: Round<'_>,
 ) -> Result<Answer, ServiceError> {
     let mut asked = Asked::default();
+    let open = Arc::new(tokio::sync::Semaphore::new(MAX_OPEN_ASKS));
     let mut last_event: Option<String> = None;
     let mut retry: Option<Duration> = None;
     let mut resumes = 0;
@@ -159,6 +177,17 @@ pub(super) async fn read(
                 }
                 // Only a session has a way back for the answer.
                 Ok(JsonRpcMessage::Request(request)) if direct.keeps_session() => {
+                    if asked.is_open(&request.id) {
+                        tracing::debug!(
+                            server = direct.http.server(),
+                            "a server request reused the id of one still open; dropped"
+                        );
+                        continue;
+                    }
+                    // Never closed, so this only waits.
+                    let Ok(permit) = open.clone().acquire_owned().await else {
+                        continue;
+                    };
                     let cancel = CancellationToken::new();
                     let relay = round.relay.cloned();
                     let reply = direct.replier(session.clone(), round.token);
@@ -175,7 +204,12 @@ pub(super) async fn read(
                             Ok(result) => ClientJsonRpcMessage::response(result, id),
                             Err(error) => ClientJsonRpcMessage::error(error, Some(id)),
                         };
-                        reply.post(&message).await;
+                        // The call's end abandons a reply still on its way.
+                        tokio::select! {
+                            () = reply.post(&message) => {}
+                            () = cancel.cancelled() => {}
+                        }
+                        drop(permit);
                     });
                     asked.insert(id, withdrawn, task);
                 }
