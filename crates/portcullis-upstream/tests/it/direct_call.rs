@@ -777,6 +777,10 @@ struct Replies {
     held: AtomicUsize,
     /// Of those, the ones whose request the gateway has not let go of.
     open: Arc<AtomicUsize>,
+    /// `notifications/cancelled` that reached the server, held likewise.
+    cancels: AtomicUsize,
+    /// Of those, the ones the gateway has not let go of.
+    cancels_open: Arc<AtomicUsize>,
 }
 
 /// Counts a held reply as open until the gateway lets go of its request
@@ -815,10 +819,15 @@ async fn serve_hostile(
                 )
                     .into_response()
             };
-            if message.get("method").is_none() {
-                replies.held.fetch_add(1, Ordering::SeqCst);
-                replies.open.fetch_add(1, Ordering::SeqCst);
-                let _held = Held(replies.open.clone());
+            let (count, open) = if message.get("method").is_none() {
+                (&replies.held, &replies.open)
+            } else {
+                (&replies.cancels, &replies.cancels_open)
+            };
+            if message.get("method").is_none() || message["method"] == "notifications/cancelled" {
+                count.fetch_add(1, Ordering::SeqCst);
+                open.fetch_add(1, Ordering::SeqCst);
+                let _held = Held(open.clone());
                 std::future::pending::<()>().await;
             }
             match message["method"].as_str() {
@@ -833,6 +842,14 @@ async fn serve_hostile(
                     "serverInfo": {"name": "hostile", "version": "1"}})),
                 Some("tools/list") => json(json!({"tools": [{"name": "echo",
                     "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": true}}]})),
+                // A call that never ends: its answer stream stays open.
+                Some("tools/call") if events.is_empty() => (
+                    [(header::CONTENT_TYPE, "text/event-stream")],
+                    axum::body::Body::from_stream(futures::stream::pending::<
+                        Result<axum::body::Bytes, std::io::Error>,
+                    >()),
+                )
+                    .into_response(),
                 Some("tools/call") => {
                     let mut stream = String::new();
                     for event in events.iter() {
@@ -862,6 +879,40 @@ async fn serve_hostile(
         let _ = axum::serve(listener, app).await;
     });
     (url, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_holding_the_cancellation_of_a_timed_out_call_is_let_go() {
+    let replies = Arc::new(Replies::default());
+    let (url, server) = serve_hostile(Vec::new(), replies.clone()).await;
+    let options = ConnectOptions {
+        timeout: std::time::Duration::from_secs(1),
+        ..ConnectOptions::default()
+    };
+    let toolset = connect(vec![McpServerConfig::streamable_http("sx", &url)], options)
+        .await
+        .expect("wiring is fine");
+    let error = toolset
+        .call("echo", Some(json!({})), &CallContext::default())
+        .await
+        .expect_err("the server never answers");
+    assert!(matches!(error, CallError::Timeout { .. }), "{error:?}");
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(
+        replies.cancels.load(Ordering::SeqCst),
+        1,
+        "cancelled on the server"
+    );
+    // The server never takes it; the gateway lets go of it rather than
+    // keep a task and a connection for ever per call that timed out.
+    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    assert_eq!(
+        replies.cancels_open.load(Ordering::SeqCst),
+        0,
+        "the cancellation still open"
+    );
+    toolset.close().await;
+    server.abort();
 }
 
 /// A calling client that declares elicitation and answers nothing: each
