@@ -1005,3 +1005,87 @@ async fn a_server_flooding_requests_and_holding_the_replies_gets_a_bounded_numbe
     toolset.close().await;
     server.abort();
 }
+
+/// A hostile session server written by hand: it holds every direct call
+/// (ids from [`DIRECT_IDS`]) for `hold`, then says it does not know the
+/// session (404), and never answers the call when rmcp sends it again.
+async fn serve_late_404(hold: std::time::Duration) -> (String, tokio::task::JoinHandle<()>) {
+    use axum::http::{StatusCode, header};
+    use axum::response::IntoResponse;
+    let post = move |body: axum::body::Bytes| async move {
+        let message: Value = serde_json::from_slice(&body).unwrap_or_default();
+        let id = message["id"].clone();
+        let json = |result: Value| {
+            (
+                [
+                    (header::CONTENT_TYPE, "application/json"),
+                    (header::HeaderName::from_static("mcp-session-id"), "s1"),
+                ],
+                json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string(),
+            )
+                .into_response()
+        };
+        match message["method"].as_str() {
+            Some("server/discover") => (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "application/json")],
+                json!({"jsonrpc": "2.0", "id": message["id"], "error": {"code": -32601, "message": "Method not found"}}).to_string(),
+            )
+                .into_response(),
+            Some("initialize") => json(json!({
+                "protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+                "serverInfo": {"name": "late", "version": "1"}})),
+            Some("tools/list") => json(json!({"tools": [{"name": "echo",
+                "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": true}}]})),
+            Some("tools/call") if id.as_u64() >= Some(DIRECT_IDS) => {
+                tokio::time::sleep(hold).await;
+                StatusCode::NOT_FOUND.into_response()
+            }
+            Some("tools/call") => std::future::pending().await,
+            _ => StatusCode::ACCEPTED.into_response(),
+        }
+    };
+    let app = axum::Router::new().route(
+        "/mcp",
+        axum::routing::post(post).get(|| async { StatusCode::METHOD_NOT_ALLOWED }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("binds");
+    let url = format!(
+        "http://{}/mcp",
+        listener.local_addr().expect("has an address")
+    );
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (url, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_loses_the_session_late_does_not_stretch_the_calls_timeout() {
+    let timeout = std::time::Duration::from_secs(2);
+    let (url, server) = serve_late_404(std::time::Duration::from_millis(1500)).await;
+    let options = ConnectOptions {
+        timeout,
+        ..ConnectOptions::default()
+    };
+    let toolset = connect(vec![McpServerConfig::streamable_http("sx", &url)], options)
+        .await
+        .expect("wiring is fine");
+    let started = std::time::Instant::now();
+    let error = toolset
+        .call("echo", Some(json!({})), &CallContext::default())
+        .await
+        .expect_err("the server never answers");
+    let took = started.elapsed();
+    assert!(matches!(error, CallError::Timeout { .. }), "{error:?}");
+    // The session's loss sends the call through rmcp in what is left of
+    // its time, not in a whole new timeout.
+    assert!(
+        took < timeout + std::time::Duration::from_millis(700),
+        "took {took:?}"
+    );
+    toolset.close().await;
+    server.abort();
+}
