@@ -10,6 +10,11 @@
 //! rmcp and the call still answered, a cancelled call is cancelled with
 //! `notifications/cancelled`, and the server's requests on the call's
 //! stream are answered by the call's client.
+//!
+//! Hand-written hostile session servers pin the bounds on that path: a
+//! flood of requests whose replies are never taken, a reused request id,
+//! a cancellation never taken, a session lost late in a call, requests
+//! the caller did not declare.
 
 // Logging is deprecated by SEP-2577, but 2026 servers may still log on a
 // call's stream, and the gateway passes it on.
@@ -18,6 +23,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use futures::StreamExt;
 use futures::future::BoxFuture;
 use portcullis_upstream::{
     CallContext, CallError, ClientRelay, ConnectOptions, LogSink, McpServerConfig, Toolset, connect,
@@ -781,6 +787,10 @@ struct Replies {
     cancels: AtomicUsize,
     /// Of those, the ones the gateway has not let go of.
     cancels_open: Arc<AtomicUsize>,
+    /// Every reply, as it came.
+    bodies: Mutex<Vec<Value>>,
+    /// Take replies (202) instead of holding them.
+    take: std::sync::atomic::AtomicBool,
 }
 
 /// Counts a held reply as open until the gateway lets go of its request
@@ -819,6 +829,16 @@ async fn serve_hostile(
                 )
                     .into_response()
             };
+            if message.get("method").is_none() {
+                replies
+                    .bodies
+                    .lock()
+                    .expect("not poisoned")
+                    .push(message.clone());
+                if replies.take.load(Ordering::SeqCst) {
+                    return StatusCode::ACCEPTED.into_response();
+                }
+            }
             let (count, open) = if message.get("method").is_none() {
                 (&replies.held, &replies.open)
             } else {
@@ -857,8 +877,20 @@ async fn serve_hostile(
                     }
                     let answer = json!({"jsonrpc": "2.0", "id": id, "result": {
                         "content": [{"type": "text", "text": "done"}]}});
-                    stream.push_str(&format!("data: {answer}\n\n"));
-                    ([(header::CONTENT_TYPE, "text/event-stream")], stream).into_response()
+                    // The answer a moment later, as a server that went on
+                    // working would send it.
+                    let answer = format!("data: {answer}\n\n");
+                    let body = futures::stream::iter([Ok::<_, std::io::Error>(stream)]).chain(
+                        futures::stream::once(async move {
+                            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                            Ok(answer)
+                        }),
+                    );
+                    (
+                        [(header::CONTENT_TYPE, "text/event-stream")],
+                        axum::body::Body::from_stream(body),
+                    )
+                        .into_response()
                 }
                 _ => StatusCode::ACCEPTED.into_response(),
             }
@@ -1085,6 +1117,60 @@ async fn a_server_that_loses_the_session_late_does_not_stretch_the_calls_timeout
     assert!(
         took < timeout + std::time::Duration::from_millis(700),
         "took {took:?}"
+    );
+    toolset.close().await;
+    server.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_request_the_caller_did_not_declare_never_reaches_it() {
+    let sampling = json!({"jsonrpc": "2.0", "id": "s", "method": "sampling/createMessage",
+        "params": {"messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}],
+            "maxTokens": 5}});
+    let roots = json!({"jsonrpc": "2.0", "id": "r", "method": "roots/list"});
+    let custom = json!({"jsonrpc": "2.0", "id": "c", "method": "secrets/read", "params": {}});
+    let events = [sampling, roots, custom].map(|e| e.to_string()).to_vec();
+    let replies = Arc::new(Replies::default());
+    replies.take.store(true, Ordering::SeqCst);
+    let (url, server) = serve_hostile(events, replies.clone()).await;
+    let toolset = connected(&url).await;
+    // It declared elicitation only.
+    let client = Arc::new(Silent::default());
+    let result = toolset
+        .call(
+            "echo",
+            Some(json!({})),
+            &CallContext::default().with_relay(client.clone()),
+        )
+        .await
+        .expect("the tool answers");
+    assert_eq!(text(&result), "done");
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(
+        client.asked.load(Ordering::SeqCst),
+        0,
+        "the client was asked"
+    );
+    let mut codes: Vec<(String, i64)> = replies
+        .bodies
+        .lock()
+        .expect("not poisoned")
+        .iter()
+        .map(|reply| {
+            (
+                reply["id"].as_str().unwrap_or_default().to_owned(),
+                reply["error"]["code"].as_i64().unwrap_or_default(),
+            )
+        })
+        .collect();
+    codes.sort();
+    assert_eq!(
+        codes,
+        [
+            ("c".to_owned(), -32601),
+            ("r".to_owned(), -32601),
+            ("s".to_owned(), -32601)
+        ]
     );
     toolset.close().await;
     server.abort();

@@ -18,7 +18,8 @@
 //! connections without bound); a request reusing the id of one still open
 //! is dropped (it would otherwise orphan the first, left open with the
 //! client past the call); and a reply still being POSTed when the call
-//! ends is abandoned with it.
+//! ends (its answer settled, or it timed out or was cancelled) is
+//! abandoned with it.
 //!
 //! An initialize-era server may also end the stream before the answer once
 //! it has given an event id: the stream is then resumed with a `GET`
@@ -60,28 +61,35 @@ type Events = BoxStream<'static, Result<Sse, SseError>>;
 /// The server's requests of one call still waiting for the client's
 /// answer, each withdrawn (its token cancelled) when the call ends.
 #[derive(Default)]
-struct Asked(HashMap<RequestId, (CancellationToken, JoinHandle<()>)>);
+struct Asked {
+    open: HashMap<RequestId, (CancellationToken, JoinHandle<()>)>,
+    /// Cancelled once the call is over: a reply still being POSTed then
+    /// is abandoned.
+    abandon: CancellationToken,
+}
 
 impl Asked {
     /// Whether a request `id` is still being answered.
     fn is_open(&self, id: &RequestId) -> bool {
-        self.0.get(id).is_some_and(|(_, task)| !task.is_finished())
+        self.open
+            .get(id)
+            .is_some_and(|(_, task)| !task.is_finished())
     }
 
     /// Notes a request being answered by `task`. Answered ones are
     /// forgotten from time to time, so a server that asks (pings) all
     /// through a long call does not grow the map for as long.
     fn insert(&mut self, id: RequestId, cancel: CancellationToken, task: JoinHandle<()>) {
-        if self.0.len() >= PRUNE_AT {
-            self.0.retain(|_, (_, task)| !task.is_finished());
+        if self.open.len() >= PRUNE_AT {
+            self.open.retain(|_, (_, task)| !task.is_finished());
         }
-        self.0.insert(id, (cancel, task));
+        self.open.insert(id, (cancel, task));
     }
 
     /// Withdraws the request `id`, if it is still being answered. Its
     /// task stays noted until it ends, so [`Asked::settle`] waits for it.
     fn withdraw(&mut self, id: &RequestId) {
-        if let Some((cancel, _)) = self.0.get(id) {
+        if let Some((cancel, _)) = self.open.get(id) {
             cancel.cancel();
         }
     }
@@ -89,13 +97,15 @@ impl Asked {
     /// Before the call's answer is handed back: withdraws every request
     /// still open and waits (at most [`SETTLE`]) until each has ended, so
     /// the calling client hears of a withdrawn request before it gets the
-    /// call's answer, as it would through rmcp's path.
+    /// call's answer, as it would through rmcp's path. Replies still
+    /// being POSTed get as long, then are abandoned.
     async fn settle(&mut self) {
         let deadline = tokio::time::Instant::now() + SETTLE;
-        for (_, (cancel, task)) in self.0.drain() {
+        for (_, (cancel, task)) in self.open.drain() {
             cancel.cancel();
             let _ = tokio::time::timeout_at(deadline, task).await;
         }
+        self.abandon.cancel();
     }
 }
 
@@ -112,9 +122,10 @@ pub(super) const MAX_OPEN_ASKS: usize = 64;
 
 impl Drop for Asked {
     fn drop(&mut self) {
-        for (cancel, _) in self.0.values() {
+        for (cancel, _) in self.open.values() {
             cancel.cancel();
         }
+        self.abandon.cancel();
     }
 }
 
@@ -192,6 +203,7 @@ pub(super) async fn read(
                     let relay = round.relay.cloned();
                     let reply = direct.replier(session.clone(), round.token);
                     let (id, withdrawn) = (request.id.clone(), cancel.clone());
+                    let abandon = asked.abandon.clone();
                     let task = tokio::spawn(async move {
                         let id = request.id;
                         let answered =
@@ -207,7 +219,7 @@ pub(super) async fn read(
                         // The call's end abandons a reply still on its way.
                         tokio::select! {
                             () = reply.post(&message) => {}
-                            () = cancel.cancelled() => {}
+                            () = abandon.cancelled() => {}
                         }
                         drop(permit);
                     });
