@@ -642,6 +642,10 @@ impl Connection {
         // Counted across every round of this call.
         let relay = for_one_call(context.relay.as_ref());
         for _ in 0..=MAX_INPUT_ROUNDS {
+            // A round is given the timeout once, however it is sent: a
+            // server that loses the session late in a direct call leaves
+            // rmcp's resend only what is left of it.
+            let deadline = tokio::time::Instant::now() + self.timeout;
             let direct = self.direct.as_ref().filter(|d| d.serves(remote_name));
             let answered = match direct {
                 Some(direct) => {
@@ -679,6 +683,7 @@ impl Connection {
                         context,
                         relay.as_ref(),
                         token.clone(),
+                        deadline,
                     ))
                     .await?
                 }
@@ -722,7 +727,8 @@ impl Connection {
 
     /// One round of `tools/call`: sent with the call's credential, relay
     /// slot (for `relay`, the call's client) and progress route, cancelled
-    /// when the caller cancels.
+    /// when the caller cancels; it times out at `deadline`.
+    #[allow(clippy::too_many_arguments)]
     async fn call_once(
         &self,
         tool: &str,
@@ -731,8 +737,16 @@ impl Connection {
         context: &CallContext,
         relay: Option<&Arc<dyn ClientRelay>>,
         token: Option<String>,
+        deadline: tokio::time::Instant,
     ) -> Result<ServerResult, CallError> {
-        let mut options = PeerRequestOptions::with_timeout(self.timeout);
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            return Err(CallError::Timeout {
+                tool: tool.to_owned(),
+                timeout_ms: self.timeout.as_millis(),
+            });
+        }
+        let mut options = PeerRequestOptions::with_timeout(left);
         // rmcp stamps its own `_meta` and then this over it.
         options.meta = params.meta.clone();
         let mut request = CallToolRequest::new(params);
@@ -765,6 +779,13 @@ impl Connection {
             }
         };
         note_refusal(relay, &answer);
+        // The caller hears the round's timeout, not what was left of it.
+        let answer = answer.map_err(|e| match e {
+            ServiceError::Timeout { .. } => ServiceError::Timeout {
+                timeout: self.timeout,
+            },
+            other => other,
+        });
         answer.map_err(|e| self.service_error(tool, server, e))
     }
 

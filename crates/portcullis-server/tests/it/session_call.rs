@@ -1329,5 +1329,49 @@ async fn a_call_with_protocol_meta_keys_stays_on_rmcps_path() {
         let id = id.as_deref().unwrap_or_default();
         assert!(!id.starts_with('d'), "taken in front of rmcp: {id}");
     }
+
+/// A client cannot answer ahead: a response POSTed for the id the next
+/// request will have (the ids are predictable) before it is sent is not
+/// kept for it, and a second response to a request already answered
+/// changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_cannot_answer_a_request_before_it_is_sent_nor_twice() {
+    let server = serve(asking_tools(Arc::default()), with_sessions()).await;
+    let http = reqwest::Client::new();
+    let capabilities: Value = serde_json::from_str(ELICITATION).unwrap();
+    let session = open_session(&http, &server, capabilities).await;
+    let mut events = stream_call(&http, &server, &session, call(30, "ask", json!({}), false)).await;
+    let (_, first) = events.message().await;
+    let n: u64 = first["id"]
+        .as_str()
+        .and_then(|id| id.strip_prefix("portcullis-"))
+        .and_then(|n| n.parse().ok())
+        .expect("an id of the session path");
+    let ada = json!({"action": "accept", "content": {"name": "Ada"}});
+    assert_eq!(
+        answer(&http, &server, &session, &first, ada).await,
+        StatusCode::ACCEPTED
+    );
+    let (_, response) = events.message().await;
+    assert_eq!(response["id"], 30, "{response}");
+    // Again, and ahead for the next request's id.
+    let eve = json!({"action": "accept", "content": {"name": "Eve"}});
+    answer(&http, &server, &session, &first, eve.clone()).await;
+    let next = json!({"id": format!("portcullis-{}", n + 1)});
+    answer(&http, &server, &session, &next, eve).await;
+    let mut events = stream_call(&http, &server, &session, call(31, "ask", json!({}), false)).await;
+    let (_, second) = events.message().await;
+    assert_eq!(second["id"], next["id"], "{second}");
+    // The pre-posted answer did not answer it: the call waits for its own.
+    let early = tokio::time::timeout(Duration::from_millis(300), events.next()).await;
+    assert!(early.is_err(), "answered ahead: {early:?}");
+    let grace = json!({"action": "accept", "content": {"name": "Grace"}});
+    answer(&http, &server, &session, &second, grace).await;
+    let (_, response) = events.message().await;
+    let text = response["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("\"Grace\"") && !text.contains("Eve"),
+        "{text}"
+    );
     server.close().await;
 }

@@ -378,8 +378,8 @@ pub(super) struct Replier {
 }
 
 impl Replier {
-    /// POSTs `message`. A failure is only logged: the server times out
-    /// its side of it.
+    /// POSTs `message`, giving up after [`REPLY_TIMEOUT`]. A failure is
+    /// only logged: the server times out its side of it.
     pub(super) async fn post(self, message: &ClientJsonRpcMessage) {
         let body = match serde_json::to_vec(message) {
             Ok(body) => Bytes::from(body),
@@ -388,16 +388,20 @@ impl Replier {
                 return;
             }
         };
-        let sent = self
-            .http
-            .send(
-                Method::POST,
-                self.url,
-                self.headers,
-                Some(body),
-                self.token.as_deref(),
-            )
-            .await;
+        let sent = self.http.send(
+            Method::POST,
+            self.url,
+            self.headers,
+            Some(body),
+            self.token.as_deref(),
+        );
+        let Ok(sent) = tokio::time::timeout(REPLY_TIMEOUT, sent).await else {
+            tracing::debug!(
+                server = self.http.server(),
+                "the server did not take a message posted to it in time"
+            );
+            return;
+        };
         match sent {
             Ok((response, _)) if response.status().is_success() => {}
             Ok((response, _)) => tracing::debug!(
@@ -412,6 +416,12 @@ impl Replier {
         }
     }
 }
+
+/// How long a message that awaits no answer (a reply, a cancellation)
+/// may take to be accepted: a server takes one at once, and one that
+/// holds it would otherwise keep a task and a connection per call (a
+/// cancellation outlives its call) for ever.
+const REPLY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// `Accept` for a request whose answer may be JSON or an event stream.
 const BOTH: &str = "application/json, text/event-stream";

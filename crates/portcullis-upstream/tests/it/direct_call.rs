@@ -10,6 +10,11 @@
 //! rmcp and the call still answered, a cancelled call is cancelled with
 //! `notifications/cancelled`, and the server's requests on the call's
 //! stream are answered by the call's client.
+//!
+//! Hand-written hostile session servers pin the bounds on that path: a
+//! flood of requests whose replies are never taken, a reused request id,
+//! a cancellation never taken, a session lost late in a call, requests
+//! the caller did not declare.
 
 // Logging is deprecated by SEP-2577, but 2026 servers may still log on a
 // call's stream, and the gateway passes it on.
@@ -18,6 +23,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use futures::StreamExt;
 use futures::future::BoxFuture;
 use portcullis_upstream::{
     CallContext, CallError, ClientRelay, ConnectOptions, LogSink, McpServerConfig, Toolset, connect,
@@ -765,6 +771,407 @@ async fn a_session_call_that_wants_progress_goes_direct_and_gets_every_report_fi
             "went through rmcp: id {id}"
         );
     }
+    toolset.close().await;
+    server.abort();
+}
+
+/// What a [`serve_hostile`] server saw of the gateway's replies (POSTed
+/// responses to its own requests).
+#[derive(Default)]
+struct Replies {
+    /// Replies that reached the server; each is held open for ever.
+    held: AtomicUsize,
+    /// Of those, the ones whose request the gateway has not let go of.
+    open: Arc<AtomicUsize>,
+    /// `notifications/cancelled` that reached the server, held likewise.
+    cancels: AtomicUsize,
+    /// Of those, the ones the gateway has not let go of.
+    cancels_open: Arc<AtomicUsize>,
+    /// Every reply, as it came.
+    bodies: Mutex<Vec<Value>>,
+    /// Take replies (202) instead of holding them.
+    take: std::sync::atomic::AtomicBool,
+}
+
+/// Counts a held reply as open until the gateway lets go of its request
+/// (the server then drops the handler).
+struct Held(Arc<AtomicUsize>);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A hostile session server written by hand: a handshake, one tool, and
+/// for every call an answer stream of `events` (the text of server
+/// messages, one an event; `{id}` in one is the call's id) followed by the
+/// call's answer. It never answers a reply POSTed to it (the request hangs).
+async fn serve_hostile(
+    events: Vec<String>,
+    replies: Arc<Replies>,
+) -> (String, tokio::task::JoinHandle<()>) {
+    use axum::http::{StatusCode, header};
+    use axum::response::IntoResponse;
+    let events = Arc::new(events);
+    let post = move |body: axum::body::Bytes| {
+        let (events, replies) = (events.clone(), replies.clone());
+        async move {
+            let message: Value = serde_json::from_slice(&body).unwrap_or_default();
+            let id = message["id"].clone();
+            let json = |result: Value| {
+                (
+                    [
+                        (header::CONTENT_TYPE, "application/json"),
+                        (header::HeaderName::from_static("mcp-session-id"), "s1"),
+                    ],
+                    json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string(),
+                )
+                    .into_response()
+            };
+            if message.get("method").is_none() {
+                replies
+                    .bodies
+                    .lock()
+                    .expect("not poisoned")
+                    .push(message.clone());
+                if replies.take.load(Ordering::SeqCst) {
+                    return StatusCode::ACCEPTED.into_response();
+                }
+            }
+            let (count, open) = if message.get("method").is_none() {
+                (&replies.held, &replies.open)
+            } else {
+                (&replies.cancels, &replies.cancels_open)
+            };
+            if message.get("method").is_none() || message["method"] == "notifications/cancelled" {
+                count.fetch_add(1, Ordering::SeqCst);
+                open.fetch_add(1, Ordering::SeqCst);
+                let _held = Held(open.clone());
+                std::future::pending::<()>().await;
+            }
+            match message["method"].as_str() {
+                Some("server/discover") => (
+                    StatusCode::OK,
+                    [(header::CONTENT_TYPE, "application/json")],
+                    json!({"jsonrpc": "2.0", "id": message["id"], "error": {"code": -32601, "message": "Method not found"}}).to_string(),
+                )
+                    .into_response(),
+                Some("initialize") => json(json!({
+                    "protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+                    "serverInfo": {"name": "hostile", "version": "1"}})),
+                Some("tools/list") => json(json!({"tools": [{"name": "echo",
+                    "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": true}}]})),
+                // A call that never ends: its answer stream stays open.
+                Some("tools/call") if events.is_empty() => (
+                    [(header::CONTENT_TYPE, "text/event-stream")],
+                    axum::body::Body::from_stream(futures::stream::pending::<
+                        Result<axum::body::Bytes, std::io::Error>,
+                    >()),
+                )
+                    .into_response(),
+                Some("tools/call") => {
+                    let mut stream = String::new();
+                    for event in events.iter() {
+                        stream.push_str(&format!("data: {}\n\n", event.replace("{id}", &id.to_string())));
+                    }
+                    let answer = json!({"jsonrpc": "2.0", "id": id, "result": {
+                        "content": [{"type": "text", "text": "done"}]}});
+                    // The answer a moment later, as a server that went on
+                    // working would send it.
+                    let answer = format!("data: {answer}\n\n");
+                    let body = futures::stream::iter([Ok::<_, std::io::Error>(stream)]).chain(
+                        futures::stream::once(async move {
+                            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                            Ok(answer)
+                        }),
+                    );
+                    (
+                        [(header::CONTENT_TYPE, "text/event-stream")],
+                        axum::body::Body::from_stream(body),
+                    )
+                        .into_response()
+                }
+                _ => StatusCode::ACCEPTED.into_response(),
+            }
+        }
+    };
+    let app = axum::Router::new().route(
+        "/mcp",
+        axum::routing::post(post).get(|| async { StatusCode::METHOD_NOT_ALLOWED }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("binds");
+    let url = format!(
+        "http://{}/mcp",
+        listener.local_addr().expect("has an address")
+    );
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (url, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_holding_the_cancellation_of_a_timed_out_call_is_let_go() {
+    let replies = Arc::new(Replies::default());
+    let (url, server) = serve_hostile(Vec::new(), replies.clone()).await;
+    let options = ConnectOptions {
+        timeout: std::time::Duration::from_secs(1),
+        ..ConnectOptions::default()
+    };
+    let toolset = connect(vec![McpServerConfig::streamable_http("sx", &url)], options)
+        .await
+        .expect("wiring is fine");
+    let error = toolset
+        .call("echo", Some(json!({})), &CallContext::default())
+        .await
+        .expect_err("the server never answers");
+    assert!(matches!(error, CallError::Timeout { .. }), "{error:?}");
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(
+        replies.cancels.load(Ordering::SeqCst),
+        1,
+        "cancelled on the server"
+    );
+    // The server never takes it; the gateway lets go of it rather than
+    // keep a task and a connection for ever per call that timed out.
+    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    assert_eq!(
+        replies.cancels_open.load(Ordering::SeqCst),
+        0,
+        "the cancellation still open"
+    );
+    toolset.close().await;
+    server.abort();
+}
+
+/// A calling client that declares elicitation and answers nothing: each
+/// request waits until it is withdrawn, which is counted.
+#[derive(Default)]
+struct Silent {
+    asked: AtomicUsize,
+    withdrawn: Arc<AtomicUsize>,
+}
+
+impl ClientRelay for Silent {
+    fn capabilities(&self) -> ClientCapabilities {
+        let mut capabilities = ClientCapabilities::default();
+        capabilities.elicitation = Some(Default::default());
+        capabilities
+    }
+
+    fn request(
+        &self,
+        _request: ServerRequest,
+        cancel: tokio_util::sync::CancellationToken,
+    ) -> BoxFuture<'static, Result<ClientResult, ErrorData>> {
+        self.asked.fetch_add(1, Ordering::SeqCst);
+        let withdrawn = self.withdrawn.clone();
+        Box::pin(async move {
+            cancel.cancelled().await;
+            withdrawn.fetch_add(1, Ordering::SeqCst);
+            Err(ErrorData::internal_error("withdrawn", None))
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_reusing_a_request_id_cannot_leave_a_request_open_after_the_call() {
+    let elicit = |id: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "elicitation/create", "params": {
+            "mode": "form", "message": "?", "requestedSchema": {"type": "object", "properties": {}}}})
+        .to_string()
+    };
+    let events = vec![elicit("dup"), elicit("dup")];
+    let (url, server) = serve_hostile(events, Arc::default()).await;
+    let toolset = connected(&url).await;
+    let client = Arc::new(Silent::default());
+    let result = toolset
+        .call(
+            "echo",
+            Some(json!({})),
+            &CallContext::default().with_relay(client.clone()),
+        )
+        .await
+        .expect("the tool answers");
+    assert_eq!(text(&result), "done");
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // Whatever reached the client was withdrawn when the call ended:
+    // nothing the server asked outlives the call it asked in.
+    let asked = client.asked.load(Ordering::SeqCst);
+    assert!(asked >= 1, "the client was asked");
+    assert_eq!(client.withdrawn.load(Ordering::SeqCst), asked);
+    toolset.close().await;
+    server.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_flooding_requests_and_holding_the_replies_gets_a_bounded_number_at_once() {
+    let events = (0..300)
+        .map(|n| json!({"jsonrpc": "2.0", "id": format!("p{n}"), "method": "ping"}).to_string())
+        .collect();
+    let replies = Arc::new(Replies::default());
+    let (url, server) = serve_hostile(events, replies.clone()).await;
+    let options = ConnectOptions {
+        timeout: std::time::Duration::from_secs(3),
+        ..ConnectOptions::default()
+    };
+    let toolset = connect(vec![McpServerConfig::streamable_http("sx", &url)], options)
+        .await
+        .expect("wiring is fine");
+    // The call itself may end either way (its replies never get through);
+    // what matters is how many replies were open at once.
+    let _ = toolset
+        .call("echo", Some(json!({})), &CallContext::default())
+        .await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let held = replies.held.load(Ordering::SeqCst);
+    assert!(
+        held <= 64,
+        "{held} replies were open at once against a server that holds them"
+    );
+    // And none of them outlives the call.
+    assert_eq!(replies.open.load(Ordering::SeqCst), 0, "replies still open");
+    toolset.close().await;
+    server.abort();
+}
+
+/// A hostile session server written by hand: it holds every direct call
+/// (ids from [`DIRECT_IDS`]) for `hold`, then says it does not know the
+/// session (404), and never answers the call when rmcp sends it again.
+async fn serve_late_404(hold: std::time::Duration) -> (String, tokio::task::JoinHandle<()>) {
+    use axum::http::{StatusCode, header};
+    use axum::response::IntoResponse;
+    let post = move |body: axum::body::Bytes| async move {
+        let message: Value = serde_json::from_slice(&body).unwrap_or_default();
+        let id = message["id"].clone();
+        let json = |result: Value| {
+            (
+                [
+                    (header::CONTENT_TYPE, "application/json"),
+                    (header::HeaderName::from_static("mcp-session-id"), "s1"),
+                ],
+                json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string(),
+            )
+                .into_response()
+        };
+        match message["method"].as_str() {
+            Some("server/discover") => (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "application/json")],
+                json!({"jsonrpc": "2.0", "id": message["id"], "error": {"code": -32601, "message": "Method not found"}}).to_string(),
+            )
+                .into_response(),
+            Some("initialize") => json(json!({
+                "protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+                "serverInfo": {"name": "late", "version": "1"}})),
+            Some("tools/list") => json(json!({"tools": [{"name": "echo",
+                "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": true}}]})),
+            Some("tools/call") if id.as_u64() >= Some(DIRECT_IDS) => {
+                tokio::time::sleep(hold).await;
+                StatusCode::NOT_FOUND.into_response()
+            }
+            Some("tools/call") => std::future::pending().await,
+            _ => StatusCode::ACCEPTED.into_response(),
+        }
+    };
+    let app = axum::Router::new().route(
+        "/mcp",
+        axum::routing::post(post).get(|| async { StatusCode::METHOD_NOT_ALLOWED }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("binds");
+    let url = format!(
+        "http://{}/mcp",
+        listener.local_addr().expect("has an address")
+    );
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (url, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_loses_the_session_late_does_not_stretch_the_calls_timeout() {
+    let timeout = std::time::Duration::from_secs(2);
+    let (url, server) = serve_late_404(std::time::Duration::from_millis(1500)).await;
+    let options = ConnectOptions {
+        timeout,
+        ..ConnectOptions::default()
+    };
+    let toolset = connect(vec![McpServerConfig::streamable_http("sx", &url)], options)
+        .await
+        .expect("wiring is fine");
+    let started = std::time::Instant::now();
+    let error = toolset
+        .call("echo", Some(json!({})), &CallContext::default())
+        .await
+        .expect_err("the server never answers");
+    let took = started.elapsed();
+    assert!(matches!(error, CallError::Timeout { .. }), "{error:?}");
+    // The session's loss sends the call through rmcp in what is left of
+    // its time, not in a whole new timeout.
+    assert!(
+        took < timeout + std::time::Duration::from_millis(700),
+        "took {took:?}"
+    );
+    toolset.close().await;
+    server.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_request_the_caller_did_not_declare_never_reaches_it() {
+    let sampling = json!({"jsonrpc": "2.0", "id": "s", "method": "sampling/createMessage",
+        "params": {"messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}],
+            "maxTokens": 5}});
+    let roots = json!({"jsonrpc": "2.0", "id": "r", "method": "roots/list"});
+    let custom = json!({"jsonrpc": "2.0", "id": "c", "method": "secrets/read", "params": {}});
+    let events = [sampling, roots, custom].map(|e| e.to_string()).to_vec();
+    let replies = Arc::new(Replies::default());
+    replies.take.store(true, Ordering::SeqCst);
+    let (url, server) = serve_hostile(events, replies.clone()).await;
+    let toolset = connected(&url).await;
+    // It declared elicitation only.
+    let client = Arc::new(Silent::default());
+    let result = toolset
+        .call(
+            "echo",
+            Some(json!({})),
+            &CallContext::default().with_relay(client.clone()),
+        )
+        .await
+        .expect("the tool answers");
+    assert_eq!(text(&result), "done");
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(
+        client.asked.load(Ordering::SeqCst),
+        0,
+        "the client was asked"
+    );
+    let mut codes: Vec<(String, i64)> = replies
+        .bodies
+        .lock()
+        .expect("not poisoned")
+        .iter()
+        .map(|reply| {
+            (
+                reply["id"].as_str().unwrap_or_default().to_owned(),
+                reply["error"]["code"].as_i64().unwrap_or_default(),
+            )
+        })
+        .collect();
+    codes.sort();
+    assert_eq!(
+        codes,
+        [
+            ("c".to_owned(), -32601),
+            ("r".to_owned(), -32601),
+            ("s".to_owned(), -32601)
+        ]
+    );
     toolset.close().await;
     server.abort();
 }

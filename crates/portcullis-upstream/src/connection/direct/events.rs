@@ -12,6 +12,15 @@
 //! ended (at most a second), so the calling client hears of a withdrawal
 //! before the call's answer, as through rmcp's path.
 //!
+//! A hostile server is held to bounds here: at most [`MAX_OPEN_ASKS`] of
+//! its requests are open at once (reading the stream waits for one to end,
+//! so a flood, or replies the server never takes, cannot grow tasks and
+//! connections without bound); a request reusing the id of one still open
+//! is dropped (it would otherwise orphan the first, left open with the
+//! client past the call); and a reply still being POSTed when the call
+//! ends (its answer settled, or it timed out or was cancelled) is
+//! abandoned with it.
+//!
 //! An initialize-era server may also end the stream before the answer once
 //! it has given an event id: the stream is then resumed with a `GET`
 //! carrying `Last-Event-ID`, after the `retry` the server asked for (else
@@ -52,23 +61,35 @@ type Events = BoxStream<'static, Result<Sse, SseError>>;
 /// The server's requests of one call still waiting for the client's
 /// answer, each withdrawn (its token cancelled) when the call ends.
 #[derive(Default)]
-struct Asked(HashMap<RequestId, (CancellationToken, JoinHandle<()>)>);
+struct Asked {
+    open: HashMap<RequestId, (CancellationToken, JoinHandle<()>)>,
+    /// Cancelled once the call is over: a reply still being POSTed then
+    /// is abandoned.
+    abandon: CancellationToken,
+}
 
 impl Asked {
+    /// Whether a request `id` is still being answered.
+    fn is_open(&self, id: &RequestId) -> bool {
+        self.open
+            .get(id)
+            .is_some_and(|(_, task)| !task.is_finished())
+    }
+
     /// Notes a request being answered by `task`. Answered ones are
     /// forgotten from time to time, so a server that asks (pings) all
     /// through a long call does not grow the map for as long.
     fn insert(&mut self, id: RequestId, cancel: CancellationToken, task: JoinHandle<()>) {
-        if self.0.len() >= PRUNE_AT {
-            self.0.retain(|_, (_, task)| !task.is_finished());
+        if self.open.len() >= PRUNE_AT {
+            self.open.retain(|_, (_, task)| !task.is_finished());
         }
-        self.0.insert(id, (cancel, task));
+        self.open.insert(id, (cancel, task));
     }
 
     /// Withdraws the request `id`, if it is still being answered. Its
     /// task stays noted until it ends, so [`Asked::settle`] waits for it.
     fn withdraw(&mut self, id: &RequestId) {
-        if let Some((cancel, _)) = self.0.get(id) {
+        if let Some((cancel, _)) = self.open.get(id) {
             cancel.cancel();
         }
     }
@@ -76,13 +97,15 @@ impl Asked {
     /// Before the call's answer is handed back: withdraws every request
     /// still open and waits (at most [`SETTLE`]) until each has ended, so
     /// the calling client hears of a withdrawn request before it gets the
-    /// call's answer, as it would through rmcp's path.
+    /// call's answer, as it would through rmcp's path. Replies still
+    /// being POSTed get as long, then are abandoned.
     async fn settle(&mut self) {
         let deadline = tokio::time::Instant::now() + SETTLE;
-        for (_, (cancel, task)) in self.0.drain() {
+        for (_, (cancel, task)) in self.open.drain() {
             cancel.cancel();
             let _ = tokio::time::timeout_at(deadline, task).await;
         }
+        self.abandon.cancel();
     }
 }
 
@@ -93,11 +116,16 @@ const SETTLE: Duration = Duration::from_secs(1);
 /// forgotten.
 const PRUNE_AT: usize = 64;
 
+/// A call's server requests open at once (being answered, or their answer
+/// being POSTed); past it, the stream is not read until one ends.
+pub(super) const MAX_OPEN_ASKS: usize = 64;
+
 impl Drop for Asked {
     fn drop(&mut self) {
-        for (cancel, _) in self.0.values() {
+        for (cancel, _) in self.open.values() {
             cancel.cancel();
         }
+        self.abandon.cancel();
     }
 }
 
@@ -110,6 +138,7 @@ pub(super) async fn read(
     round: Round<'_>,
 ) -> Result<Answer, ServiceError> {
     let mut asked = Asked::default();
+    let open = Arc::new(tokio::sync::Semaphore::new(MAX_OPEN_ASKS));
     let mut last_event: Option<String> = None;
     let mut retry: Option<Duration> = None;
     let mut resumes = 0;
@@ -159,10 +188,22 @@ pub(super) async fn read(
                 }
                 // Only a session has a way back for the answer.
                 Ok(JsonRpcMessage::Request(request)) if direct.keeps_session() => {
+                    if asked.is_open(&request.id) {
+                        tracing::debug!(
+                            server = direct.http.server(),
+                            "a server request reused the id of one still open; dropped"
+                        );
+                        continue;
+                    }
+                    // Never closed, so this only waits.
+                    let Ok(permit) = open.clone().acquire_owned().await else {
+                        continue;
+                    };
                     let cancel = CancellationToken::new();
                     let relay = round.relay.cloned();
                     let reply = direct.replier(session.clone(), round.token);
                     let (id, withdrawn) = (request.id.clone(), cancel.clone());
+                    let abandon = asked.abandon.clone();
                     let task = tokio::spawn(async move {
                         let id = request.id;
                         let answered =
@@ -175,7 +216,12 @@ pub(super) async fn read(
                             Ok(result) => ClientJsonRpcMessage::response(result, id),
                             Err(error) => ClientJsonRpcMessage::error(error, Some(id)),
                         };
-                        reply.post(&message).await;
+                        // The call's end abandons a reply still on its way.
+                        tokio::select! {
+                            () = reply.post(&message) => {}
+                            () = abandon.cancelled() => {}
+                        }
+                        drop(permit);
                     });
                     asked.insert(id, withdrawn, task);
                 }
