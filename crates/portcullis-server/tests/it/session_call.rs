@@ -1329,6 +1329,8 @@ async fn a_call_with_protocol_meta_keys_stays_on_rmcps_path() {
         let id = id.as_deref().unwrap_or_default();
         assert!(!id.starts_with('d'), "taken in front of rmcp: {id}");
     }
+    server.close().await;
+}
 
 /// A client cannot answer ahead: a response POSTed for the id the next
 /// request will have (the ids are predictable) before it is sent is not
