@@ -17,9 +17,11 @@
 //! so a flood, or replies the server never takes, cannot grow tasks and
 //! connections without bound); a request reusing the id of one still open
 //! is dropped (it would otherwise orphan the first, left open with the
-//! client past the call); and a reply still being POSTed when the call
-//! ends (its answer settled, or it timed out or was cancelled) is
-//! abandoned with it.
+//! client past the call); a reply still being POSTed once the call is
+//! answered is abandoned; every reply POST gives up after the reply
+//! timeout. A call that ends unanswered (cancelled, timed out) still
+//! answers the server's open requests, with an error: its tool may be
+//! waiting on one before it can hear of the cancellation.
 //!
 //! An initialize-era server may also end the stream before the answer once
 //! it has given an event id: the stream is then resumed with a `GET`
@@ -62,10 +64,19 @@ type Events = BoxStream<'static, Result<Sse, SseError>>;
 /// answer, each withdrawn (its token cancelled) when the call ends.
 #[derive(Default)]
 struct Asked {
-    open: HashMap<RequestId, (CancellationToken, JoinHandle<()>)>,
-    /// Cancelled once the call is over: a reply still being POSTed then
-    /// is abandoned.
+    open: HashMap<RequestId, Open>,
+    /// Cancelled once the call is answered: a reply still being POSTed
+    /// then is abandoned (the server no longer waits for it).
     abandon: CancellationToken,
+}
+
+/// One request being answered.
+struct Open {
+    /// Withdraws it from the calling client.
+    cancel: CancellationToken,
+    /// Set when the server withdrew it: it then gets no answer.
+    withdrawn: CancellationToken,
+    task: JoinHandle<()>,
 }
 
 impl Asked {
@@ -73,24 +84,25 @@ impl Asked {
     fn is_open(&self, id: &RequestId) -> bool {
         self.open
             .get(id)
-            .is_some_and(|(_, task)| !task.is_finished())
+            .is_some_and(|open| !open.task.is_finished())
     }
 
     /// Notes a request being answered by `task`. Answered ones are
     /// forgotten from time to time, so a server that asks (pings) all
     /// through a long call does not grow the map for as long.
-    fn insert(&mut self, id: RequestId, cancel: CancellationToken, task: JoinHandle<()>) {
+    fn insert(&mut self, id: RequestId, open: Open) {
         if self.open.len() >= PRUNE_AT {
-            self.open.retain(|_, (_, task)| !task.is_finished());
+            self.open.retain(|_, open| !open.task.is_finished());
         }
-        self.open.insert(id, (cancel, task));
+        self.open.insert(id, open);
     }
 
     /// Withdraws the request `id`, if it is still being answered. Its
     /// task stays noted until it ends, so [`Asked::settle`] waits for it.
     fn withdraw(&mut self, id: &RequestId) {
-        if let Some((cancel, _)) = self.open.get(id) {
-            cancel.cancel();
+        if let Some(open) = self.open.get(id) {
+            open.withdrawn.cancel();
+            open.cancel.cancel();
         }
     }
 
@@ -101,9 +113,9 @@ impl Asked {
     /// being POSTed get as long, then are abandoned.
     async fn settle(&mut self) {
         let deadline = tokio::time::Instant::now() + SETTLE;
-        for (_, (cancel, task)) in self.open.drain() {
-            cancel.cancel();
-            let _ = tokio::time::timeout_at(deadline, task).await;
+        for (_, open) in self.open.drain() {
+            open.cancel.cancel();
+            let _ = tokio::time::timeout_at(deadline, open.task).await;
         }
         self.abandon.cancel();
     }
@@ -120,12 +132,15 @@ const PRUNE_AT: usize = 64;
 /// being POSTed); past it, the stream is not read until one ends.
 pub(super) const MAX_OPEN_ASKS: usize = 64;
 
+/// A call that ends without its answer (cancelled, timed out, failed)
+/// withdraws its open requests from the client; the server still gets an
+/// error answer for each (bounded by the reply timeout), since its tool may
+/// be waiting on it before it can hear of the call's cancellation.
 impl Drop for Asked {
     fn drop(&mut self) {
-        for (cancel, _) in self.open.values() {
-            cancel.cancel();
+        for open in self.open.values() {
+            open.cancel.cancel();
         }
-        self.abandon.cancel();
     }
 }
 
@@ -202,14 +217,15 @@ pub(super) async fn read(
                     let cancel = CancellationToken::new();
                     let relay = round.relay.cloned();
                     let reply = direct.replier(session.clone(), round.token);
-                    let (id, withdrawn) = (request.id.clone(), cancel.clone());
+                    let withdrawn = CancellationToken::new();
+                    let (id, noted) = (request.id.clone(), (cancel.clone(), withdrawn.clone()));
                     let abandon = asked.abandon.clone();
                     let task = tokio::spawn(async move {
                         let id = request.id;
                         let answered =
                             answer_for_call(relay, request.request, cancel.clone()).await;
-                        // A withdrawn request is not answered.
-                        if cancel.is_cancelled() {
+                        // A request the server withdrew is not answered.
+                        if withdrawn.is_cancelled() {
                             return;
                         }
                         let message = match answered {
@@ -223,7 +239,15 @@ pub(super) async fn read(
                         }
                         drop(permit);
                     });
-                    asked.insert(id, withdrawn, task);
+                    let (cancel, withdrawn) = noted;
+                    asked.insert(
+                        id,
+                        Open {
+                            cancel,
+                            withdrawn,
+                            task,
+                        },
+                    );
                 }
                 Ok(_) | Err(_) => {}
             }
