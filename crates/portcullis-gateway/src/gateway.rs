@@ -757,9 +757,16 @@ const PROGRESS_MESSAGE_CHARS: usize = 1000;
 /// bidi and closing-tag characters neutralised, as tool output is.
 async fn relay_progress(
     mut receiver: mpsc::UnboundedReceiver<Progress>,
-    ctx: portcullis_server::CallContext,
+    ctx: &portcullis_server::CallContext,
 ) {
-    let backlog = Arc::new(std::sync::Mutex::new(std::collections::VecDeque::new()));
+    // Most calls that could report progress report none: nothing is set up
+    // (no task, no backlog) until the first report comes.
+    let Some(first) = receiver.recv().await else {
+        return;
+    };
+    let backlog = Arc::new(std::sync::Mutex::new(std::collections::VecDeque::from([
+        Some(first),
+    ])));
     let ready = Arc::new(tokio::sync::Notify::new());
     let pump = {
         let backlog = backlog.clone();
@@ -837,23 +844,27 @@ async fn forward(
     if let Some(client) = crate::relay::DownstreamRelay::for_call(&ctx) {
         upstream = upstream.with_relay(Arc::new(client));
     }
-    let relay = if ctx.wants_progress() {
-        let (sender, receiver) = mpsc::unbounded_channel::<Progress>();
-        upstream = upstream.with_progress(sender);
-        Some(tokio::spawn(relay_progress(receiver, ctx.clone())))
-    } else {
-        None
-    };
     // Boxed: the call's future is many kilobytes, and this one is moved
     // into the handler's box and the call's task; keeping it small saves
     // copying the whole call state each time (see `gateway_load`).
-    let outcome = Box::pin(toolset.call_answer(&name, Some(args), &upstream)).await;
-    // Dropping the context drops the progress sender, which ends the relay
-    // once every report has been passed on.
-    drop(upstream);
-    if let Some(relay) = relay {
-        let _ = relay.await;
-    }
+    let outcome = if ctx.wants_progress() {
+        let (sender, receiver) = mpsc::unbounded_channel::<Progress>();
+        upstream = upstream.with_progress(sender);
+        let called = name.clone();
+        let call = async move {
+            let outcome = Box::pin(toolset.call_answer(&called, Some(args), &upstream)).await;
+            // Dropping the context drops the progress sender, which ends
+            // the relay once every report has been passed on.
+            drop(upstream);
+            outcome
+        };
+        // The relay runs beside the call in this task: every report is
+        // passed on before the call's answer is.
+        let (outcome, ()) = tokio::join!(call, Box::pin(relay_progress(receiver, &ctx)));
+        outcome
+    } else {
+        Box::pin(toolset.call_answer(&name, Some(args), &upstream)).await
+    };
     match outcome {
         Ok(CallAnswer::Output(result)) => Ok(result),
         // The toolset's own guards (a tool quarantined since this server's
