@@ -655,6 +655,58 @@ async fn a_2025_server_reached_by_discover_is_called_with_metadata_not_a_session
     server.abort();
 }
 
+/// What a hand-written 2025-era session server answers to everything but
+/// `tools/call`: `server/discover` refused as a 2025 SDK refuses it, the
+/// handshake (session `s1`), a listing of one `echo` tool, `202` for
+/// notifications and replies. `None` for a `tools/call`.
+fn handshake_answer(message: &Value, name: &str) -> Option<axum::response::Response> {
+    use axum::http::{StatusCode, header};
+    use axum::response::IntoResponse;
+    let id = message["id"].clone();
+    let json = |result: Value| {
+        (
+            [
+                (header::CONTENT_TYPE, "application/json"),
+                (header::HeaderName::from_static("mcp-session-id"), "s1"),
+            ],
+            json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string(),
+        )
+            .into_response()
+    };
+    Some(match message["method"].as_str() {
+        Some("server/discover") => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            json!({"jsonrpc": "2.0", "id": message["id"],
+                "error": {"code": -32601, "message": "Method not found"}})
+            .to_string(),
+        )
+            .into_response(),
+        Some("initialize") => json(json!({
+            "protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+            "serverInfo": {"name": name, "version": "1"}})),
+        Some("tools/list") => json(json!({"tools": [{"name": "echo",
+            "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": true}}]})),
+        Some("tools/call") => return None,
+        _ => StatusCode::ACCEPTED.into_response(),
+    })
+}
+
+/// Serves `app` on a free loopback port: its `/mcp` URL and its task.
+async fn listen(app: axum::Router) -> (String, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("binds");
+    let url = format!(
+        "http://{}/mcp",
+        listener.local_addr().expect("has an address")
+    );
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (url, task)
+}
+
 /// A hostile session server written by hand: a handshake, one tool, and
 /// an answer stream for every call that gives an event id, asks for no
 /// wait and closes, again on every resumption, never answering.
@@ -663,36 +715,13 @@ async fn serve_closing_streams(gets: Arc<AtomicUsize>) -> (String, tokio::task::
     use axum::response::IntoResponse;
     let post = |body: axum::body::Bytes| async move {
         let message: Value = serde_json::from_slice(&body).unwrap_or_default();
-        let id = message["id"].clone();
-        let json = |result: Value| {
+        handshake_answer(&message, "closing").unwrap_or_else(|| {
             (
-                [
-                    (header::CONTENT_TYPE, "application/json"),
-                    (header::HeaderName::from_static("mcp-session-id"), "s1"),
-                ],
-                json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string(),
-            )
-                .into_response()
-        };
-        match message["method"].as_str() {
-            Some("server/discover") => (
-                StatusCode::OK,
-                [(header::CONTENT_TYPE, "application/json")],
-                json!({"jsonrpc": "2.0", "id": message["id"], "error": {"code": -32601, "message": "Method not found"}}).to_string(),
-            )
-                .into_response(),
-            Some("initialize") => json(json!({
-                "protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
-                "serverInfo": {"name": "closing", "version": "1"}})),
-            Some("tools/list") => json(json!({"tools": [{"name": "echo",
-                "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": true}}]})),
-            Some("tools/call") => (
                 [(header::CONTENT_TYPE, "text/event-stream")],
                 "id: 1\nretry: 0\ndata: \n\n",
             )
-                .into_response(),
-            _ => StatusCode::ACCEPTED.into_response(),
-        }
+                .into_response()
+        })
     };
     let get = move |headers: HeaderMap| {
         let gets = gets.clone();
@@ -708,18 +737,7 @@ async fn serve_closing_streams(gets: Arc<AtomicUsize>) -> (String, tokio::task::
                 .into_response()
         }
     };
-    let app = axum::Router::new().route("/mcp", axum::routing::post(post).get(get));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("binds");
-    let url = format!(
-        "http://{}/mcp",
-        listener.local_addr().expect("has an address")
-    );
-    let task = tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    (url, task)
+    listen(axum::Router::new().route("/mcp", axum::routing::post(post).get(get))).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -819,16 +837,6 @@ async fn serve_hostile(
         async move {
             let message: Value = serde_json::from_slice(&body).unwrap_or_default();
             let id = message["id"].clone();
-            let json = |result: Value| {
-                (
-                    [
-                        (header::CONTENT_TYPE, "application/json"),
-                        (header::HeaderName::from_static("mcp-session-id"), "s1"),
-                    ],
-                    json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string(),
-                )
-                    .into_response()
-            };
             if message.get("method").is_none() {
                 replies
                     .bodies
@@ -850,67 +858,49 @@ async fn serve_hostile(
                 let _held = Held(open.clone());
                 std::future::pending::<()>().await;
             }
-            match message["method"].as_str() {
-                Some("server/discover") => (
-                    StatusCode::OK,
-                    [(header::CONTENT_TYPE, "application/json")],
-                    json!({"jsonrpc": "2.0", "id": message["id"], "error": {"code": -32601, "message": "Method not found"}}).to_string(),
-                )
-                    .into_response(),
-                Some("initialize") => json(json!({
-                    "protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
-                    "serverInfo": {"name": "hostile", "version": "1"}})),
-                Some("tools/list") => json(json!({"tools": [{"name": "echo",
-                    "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": true}}]})),
-                // A call that never ends: its answer stream stays open.
-                Some("tools/call") if events.is_empty() => (
+            if let Some(answer) = handshake_answer(&message, "hostile") {
+                return answer;
+            }
+            // A call that never ends: its answer stream stays open.
+            if events.is_empty() {
+                return (
                     [(header::CONTENT_TYPE, "text/event-stream")],
                     axum::body::Body::from_stream(futures::stream::pending::<
                         Result<axum::body::Bytes, std::io::Error>,
                     >()),
                 )
-                    .into_response(),
-                Some("tools/call") => {
-                    let mut stream = String::new();
-                    for event in events.iter() {
-                        stream.push_str(&format!("data: {}\n\n", event.replace("{id}", &id.to_string())));
-                    }
-                    let answer = json!({"jsonrpc": "2.0", "id": id, "result": {
-                        "content": [{"type": "text", "text": "done"}]}});
-                    // The answer a moment later, as a server that went on
-                    // working would send it.
-                    let answer = format!("data: {answer}\n\n");
-                    let body = futures::stream::iter([Ok::<_, std::io::Error>(stream)]).chain(
-                        futures::stream::once(async move {
-                            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-                            Ok(answer)
-                        }),
-                    );
-                    (
-                        [(header::CONTENT_TYPE, "text/event-stream")],
-                        axum::body::Body::from_stream(body),
-                    )
-                        .into_response()
-                }
-                _ => StatusCode::ACCEPTED.into_response(),
+                    .into_response();
             }
+            let mut stream = String::new();
+            for event in events.iter() {
+                stream.push_str(&format!(
+                    "data: {}\n\n",
+                    event.replace("{id}", &id.to_string())
+                ));
+            }
+            let answer = json!({"jsonrpc": "2.0", "id": id, "result": {
+                    "content": [{"type": "text", "text": "done"}]}});
+            // The answer a moment later, as a server that went on
+            // working would send it.
+            let answer = format!("data: {answer}\n\n");
+            let body = futures::stream::iter([Ok::<_, std::io::Error>(stream)]).chain(
+                futures::stream::once(async move {
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                    Ok(answer)
+                }),
+            );
+            (
+                [(header::CONTENT_TYPE, "text/event-stream")],
+                axum::body::Body::from_stream(body),
+            )
+                .into_response()
         }
     };
     let app = axum::Router::new().route(
         "/mcp",
         axum::routing::post(post).get(|| async { StatusCode::METHOD_NOT_ALLOWED }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("binds");
-    let url = format!(
-        "http://{}/mcp",
-        listener.local_addr().expect("has an address")
-    );
-    let task = tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    (url, task)
+    listen(app).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1048,56 +1038,24 @@ async fn a_server_flooding_requests_and_holding_the_replies_gets_a_bounded_numbe
 /// (ids from [`DIRECT_IDS`]) for `hold`, then says it does not know the
 /// session (404), and never answers the call when rmcp sends it again.
 async fn serve_late_404(hold: std::time::Duration) -> (String, tokio::task::JoinHandle<()>) {
-    use axum::http::{StatusCode, header};
+    use axum::http::StatusCode;
     use axum::response::IntoResponse;
     let post = move |body: axum::body::Bytes| async move {
         let message: Value = serde_json::from_slice(&body).unwrap_or_default();
-        let id = message["id"].clone();
-        let json = |result: Value| {
-            (
-                [
-                    (header::CONTENT_TYPE, "application/json"),
-                    (header::HeaderName::from_static("mcp-session-id"), "s1"),
-                ],
-                json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string(),
-            )
-                .into_response()
-        };
-        match message["method"].as_str() {
-            Some("server/discover") => (
-                StatusCode::OK,
-                [(header::CONTENT_TYPE, "application/json")],
-                json!({"jsonrpc": "2.0", "id": message["id"], "error": {"code": -32601, "message": "Method not found"}}).to_string(),
-            )
-                .into_response(),
-            Some("initialize") => json(json!({
-                "protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
-                "serverInfo": {"name": "late", "version": "1"}})),
-            Some("tools/list") => json(json!({"tools": [{"name": "echo",
-                "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": true}}]})),
-            Some("tools/call") if id.as_u64() >= Some(DIRECT_IDS) => {
-                tokio::time::sleep(hold).await;
-                StatusCode::NOT_FOUND.into_response()
-            }
-            Some("tools/call") => std::future::pending().await,
-            _ => StatusCode::ACCEPTED.into_response(),
+        if let Some(answer) = handshake_answer(&message, "late") {
+            return answer;
         }
+        if message["id"].as_u64() >= Some(DIRECT_IDS) {
+            tokio::time::sleep(hold).await;
+            return StatusCode::NOT_FOUND.into_response();
+        }
+        std::future::pending().await
     };
     let app = axum::Router::new().route(
         "/mcp",
         axum::routing::post(post).get(|| async { StatusCode::METHOD_NOT_ALLOWED }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("binds");
-    let url = format!(
-        "http://{}/mcp",
-        listener.local_addr().expect("has an address")
-    );
-    let task = tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    (url, task)
+    listen(app).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
