@@ -748,6 +748,15 @@ async fn answer(
     post(http, server, Some(session), &message).await.0
 }
 
+/// Two sessions of a client declaring elicitation: one the session path
+/// adopts, one it never does (served by rmcp), to send a call both ways.
+async fn capable_sessions(http: &reqwest::Client, server: &HttpServer) -> (String, String) {
+    let capabilities: Value = serde_json::from_str(ELICITATION).unwrap();
+    let direct = open_session(http, server, capabilities.clone()).await;
+    let rmcp = open_rmcp_session(http, server, capabilities).await;
+    (direct, rmcp)
+}
+
 /// A capable client's session takes the direct path (the request during
 /// its call has an id of the session path's, never rmcp's numbers), the
 /// request reaches the client on the call's stream, and its POSTed answer
@@ -757,9 +766,7 @@ async fn answer(
 async fn a_capable_clients_call_asks_it_on_the_calls_stream_as_rmcp_does() {
     let server = serve(asking_tools(Arc::default()), with_sessions()).await;
     let http = reqwest::Client::new();
-    let capabilities: Value = serde_json::from_str(ELICITATION).unwrap();
-    let direct_session = open_session(&http, &server, capabilities.clone()).await;
-    let rmcp_session = open_rmcp_session(&http, &server, capabilities).await;
+    let (direct_session, rmcp_session) = capable_sessions(&http, &server).await;
     let mut seen = Vec::new();
     for (session, progress) in [(&direct_session, false), (&rmcp_session, true)] {
         let mut events = stream_call(
@@ -841,9 +848,7 @@ async fn without_the_opt_in_a_capable_clients_calls_stay_on_rmcps_path() {
 async fn a_clients_error_answer_reaches_the_tool_as_on_rmcps_path() {
     let server = serve(asking_tools(Arc::default()), with_sessions()).await;
     let http = reqwest::Client::new();
-    let capabilities: Value = serde_json::from_str(ELICITATION).unwrap();
-    let direct_session = open_session(&http, &server, capabilities.clone()).await;
-    let rmcp_session = open_rmcp_session(&http, &server, capabilities).await;
+    let (direct_session, rmcp_session) = capable_sessions(&http, &server).await;
     let mut answers = Vec::new();
     for (session, progress) in [(&direct_session, false), (&rmcp_session, true)] {
         let mut events = stream_call(
@@ -1056,9 +1061,7 @@ async fn approval_is_asked_on_the_calls_stream_as_rmcp_asks_it() {
         });
     let server = serve(builder, with_sessions()).await;
     let http = reqwest::Client::new();
-    let capabilities: Value = serde_json::from_str(ELICITATION).unwrap();
-    let direct_session = open_session(&http, &server, capabilities.clone()).await;
-    let rmcp_session = open_rmcp_session(&http, &server, capabilities).await;
+    let (direct_session, rmcp_session) = capable_sessions(&http, &server).await;
     let mut seen = Vec::new();
     for (approve, progress) in [(true, false), (true, true), (false, false), (false, true)] {
         let id = 30 + seen.len() as u64;

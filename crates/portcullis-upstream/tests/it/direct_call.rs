@@ -824,6 +824,24 @@ impl Drop for Held {
 /// A hostile session server written by hand: a handshake, one tool, and
 /// for every call an answer stream of `events` (the text of server
 /// messages, one an event; `{id}` in one is the call's id) followed by the
+
+/// Calls `echo` for a client that declared elicitation and never answers,
+/// checks the call's own answer, and gives withdrawals a moment to land.
+async fn call_with_silent_client(toolset: &Toolset) -> Arc<Silent> {
+    let client = Arc::new(Silent::default());
+    let result = toolset
+        .call(
+            "echo",
+            Some(json!({})),
+            &CallContext::default().with_relay(client.clone()),
+        )
+        .await
+        .expect("the tool answers");
+    assert_eq!(text(&result), "done");
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    client
+}
+
 /// call's answer. It never answers a reply POSTed to it (the request hangs).
 async fn serve_hostile(
     events: Vec<String>,
@@ -977,17 +995,7 @@ async fn a_server_reusing_a_request_id_cannot_leave_a_request_open_after_the_cal
     let events = vec![elicit("dup"), elicit("dup")];
     let (url, server) = serve_hostile(events, Arc::default()).await;
     let toolset = connected(&url).await;
-    let client = Arc::new(Silent::default());
-    let result = toolset
-        .call(
-            "echo",
-            Some(json!({})),
-            &CallContext::default().with_relay(client.clone()),
-        )
-        .await
-        .expect("the tool answers");
-    assert_eq!(text(&result), "done");
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let client = call_with_silent_client(&toolset).await;
     // Whatever reached the client was withdrawn when the call ended:
     // nothing the server asked outlives the call it asked in.
     let asked = client.asked.load(Ordering::SeqCst);
@@ -1099,17 +1107,7 @@ async fn a_servers_request_the_caller_did_not_declare_never_reaches_it() {
     let (url, server) = serve_hostile(events, replies.clone()).await;
     let toolset = connected(&url).await;
     // It declared elicitation only.
-    let client = Arc::new(Silent::default());
-    let result = toolset
-        .call(
-            "echo",
-            Some(json!({})),
-            &CallContext::default().with_relay(client.clone()),
-        )
-        .await
-        .expect("the tool answers");
-    assert_eq!(text(&result), "done");
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let client = call_with_silent_client(&toolset).await;
     assert_eq!(
         client.asked.load(Ordering::SeqCst),
         0,
