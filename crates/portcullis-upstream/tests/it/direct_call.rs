@@ -821,10 +821,6 @@ impl Drop for Held {
     }
 }
 
-/// A hostile session server written by hand: a handshake, one tool, and
-/// for every call an answer stream of `events` (the text of server
-/// messages, one an event; `{id}` in one is the call's id) followed by the
-
 /// Calls `echo` for a client that declared elicitation and never answers,
 /// checks the call's own answer, and gives withdrawals a moment to land.
 async fn call_with_silent_client(toolset: &Toolset) -> Arc<Silent> {
@@ -842,6 +838,9 @@ async fn call_with_silent_client(toolset: &Toolset) -> Arc<Silent> {
     client
 }
 
+/// A hostile session server written by hand: a handshake, one tool, and
+/// for every call an answer stream of `events` (the text of server
+/// messages, one an event; `{id}` in one is the call's id) followed by the
 /// call's answer. It never answers a reply POSTed to it (the request hangs).
 async fn serve_hostile(
     events: Vec<String>,
