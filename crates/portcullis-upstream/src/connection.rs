@@ -36,7 +36,7 @@ use crate::relay::{ClientRelay, answer_inputs, answerable, for_one_call, note_re
 use crate::report::DiagnosticSink;
 use crate::sse::LegacySseTransport;
 
-mod direct;
+pub(crate) mod direct;
 
 type Client = RunningService<RoleClient, UpstreamHandler>;
 
@@ -100,9 +100,12 @@ pub(crate) struct Connection {
     listens: TaskTracker,
     timeout: Duration,
     pid: Option<u32>,
-    /// The direct call path of a 2026 Streamable HTTP server
-    /// ([`direct`]); `None` for every other server.
+    /// The direct call path of a Streamable HTTP server ([`direct`]);
+    /// `None` for every other server.
     direct: Option<Arc<direct::Direct>>,
+    /// The direct call path of a stdio server.
+    #[cfg(feature = "stdio")]
+    stdio_direct: Option<direct::StdioDirect>,
     /// Fires when rmcp's service loop lets go of the transport: the
     /// connection ended, whoever ended it.
     ended: CancellationToken,
@@ -188,6 +191,8 @@ async fn open(plan: ConnectPlan, health: Arc<ServerHealth>) -> Result<Connected,
     }
     let started = tokio::time::Instant::now();
     let mut direct = None;
+    #[cfg(feature = "stdio")]
+    let mut lines = None;
     let mut standalone = None;
     let ended = CancellationToken::new();
     let (client, pid, ended) = match &plan.config {
@@ -239,10 +244,25 @@ async fn open(plan: ConnectPlan, health: Arc<ServerHealth>) -> Result<Connected,
         }
         McpServerConfig::Stdio(stdio) => {
             drop(ended);
-            open_stdio(stdio, &handler).await?
+            let opened = open_stdio(stdio, &handler).await?;
+            #[cfg(feature = "stdio")]
+            {
+                lines = Some(opened.3);
+            }
+            (opened.0, opened.1, opened.2)
         }
     };
     let peer = client.peer().clone();
+    #[cfg(feature = "stdio")]
+    let stdio_direct = lines.zip(peer.peer_info()).map(|(lines, server)| {
+        let info = rmcp::ClientHandler::get_info(&handler);
+        direct::StdioDirect::new(
+            lines,
+            &server.protocol_version,
+            info.client_info,
+            info.capabilities,
+        )
+    });
     // rmcp's response cache would hand back a stale listing when the server
     // fails; a gateway must see the failure.
     peer.set_response_cache_config(ClientCacheConfig::disabled())
@@ -279,6 +299,8 @@ async fn open(plan: ConnectPlan, health: Arc<ServerHealth>) -> Result<Connected,
             timeout: plan.timeout,
             pid,
             direct,
+            #[cfg(feature = "stdio")]
+            stdio_direct,
             ended,
             closing: AtomicBool::new(false),
         },
@@ -328,11 +350,20 @@ async fn guarded(
     Ok((http, url))
 }
 
+/// A stdio server's client, pid, end signal and pipes.
+#[cfg(feature = "stdio")]
+type OpenedStdio = (
+    Client,
+    Option<u32>,
+    CancellationToken,
+    crate::stdio::ChildLines,
+);
+
 #[cfg(feature = "stdio")]
 async fn open_stdio(
     stdio: &crate::config::StdioConfig,
     handler: &UpstreamHandler,
-) -> Result<(Client, Option<u32>, CancellationToken), String> {
+) -> Result<OpenedStdio, String> {
     let name = &stdio.name;
     let spawn = || {
         crate::stdio::spawn(stdio).map_err(|e| {
@@ -346,6 +377,7 @@ async fn open_stdio(
     // One token per child: the first one's end must not read as the
     // second's.
     let ended = CancellationToken::new();
+    let lines = first.transport.lines();
     match handler
         .clone()
         .serve_with_lifecycle(
@@ -354,12 +386,13 @@ async fn open_stdio(
         )
         .await
     {
-        Ok(client) => Ok((client, first.pid, ended)),
+        Ok(client) => Ok((client, first.pid, ended, lines)),
         // A legacy stdio server may exit on the unknown `server/discover`
         // probe; the 2026 rules say to restart it and use `initialize`.
         Err(_) => {
             let second = spawn()?;
             let ended = CancellationToken::new();
+            let lines = second.transport.lines();
             let client = handler
                 .clone()
                 .serve_with_lifecycle(
@@ -368,7 +401,7 @@ async fn open_stdio(
                 )
                 .await
                 .map_err(|e| init_failure(name, &e))?;
-            Ok((client, second.pid, ended))
+            Ok((client, second.pid, ended, lines))
         }
     }
 }
@@ -377,7 +410,7 @@ async fn open_stdio(
 async fn open_stdio(
     stdio: &crate::config::StdioConfig,
     _handler: &UpstreamHandler,
-) -> Result<(Client, Option<u32>, CancellationToken), String> {
+) -> Result<(Client, Option<u32>, CancellationToken, ()), String> {
     // `connect` reports `unsupported-transport` before getting here.
     Err(crate::config::unsupported_stdio_message(&stdio.name))
 }
@@ -646,28 +679,27 @@ impl Connection {
             // server that loses the session late in a direct call leaves
             // rmcp's resend only what is left of it.
             let deadline = tokio::time::Instant::now() + self.timeout;
-            let direct = self.direct.as_ref().filter(|d| d.serves(remote_name));
-            let answered = match direct {
-                Some(direct) => {
-                    match self
-                        .call_direct(
-                            direct,
-                            tool,
-                            server,
-                            params.clone(),
-                            context,
-                            relay.as_ref(),
-                            token.as_deref(),
-                        )
+            let answered =
+                if let Some(direct) = self.direct.as_ref().filter(|d| d.serves(remote_name)) {
+                    self.call_direct(
+                        direct.as_ref(),
+                        tool,
+                        server,
+                        params.clone(),
+                        context,
+                        relay.as_ref(),
+                        token.as_deref(),
+                    )
+                    .await?
+                } else {
+                    self.call_stdio_direct(tool, server, &params, context, relay.as_ref())
                         .await?
-                    {
-                        direct::Answer::Result(result) => return Ok(result),
-                        direct::Answer::Other(answer) => Some(*answer),
-                        // The session expired unseen: rmcp opens a new one.
-                        direct::Answer::Unserved => None,
-                    }
-                }
-                None => None,
+                };
+            let answered = match answered {
+                Some(direct::Answer::Result(result)) => return Ok(result),
+                Some(direct::Answer::Other(answer)) => Some(*answer),
+                // The session expired unseen: rmcp opens a new one.
+                Some(direct::Answer::Unserved) | None => None,
             };
             let answer = match answered {
                 Some(answer) => answer,
@@ -798,16 +830,16 @@ impl Connection {
     #[allow(clippy::too_many_arguments)]
     async fn call_direct(
         &self,
-        direct: &direct::Direct,
+        direct: &impl direct::DirectRoute,
         tool: &str,
         server: &str,
         params: CallToolRequestParams,
         context: &CallContext,
         relay: Option<&Arc<dyn ClientRelay>>,
         token: Option<&str>,
-    ) -> Result<direct::Answer, CallError> {
+    ) -> Result<Option<direct::Answer>, CallError> {
         let id = direct.next_id();
-        let _slot = direct.keeps_session().then(|| {
+        let _slot = direct.relays_through_handler().then(|| {
             let slot = self.handler.relays.open(relay.cloned());
             slot.bind(rmcp::model::RequestId::Number(id as i64));
             slot
@@ -840,7 +872,41 @@ impl Connection {
             }
         };
         note_refusal(context.relay.as_ref(), &answer);
-        answer.map_err(|e| self.service_error(tool, server, e))
+        answer
+            .map(Some)
+            .map_err(|e| self.service_error(tool, server, e))
+    }
+
+    /// One round on a stdio server's direct path, if it has one; `None`
+    /// sends the round through rmcp.
+    #[cfg(feature = "stdio")]
+    async fn call_stdio_direct(
+        &self,
+        tool: &str,
+        server: &str,
+        params: &CallToolRequestParams,
+        context: &CallContext,
+        relay: Option<&Arc<dyn ClientRelay>>,
+    ) -> Result<Option<direct::Answer>, CallError> {
+        match &self.stdio_direct {
+            Some(direct) => {
+                self.call_direct(direct, tool, server, params.clone(), context, relay, None)
+                    .await
+            }
+            None => Ok(None),
+        }
+    }
+
+    #[cfg(not(feature = "stdio"))]
+    async fn call_stdio_direct(
+        &self,
+        _tool: &str,
+        _server: &str,
+        _params: &CallToolRequestParams,
+        _context: &CallContext,
+        _relay: Option<&Arc<dyn ClientRelay>>,
+    ) -> Result<Option<direct::Answer>, CallError> {
+        Ok(None)
     }
 
     fn service_error(&self, tool: &str, server: &str, error: ServiceError) -> CallError {

@@ -19,7 +19,7 @@ use crate::config::StdioConfig;
 mod request_line;
 mod transport;
 
-pub(crate) use transport::ChildTransport;
+pub(crate) use transport::{ChildLines, ChildTransport};
 
 /// Variables a child inherits from the host, when set there.
 pub const AMBIENT_ALLOWLIST: &[&str] = &["PATH", "HOME", "TMPDIR", "LANG", "LC_ALL"];

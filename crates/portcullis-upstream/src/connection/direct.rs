@@ -38,6 +38,11 @@
 //! answer with its notifications delivered — is as on rmcp's path.
 
 mod events;
+#[cfg(feature = "stdio")]
+mod stdio;
+
+#[cfg(feature = "stdio")]
+pub(crate) use stdio::StdioDirect;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -65,6 +70,57 @@ use crate::http::{
 use crate::progress::UpstreamHandler;
 use crate::relay::ClientRelay;
 
+/// The first request id of a direct path. rmcp numbers its own requests
+/// from 0 on the same server; direct ids live in another range so the two
+/// never meet (and the stdio transport tells the answers apart by it).
+pub(crate) const FIRST_DIRECT_ID: u64 = 1 << 48;
+
+/// A way of sending a connection's `tools/call` without rmcp's client
+/// service: [`Direct`] for Streamable HTTP, `stdio::StdioDirect` for a
+/// child's pipes. `Connection::call_direct` puts the timeout,
+/// cancellation, relay slot and progress route around a round.
+pub(crate) trait DirectRoute: Send + Sync {
+    /// The id of the next direct request.
+    fn next_id(&self) -> u64;
+    /// Whether requests the server sends during a call reach rmcp's
+    /// handler (which finds the call by its relay slot) rather than the
+    /// call's own answer stream.
+    fn relays_through_handler(&self) -> bool;
+    /// One `tools/call` round, sent with `round.id`.
+    fn call(
+        &self,
+        params: CallToolRequestParams,
+        round: Round<'_>,
+    ) -> impl Future<Output = Result<Answer, ServiceError>> + Send;
+    /// Tells the server that request `id` is cancelled, without waiting.
+    fn cancel(&self, id: u64, reason: &str, token: Option<&str>);
+}
+
+impl DirectRoute for Direct {
+    fn next_id(&self) -> u64 {
+        Direct::next_id(self)
+    }
+
+    fn relays_through_handler(&self) -> bool {
+        // A session server may ask on its standalone stream too, where
+        // rmcp's handler finds the call by its slot; a stateless one asks
+        // only on the call's stream.
+        self.keeps_session()
+    }
+
+    fn call(
+        &self,
+        params: CallToolRequestParams,
+        round: Round<'_>,
+    ) -> impl Future<Output = Result<Answer, ServiceError>> + Send {
+        Direct::call(self, params, round)
+    }
+
+    fn cancel(&self, id: u64, reason: &str, token: Option<&str>) {
+        Direct::cancel(self, id, reason, token)
+    }
+}
+
 /// What a direct call answered.
 pub(crate) enum Answer {
     /// A tool result, read straight from the wire.
@@ -88,7 +144,7 @@ pub(crate) enum Lifecycle {
 }
 
 /// How calls are sent, after the lifecycle rmcp went through.
-enum Era {
+pub(crate) enum Era {
     /// Discovered (2026-07-28, or an earlier version a server offered in
     /// its discover answer): no session; `meta` is what rmcp puts on every
     /// request (protocol version, client info and capabilities);
@@ -99,6 +155,55 @@ enum Era {
     },
     /// Handshake: calls go into the session rmcp keeps.
     Session,
+}
+
+impl Era {
+    /// How calls to a server that negotiated `version` with the client
+    /// described by `client` are sent, after `lifecycle`.
+    pub(crate) fn new(
+        version: &ProtocolVersion,
+        lifecycle: Lifecycle,
+        client: Implementation,
+        capabilities: ClientCapabilities,
+    ) -> Era {
+        match lifecycle {
+            Lifecycle::Handshake => Era::Session,
+            Lifecycle::Discover => {
+                let mut meta = RequestMetaObject::default();
+                meta.set_protocol_version(version.clone());
+                meta.set_client_info(client);
+                meta.set_client_capabilities(capabilities);
+                Era::Stateless {
+                    meta,
+                    standard_headers: *version >= ProtocolVersion::STANDARD_HEADERS,
+                }
+            }
+        }
+    }
+
+    /// Puts on a call's parameters the `_meta` rmcp would: a discovered
+    /// server's per-request metadata (the call's own client capabilities,
+    /// if it names them, over the connection's) and the progress token.
+    pub(crate) fn stamp(
+        &self,
+        params: &mut CallToolRequestParams,
+        progress: Option<&ProgressToken>,
+    ) {
+        if let Era::Stateless { meta, .. } = self {
+            let capabilities = params.meta.as_ref().and_then(|m| m.client_capabilities());
+            let mut meta = meta.clone();
+            if let Some(capabilities) = capabilities {
+                meta.set_client_capabilities(capabilities);
+            }
+            params.meta = Some(meta);
+        }
+        if let Some(token) = progress {
+            params
+                .meta
+                .get_or_insert_with(Default::default)
+                .set_progress_token(token.clone());
+        }
+    }
 }
 
 /// A Streamable HTTP server's direct call path.
@@ -152,28 +257,13 @@ impl Direct {
         capabilities: ClientCapabilities,
     ) -> Option<Direct> {
         let header = HeaderValue::from_str(version.as_str()).ok()?;
-        let era = match lifecycle {
-            Lifecycle::Handshake => Era::Session,
-            Lifecycle::Discover => {
-                let mut meta = RequestMetaObject::default();
-                meta.set_protocol_version(version.clone());
-                meta.set_client_info(client);
-                meta.set_client_capabilities(capabilities);
-                Era::Stateless {
-                    meta,
-                    standard_headers: *version >= ProtocolVersion::STANDARD_HEADERS,
-                }
-            }
-        };
         Some(Direct {
             http,
             url,
             version: header,
-            era,
+            era: Era::new(version, lifecycle, client, capabilities),
             promotes_headers: AtomicBool::new(false),
-            // rmcp numbers its own requests from 0 on the same server;
-            // these ids live in another range so the two never meet.
-            next_id: AtomicU64::new(1 << 48),
+            next_id: AtomicU64::new(FIRST_DIRECT_ID),
         })
     }
 
@@ -236,24 +326,9 @@ impl Direct {
     ) -> Result<Answer, ServiceError> {
         let session = match &self.era {
             Era::Session => self.http.session(),
-            Era::Stateless { meta, .. } => {
-                // The call's own capabilities (what its client can answer),
-                // if it names them, over the connection's.
-                let capabilities = params.meta.as_ref().and_then(|m| m.client_capabilities());
-                let mut meta = meta.clone();
-                if let Some(capabilities) = capabilities {
-                    meta.set_client_capabilities(capabilities);
-                }
-                params.meta = Some(meta);
-                None
-            }
+            Era::Stateless { .. } => None,
         };
-        if let Some(token) = &round.progress {
-            params
-                .meta
-                .get_or_insert_with(Default::default)
-                .set_progress_token(token.clone());
-        }
+        self.era.stamp(&mut params, round.progress.as_ref());
         let body = serde_json::to_vec(&Envelope {
             jsonrpc: "2.0",
             id: round.id,

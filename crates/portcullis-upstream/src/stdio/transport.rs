@@ -18,8 +18,12 @@
 //! logged, capped and escaped, and skipped. A line longer than
 //! [`MAX_LINE_BYTES`] is dropped as it arrives, never buffered whole.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, PoisonError};
+use std::task::Poll;
 use std::time::Duration;
 
 use portcullis_catalog::log_line::{DEFAULT_MAX_LINE_BYTES, LineSplitter};
@@ -35,7 +39,9 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{ChildStdin, ChildStdout};
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, oneshot};
+
+use crate::connection::direct::FIRST_DIRECT_ID;
 
 /// The longest line (one JSON-RPC message, its newline included) read from
 /// a child: a longer one is dropped as it arrives, so a server that never
@@ -108,6 +114,11 @@ enum Incoming {
 struct Reader {
     server: String,
     pending: BTreeMap<i64, Asked>,
+    /// The answers direct calls wait for (see [`ChildLines`]).
+    awaited: Arc<std::sync::Mutex<Awaited>>,
+    /// Set once rmcp sent `initialize`: the server was opened with the
+    /// handshake, not `server/discover`.
+    handshook: Arc<AtomicBool>,
 }
 
 impl Reader {
@@ -115,6 +126,8 @@ impl Reader {
         Reader {
             server,
             pending: BTreeMap::new(),
+            awaited: Arc::default(),
+            handshook: Arc::default(),
         }
     }
 
@@ -126,6 +139,9 @@ impl Reader {
             JsonRpcMessage::Request(request) => {
                 // rmcp numbers its requests; a string id is simply not
                 // remembered (its answer is read the generic way).
+                if matches!(request.request, ClientRequest::InitializeRequest(_)) {
+                    self.handshook.store(true, Ordering::Release);
+                }
                 if let RequestId::Number(id) = request.id {
                     let asked = match request.request {
                         ClientRequest::CallToolRequest(_) => Asked::CallTool,
@@ -164,12 +180,15 @@ impl Reader {
         };
         // An answer has no method; one to a request still waiting is read
         // by what that request asked.
-        let waiting = match (envelope.method, envelope.id) {
-            (None, Some(id)) => serde_json::from_str::<i64>(id.get())
-                .ok()
-                .and_then(|id| self.pending.remove(&id).map(|asked| (id, asked))),
+        let answered = match (envelope.method, envelope.id) {
+            (None, Some(id)) => serde_json::from_str::<i64>(id.get()).ok(),
             _ => None,
         };
+        if let Some(id) = answered.filter(|&id| id >= FIRST_DIRECT_ID as i64) {
+            self.deliver(id, &envelope, line);
+            return Incoming::Skip;
+        }
+        let waiting = answered.and_then(|id| self.pending.remove(&id).map(|asked| (id, asked)));
         let Some((id, asked)) = waiting else {
             let request_id = envelope
                 .method
@@ -177,23 +196,47 @@ impl Reader {
                 .and_then(|id| serde_json::from_str::<RequestId>(id.get()).ok());
             return self.generic(line, request_id);
         };
+        Incoming::Message(self.answer(id, asked, &envelope, line))
+    }
+
+    /// The answer to request `id`, read by what it asked.
+    fn answer(
+        &self,
+        id: i64,
+        asked: Asked,
+        envelope: &Envelope<'_>,
+        line: &[u8],
+    ) -> ServerJsonRpcMessage {
         let plain_result = envelope.error.is_none()
             && envelope.jsonrpc.is_some_and(|v| v.get() == "\"2.0\"")
             && envelope.result.is_some();
         if let (true, Some(result)) = (plain_result, envelope.result) {
             return match read_result(asked, result.get()) {
-                Ok(result) => Incoming::Message(ServerJsonRpcMessage::response(
-                    result,
-                    RequestId::Number(id),
-                )),
+                Ok(result) => ServerJsonRpcMessage::response(result, RequestId::Number(id)),
                 Err(error) => self.unreadable_answer(id, &error),
             };
         }
         // An error answer, or an envelope out of the ordinary: rmcp's
         // reading, and the call fails at once if that cannot read it.
         match serde_json::from_slice::<ServerJsonRpcMessage>(line) {
-            Ok(message) => Incoming::Message(message),
+            Ok(message) => message,
             Err(error) => self.unreadable_answer(id, &error),
+        }
+    }
+
+    /// Hands the answer to direct call `id` to the call waiting for it. An
+    /// answer nobody waits for (the call was cancelled or timed out) is
+    /// dropped: rmcp never sent that request.
+    fn deliver(&self, id: i64, envelope: &Envelope<'_>, line: &[u8]) {
+        let waiter = lock(&self.awaited).open.remove(&(id as u64));
+        match waiter {
+            Some(waiter) => {
+                let _ = waiter.send(self.answer(id, Asked::CallTool, envelope, line));
+            }
+            None => tracing::debug!(
+                server = %self.server,
+                "dropped the answer to request {id}: no call waits for it any more"
+            ),
         }
     }
 
@@ -223,17 +266,124 @@ impl Reader {
     }
 
     /// The error that fails request `id` at once, its answer unreadable.
-    fn unreadable_answer(&self, id: i64, error: &serde_json::Error) -> Incoming {
+    fn unreadable_answer(&self, id: i64, error: &serde_json::Error) -> ServerJsonRpcMessage {
         tracing::warn!(
             server = %self.server,
             "the answer to request {id} could not be read ({}); the request fails",
             describe(error),
         );
-        Incoming::Message(ServerJsonRpcMessage::error(
+        ServerJsonRpcMessage::error(
             ErrorData::internal_error(UNREADABLE_ANSWER, None),
             Some(RequestId::Number(id)),
-        ))
+        )
     }
+}
+
+impl Drop for Reader {
+    /// The transport is gone: every direct call still waiting hears that
+    /// at once (its answer can no longer come), and none waits from now on.
+    fn drop(&mut self) {
+        let mut awaited = lock(&self.awaited);
+        awaited.closed = true;
+        awaited.open.clear();
+    }
+}
+
+/// The answers direct calls wait for, by request id.
+#[derive(Debug, Default)]
+struct Awaited {
+    open: HashMap<u64, oneshot::Sender<ServerJsonRpcMessage>>,
+    /// The transport is gone: no answer will come.
+    closed: bool,
+}
+
+fn lock(awaited: &std::sync::Mutex<Awaited>) -> std::sync::MutexGuard<'_, Awaited> {
+    awaited.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A child's pipes as the direct call path uses them: a request is
+/// written straight to stdin by its call, and its answer handed to that
+/// call by the transport's reader (ids from [`FIRST_DIRECT_ID`] on), never
+/// reaching rmcp. Everything else on the pipes stays rmcp's.
+#[derive(Clone)]
+pub(crate) struct ChildLines {
+    stdin: Arc<Mutex<Option<ChildStdin>>>,
+    awaited: Arc<std::sync::Mutex<Awaited>>,
+    handshook: Arc<AtomicBool>,
+}
+
+/// A direct call's wait for its answer; dropping it stops waiting (a late
+/// answer is then dropped by the reader).
+pub(crate) struct AwaitedAnswer {
+    answer: oneshot::Receiver<ServerJsonRpcMessage>,
+    id: u64,
+    awaited: Arc<std::sync::Mutex<Awaited>>,
+}
+
+impl AwaitedAnswer {
+    /// The answer (a response or an error); `None` when the transport
+    /// ended first.
+    pub(crate) async fn answer(&mut self) -> Option<ServerJsonRpcMessage> {
+        (&mut self.answer).await.ok()
+    }
+}
+
+impl Drop for AwaitedAnswer {
+    fn drop(&mut self) {
+        lock(&self.awaited).open.remove(&self.id);
+    }
+}
+
+impl ChildLines {
+    /// Whether rmcp opened the server with the `initialize` handshake.
+    pub(crate) fn handshook(&self) -> bool {
+        self.handshook.load(Ordering::Acquire)
+    }
+
+    /// Starts waiting for the answer to request `id` (before it is
+    /// written, so the answer cannot come first); `None` when the
+    /// transport is gone.
+    pub(crate) fn expect(&self, id: u64) -> Option<AwaitedAnswer> {
+        let (sender, answer) = oneshot::channel();
+        let mut awaited = lock(&self.awaited);
+        if awaited.closed {
+            return None;
+        }
+        awaited.open.insert(id, sender);
+        Some(AwaitedAnswer {
+            answer,
+            id,
+            awaited: self.awaited.clone(),
+        })
+    }
+
+    /// Writes `message` as a line to the child's stdin. The line is
+    /// written whole even if the caller stops waiting: a write that cannot
+    /// finish at once finishes on a task of its own, since half a line
+    /// would garble every message after it.
+    pub(crate) async fn send(&self, message: ClientJsonRpcMessage) -> std::io::Result<()> {
+        let bytes = super::request_line::encode(message)?;
+        let mut write: Pin<Box<_>> = Box::pin(write_bytes(self.stdin.clone(), bytes));
+        match std::future::poll_fn(|cx| Poll::Ready(write.as_mut().poll(cx))).await {
+            Poll::Ready(written) => written,
+            Poll::Pending => tokio::spawn(write)
+                .await
+                .unwrap_or_else(|e| Err(std::io::Error::other(e))),
+        }
+    }
+}
+
+/// Writes a whole line to the child's stdin.
+async fn write_bytes(stdin: Arc<Mutex<Option<ChildStdin>>>, bytes: Vec<u8>) -> std::io::Result<()> {
+    let mut stdin = stdin.lock().await;
+    let Some(pipe) = stdin.as_mut() else {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::NotConnected,
+            "the server's stdin is closed",
+        ));
+    };
+    pipe.write_all(&bytes).await?;
+    pipe.flush().await
 }
 
 /// Reads a result by what its request asked.
@@ -369,6 +519,15 @@ impl ChildTransport {
         }
     }
 
+    /// The pipes as the direct call path uses them ([`ChildLines`]).
+    pub(crate) fn lines(&self) -> ChildLines {
+        ChildLines {
+            stdin: self.stdin.clone(),
+            awaited: self.reader.awaited.clone(),
+            handshook: self.reader.handshook.clone(),
+        }
+    }
+
     /// Reads up to the next newline without ever holding more than
     /// [`MAX_LINE_BYTES`] of a line. Cancellation-safe: bytes are moved
     /// from the reader's buffer into `line` and consumed with no await in
@@ -402,19 +561,11 @@ impl ChildTransport {
 
 /// Writes one message as a line to the child's stdin.
 async fn write_line(
-    stdin: &Mutex<Option<ChildStdin>>,
+    stdin: &Arc<Mutex<Option<ChildStdin>>>,
     message: ClientJsonRpcMessage,
 ) -> std::io::Result<()> {
     let bytes = super::request_line::encode(message)?;
-    let mut stdin = stdin.lock().await;
-    let Some(pipe) = stdin.as_mut() else {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::NotConnected,
-            "the server's stdin is closed",
-        ));
-    };
-    pipe.write_all(&bytes).await?;
-    pipe.flush().await
+    write_bytes(stdin.clone(), bytes).await
 }
 
 impl Transport<RoleClient> for ChildTransport {

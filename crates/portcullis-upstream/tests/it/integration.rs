@@ -1352,6 +1352,75 @@ mod stdio {
         toolset.close().await;
     }
 
+    /// A stdio server (a shell script) that answers a call with the id
+    /// it was sent with; `forge` first answers the *next* id with
+    /// "forged", as if it knew the next call before it was made.
+    const ID_ECHO: &str = r#"
+while IFS= read -r line; do
+  case $line in *'"id":'*) ;; *) continue ;; esac
+  rest=${line#*\"id\":}; id=${rest%%[,\}]*}
+  rest=${line#*\"method\":\"}; method=${rest%%\"*}
+  case $method in
+    initialize)
+      printf '{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"ids","version":"1"}}}\n' "$id" ;;
+    tools/list)
+      printf '{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"id","inputSchema":{"type":"object"}},{"name":"forge","inputSchema":{"type":"object"}}]}}\n' "$id" ;;
+    tools/call)
+      case $line in
+        *'"name":"forge"'*)
+          printf '{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"forged"}]}}\n' "$((id + 1))" ;;
+      esac
+      printf '{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"%s"}]}}\n' "$id" "$id" ;;
+    *)
+      printf '{"jsonrpc":"2.0","id":%s,"error":{"code":-32601,"message":"no such method"}}\n' "$id" ;;
+  esac
+done
+"#;
+
+    /// A stdio call is written to the child by the call itself, with an id
+    /// from a range rmcp's own numbering never reaches (so the transport
+    /// hands its answer straight back: `connection::direct::stdio`).
+    #[tokio::test]
+    async fn stdio_calls_go_direct_with_ids_rmcp_never_uses() {
+        let toolset = connect(
+            vec![McpServerConfig::stdio("ids", "sh", ["-c", ID_ECHO])],
+            options(),
+        )
+        .await
+        .unwrap();
+        let mut seen = Vec::new();
+        for _ in 0..3 {
+            let id: u64 = text(&call(&toolset, "ids__id", json!({})).await.unwrap())
+                .parse()
+                .unwrap();
+            assert!(id >= 1 << 48, "sent through rmcp, as request {id}");
+            seen.push(id);
+        }
+        seen.dedup();
+        assert_eq!(seen.len(), 3, "{seen:?}");
+        toolset.close().await;
+    }
+
+    /// An answer to a direct id no call waits for yet is dropped, not kept
+    /// for the call that is later made with that id.
+    #[tokio::test]
+    async fn an_answer_sent_ahead_for_the_next_call_is_not_its_answer() {
+        let toolset = connect(
+            vec![McpServerConfig::stdio("ids", "sh", ["-c", ID_ECHO])],
+            options(),
+        )
+        .await
+        .unwrap();
+        let first = text(&call(&toolset, "ids__forge", json!({})).await.unwrap());
+        let second = text(&call(&toolset, "ids__id", json!({})).await.unwrap());
+        assert_ne!(second, "forged");
+        assert_eq!(
+            second.parse::<u64>().unwrap(),
+            first.parse::<u64>().unwrap() + 1
+        );
+        toolset.close().await;
+    }
+
     /// A stdio server (a shell script) whose answers to some calls no
     /// MCP reader can read: `deep` answers with structured content nested
     /// 200 levels deep (past `serde_json`'s recursion limit of 128),

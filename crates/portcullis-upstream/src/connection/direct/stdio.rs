@@ -1,0 +1,112 @@
+//! The direct call path for stdio servers: a `tools/call` is written to
+//! the child's stdin by the call itself and its answer handed back by the
+//! transport's reader, without rmcp's client service in between.
+//!
+//! Why: on rmcp's path a call goes through a channel to the service loop,
+//! which spawns a task to write each message and matches the answer back
+//! through another channel: two task hand-offs and a spawn a call, on the
+//! transport nearly every MCP server speaks.
+//!
+//! What stays as on rmcp's path: the request's `_meta` (a discovered
+//! server's per-request metadata, the progress token of a call that wants
+//! progress, which is the call's request id), the reading of the answer
+//! (the transport's, see `crate::stdio`), requests the server sends during
+//! the call (rmcp's handler, which finds the call by its relay slot), and
+//! cancellation by `notifications/cancelled`. A child that exits fails
+//! every call waiting on it at once, as rmcp does.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CancelledNotification, CancelledNotificationParam,
+    ClientCapabilities, ClientJsonRpcMessage, ClientNotification, ClientRequest, Implementation,
+    JsonRpcMessage, ProtocolVersion, RequestId, ServerResult,
+};
+use rmcp::service::ServiceError;
+
+use super::{Answer, DirectRoute, Era, FIRST_DIRECT_ID, Lifecycle, Round, unexpected};
+use crate::stdio::ChildLines;
+
+/// A stdio server's direct call path.
+pub(crate) struct StdioDirect {
+    lines: ChildLines,
+    era: Era,
+    next_id: AtomicU64,
+}
+
+impl StdioDirect {
+    /// The direct path over `lines`, for a server that negotiated
+    /// `version` with the client described by `client`.
+    pub(crate) fn new(
+        lines: ChildLines,
+        version: &ProtocolVersion,
+        client: Implementation,
+        capabilities: ClientCapabilities,
+    ) -> StdioDirect {
+        let lifecycle = if lines.handshook() {
+            Lifecycle::Handshake
+        } else {
+            Lifecycle::Discover
+        };
+        StdioDirect {
+            lines,
+            era: Era::new(version, lifecycle, client, capabilities),
+            next_id: AtomicU64::new(FIRST_DIRECT_ID),
+        }
+    }
+}
+
+impl DirectRoute for StdioDirect {
+    fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn relays_through_handler(&self) -> bool {
+        true
+    }
+
+    async fn call(
+        &self,
+        mut params: CallToolRequestParams,
+        round: Round<'_>,
+    ) -> Result<Answer, ServiceError> {
+        self.era.stamp(&mut params, round.progress.as_ref());
+        let Some(mut answer) = self.lines.expect(round.id) else {
+            return Err(ServiceError::TransportClosed);
+        };
+        let request = ClientJsonRpcMessage::request(
+            ClientRequest::CallToolRequest(CallToolRequest::new(params)),
+            RequestId::Number(round.id as i64),
+        );
+        // A pipe that cannot be written to is a child that is gone.
+        self.lines
+            .send(request)
+            .await
+            .map_err(|_| ServiceError::TransportClosed)?;
+        match answer.answer().await {
+            Some(JsonRpcMessage::Response(response)) => match response.result {
+                ServerResult::CallToolResult(result) => crate::connection::tool_result(result)
+                    .map(Answer::Result)
+                    .map_err(|e| unexpected(format!("unreadable tool result: {e}"))),
+                other => Ok(Answer::Other(Box::new(other))),
+            },
+            Some(JsonRpcMessage::Error(error)) => Err(ServiceError::McpError(error.error)),
+            Some(_) => Err(ServiceError::UnexpectedResponse),
+            None => Err(ServiceError::TransportClosed),
+        }
+    }
+
+    fn cancel(&self, id: u64, reason: &str, _token: Option<&str>) {
+        let mut param = CancelledNotificationParam::new(Some(RequestId::Number(id as i64)), None);
+        param.reason = Some(reason.to_owned());
+        let message = ClientJsonRpcMessage::notification(
+            ClientNotification::CancelledNotification(CancelledNotification::new(param)),
+        );
+        let lines = self.lines.clone();
+        tokio::spawn(async move {
+            if let Err(error) = lines.send(message).await {
+                tracing::debug!("a cancellation could not be written to the server: {error}");
+            }
+        });
+    }
+}
