@@ -37,7 +37,8 @@
 //! (`d<n>`), its requests and reports as events with ids of their own
 //! (`d<n>.<k>`), keep-alive comments, then the response; the call runs
 //! on if the client goes away, and a `GET` with one of those ids as
-//! `Last-Event-ID` resumes the stream after it.
+//! `Last-Event-ID` resumes the stream after it (also once the answer was
+//! written out, for a while: see `crate::sessions`).
 //! As on rmcp's session path, a client that goes away does not cancel its
 //! call.
 
@@ -381,7 +382,7 @@ impl Streaming {
             Waited::Answered(message) => message,
         };
         if let Some(stream) = self.stream {
-            self.sessions.unpark(&self.session, stream);
+            self.sessions.sent(&self.session, stream);
         }
         Some((Ok(event(None, &message)), self))
     }

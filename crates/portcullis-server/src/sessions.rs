@@ -19,7 +19,9 @@
 //! cancelled by the client's `notifications/cancelled`, and is cancelled
 //! when its session closes; a call whose answer became a stream (it
 //! outlived a keep-alive interval, or asked its client something) leaves
-//! its events *parked* under a stream number until a client reads them.
+//! its events *parked* under a stream number, for a client resuming the
+//! stream, until a while after its answer (even once written out: the
+//! connection may have died unnoticed), as rmcp keeps a finished stream's.
 //! The requests such calls send their client (sampling, elicitation,
 //! roots) wait here, by an id of the session's, for the client's answer.
 
@@ -49,12 +51,15 @@ use tokio_util::sync::CancellationToken;
 
 use crate::throttle::LogThrottle;
 
-/// Answers of long direct calls parked at once per session; one more is
-/// streamed but cannot be resumed.
+/// Answers of long direct calls parked at once per session. At the limit,
+/// a new one takes the place of the oldest already written out; failing
+/// that, it is streamed but cannot be resumed.
 const MAX_PARKED: usize = 16;
 
-/// How long a parked answer is kept once it is ready (rmcp keeps a
-/// finished stream's events as long).
+/// How long a parked answer is kept once it is ready, written out or not
+/// (rmcp keeps a finished stream's events as long): a write to a
+/// connection the client lost unnoticed succeeds all the same, so only a
+/// resumption within this time can tell the client its answer.
 const PARKED_TTL: Duration = Duration::from_secs(60);
 
 /// The request-wise channel number a touch closes: rmcp numbers a
@@ -174,6 +179,9 @@ struct Parked {
     reply: Reply,
     /// When the answer was first seen ready.
     ready: Option<Instant>,
+    /// The answer was written out on a stream (which may not have reached
+    /// the client): the first to make room for a new one.
+    sent: bool,
 }
 
 impl Adopted {
@@ -529,7 +537,13 @@ impl BoundedSessions {
         let adopted = table.sessions.get_mut(id)?.adopted.as_mut()?;
         adopted.evict_parked(Instant::now());
         if adopted.parked.len() >= MAX_PARKED {
-            return None;
+            let oldest_sent = adopted
+                .parked
+                .iter()
+                .filter(|(_, parked)| parked.sent)
+                .map(|(stream, _)| *stream)
+                .min()?;
+            adopted.parked.remove(&oldest_sent);
         }
         let stream = adopted.next_stream;
         adopted.next_stream += 1;
@@ -538,6 +552,7 @@ impl BoundedSessions {
             Parked {
                 reply: answer,
                 ready: None,
+                sent: false,
             },
         );
         Some(stream)
@@ -564,15 +579,18 @@ impl BoundedSessions {
             .map(|parked| parked.reply.clone())
     }
 
-    /// Forgets the parked answer of `stream` (it was delivered).
-    pub(crate) fn unpark(&self, id: &SessionId, stream: u64) {
+    /// Notes the parked answer of `stream` written out. It stays parked
+    /// (until [`PARKED_TTL`], or another needs its place): the connection
+    /// it went on may have died without the server noticing.
+    pub(crate) fn sent(&self, id: &SessionId, stream: u64) {
         let mut table = self.lock();
-        if let Some(adopted) = table
+        if let Some(parked) = table
             .sessions
             .get_mut(id)
             .and_then(|usage| usage.adopted.as_mut())
+            .and_then(|adopted| adopted.parked.get_mut(&stream))
         {
-            adopted.parked.remove(&stream);
+            parked.sent = true;
         }
     }
 
