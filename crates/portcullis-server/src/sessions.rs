@@ -14,7 +14,9 @@
 //!
 //! An initialize-era session is also *adopted* when the client says
 //! `initialized`: its peer is kept here so that its plain `tools/call`s
-//! can be answered in front of rmcp (`crate::session_call`). This table
+//! can be answered in front of rmcp (`crate::session_call`); a call that
+//! arrives while that `initialized` is still on its way to the handler
+//! waits for the adoption (briefly) rather than go to rmcp. This table
 //! then also holds those calls: each counts as an open stream, can be
 //! cancelled by the client's `notifications/cancelled`, and is cancelled
 //! when its session closes; a call whose answer became a stream (it
@@ -62,6 +64,12 @@ const MAX_PARKED: usize = 16;
 /// resumption within this time can tell the client its answer.
 const PARKED_TTL: Duration = Duration::from_secs(60);
 
+/// How long a call waits for its session's adoption to be decided when the
+/// session's `initialized` is still on its way through rmcp (a few task
+/// hops; the client may send its first call the moment it has the `202`).
+/// Past it, the call goes to rmcp, which serves it all the same.
+const ADOPTION_WAIT: Duration = Duration::from_secs(1);
+
 /// The request-wise channel number a touch closes: rmcp numbers a
 /// session's HTTP requests from 0, so this one is never open.
 const TOUCH_CHANNEL: u64 = u64::MAX;
@@ -108,6 +116,28 @@ struct Usage {
     last_used: Instant,
     open_streams: usize,
     adopted: Option<Adopted>,
+    /// Set while an `initialized` is on its way to the handler: `true`
+    /// once the adoption it carries is decided.
+    adopting: Option<watch::Receiver<bool>>,
+}
+
+/// Carried with a session's `initialized` to the handler: says when the
+/// adoption is decided ([`Deciding::decided`]), or, dropped with the
+/// notification, that it never will be.
+#[derive(Debug)]
+pub(crate) struct Deciding(watch::Sender<bool>);
+
+impl Deciding {
+    /// The session is adopted, or will not be.
+    pub(crate) fn decided(&self) {
+        self.0.send_replace(true);
+    }
+}
+
+impl Drop for Deciding {
+    fn drop(&mut self) {
+        self.decided();
+    }
 }
 
 /// What a direct call has to say to its client, serialised: the requests
@@ -349,6 +379,7 @@ impl BoundedSessions {
                     last_used: Instant::now(),
                     open_streams: 0,
                     adopted: None,
+                    adopting: None,
                 },
             );
         }
@@ -388,6 +419,47 @@ impl BoundedSessions {
                 touched: Instant::now(),
             });
         }
+    }
+
+    /// Notes that an `initialized` of session `id`, not yet adopted, is on
+    /// its way to the handler: what the handler tells when it has decided
+    /// (`None` for a session unknown or adopted already).
+    pub(crate) fn adopting(&self, id: &SessionId) -> Option<Deciding> {
+        let mut table = self.lock();
+        let usage = table.sessions.get_mut(id)?;
+        if usage.adopted.is_some() {
+            return None;
+        }
+        let (deciding, decided) = watch::channel(false);
+        usage.adopting = Some(decided);
+        Some(Deciding(deciding))
+    }
+
+    /// Waits (at most [`ADOPTION_WAIT`]) until the adoption of session `id`
+    /// an `initialized` on its way carries is decided: whether there was
+    /// one (a call [`BoundedSessions::begin_call`] refused may then be
+    /// admitted). So a client's first call, sent as soon as its
+    /// `initialized` is answered, does not race the handler to rmcp.
+    pub(crate) async fn adoption_decided(&self, id: &SessionId) -> bool {
+        let adopting = self
+            .lock()
+            .sessions
+            .get(id)
+            .and_then(|usage| usage.adopting.clone());
+        let Some(mut decided) = adopting else {
+            return false;
+        };
+        let _ = tokio::time::timeout(ADOPTION_WAIT, decided.wait_for(|done| *done)).await;
+        // Decided (or waited for once, in vain): later calls do not wait.
+        if let Some(usage) = self.lock().sessions.get_mut(id)
+            && usage
+                .adopting
+                .as_ref()
+                .is_some_and(|adopting| adopting.same_channel(&decided))
+        {
+            usage.adopting = None;
+        }
+        true
     }
 
     /// Admits the direct call `request` on session `id`, whose request

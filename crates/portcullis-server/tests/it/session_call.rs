@@ -89,8 +89,7 @@ async fn open_session(http: &reqwest::Client, server: &HttpServer, capabilities:
     let (status, ..) = post(http, server, Some(&id), &initialized).await;
     assert_eq!(status, StatusCode::ACCEPTED);
     // The handler adopts the session on a task of rmcp's after the `202`;
-    // a call before that is rmcp's, which answers the same.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // a call sent before that waits for it.
     id
 }
 
@@ -917,6 +916,49 @@ async fn a_capable_clients_call_asks_it_on_the_calls_stream_as_rmcp_does() {
     assert_eq!(direct.1, rmcp.1);
     let text = direct.1["result"]["content"][0]["text"].as_str().unwrap();
     assert!(text.contains("\"Ada\""), "{text}");
+    server.close().await;
+}
+
+/// A client's first call, sent the moment its `notifications/initialized`
+/// is answered, takes the session path: it does not race the session's
+/// adoption (which the handler does on a task of rmcp's) into rmcp's path.
+/// The call can tell which path it is on: only the session path gives a
+/// capable client's call its own way to ask it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_call_right_after_initialized_takes_the_session_path() {
+    let builder =
+        ToolServer::builder().tool(ro("which"), |_: Value, ctx: CallContext| async move {
+            let path = if ctx.client_requests().is_some() {
+                "session path"
+            } else {
+                "rmcp"
+            };
+            Ok::<_, ToolError>(ToolResult::text(path))
+        });
+    let server = serve(builder, with_sessions()).await;
+    let http = reqwest::Client::new();
+    let capabilities: Value = serde_json::from_str(ELICITATION).unwrap();
+    for round in 0..20 {
+        let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": VERSION, "capabilities": capabilities,
+            "clientInfo": {"name": "test", "version": "1"}}});
+        let (_, id, _, body) = post(&http, &server, None, &initialize).await;
+        let session = id.unwrap_or_else(|| panic!("no session: {body}"));
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        let (status, ..) = post(&http, &server, Some(&session), &initialized).await;
+        assert_eq!(status, StatusCode::ACCEPTED);
+        let (status, _, _, body) = post(
+            &http,
+            &server,
+            Some(&session),
+            &call(1, "which", json!({}), false),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let answer: Value = serde_json::from_str(&body).unwrap();
+        let text = answer["result"]["content"][0]["text"].as_str().unwrap();
+        assert!(text.contains("session path"), "round {round}: {answer}");
+    }
     server.close().await;
 }
 
