@@ -309,13 +309,23 @@ impl Gateway {
     /// catalogue's rows (quarantine, filters, drift) with the exposure gate's
     /// withheld tools marked `withheld`.
     pub fn rows(&self) -> Vec<Row> {
+        self.rows_of(&self.toolset.catalogue())
+    }
+
+    /// [`Gateway::rows`] of the catalogue the served tools were built from
+    /// ([`Gateway::catalogue`]), not the toolset's newer one a rebuild has
+    /// yet to follow: what a call finds now.
+    pub fn served_rows(&self) -> Vec<Row> {
+        self.rows_of(&self.catalogue)
+    }
+
+    fn rows_of(&self, catalogue: &Catalogue) -> Vec<Row> {
         let withheld = self.tools.withheld();
         let gated: HashMap<&str, &str> = withheld
             .iter()
             .map(|w| (w.id.as_str(), w.reason.as_str()))
             .collect();
-        self.toolset
-            .catalogue()
+        catalogue
             .status_rows()
             .into_iter()
             .map(|row| {

@@ -33,7 +33,7 @@
 //! `reconnect_max_ms = 0`, until a reload reconnects it or the gateway
 //! restarts). An upstream that joins late is up only once the served tool
 //! map has its tools: a client that waits for "up" and then calls never
-//! meets "unknown tool".
+//! meets "unknown tool". The tool counts are of the served map too.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -191,8 +191,9 @@ impl Generation {
     /// upstream is in the catalogue this generation's tool server was built
     /// from, not only in the toolset's newer one that a rebuild has yet to
     /// follow (a client that waited for "up" would meet "unknown tool").
+    /// The tool counts are of that catalogue too.
     pub fn snapshot(&self) -> Snapshot {
-        let rows = self.gateway.rows();
+        let rows = self.gateway.served_rows();
         let count = |status: &str| rows.iter().filter(|r| r.status == status).count();
         let catalogue = &self.gateway.catalogue;
         let upstreams = self

@@ -37,7 +37,8 @@
 //! (`d<n>`), its requests and reports as events with ids of their own
 //! (`d<n>.<k>`), keep-alive comments, then the response; the call runs
 //! on if the client goes away, and a `GET` with one of those ids as
-//! `Last-Event-ID` resumes the stream after it.
+//! `Last-Event-ID` resumes the stream after it (also once the answer was
+//! written out, for a while: see `crate::sessions`).
 //! As on rmcp's session path, a client that goes away does not cancel its
 //! call.
 
@@ -58,7 +59,7 @@ use serde::Deserialize;
 use crate::media_type::accepts_events;
 use crate::session_ask;
 use crate::session_progress;
-use crate::sessions::{BoundedSessions, Outbox, Reply};
+use crate::sessions::{BoundedSessions, Deciding, Outbox, Reply};
 use crate::tool_call::{
     Era, METHOD_HEADER, NAME_HEADER, PROTOCOL_VERSION_HEADER, PlainCall, SESSION_HEADER, call_tool,
     json_response, plain_json_post, promotes_params, sole, status_only,
@@ -90,6 +91,8 @@ pub(crate) struct SessionPath {
 pub(crate) struct Adoption {
     sessions: Arc<BoundedSessions>,
     id: SessionId,
+    /// Tells calls waiting on the adoption that it is decided.
+    deciding: Option<Arc<Deciding>>,
 }
 
 /// Called by the handler when a client says `initialized`: a session whose
@@ -102,6 +105,9 @@ pub(crate) fn adopt(context: &NotificationContext<RoleServer>) {
         .and_then(|parts| parts.extensions.get::<Adoption>());
     if let Some(adoption) = adoption {
         adoption.sessions.adopt(&adoption.id, context.peer.clone());
+        if let Some(deciding) = &adoption.deciding {
+            deciding.decided();
+        }
     }
 }
 
@@ -160,7 +166,13 @@ impl SessionPath {
             return Err(Request::from_parts(parts, Body::from(bytes)));
         }
         let version = sole(&parts.headers, PROTOCOL_VERSION_HEADER);
-        let Some(admitted) = self.sessions.begin_call(&session, version, &id) else {
+        let mut admitted = self.sessions.begin_call(&session, version, &id);
+        // The session's `initialized` may still be on its way to the
+        // handler (the client sent this call on its `202`).
+        if admitted.is_none() && self.sessions.adoption_decided(&session).await {
+            admitted = self.sessions.begin_call(&session, version, &id);
+        }
+        let Some(admitted) = admitted else {
             return Err(Request::from_parts(parts, Body::from(bytes)));
         };
         if admitted.touch {
@@ -276,6 +288,7 @@ impl SessionPath {
                 extensions.insert(Adoption {
                     sessions: self.sessions.clone(),
                     id: session.clone(),
+                    deciding: self.sessions.adopting(session).map(Arc::new),
                 });
             }
             "notifications/cancelled" => {
@@ -381,7 +394,7 @@ impl Streaming {
             Waited::Answered(message) => message,
         };
         if let Some(stream) = self.stream {
-            self.sessions.unpark(&self.session, stream);
+            self.sessions.sent(&self.session, stream);
         }
         Some((Ok(event(None, &message)), self))
     }

@@ -14,12 +14,16 @@
 //!
 //! An initialize-era session is also *adopted* when the client says
 //! `initialized`: its peer is kept here so that its plain `tools/call`s
-//! can be answered in front of rmcp (`crate::session_call`). This table
+//! can be answered in front of rmcp (`crate::session_call`); a call that
+//! arrives while that `initialized` is still on its way to the handler
+//! waits for the adoption (briefly) rather than go to rmcp. This table
 //! then also holds those calls: each counts as an open stream, can be
 //! cancelled by the client's `notifications/cancelled`, and is cancelled
 //! when its session closes; a call whose answer became a stream (it
 //! outlived a keep-alive interval, or asked its client something) leaves
-//! its events *parked* under a stream number until a client reads them.
+//! its events *parked* under a stream number, for a client resuming the
+//! stream, until a while after its answer (even once written out: the
+//! connection may have died unnoticed), as rmcp keeps a finished stream's.
 //! The requests such calls send their client (sampling, elicitation,
 //! roots) wait here, by an id of the session's, for the client's answer.
 
@@ -49,13 +53,22 @@ use tokio_util::sync::CancellationToken;
 
 use crate::throttle::LogThrottle;
 
-/// Answers of long direct calls parked at once per session; one more is
-/// streamed but cannot be resumed.
+/// Answers of long direct calls parked at once per session. At the limit,
+/// a new one takes the place of the oldest already written out; failing
+/// that, it is streamed but cannot be resumed.
 const MAX_PARKED: usize = 16;
 
-/// How long a parked answer is kept once it is ready (rmcp keeps a
-/// finished stream's events as long).
+/// How long a parked answer is kept once it is ready, written out or not
+/// (rmcp keeps a finished stream's events as long): a write to a
+/// connection the client lost unnoticed succeeds all the same, so only a
+/// resumption within this time can tell the client its answer.
 const PARKED_TTL: Duration = Duration::from_secs(60);
+
+/// How long a call waits for its session's adoption to be decided when the
+/// session's `initialized` is still on its way through rmcp (a few task
+/// hops; the client may send its first call the moment it has the `202`).
+/// Past it, the call goes to rmcp, which serves it all the same.
+const ADOPTION_WAIT: Duration = Duration::from_secs(1);
 
 /// The request-wise channel number a touch closes: rmcp numbers a
 /// session's HTTP requests from 0, so this one is never open.
@@ -103,6 +116,28 @@ struct Usage {
     last_used: Instant,
     open_streams: usize,
     adopted: Option<Adopted>,
+    /// Set while an `initialized` is on its way to the handler: `true`
+    /// once the adoption it carries is decided.
+    adopting: Option<watch::Receiver<bool>>,
+}
+
+/// Carried with a session's `initialized` to the handler: says when the
+/// adoption is decided ([`Deciding::decided`]), or, dropped with the
+/// notification, that it never will be.
+#[derive(Debug)]
+pub(crate) struct Deciding(watch::Sender<bool>);
+
+impl Deciding {
+    /// The session is adopted, or will not be.
+    pub(crate) fn decided(&self) {
+        self.0.send_replace(true);
+    }
+}
+
+impl Drop for Deciding {
+    fn drop(&mut self) {
+        self.decided();
+    }
 }
 
 /// What a direct call has to say to its client, serialised: the requests
@@ -174,6 +209,9 @@ struct Parked {
     reply: Reply,
     /// When the answer was first seen ready.
     ready: Option<Instant>,
+    /// The answer was written out on a stream (which may not have reached
+    /// the client): the first to make room for a new one.
+    sent: bool,
 }
 
 impl Adopted {
@@ -341,6 +379,7 @@ impl BoundedSessions {
                     last_used: Instant::now(),
                     open_streams: 0,
                     adopted: None,
+                    adopting: None,
                 },
             );
         }
@@ -380,6 +419,47 @@ impl BoundedSessions {
                 touched: Instant::now(),
             });
         }
+    }
+
+    /// Notes that an `initialized` of session `id`, not yet adopted, is on
+    /// its way to the handler: what the handler tells when it has decided
+    /// (`None` for a session unknown or adopted already).
+    pub(crate) fn adopting(&self, id: &SessionId) -> Option<Deciding> {
+        let mut table = self.lock();
+        let usage = table.sessions.get_mut(id)?;
+        if usage.adopted.is_some() {
+            return None;
+        }
+        let (deciding, decided) = watch::channel(false);
+        usage.adopting = Some(decided);
+        Some(Deciding(deciding))
+    }
+
+    /// Waits (at most [`ADOPTION_WAIT`]) until the adoption of session `id`
+    /// an `initialized` on its way carries is decided: whether there was
+    /// one (a call [`BoundedSessions::begin_call`] refused may then be
+    /// admitted). So a client's first call, sent as soon as its
+    /// `initialized` is answered, does not race the handler to rmcp.
+    pub(crate) async fn adoption_decided(&self, id: &SessionId) -> bool {
+        let adopting = self
+            .lock()
+            .sessions
+            .get(id)
+            .and_then(|usage| usage.adopting.clone());
+        let Some(mut decided) = adopting else {
+            return false;
+        };
+        let _ = tokio::time::timeout(ADOPTION_WAIT, decided.wait_for(|done| *done)).await;
+        // Decided (or waited for once, in vain): later calls do not wait.
+        if let Some(usage) = self.lock().sessions.get_mut(id)
+            && usage
+                .adopting
+                .as_ref()
+                .is_some_and(|adopting| adopting.same_channel(&decided))
+        {
+            usage.adopting = None;
+        }
+        true
     }
 
     /// Admits the direct call `request` on session `id`, whose request
@@ -529,7 +609,13 @@ impl BoundedSessions {
         let adopted = table.sessions.get_mut(id)?.adopted.as_mut()?;
         adopted.evict_parked(Instant::now());
         if adopted.parked.len() >= MAX_PARKED {
-            return None;
+            let oldest_sent = adopted
+                .parked
+                .iter()
+                .filter(|(_, parked)| parked.sent)
+                .map(|(stream, _)| *stream)
+                .min()?;
+            adopted.parked.remove(&oldest_sent);
         }
         let stream = adopted.next_stream;
         adopted.next_stream += 1;
@@ -538,6 +624,7 @@ impl BoundedSessions {
             Parked {
                 reply: answer,
                 ready: None,
+                sent: false,
             },
         );
         Some(stream)
@@ -564,15 +651,18 @@ impl BoundedSessions {
             .map(|parked| parked.reply.clone())
     }
 
-    /// Forgets the parked answer of `stream` (it was delivered).
-    pub(crate) fn unpark(&self, id: &SessionId, stream: u64) {
+    /// Notes the parked answer of `stream` written out. It stays parked
+    /// (until [`PARKED_TTL`], or another needs its place): the connection
+    /// it went on may have died without the server noticing.
+    pub(crate) fn sent(&self, id: &SessionId, stream: u64) {
         let mut table = self.lock();
-        if let Some(adopted) = table
+        if let Some(parked) = table
             .sessions
             .get_mut(id)
             .and_then(|usage| usage.adopted.as_mut())
+            .and_then(|adopted| adopted.parked.get_mut(&stream))
         {
-            adopted.parked.remove(&stream);
+            parked.sent = true;
         }
     }
 

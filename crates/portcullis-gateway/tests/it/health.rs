@@ -43,8 +43,12 @@ async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_upstream_is_up_only_once_its_tools_are_served() {
+/// A gateway whose one upstream, `late`, was not listening when it started
+/// and has joined since: the upstreams' catalogue has taken it in, the
+/// served tool map not yet (nothing follows the catalogue until the test
+/// spawns [`follow_catalogue`]). The upstream's task and its config's
+/// directory are kept alive with it.
+async fn joined_late() -> (Arc<Live>, portcullis_server::HttpServer, tempfile::TempDir) {
     // A free loopback port, nothing listening on it yet.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -80,13 +84,19 @@ async fn an_upstream_is_up_only_once_its_tools_are_served() {
         listen: ([127, 0, 0, 1], port).into(),
         ..HttpOptions::default()
     };
-    let _upstream = serve_http(upstream, options)
+    let upstream = serve_http(upstream, options)
         .await
         .expect("the upstream listens");
     eventually("the upstreams' catalogue takes `late` in", || {
         live.current().gateway.toolset.is_up("late")
     })
     .await;
+    (live, upstream, dir)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_is_up_only_once_its_tools_are_served() {
+    let (live, _upstream, _dir) = joined_late().await;
 
     // Connected, but its tools are not served yet: not up. (One upstream:
     // its tools keep their own names.)
@@ -105,6 +115,38 @@ async fn an_upstream_is_up_only_once_its_tools_are_served() {
         up
     })
     .await;
+    follower.abort();
+    live.close().await;
+}
+
+/// `/healthz`'s tool counts: (available, quarantined, withheld).
+fn tool_counts(live: &Live) -> (usize, usize, usize) {
+    let snapshot = live.current().snapshot();
+    (snapshot.available, snapshot.quarantined, snapshot.withheld)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthz_counts_the_tools_served_not_the_newest_catalogues() {
+    let (live, _upstream, _dir) = joined_late().await;
+
+    // `echo` is in the newest catalogue but not served: not available yet,
+    // as its upstream is not up yet.
+    assert!(!served(&live, "echo"));
+    assert_eq!(
+        tool_counts(&live),
+        (0, 0, 0),
+        "healthz counts `echo` available while it is not served"
+    );
+
+    // Once served, counted; never before.
+    let follower = tokio::spawn(follow_catalogue(live.clone()));
+    eventually("`echo` is counted", || {
+        let counted = tool_counts(&live) == (1, 0, 0);
+        assert!(!counted || served(&live, "echo"), "counted before served");
+        counted
+    })
+    .await;
+    assert_eq!(counts(&live), (1, 0, 0));
     follower.abort();
     live.close().await;
 }

@@ -89,8 +89,7 @@ async fn open_session(http: &reqwest::Client, server: &HttpServer, capabilities:
     let (status, ..) = post(http, server, Some(&id), &initialized).await;
     assert_eq!(status, StatusCode::ACCEPTED);
     // The handler adopts the session on a task of rmcp's after the `202`;
-    // a call before that is rmcp's, which answers the same.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // a call sent before that waits for it.
     id
 }
 
@@ -490,12 +489,26 @@ async fn streamed_call_event_id(
     server: &HttpServer,
     session: &str,
 ) -> String {
+    streamed_call(http, server, session, 9).await.0
+}
+
+/// Calls `slow` (id `id`), which outlives a keep-alive interval, and reads
+/// its stream up to the event id: the id, and the rest of the stream.
+async fn streamed_call(
+    http: &reqwest::Client,
+    server: &HttpServer,
+    session: &str,
+    id: u64,
+) -> (
+    String,
+    impl futures::Stream<Item = reqwest::Result<bytes::Bytes>>,
+) {
     use futures::StreamExt as _;
-    let response = send_call(http, server, session, call(9, "slow", json!({}), false))
+    let response = send_call(http, server, session, call(id, "slow", json!({}), false))
         .await
         .unwrap()
         .unwrap();
-    let mut body = response.bytes_stream();
+    let mut body = Box::pin(response.bytes_stream());
     let mut seen = String::new();
     while !seen.contains("id:") {
         let chunk = tokio::time::timeout(HANG, body.next())
@@ -505,11 +518,106 @@ async fn streamed_call_event_id(
             .unwrap();
         seen.push_str(std::str::from_utf8(&chunk).unwrap());
     }
-    seen.lines()
+    let id = seen
+        .lines()
         .find_map(|l| l.strip_prefix("id:"))
         .unwrap()
         .trim()
-        .to_owned()
+        .to_owned();
+    (id, body)
+}
+
+/// Resumes the stream whose last event was `last_event_id` with a `GET`:
+/// its status and body.
+async fn resume_after(
+    http: &reqwest::Client,
+    server: &HttpServer,
+    session: &str,
+    last_event_id: &str,
+) -> (StatusCode, String) {
+    let resumed = http
+        .get(server.url())
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", session)
+        .header("mcp-protocol-version", VERSION)
+        .header("last-event-id", last_event_id)
+        .send()
+        .await
+        .unwrap();
+    let status = resumed.status();
+    let text = tokio::time::timeout(HANG, resumed.text())
+        .await
+        .unwrap()
+        .unwrap_or_default();
+    (status, text)
+}
+
+/// A streamed answer written to a connection whose client no longer reads
+/// it (it died without the server noticing) is not lost: as on rmcp's
+/// path, which keeps a finished stream's events for a while, a `GET` with
+/// the stream's `Last-Event-ID` still gets it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_written_to_a_dead_connection_can_still_be_resumed() {
+    let builder = ToolServer::builder().tool(ro("slow"), |_: Value, _ctx: CallContext| async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        Ok::<_, ToolError>(ToolResult::text("late answer"))
+    });
+    let options = HttpOptions {
+        keep_alive: Some(Duration::from_millis(100)),
+        ..with_sessions()
+    };
+    let server = serve(builder, options).await;
+    let http = reqwest::Client::new();
+    let session = open_session(&http, &server, json!({})).await;
+    let (last_event_id, unread) = streamed_call(&http, &server, &session, 9).await;
+    // The answer goes out on the connection while the client reads nothing
+    // more of it; then the connection is gone.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    drop(unread);
+    let (status, text) = resume_after(&http, &server, &session, &last_event_id).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert!(text.contains("late answer"), "{text}");
+    // Resumed again (that answer too may have been lost): still there.
+    let (status, text) = resume_after(&http, &server, &session, &last_event_id).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert!(text.contains("late answer"), "{text}");
+    server.close().await;
+}
+
+/// Answers kept for resumption stay bounded per session without costing a
+/// new call its resumption: once the session holds its most, a new long
+/// call's stream makes room by forgetting an answer already written out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kept_answers_make_room_for_a_new_calls_resumption() {
+    use futures::StreamExt as _;
+    let builder = ToolServer::builder().tool(ro("slow"), |_: Value, _ctx: CallContext| async {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        Ok::<_, ToolError>(ToolResult::text("late answer"))
+    });
+    let options = HttpOptions {
+        keep_alive: Some(Duration::from_millis(50)),
+        ..with_sessions()
+    };
+    let server = serve(builder, options).await;
+    let http = reqwest::Client::new();
+    let session = open_session(&http, &server, json!({})).await;
+    // More long calls than a session keeps answers of, each read to its end.
+    for id in 1..=20 {
+        let (_, rest) = streamed_call(&http, &server, &session, id).await;
+        let rest: Vec<_> = rest.collect().await;
+        let text: String = rest
+            .into_iter()
+            .map(|chunk| String::from_utf8_lossy(&chunk.unwrap()).into_owned())
+            .collect();
+        assert!(text.contains("late answer"), "call {id}: {text}");
+    }
+    // The next one's client goes away before its answer: it can resume.
+    let last_event_id = streamed_call_event_id(&http, &server, &session).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let (status, text) = resume_after(&http, &server, &session, &last_event_id).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert!(text.contains("late answer"), "{text}");
+    server.close().await;
 }
 
 /// A parked answer is not served once its session has ended (idle): the
@@ -808,6 +916,49 @@ async fn a_capable_clients_call_asks_it_on_the_calls_stream_as_rmcp_does() {
     assert_eq!(direct.1, rmcp.1);
     let text = direct.1["result"]["content"][0]["text"].as_str().unwrap();
     assert!(text.contains("\"Ada\""), "{text}");
+    server.close().await;
+}
+
+/// A client's first call, sent the moment its `notifications/initialized`
+/// is answered, takes the session path: it does not race the session's
+/// adoption (which the handler does on a task of rmcp's) into rmcp's path.
+/// The call can tell which path it is on: only the session path gives a
+/// capable client's call its own way to ask it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_call_right_after_initialized_takes_the_session_path() {
+    let builder =
+        ToolServer::builder().tool(ro("which"), |_: Value, ctx: CallContext| async move {
+            let path = if ctx.client_requests().is_some() {
+                "session path"
+            } else {
+                "rmcp"
+            };
+            Ok::<_, ToolError>(ToolResult::text(path))
+        });
+    let server = serve(builder, with_sessions()).await;
+    let http = reqwest::Client::new();
+    let capabilities: Value = serde_json::from_str(ELICITATION).unwrap();
+    for round in 0..20 {
+        let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": VERSION, "capabilities": capabilities,
+            "clientInfo": {"name": "test", "version": "1"}}});
+        let (_, id, _, body) = post(&http, &server, None, &initialize).await;
+        let session = id.unwrap_or_else(|| panic!("no session: {body}"));
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        let (status, ..) = post(&http, &server, Some(&session), &initialized).await;
+        assert_eq!(status, StatusCode::ACCEPTED);
+        let (status, _, _, body) = post(
+            &http,
+            &server,
+            Some(&session),
+            &call(1, "which", json!({}), false),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let answer: Value = serde_json::from_str(&body).unwrap();
+        let text = answer["result"]["content"][0]["text"].as_str().unwrap();
+        assert!(text.contains("session path"), "round {round}: {answer}");
+    }
     server.close().await;
 }
 

@@ -1136,3 +1136,49 @@ async fn a_servers_request_the_caller_did_not_declare_never_reaches_it() {
     toolset.close().await;
     server.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_request_is_answered_whatever_its_params() {
+    // `params` is optional in a JSON-RPC request, and may be an array: a
+    // request rmcp's types cannot read is still owed an answer (the server
+    // may wait on it), not silence.
+    let bare = json!({"jsonrpc": "2.0", "id": "bare", "method": "secrets/read"});
+    let with = json!({"jsonrpc": "2.0", "id": "with", "method": "secrets/read", "params": {}});
+    let array = json!({"jsonrpc": "2.0", "id": "array", "method": "secrets/read", "params": [1]});
+    let known = json!({"jsonrpc": "2.0", "id": 7, "method": "elicitation/create", "params": []});
+    let events = [bare, with, array, known].map(|e| e.to_string()).to_vec();
+    let replies = Arc::new(Replies::default());
+    replies.take.store(true, Ordering::SeqCst);
+    let (url, server) = serve_hostile(events, replies.clone()).await;
+    let toolset = connected(&url).await;
+    let client = call_with_silent_client(&toolset).await;
+    assert_eq!(
+        client.asked.load(Ordering::SeqCst),
+        0,
+        "the client was asked"
+    );
+    let mut codes: Vec<(String, i64)> = replies
+        .bodies
+        .lock()
+        .expect("not poisoned")
+        .iter()
+        .map(|reply| {
+            (
+                reply["id"].to_string(),
+                reply["error"]["code"].as_i64().unwrap_or_default(),
+            )
+        })
+        .collect();
+    codes.sort();
+    assert_eq!(
+        codes,
+        [
+            ("\"array\"".to_owned(), -32601),
+            ("\"bare\"".to_owned(), -32601),
+            ("\"with\"".to_owned(), -32601),
+            ("7".to_owned(), -32602),
+        ]
+    );
+    toolset.close().await;
+    server.abort();
+}

@@ -10,7 +10,9 @@
 //! answer), and every one still open is withdrawn when the call ends. The
 //! call's answer is handed back only once its withdrawn requests have
 //! ended (at most a second), so the calling client hears of a withdrawal
-//! before the call's answer, as through rmcp's path.
+//! before the call's answer, as through rmcp's path. A request rmcp's
+//! types cannot read (`params` an array, or unfit for its method) is
+//! answered with an error rather than skipped: the server may wait on it.
 //!
 //! A hostile server is held to bounds here: at most [`MAX_OPEN_ASKS`] of
 //! its requests are open at once (reading the stream waits for one to end,
@@ -35,10 +37,13 @@ use std::time::Duration;
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use http::{HeaderValue, Method, StatusCode};
+use rmcp::ErrorData;
 use rmcp::model::{
-    ClientJsonRpcMessage, JsonRpcMessage, RequestId, ServerJsonRpcMessage, ServerNotification,
+    ClientJsonRpcMessage, ErrorCode, JsonRpcMessage, RequestId, ServerJsonRpcMessage,
+    ServerNotification,
 };
 use rmcp::service::ServiceError;
+use serde::Deserialize;
 use serde_json::Value;
 use sse_stream::{Error as SseError, Sse};
 use tokio::task::JoinHandle;
@@ -189,68 +194,82 @@ pub(super) async fn read(
                 // An answer to another request has no business here.
                 continue;
             }
-            match serde_json::from_value::<ServerJsonRpcMessage>(message) {
-                Ok(JsonRpcMessage::Notification(notification)) => {
-                    if let ServerNotification::CancelledNotification(cancelled) =
-                        &notification.notification
-                    {
-                        if let Some(id) = &cancelled.params.request_id {
-                            asked.withdraw(id);
+            // Read borrowed, so that a request rmcp's types cannot read
+            // (params an array, or unfit for a known method) can still be
+            // answered: the server may be waiting on it.
+            let parsed = match ServerJsonRpcMessage::deserialize(&message) {
+                Ok(parsed) => Ok(parsed),
+                Err(_) => Err(unreadable(&message)),
+            };
+            let asking = match parsed {
+                Ok(JsonRpcMessage::Request(request)) => Some((request.id, Ok(request.request))),
+                Err(Some((id, refusal))) => Some((id, Err(refusal))),
+                Ok(other) => {
+                    if let JsonRpcMessage::Notification(notification) = other {
+                        if let ServerNotification::CancelledNotification(cancelled) =
+                            &notification.notification
+                        {
+                            if let Some(id) = &cancelled.params.request_id {
+                                asked.withdraw(id);
+                            }
+                            continue;
                         }
-                        continue;
+                        round.handler.observe(notification.notification).await;
                     }
-                    round.handler.observe(notification.notification).await;
+                    None
                 }
-                // Only a session has a way back for the answer.
-                Ok(JsonRpcMessage::Request(request)) if direct.keeps_session() => {
-                    if asked.is_open(&request.id) {
-                        tracing::debug!(
-                            server = direct.http.server(),
-                            "a server request reused the id of one still open; dropped"
-                        );
-                        continue;
-                    }
-                    // Never closed, so this only waits.
-                    let Ok(permit) = open.clone().acquire_owned().await else {
-                        continue;
-                    };
-                    let cancel = CancellationToken::new();
-                    let relay = round.relay.cloned();
-                    let reply = direct.replier(session.clone(), round.token);
-                    let withdrawn = CancellationToken::new();
-                    let (id, noted) = (request.id.clone(), (cancel.clone(), withdrawn.clone()));
-                    let abandon = asked.abandon.clone();
-                    let task = tokio::spawn(async move {
-                        let id = request.id;
-                        let answered =
-                            answer_for_call(relay, request.request, cancel.clone()).await;
-                        // A request the server withdrew is not answered.
-                        if withdrawn.is_cancelled() {
-                            return;
-                        }
-                        let message = match answered {
-                            Ok(result) => ClientJsonRpcMessage::response(result, id),
-                            Err(error) => ClientJsonRpcMessage::error(error, Some(id)),
-                        };
-                        // The call's end abandons a reply still on its way.
-                        tokio::select! {
-                            () = reply.post(&message) => {}
-                            () = abandon.cancelled() => {}
-                        }
-                        drop(permit);
-                    });
-                    let (cancel, withdrawn) = noted;
-                    asked.insert(
-                        id,
-                        Open {
-                            cancel,
-                            withdrawn,
-                            task,
-                        },
-                    );
-                }
-                Ok(_) | Err(_) => {}
+                Err(None) => None,
+            };
+            // Only a session has a way back for the answer.
+            let Some((id, request)) = asking.filter(|_| direct.keeps_session()) else {
+                continue;
+            };
+            if asked.is_open(&id) {
+                tracing::debug!(
+                    server = direct.http.server(),
+                    "a server request reused the id of one still open; dropped"
+                );
+                continue;
             }
+            // Never closed, so this only waits.
+            let Ok(permit) = open.clone().acquire_owned().await else {
+                continue;
+            };
+            let cancel = CancellationToken::new();
+            let relay = round.relay.cloned();
+            let reply = direct.replier(session.clone(), round.token);
+            let withdrawn = CancellationToken::new();
+            let noted = (id.clone(), cancel.clone(), withdrawn.clone());
+            let abandon = asked.abandon.clone();
+            let task = tokio::spawn(async move {
+                let answered = match request {
+                    Ok(request) => answer_for_call(relay, request, cancel.clone()).await,
+                    Err(refusal) => Err(refusal),
+                };
+                // A request the server withdrew is not answered.
+                if withdrawn.is_cancelled() {
+                    return;
+                }
+                let message = match answered {
+                    Ok(result) => ClientJsonRpcMessage::response(result, id),
+                    Err(error) => ClientJsonRpcMessage::error(error, Some(id)),
+                };
+                // The call's end abandons a reply still on its way.
+                tokio::select! {
+                    () = reply.post(&message) => {}
+                    () = abandon.cancelled() => {}
+                }
+                drop(permit);
+            });
+            let (id, cancel, withdrawn) = noted;
+            asked.insert(
+                id,
+                Open {
+                    cancel,
+                    withdrawn,
+                    task,
+                },
+            );
         };
         // The stream ended without the answer.
         let resumable = direct.keeps_session()
@@ -286,6 +305,32 @@ pub(super) async fn read(
             }
         }
     }
+}
+
+/// The id of a server request rmcp's types cannot read, and the error it
+/// is answered with: "method not found" for a method the gateway does not
+/// answer, "invalid params" for one it does. `None` when `message` is no
+/// request (no string `method`, or no id that can be answered).
+fn unreadable(message: &Value) -> Option<(RequestId, ErrorData)> {
+    let method = message.get("method")?.as_str()?;
+    let id = RequestId::deserialize(message.get("id")?).ok()?;
+    let known = matches!(
+        method,
+        "ping" | "sampling/createMessage" | "elicitation/create" | "roots/list"
+    );
+    let refusal = if known {
+        ErrorData::invalid_params(
+            format!("the {method} request's params could not be read"),
+            None,
+        )
+    } else {
+        ErrorData::new(
+            ErrorCode::METHOD_NOT_FOUND,
+            "portcullis does not relay this request to the calling client",
+            None,
+        )
+    };
+    Some((id, refusal))
 }
 
 /// Why a resumption failed.
