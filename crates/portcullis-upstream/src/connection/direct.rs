@@ -53,9 +53,9 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use portcullis_catalog::ToolResult;
 use rmcp::model::{
     CallToolRequestParams, CancelledNotification, CancelledNotificationParam, ClientCapabilities,
-    ClientJsonRpcMessage, ClientNotification, ErrorData, Implementation, JsonRpcMessage,
-    ProgressToken, ProtocolVersion, RequestId, RequestMetaObject, ServerJsonRpcMessage,
-    ServerResult,
+    ClientJsonRpcMessage, ClientNotification, ErrorData, Implementation, JsonObject,
+    JsonRpcMessage, ProgressToken, ProtocolVersion, RequestId, RequestMetaObject,
+    ServerJsonRpcMessage, ServerResult,
 };
 use rmcp::service::ServiceError;
 use rmcp::transport::DynamicTransportError;
@@ -181,28 +181,93 @@ impl Era {
         }
     }
 
-    /// Puts on a call's parameters the `_meta` rmcp would: a discovered
-    /// server's per-request metadata (the call's own client capabilities,
-    /// if it names them, over the connection's) and the progress token.
-    pub(crate) fn stamp(
+    /// A `tools/call` request sent with `id`, as JSON: `params` as they
+    /// are, with the `_meta` rmcp would put on it (the call's own entries,
+    /// then the progress token, then a discovered server's per-request
+    /// metadata under the keys the call did not set). The era's metadata
+    /// is written from where it is kept, never copied.
+    pub(crate) fn encode_call(
         &self,
+        id: u64,
         params: &mut CallToolRequestParams,
         progress: Option<&ProgressToken>,
-    ) {
-        if let Era::Stateless { meta, .. } = self {
-            let capabilities = params.meta.as_ref().and_then(|m| m.client_capabilities());
-            let mut meta = meta.clone();
-            if let Some(capabilities) = capabilities {
-                meta.set_client_capabilities(capabilities);
+    ) -> serde_json::Result<Vec<u8>> {
+        let own = params.meta.take();
+        let base = match self {
+            Era::Stateless { meta, .. } => Some(&meta.0.0),
+            Era::Session => None,
+        };
+        let encoded = serde_json::to_vec(&Envelope {
+            jsonrpc: "2.0",
+            id,
+            method: "tools/call",
+            params: CallParams {
+                params,
+                meta: MergedMeta {
+                    own: own.as_ref().map(|meta| &meta.0.0),
+                    progress,
+                    base,
+                },
+            },
+        });
+        params.meta = own;
+        encoded
+    }
+}
+
+/// A call's parameters with their `_meta` merged (see [`Era::encode_call`]);
+/// `params` has no `_meta` of its own here.
+#[derive(Serialize)]
+struct CallParams<'a> {
+    #[serde(flatten)]
+    params: &'a CallToolRequestParams,
+    #[serde(rename = "_meta", skip_serializing_if = "MergedMeta::is_empty")]
+    meta: MergedMeta<'a>,
+}
+
+/// `_meta` written from three places without copying any: the call's own
+/// entries, its progress token (over an own one), the era's entries under
+/// keys neither set.
+struct MergedMeta<'a> {
+    own: Option<&'a JsonObject>,
+    progress: Option<&'a ProgressToken>,
+    base: Option<&'a JsonObject>,
+}
+
+impl MergedMeta<'_> {
+    const PROGRESS_TOKEN: &'static str = "progressToken";
+
+    fn is_empty(&self) -> bool {
+        self.own.is_none_or(JsonObject::is_empty)
+            && self.progress.is_none()
+            && self.base.is_none_or(JsonObject::is_empty)
+    }
+
+    /// Whether an entry under `key` is written before the era's.
+    fn set_before(&self, key: &str) -> bool {
+        self.own.is_some_and(|own| own.contains_key(key))
+            || (self.progress.is_some() && key == Self::PROGRESS_TOKEN)
+    }
+}
+
+impl Serialize for MergedMeta<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(None)?;
+        for (key, value) in self.own.into_iter().flatten() {
+            if !(self.progress.is_some() && key == Self::PROGRESS_TOKEN) {
+                map.serialize_entry(key, value)?;
             }
-            params.meta = Some(meta);
         }
-        if let Some(token) = progress {
-            params
-                .meta
-                .get_or_insert_with(Default::default)
-                .set_progress_token(token.clone());
+        if let Some(token) = self.progress {
+            map.serialize_entry(Self::PROGRESS_TOKEN, token)?;
         }
+        for (key, value) in self.base.into_iter().flatten() {
+            if !self.set_before(key) {
+                map.serialize_entry(key, value)?;
+            }
+        }
+        map.end()
     }
 }
 
@@ -226,7 +291,7 @@ struct Envelope<'a> {
     jsonrpc: &'static str,
     id: u64,
     method: &'static str,
-    params: &'a CallToolRequestParams,
+    params: CallParams<'a>,
 }
 
 /// The call a direct round is for, as its answer stream needs it.
@@ -328,14 +393,10 @@ impl Direct {
             Era::Session => self.http.session(),
             Era::Stateless { .. } => None,
         };
-        self.era.stamp(&mut params, round.progress.as_ref());
-        let body = serde_json::to_vec(&Envelope {
-            jsonrpc: "2.0",
-            id: round.id,
-            method: "tools/call",
-            params: &params,
-        })
-        .map_err(|e| unexpected(format!("cannot encode the request: {e}")))?;
+        let body = self
+            .era
+            .encode_call(round.id, &mut params, round.progress.as_ref())
+            .map_err(|e| unexpected(format!("cannot encode the request: {e}")))?;
         let mut headers = self.protocol_headers(session.as_deref(), BOTH);
         if self.standard_headers() {
             headers.insert(
@@ -585,6 +646,77 @@ mod tests {
         match answer(error) {
             Err(ServiceError::McpError(data)) => assert_eq!(data.message, "bad"),
             _ => panic!("expected the server's error"),
+        }
+    }
+
+    /// The request as rmcp would write it: the era's `_meta` cloned, the
+    /// call's capabilities and progress token set over it.
+    fn as_rmcp_writes_it(
+        era: &Era,
+        id: u64,
+        params: &CallToolRequestParams,
+        progress: Option<&ProgressToken>,
+    ) -> Value {
+        let mut params = params.clone();
+        if let Era::Stateless { meta, .. } = era {
+            let own = params.meta.as_ref().and_then(|m| m.client_capabilities());
+            let mut meta = meta.clone();
+            if let Some(own) = own {
+                meta.set_client_capabilities(own);
+            }
+            params.meta = Some(meta);
+        }
+        if let Some(token) = progress {
+            params
+                .meta
+                .get_or_insert_with(Default::default)
+                .set_progress_token(token.clone());
+        }
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})
+    }
+
+    #[test]
+    fn a_call_is_written_with_the_meta_rmcp_would_give_it_and_no_key_twice() {
+        let mut own = RequestMetaObject::default();
+        own.set_client_capabilities(ClientCapabilities::builder().enable_sampling().build());
+        let token = ProgressToken(rmcp::model::NumberOrString::Number(7));
+        let version = ProtocolVersion::V_2026_07_28;
+        let client = Implementation::new("portcullis", "1");
+        let eras = [
+            Era::new(
+                &version,
+                Lifecycle::Discover,
+                client.clone(),
+                ClientCapabilities::default(),
+            ),
+            Era::new(
+                &version,
+                Lifecycle::Handshake,
+                client,
+                ClientCapabilities::default(),
+            ),
+        ];
+        for era in &eras {
+            for own in [None, Some(own.clone())] {
+                for progress in [None, Some(&token)] {
+                    let mut params = CallToolRequestParams::new("echo")
+                        .with_arguments(json!({"m": "hi"}).as_object().unwrap().clone());
+                    params.meta = own.clone();
+                    let expected = as_rmcp_writes_it(era, 9, &params, progress);
+                    let written = era.encode_call(9, &mut params, progress).unwrap();
+                    let text = String::from_utf8(written.clone()).unwrap();
+                    assert_eq!(
+                        serde_json::from_slice::<Value>(&written).unwrap(),
+                        expected,
+                        "{text}"
+                    );
+                    for key in ["clientCapabilities", "progressToken", "\"_meta\""] {
+                        assert!(text.matches(key).count() <= 1, "{key} twice: {text}");
+                    }
+                    // The parameters are left as they were given.
+                    assert_eq!(params.meta, own);
+                }
+            }
         }
     }
 

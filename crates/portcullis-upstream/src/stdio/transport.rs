@@ -362,7 +362,12 @@ impl ChildLines {
     /// finish at once finishes on a task of its own, since half a line
     /// would garble every message after it.
     pub(crate) async fn send(&self, message: ClientJsonRpcMessage) -> std::io::Result<()> {
-        let bytes = super::request_line::encode(message)?;
+        self.send_line(super::request_line::encode(message)?).await
+    }
+
+    /// Writes `line` (one message and its newline) as [`ChildLines::send`]
+    /// writes one.
+    pub(crate) async fn send_line(&self, bytes: Vec<u8>) -> std::io::Result<()> {
         let mut write: Pin<Box<_>> = Box::pin(write_bytes(self.stdin.clone(), bytes));
         match std::future::poll_fn(|cx| Poll::Ready(write.as_mut().poll(cx))).await {
             Poll::Ready(written) => written,

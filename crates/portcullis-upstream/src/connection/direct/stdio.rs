@@ -18,9 +18,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CancelledNotification, CancelledNotificationParam,
-    ClientCapabilities, ClientJsonRpcMessage, ClientNotification, ClientRequest, Implementation,
-    JsonRpcMessage, ProtocolVersion, RequestId, ServerResult,
+    CallToolRequestParams, CancelledNotification, CancelledNotificationParam, ClientCapabilities,
+    ClientJsonRpcMessage, ClientNotification, Implementation, JsonRpcMessage, ProtocolVersion,
+    RequestId, ServerResult,
 };
 use rmcp::service::ServiceError;
 
@@ -70,17 +70,17 @@ impl DirectRoute for StdioDirect {
         mut params: CallToolRequestParams,
         round: Round<'_>,
     ) -> Result<Answer, ServiceError> {
-        self.era.stamp(&mut params, round.progress.as_ref());
+        let mut line = self
+            .era
+            .encode_call(round.id, &mut params, round.progress.as_ref())
+            .map_err(|e| unexpected(format!("cannot encode the request: {e}")))?;
+        line.push(b'\n');
         let Some(mut answer) = self.lines.expect(round.id) else {
             return Err(ServiceError::TransportClosed);
         };
-        let request = ClientJsonRpcMessage::request(
-            ClientRequest::CallToolRequest(CallToolRequest::new(params)),
-            RequestId::Number(round.id as i64),
-        );
         // A pipe that cannot be written to is a child that is gone.
         self.lines
-            .send(request)
+            .send_line(line)
             .await
             .map_err(|_| ServiceError::TransportClosed)?;
         match answer.answer().await {
