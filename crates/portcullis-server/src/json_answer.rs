@@ -54,7 +54,7 @@ use serde::Deserialize;
 use serde::de::IgnoredAny;
 use serde_json::Value;
 
-use crate::media_type::{essence, refused};
+use crate::media_type::{essence_is, refused};
 
 /// Most bytes of rmcp's stream held while waiting for its first real
 /// event; beyond it the answer is streamed. rmcp writes an event in one
@@ -130,7 +130,7 @@ fn admits_json(headers: &HeaderMap) -> bool {
         .iter()
         .filter_map(|value| value.to_str().ok())
         .flat_map(|value| value.split(','))
-        .any(|range| essence(range) == "application/json" && !refused(range))
+        .any(|range| essence_is(range, "application/json") && !refused(range))
 }
 
 /// The id of a JSON-RPC request (`None` for a notification, a response, or
@@ -152,7 +152,7 @@ fn is_event_stream(response: &Response) -> bool {
             .headers()
             .get(CONTENT_TYPE)
             .and_then(|value| value.to_str().ok())
-            .is_some_and(|value| essence(value) == "text/event-stream")
+            .is_some_and(|value| essence_is(value, "text/event-stream"))
 }
 
 /// Holds `response`'s stream until its first real event, then answers

@@ -36,7 +36,7 @@ use http::{HeaderMap, HeaderValue, Method, StatusCode};
 use rmcp::model::ErrorCode;
 use serde_json::{Value, json};
 
-use crate::media_type::{accepts_json_and_events, essence};
+use crate::media_type::{accepts_json_and_events, essence_is};
 
 /// The layer (see the module docs); its state is the body limit.
 pub(crate) async fn answer_malformed(
@@ -216,7 +216,7 @@ fn json_content(headers: &HeaderMap) -> bool {
     headers
         .get(CONTENT_TYPE)
         .and_then(|value| value.to_str().ok())
-        .is_some_and(|value| essence(value) == "application/json")
+        .is_some_and(|value| essence_is(value, "application/json"))
 }
 
 #[cfg(test)]

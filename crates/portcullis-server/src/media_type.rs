@@ -5,14 +5,16 @@
 use http::HeaderMap;
 use http::header::ACCEPT;
 
-/// `type/subtype` of a media type, lower-cased, without parameters.
-pub(crate) fn essence(media_type: &str) -> String {
+/// Whether a media type's `type/subtype` (parameters dropped, case
+/// ignored) is `essence`, given in lower case. Read on every request, so
+/// it allocates nothing.
+pub(crate) fn essence_is(media_type: &str, essence: &str) -> bool {
     media_type
         .split(';')
         .next()
         .unwrap_or_default()
         .trim()
-        .to_ascii_lowercase()
+        .eq_ignore_ascii_case(essence)
 }
 
 /// An `Accept` naming both JSON and event streams (over every `Accept`
@@ -26,11 +28,8 @@ pub(crate) fn accepts_json_and_events(headers: &HeaderMap) -> bool {
             continue;
         };
         for media_type in value.split(',').filter(|range| !refused(range)) {
-            match essence(media_type).as_str() {
-                "application/json" => json = true,
-                "text/event-stream" => events = true,
-                _ => {}
-            }
+            json |= essence_is(media_type, "application/json");
+            events |= essence_is(media_type, "text/event-stream");
         }
     }
     json && events
@@ -44,7 +43,7 @@ pub(crate) fn accepts_events(headers: &HeaderMap) -> bool {
         .iter()
         .filter_map(|value| value.to_str().ok())
         .flat_map(|value| value.split(','))
-        .any(|range| !refused(range) && essence(range) == "text/event-stream")
+        .any(|range| !refused(range) && essence_is(range, "text/event-stream"))
 }
 
 /// A media range with `q=0` (in any spelling: `0`, `0.0`, `0.000`).
@@ -68,6 +67,18 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert(ACCEPT, http::HeaderValue::from_static(value));
         headers
+    }
+
+    #[test]
+    fn an_essence_is_read_without_parameters_case_or_spaces() {
+        assert!(essence_is(
+            " Application/JSON ; charset=utf-8",
+            "application/json"
+        ));
+        assert!(essence_is("text/event-stream", "text/event-stream"));
+        assert!(!essence_is("application/json-seq", "application/json"));
+        assert!(!essence_is("application/jso", "application/json"));
+        assert!(!essence_is("", "application/json"));
     }
 
     #[test]

@@ -14,7 +14,7 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler};
 
-use crate::media_type::{accepts_json_and_events, essence};
+use crate::media_type::{accepts_json_and_events, essence_is};
 
 /// `MCP-Protocol-Version`.
 pub(crate) const PROTOCOL_VERSION_HEADER: &str = "mcp-protocol-version";
@@ -41,7 +41,7 @@ pub(crate) fn promotes_params(headers: &HeaderMap) -> bool {
 pub(crate) fn plain_json_post(headers: &HeaderMap) -> bool {
     headers.contains_key(CONTENT_LENGTH)
         && sole(headers, CONTENT_TYPE.as_str())
-            .is_some_and(|value| essence(value) == "application/json")
+            .is_some_and(|value| essence_is(value, "application/json"))
         && accepts_json_and_events(headers)
 }
 
