@@ -21,7 +21,6 @@
 //! | [`drift`] | baseline comparison, quarantine stubs |
 //! | [`disclosure`] | the disclosure budget, tiers, `mcp__describe_tool`, system prompt |
 //! | [`catalogue`] | all of the above, projected into one tool map |
-//! | [`parallel`] | per-server work of a large projection spread over a few threads |
 //! | [`policy`] | allow / ask / deny, denied results |
 //! | [`redact`] | URL credentials masked, invisible characters written out: what may be printed of config values and outside text |
 //! | [`validation`] | JSON Schema validation of call arguments |
@@ -74,7 +73,6 @@ pub mod gate;
 pub mod log_line;
 pub mod message_line;
 pub mod naming;
-pub mod parallel;
 pub mod passthrough;
 pub mod pins;
 pub mod policy;

@@ -44,20 +44,6 @@ pub(crate) fn transport(text: &str) -> Option<TransportKind> {
     }
 }
 
-/// Cached listings shorter than this in all are decoded on one thread: a
-/// thread costs more than it saves on a small store.
-const SPLIT_DECODE_BYTES: usize = 512 * 1024;
-
-/// How many threads decode `bytes` of cached listings: one below
-/// [`SPLIT_DECODE_BYTES`], else one per core, at most four.
-pub(crate) fn decode_workers(bytes: usize) -> usize {
-    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    if bytes < SPLIT_DECODE_BYTES {
-        return 1;
-    }
-    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get().min(4)))
-}
-
 /// The raw columns of one `mcp_servers` row. The JSON columns are
 /// borrowed from the database's row: the cached listing is megabytes on a
 /// wake, and it is parsed straight from the driver's copy instead of being

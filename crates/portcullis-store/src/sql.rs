@@ -18,7 +18,6 @@ use std::time::SystemTime;
 
 use portcullis_catalog::Tool;
 use portcullis_catalog::fingerprint::Fingerprints;
-use portcullis_catalog::parallel::map_split;
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Row, Type};
 
 use crate::audit::{ArgumentShape, AuditDecision, AuditOutcome, AuditRecord};
@@ -211,17 +210,11 @@ where
             .fetch_all(&self.pool)
             .await
             .map_err(op())?;
-        let raw = rows
-            .iter()
-            .map(Self::raw_row)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(op())?;
-        // Decoding the cached listings is most of a large read, and each
-        // row's is its own: split over a few threads when it is worth one.
-        let weight = |row: &RawRow<'_>| row.tools.map_or(0, str::len);
-        let workers = crate::columns::decode_workers(raw.iter().map(weight).sum());
-        let decoded = map_split(raw, workers, weight, |row| row.into_row(DB::BACKEND));
-        Ok(decoded.into_iter().flatten().collect())
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            out.extend(Self::raw_row(row).map_err(op())?.into_row(DB::BACKEND));
+        }
+        Ok(out)
     }
 
     pub(crate) async fn get(&self, id: &str) -> Result<Option<PersistedServer>, StoreError> {

@@ -8,7 +8,7 @@
 //! in, so the next call sees the correction and none sees half of one.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use portcullis_catalog::catalogue::{EntryKind, ListingRef};
 use portcullis_catalog::classification::Classification;
@@ -213,21 +213,6 @@ fn links(catalogue: &Catalogue, sources: &[Source], waking: &[Waking]) -> Links 
     (connections, pending)
 }
 
-/// Listings of fewer tools than this in all are projected on one thread:
-/// a thread costs more than it saves on a small catalogue.
-const SPLIT_PROJECTION_TOOLS: usize = 1_000;
-
-/// How many threads project `tools` tools: one below
-/// [`SPLIT_PROJECTION_TOOLS`], else one per core, at most four
-/// ([`Catalogue::project_on`]; the catalogue is the same either way).
-fn projection_workers(tools: usize) -> usize {
-    static CORES: OnceLock<usize> = OnceLock::new();
-    if tools < SPLIT_PROJECTION_TOOLS {
-        return 1;
-    }
-    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get().min(4)))
-}
-
 /// Projects `sources` into a snapshot. Diagnostics the previous snapshot
 /// already reported (a collision, a budget overrun, a drift unchanged since)
 /// are not reported again; validators whose schema did not change are
@@ -247,9 +232,7 @@ pub(crate) fn project(
         .map(Source::listing)
         .chain(waking.iter().map(Waking::listing))
         .chain(others.iter().map(ListingRef::from));
-    let tools = sources.iter().map(|s| s.tools.len()).sum::<usize>()
-        + waking.iter().map(|w| w.tools.len()).sum::<usize>();
-    let catalogue = Catalogue::project_on(listings, options, projection_workers(tools));
+    let catalogue = Catalogue::project(listings, options);
     let already: &[Diagnostic] = previous.map(|p| p.catalogue.diagnostics()).unwrap_or(&[]);
     for diagnostic in catalogue.diagnostics() {
         if !already.contains(diagnostic) {
