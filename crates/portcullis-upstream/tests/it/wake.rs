@@ -295,6 +295,77 @@ async fn a_drifted_cache_wakes_quarantined_and_the_live_listing_is_still_checked
     toolset.close().await;
 }
 
+// A large wake (the bench's shape, smaller): one cached tool that drifted,
+// among 1 200 judged by the digests the store wrote, must still wake
+// quarantined, before any server is contacted, and nothing else drift.
+#[tokio::test(flavor = "current_thread")]
+async fn a_drifted_cached_tool_among_many_servers_still_wakes_quarantined() {
+    use portcullis_catalog::{ServerIdentity, Tool};
+    use portcullis_store::{PersistedServer, SqliteStore, Store};
+    use std::sync::Arc;
+
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+    let store: Arc<dyn Store> = match SqliteStore::open(&dir.path().join("many.sqlite")).await {
+        Ok(store) => Arc::new(store),
+        Err(e) => panic!("sqlite: {e}"),
+    };
+    let mut configs = Vec::new();
+    for s in 0..30 {
+        // Nothing listens there: the background connects fail, later.
+        let config =
+            McpServerConfig::streamable_http(format!("s{s}"), format!("http://127.0.0.1:9/s{s}"));
+        let tools: Vec<portcullis_catalog::Tool> = (0..40)
+            .map(|t| {
+                Tool::new(format!("tool_{t}"))
+                    .with_description(format!(
+                        "Tool {t} of server {s}. {}",
+                        "Padding. ".repeat(60)
+                    ))
+                    .with_input_schema(
+                        json!({"type": "object", "properties": {"q": {"type": "string"}}}),
+                    )
+            })
+            .collect();
+        let identity: ServerIdentity = config.identity();
+        let mut cached = tools.clone();
+        if s == 23 {
+            cached[17].description = Some(HIJACK.into());
+        }
+        let row = PersistedServer::new(config.name(), &identity)
+            .with_tools(cached)
+            .with_fingerprints(fingerprint_listing(&tools));
+        store.save(&row).await.unwrap_or_else(|e| panic!("{e}"));
+        configs.push(config);
+    }
+    let options = ConnectOptions::default()
+        .with_store(store)
+        .with_reconnect(portcullis_upstream::Backoff::NEVER);
+    let toolset = rebuild_from_store(configs, options)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let woken = toolset.catalogue();
+    assert_eq!(
+        woken.get("s23__tool_17").map(|e| e.kind),
+        Some(EntryKind::Quarantined)
+    );
+    let remote = woken
+        .entries()
+        .iter()
+        .filter(|e| e.kind == EntryKind::Remote)
+        .count();
+    assert_eq!(remote, 30 * 40 - 1);
+    let shown = serde_json::to_string(&woken.definitions().collect::<Vec<_>>()).unwrap_or_default();
+    assert!(!shown.contains(HIJACK));
+    let drift: Vec<_> = woken
+        .diagnostics()
+        .iter()
+        .filter(|d| d.rule == Rule::ToolDrift)
+        .map(|d| d.origin.as_str())
+        .collect();
+    assert_eq!(drift, ["s23"]);
+    toolset.close().await;
+}
+
 #[tokio::test]
 async fn a_failed_listing_keeps_the_cached_map_but_no_call_is_sent() {
     let fixture = Fixture::new(&original());
