@@ -681,7 +681,9 @@ impl Connection {
             let deadline = tokio::time::Instant::now() + self.timeout;
             let answered =
                 if let Some(direct) = self.direct.as_ref().filter(|d| d.serves(remote_name)) {
-                    self.call_direct(
+                    // Boxed: an HTTP round's state is kilobytes, and every
+                    // stdio call's future would otherwise be as large.
+                    Box::pin(self.call_direct(
                         direct.as_ref(),
                         tool,
                         server,
@@ -689,7 +691,7 @@ impl Connection {
                         context,
                         relay.as_ref(),
                         token.as_deref(),
-                    )
+                    ))
                     .await?
                 } else {
                     self.call_stdio_direct(tool, server, &params, context, relay.as_ref())

@@ -494,10 +494,16 @@ impl Toolset {
         };
         let session = context.session.as_deref().or(inner.session.as_deref());
         let key = context.idempotency_key.as_deref();
-        let effect_args = arguments.clone();
-        let send = async {
+        // Only a call the effect log keeps needs its arguments afterwards.
+        let logged = inner.store.is_some() && key.is_some();
+        let effect_args = logged.then(|| arguments.clone());
+        // A closure, so the call's future is built where it is awaited: a
+        // future kept in a local and then awaited takes its room twice in
+        // this one, which every call moves into a box.
+        let (state, server) = (&state, &server);
+        let send = move || async move {
             let result = connection
-                .call(name, &server, &entry.remote_name, arguments, context, token)
+                .call(name, server, &entry.remote_name, arguments, context, token)
                 .await?;
             // It answered, whichever path the call took: up (again).
             connection.health().set_reachable(true);
@@ -506,9 +512,21 @@ impl Toolset {
             }
             Ok(result)
         };
-        crate::effects::replay_or_call(inner.store.as_ref(), session, key, name, &effect_args, send)
-            .await
-            .map(CallAnswer::Output)
+        match effect_args {
+            None => send().await,
+            Some(args) => {
+                let replay = crate::effects::replay_or_call(
+                    inner.store.as_ref(),
+                    session,
+                    key,
+                    name,
+                    &args,
+                    send(),
+                );
+                Box::pin(replay).await
+            }
+        }
+        .map(CallAnswer::Output)
     }
 
     /// The session this toolset was built for.

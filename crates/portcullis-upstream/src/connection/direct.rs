@@ -678,7 +678,7 @@ mod tests {
     #[test]
     fn a_call_is_written_with_the_meta_rmcp_would_give_it_and_no_key_twice() {
         let mut own = RequestMetaObject::default();
-        own.set_client_capabilities(ClientCapabilities::builder().enable_sampling().build());
+        own.set_client_capabilities(ClientCapabilities::builder().enable_elicitation().build());
         let token = ProgressToken(rmcp::model::NumberOrString::Number(7));
         let version = ProtocolVersion::V_2026_07_28;
         let client = Implementation::new("portcullis", "1");
