@@ -22,9 +22,25 @@
 //!   `Content-Length` (the guard has already held it to the body limit);
 //! - body: a JSON-RPC `tools/call` whose `_meta` carries every key 2026-07-28
 //!   requires and the header's version, whose `Mcp-Name` matches `name` as
-//!   written (no Base64 form), and which asks for neither progress nor log
-//!   messages (those need an event stream);
+//!   written (no Base64 form), and which asks for no log messages (a
+//!   handler sends those through the call's peer, which only rmcp's path
+//!   gives a stream to);
 //! - the tool's input schema promotes no argument to an `Mcp-Param-*` header.
+//!
+//! A call with a progress token (rmcp's client puts one on every request)
+//! is taken too: its context carries a `CallProgress` (`crate::call_progress`)
+//! whose reports go into the call's outbox. A call that reports nothing is
+//! answered plain JSON as above. The first report makes the answer what
+//! rmcp's path makes it: `200 text/event-stream`, each report an event
+//! (`data:` and the message, no id: a 2026-07-28 answer cannot be resumed),
+//! a keep-alive comment after each keep-alive interval without one, the
+//! response as the last event, and the end of the stream. Reports are taken
+//! out of the outbox as they are sent; at most
+//! `call_progress::MAX_PROGRESS_BYTES` of them wait for a slow client, later
+//! ones are dropped (rmcp holds the reporter back instead). A client that
+//! goes away mid-stream cancels the call, as before the answer and as on
+//! rmcp's path; so does the server's closing of its streams (`close` after
+//! the shutdown grace).
 //!
 //! The handler gets a [`RequestContext`] like rmcp's: the request's id and
 //! `_meta`, the HTTP request parts in its extensions, a cancellation token
@@ -38,11 +54,14 @@ use std::borrow::Cow;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 
+use bytes::Bytes;
 use http::{HeaderMap, Method, Request, StatusCode};
 use rmcp::model::{
     CallToolRequestParams, ClientCapabilities, ErrorCode, Implementation, InitializeRequestParams,
@@ -52,9 +71,14 @@ use rmcp::service::{RequestContext, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use rmcp::{Peer, RoleServer, ServerHandler};
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
+use tokio::sync::watch;
+use tokio::task::{JoinError, JoinHandle};
+use tokio_util::sync::{CancellationToken, DropGuard};
 
+use crate::call_progress;
 use crate::session_call::SessionPath;
+use crate::sessions::{Outbox, Reply};
+use crate::sse;
 use crate::tool_call::{
     Era, METHOD_HEADER, NAME_HEADER, PROTOCOL_VERSION_HEADER, PlainCall, SESSION_HEADER, call_tool,
     json_response, plain_json_post, promotes_params, sole, status_only,
@@ -76,6 +100,19 @@ pub(crate) struct DirectCall<H, S> {
     modern: bool,
     /// With legacy sessions: their plain calls (`crate::session_call`).
     sessions: Option<SessionPath>,
+    /// How streamed answers are kept alive and cut, as rmcp's are.
+    streams: Streams,
+}
+
+/// What a streamed answer needs of the server: rmcp's keep-alive interval
+/// (`None`: no keep-alive comments) and the token that cuts open streams
+/// at shutdown.
+#[derive(Clone)]
+pub(crate) struct Streams {
+    /// The interval rmcp's streams use.
+    pub(crate) keep_alive: Option<Duration>,
+    /// Cancelled when the server closes its streams.
+    pub(crate) closed: CancellationToken,
 }
 
 impl<H, S> DirectCall<H, S>
@@ -84,7 +121,12 @@ where
 {
     /// Wraps `fallback`. Must run inside a tokio runtime: the closed peer is
     /// made by starting (and at once ending) an rmcp service.
-    pub(crate) fn new(handler: H, fallback: S, sessions: Option<SessionPath>) -> Self {
+    pub(crate) fn new(
+        handler: H,
+        fallback: S,
+        sessions: Option<SessionPath>,
+        streams: Streams,
+    ) -> Self {
         let info =
             InitializeRequestParams::new(ClientCapabilities::default(), Implementation::default())
                 .with_protocol_version(ProtocolVersion::V_2026_07_28);
@@ -101,6 +143,7 @@ where
             peer,
             modern,
             sessions,
+            streams,
         }
     }
 }
@@ -130,10 +173,11 @@ where
             peer,
             modern,
             sessions,
+            streams,
         } = self.clone();
         Box::pin(async move {
             let request = if modern && plain_headers(&request) {
-                match try_direct(&handler, &peer, request).await {
+                match try_direct(&handler, &peer, &streams, request).await {
                     Ok(response) => return Ok(response),
                     Err(request) => request,
                 }
@@ -158,6 +202,7 @@ where
 async fn try_direct<H>(
     handler: &H,
     peer: &Peer<RoleServer>,
+    streams: &Streams,
     request: Request<Body>,
 ) -> Result<Response, Request<Body>>
 where
@@ -186,6 +231,13 @@ where
     // context, and the HTTP parts into its extensions.
     let mut extensions = rmcp::model::Extensions::new();
     extensions.insert(parts);
+    // A call that asked for progress reports it into its outbox.
+    let outbox = meta
+        .get_progress_token()
+        .map(|_| Arc::new(watch::Sender::new(Outbox::default())));
+    if let Some(outbox) = &outbox {
+        extensions.insert(call_progress::for_call(Arc::downgrade(outbox)));
+    }
 
     let cancel = CancellationToken::new();
     let mut context = RequestContext::new(id.clone(), peer.clone());
@@ -193,17 +245,18 @@ where
     context.meta = meta;
     context.extensions = extensions;
     // The handler runs on a task of its own, as on rmcp's path: when the
-    // client goes away this future is dropped, the guard cancels the
-    // call's token, and the handler sees the cancellation and finishes
-    // (a gateway then cancels its upstream call) instead of being dropped
-    // mid-await.
+    // client goes away this future (or the answer's stream) is dropped,
+    // the guard cancels the call's token, and the handler sees the
+    // cancellation and finishes (a gateway then cancels its upstream call)
+    // instead of being dropped mid-await.
     let disconnect = cancel.drop_guard();
     let handler = handler.clone();
+    let answered = outbox.clone();
     // Boxed, and answering with the serialised message: a tool call's
     // future is many kilobytes, and a spawn copies the future into its task
     // and the output out of it (measured: those copies were a third of the
     // gateway's instructions per call before).
-    let answer = tokio::spawn(Box::pin(async move {
+    let mut task = tokio::spawn(Box::pin(async move {
         let answer = call_tool(&handler, params, context, Era::Stateless).await;
         let (message, status) = match answer {
             Ok(result) => (ServerJsonRpcMessage::response(result, id), StatusCode::OK),
@@ -212,11 +265,57 @@ where
                 (ServerJsonRpcMessage::error(error, Some(id)), status)
             }
         };
-        (serde_json::to_vec(&message), status)
-    }))
-    .await;
-    disconnect.disarm();
-    Ok(match answer {
+        let body = serde_json::to_vec(&message).map(Bytes::from);
+        if let Some(outbox) = answered {
+            // Nothing is reported after the answer.
+            let answer = body.as_ref().map(Bytes::clone).unwrap_or_default();
+            outbox.send_modify(|outbox| outbox.answer = Some(answer));
+        }
+        (body, status)
+    }));
+    let Some(outbox) = outbox else {
+        let answer = task.await;
+        disconnect.disarm();
+        return Ok(json_answer(answer));
+    };
+    // The first of the answer and a report decides what the answer is.
+    let mut reply = outbox.subscribe();
+    let reported = |outbox: &Outbox| !outbox.events.is_empty();
+    let joined = tokio::select! {
+        biased;
+        joined = &mut task => Some(joined),
+        _ = reply.wait_for(reported) => None,
+    };
+    if reply.borrow().events.is_empty() {
+        let answer = match joined {
+            Some(joined) => joined,
+            None => task.await,
+        };
+        disconnect.disarm();
+        return Ok(json_answer(answer));
+    }
+    let streaming = Streaming {
+        outbox,
+        reply,
+        task: match joined {
+            Some(joined) => Joined::Done(joined),
+            None => Joined::Running(task),
+        },
+        streams: streams.clone(),
+        disconnect: Some(disconnect),
+    };
+    Ok(sse::response(Body::from_stream(futures::stream::unfold(
+        streaming,
+        Streaming::next,
+    ))))
+}
+
+/// What the call's task gives back: its serialised answer and status.
+type Answered = (Result<Bytes, serde_json::Error>, StatusCode);
+
+/// The call's answer as plain JSON with its status.
+fn json_answer(answer: Result<Answered, JoinError>) -> Response {
+    match answer {
         Ok((Ok(body), status)) => json_response(body, status),
         Ok((Err(error), _)) => {
             tracing::error!(%error, "response not serialised");
@@ -226,7 +325,108 @@ where
             tracing::error!(%error, "tool call handler failed");
             status_only(StatusCode::INTERNAL_SERVER_ERROR)
         }
-    })
+    }
+}
+
+/// The call's task, or what it gave back.
+enum Joined {
+    Running(JoinHandle<Answered>),
+    Done(Result<Answered, JoinError>),
+    /// The answer went out (or could not).
+    Sent,
+}
+
+/// A streamed answer: the call's reports as they come, then its response.
+struct Streaming {
+    /// Held so that the reports sent can be taken out.
+    outbox: Arc<watch::Sender<Outbox>>,
+    reply: Reply,
+    task: Joined,
+    streams: Streams,
+    /// Cancels the call if the stream is dropped before its end.
+    disconnect: Option<DropGuard>,
+}
+
+/// What waiting on a streamed call found.
+enum Next {
+    Reported,
+    Joined(Result<Answered, JoinError>),
+    Closed,
+}
+
+impl Streaming {
+    async fn next(mut self) -> Option<(Result<Bytes, Infallible>, Self)> {
+        loop {
+            // Reports waiting: sent at once, in order, and forgotten (there
+            // is nothing to resume).
+            let reports = self.take_reports();
+            if !reports.is_empty() {
+                return Some((Ok(reports), self));
+            }
+            let task = match &mut self.task {
+                Joined::Sent => return None,
+                Joined::Done(_) => {
+                    let Joined::Done(answer) = std::mem::replace(&mut self.task, Joined::Sent)
+                    else {
+                        return None;
+                    };
+                    if let Some(disconnect) = self.disconnect.take() {
+                        disconnect.disarm();
+                    }
+                    return match answer {
+                        Ok((Ok(body), _)) => Some((Ok(sse::event(None, &body)), self)),
+                        Ok((Err(error), _)) => {
+                            tracing::error!(%error, "response not serialised");
+                            None
+                        }
+                        Err(error) => {
+                            tracing::error!(%error, "tool call handler failed");
+                            None
+                        }
+                    };
+                }
+                Joined::Running(task) => task,
+            };
+            let reply = &mut self.reply;
+            let closed = &self.streams.closed;
+            let waited = async {
+                tokio::select! {
+                    biased;
+                    () = closed.cancelled() => Next::Closed,
+                    joined = task => Next::Joined(joined),
+                    // The sender is held here, so this never fails.
+                    _ = reply.changed() => Next::Reported,
+                }
+            };
+            let next = match self.streams.keep_alive {
+                Some(interval) => match tokio::time::timeout(interval, waited).await {
+                    Ok(next) => next,
+                    Err(_) => return Some((Ok(Bytes::from_static(sse::KEEP_ALIVE)), self)),
+                },
+                None => waited.await,
+            };
+            match next {
+                Next::Reported => {}
+                Next::Joined(answer) => self.task = Joined::Done(answer),
+                // rmcp's streams end there too; the guard cancels the call.
+                Next::Closed => return None,
+            }
+        }
+    }
+
+    /// The reports waiting, as events, taken out of the outbox.
+    fn take_reports(&mut self) -> Bytes {
+        self.reply.borrow_and_update();
+        let mut reports = Vec::new();
+        self.outbox.send_if_modified(|outbox| {
+            for report in outbox.events.drain(..) {
+                sse::push_event(&mut reports, &report);
+            }
+            outbox.progress_bytes = 0;
+            false
+        });
+        Bytes::from(reports)
+    }
 }
 
 /// The headers of a request this path takes (see the module docs).
@@ -256,7 +456,6 @@ fn plain_call(
         || !meta
             .missing_required_keys(&ProtocolVersion::V_2026_07_28)
             .is_empty()
-        || meta.get_progress_token().is_some()
         || meta.contains_key(LOG_LEVEL_META)
     {
         return None;

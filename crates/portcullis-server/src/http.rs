@@ -34,7 +34,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::connections::Limits;
-use crate::direct_call::DirectCall;
+use crate::direct_call::{DirectCall, Streams};
 use crate::error::ServerError;
 use crate::guard::{Guard, MCP_PATH, guard_layer};
 use crate::json_answer::JsonAnswer;
@@ -395,6 +395,10 @@ where
     // Plain 2026-07-28 `tools/call` requests skip rmcp's per-request
     // service when answers may be plain JSON (see `crate::direct_call`).
     let direct = options.json_response.then(|| handler.clone());
+    let direct_streams = Streams {
+        keep_alive: options.keep_alive,
+        closed: streams.clone(),
+    };
     let factory = move || Ok(handler.clone());
     let sessions = options.legacy_sessions.then(|| {
         Arc::new(BoundedSessions::new(
@@ -411,7 +415,8 @@ where
         match direct {
             Some(handler) => {
                 let path = SessionPath::new(sessions.clone(), options.keep_alive);
-                let service = DirectCall::new(handler, JsonAnswer::new(rmcp), Some(path));
+                let service =
+                    DirectCall::new(handler, JsonAnswer::new(rmcp), Some(path), direct_streams);
                 Router::new().route_service(MCP_PATH, service)
             }
             None => Router::new().route_service(MCP_PATH, rmcp),
@@ -420,9 +425,10 @@ where
         let rmcp =
             StreamableHttpService::new(factory, Arc::new(NeverSessionManager::default()), config);
         match direct {
-            Some(handler) => {
-                Router::new().route_service(MCP_PATH, DirectCall::new(handler, rmcp, None))
-            }
+            Some(handler) => Router::new().route_service(
+                MCP_PATH,
+                DirectCall::new(handler, rmcp, None, direct_streams),
+            ),
             None => Router::new().route_service(MCP_PATH, rmcp),
         }
     };

@@ -74,6 +74,7 @@
 
 mod answer;
 pub mod approval;
+mod call_progress;
 mod connections;
 mod direct_call;
 pub mod error;
@@ -90,9 +91,9 @@ pub mod oauth;
 pub mod passthrough;
 mod session_ask;
 mod session_call;
-mod session_progress;
 mod sessions;
 pub mod shutdown;
+mod sse;
 pub mod stdio;
 mod throttle;
 mod tool_call;

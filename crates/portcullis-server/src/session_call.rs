@@ -30,7 +30,7 @@
 //! client that declared sampling, elicitation or roots can be asked them
 //! on the call's stream (`crate::session_ask`, in place of rmcp's routing
 //! by originating request); a call that sent a progress token has its
-//! reports put on its stream too (`crate::session_progress`, in place of
+//! reports put on its stream too (`crate::call_progress`, in place of
 //! rmcp's routing by token). A call still running after one keep-alive
 //! interval, asking its client something or reporting progress, is
 //! answered as a stream instead, like rmcp's: an event with an id
@@ -48,7 +48,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::response::Response;
 use bytes::Bytes;
-use http::header::{CACHE_CONTROL, CONTENT_TYPE};
+use http::header::CACHE_CONTROL;
 use http::{HeaderMap, HeaderValue, Method, Request, StatusCode};
 use rmcp::model::{RequestId, ServerJsonRpcMessage};
 use rmcp::service::{NotificationContext, RequestContext};
@@ -56,10 +56,11 @@ use rmcp::transport::streamable_http_server::session::SessionId;
 use rmcp::{RoleServer, ServerHandler};
 use serde::Deserialize;
 
+use crate::call_progress;
 use crate::media_type::accepts_events;
 use crate::session_ask;
-use crate::session_progress;
 use crate::sessions::{BoundedSessions, Deciding, Outbox, Reply};
+use crate::sse;
 use crate::tool_call::{
     Era, METHOD_HEADER, NAME_HEADER, PROTOCOL_VERSION_HEADER, PlainCall, SESSION_HEADER, call_tool,
     json_response, plain_json_post, promotes_params, sole, status_only,
@@ -160,7 +161,7 @@ impl SessionPath {
         let PlainCall { id, mut params, .. } = call;
         let meta = params.meta.take().unwrap_or_default();
         // A progress token is plain: its reports go on the call's stream
-        // (`crate::session_progress`).
+        // (`crate::call_progress`).
         let plain = !meta.keys().any(|key| key.starts_with(PROTOCOL_META_PREFIX));
         if !plain || !self.sessions.holds(&session).await {
             return Err(Request::from_parts(parts, Body::from(bytes)));
@@ -197,7 +198,7 @@ impl SessionPath {
             ));
         }
         if meta.get_progress_token().is_some() {
-            extensions.insert(session_progress::for_call(Arc::downgrade(&outbox)));
+            extensions.insert(call_progress::for_call(Arc::downgrade(&outbox)));
         }
         let mut context = RequestContext::new(id.clone(), admitted.peer);
         context.ct = admitted.cancel;
@@ -348,12 +349,7 @@ impl SessionPath {
             stream,
         };
         let events = futures::stream::unfold(state, Streaming::next);
-        let mut response = Response::new(Body::from_stream(events));
-        let headers = response.headers_mut();
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-        headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-        headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
-        response
+        sse::response(Body::from_stream(events))
     }
 }
 
@@ -379,7 +375,7 @@ impl Streaming {
         let message = match wait(&mut reply, self.seen, self.keep_alive).await {
             Waited::Running => {
                 self.reply = Some(reply);
-                return Some((Ok(Bytes::from_static(b":\n\n")), self));
+                return Some((Ok(Bytes::from_static(sse::KEEP_ALIVE)), self));
             }
             Waited::Gone => return None,
             Waited::Event(message) => {
@@ -389,26 +385,15 @@ impl Streaming {
                 let id = self
                     .stream
                     .map(|stream| format!("id: {EVENT_ID_PREFIX}{stream}.{}\n", self.seen));
-                return Some((Ok(event(id.as_deref(), &message)), self));
+                return Some((Ok(sse::event(id.as_deref(), &message)), self));
             }
             Waited::Answered(message) => message,
         };
         if let Some(stream) = self.stream {
             self.sessions.sent(&self.session, stream);
         }
-        Some((Ok(event(None, &message)), self))
+        Some((Ok(sse::event(None, &message)), self))
     }
-}
-
-/// An SSE event carrying `message`, after the `id` line if any.
-fn event(id: Option<&str>, message: &[u8]) -> Bytes {
-    let id = id.unwrap_or_default();
-    let mut event = Vec::with_capacity(id.len() + message.len() + 8);
-    event.extend_from_slice(id.as_bytes());
-    event.extend_from_slice(b"data: ");
-    event.extend_from_slice(message);
-    event.extend_from_slice(b"\n\n");
-    Bytes::from(event)
 }
 
 /// What waiting for a direct call's next event found.

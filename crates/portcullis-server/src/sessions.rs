@@ -150,7 +150,7 @@ pub(crate) struct Outbox {
     /// The response, `None` until it is made; nothing follows it.
     pub(crate) answer: Option<Bytes>,
     /// Bytes of the progress reports among `events` (bounded by
-    /// `crate::session_progress`).
+    /// `crate::call_progress`).
     pub(crate) progress_bytes: usize,
 }
 

@@ -62,9 +62,9 @@
 //! record in memory), `LOAD_MATRIX_CAPABILITIES` (the capabilities the
 //! 2025-era clients declare, as JSON; default `{}`, e.g.
 //! `{"elicitation":{},"sampling":{},"roots":{}}` as VS Code-like clients
-//! declare them), `LOAD_MATRIX_PROGRESS_TOKEN=1` (the 2025-era clients put
-//! a `progressToken` in every call's `_meta`, numbered like rmcp's client,
-//! which sends one on every request). The gateway runs with its default logging (stderr read
+//! declare them), `LOAD_MATRIX_PROGRESS_TOKEN=1` (the clients of every era
+//! put a `progressToken` in every call's `_meta`, numbered like rmcp's
+//! client, which sends one on every request). The gateway runs with its default logging (stderr read
 //! and dropped here).
 
 use std::collections::HashMap;
@@ -726,7 +726,7 @@ async fn open(client: &reqwest::Client, url: &str, era: Era) -> Result<Option<St
     Ok(session)
 }
 
-/// Whether the 2025-era clients ask for progress (`LOAD_MATRIX_PROGRESS_TOKEN`).
+/// Whether the clients ask for progress (`LOAD_MATRIX_PROGRESS_TOKEN`).
 fn progress_token() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("LOAD_MATRIX_PROGRESS_TOKEN").is_ok_and(|v| v == "1"))
@@ -754,6 +754,9 @@ async fn call(
                 "io.modelcontextprotocol/clientInfo": {"name": "load-matrix", "version": "1"},
                 "io.modelcontextprotocol/clientCapabilities": {}
             });
+            if progress_token() {
+                params["_meta"]["progressToken"] = json!(id);
+            }
             request = request
                 .header("mcp-protocol-version", "2026-07-28")
                 .header("mcp-method", "tools/call")

@@ -1,14 +1,17 @@
 //! The direct path for plain 2026-07-28 `tools/call` requests
 //! (`src/direct_call.rs`) against rmcp's own path, over real loopback HTTP.
 //!
-//! Each request is sent twice: once plain, which the direct path answers,
-//! and once with a progress token in `_meta`, which sends it to rmcp (the
-//! tools never report progress, so rmcp answers with plain JSON too). The
-//! `path` tool tells which one ran: the direct path hands handlers a peer
-//! whose connection is closed.
+//! Each request is sent three times: plain and with a progress token, both
+//! of which the direct path answers, and with a progress token and a log
+//! level in `_meta`, which sends it to rmcp (the direct path leaves calls
+//! asking for log messages to rmcp). The `path` tool tells which one ran:
+//! the direct path hands handlers a peer whose connection is closed. Tools
+//! that report progress are answered as streams both ways and compared
+//! byte for byte.
 
 use std::time::Duration;
 
+use futures::StreamExt as _;
 use portcullis_catalog::{Tool, ToolAnnotations, ToolResult};
 use portcullis_server::{CallContext, HttpOptions, HttpServer, ToolError, ToolServer, serve_http};
 use reqwest::StatusCode;
@@ -50,14 +53,27 @@ fn tools() -> portcullis_server::ToolServerBuilder {
         })
 }
 
-fn meta(progress: bool) -> Value {
+/// How a test call's `_meta` asks: nothing beyond the required keys, a
+/// progress token, or a progress token and a log level (which sends the
+/// call to rmcp's path).
+#[derive(Clone, Copy, PartialEq)]
+enum Asks {
+    Nothing,
+    Progress,
+    ProgressAndLogs,
+}
+
+fn meta(asks: Asks) -> Value {
     let mut meta = json!({
         "io.modelcontextprotocol/protocolVersion": MODERN,
         "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
         "io.modelcontextprotocol/clientCapabilities": {}
     });
-    if progress {
+    if asks != Asks::Nothing {
         meta["progressToken"] = json!("p-1");
+    }
+    if asks == Asks::ProgressAndLogs {
+        meta["io.modelcontextprotocol/logLevel"] = json!("debug");
     }
     meta
 }
@@ -100,19 +116,23 @@ async fn post(server: &HttpServer, headers: &[(&str, &str)], body: &Value) -> (S
 }
 
 /// Sends `tools/call name(arguments)` plain and by rmcp's path; returns both
-/// answers.
+/// answers. The same call with a progress token (which the tools never
+/// report on) is answered plain JSON by the direct path, the same as
+/// without.
 async fn both_ways(
     server: &HttpServer,
     name: &str,
     arguments: Value,
 ) -> ((StatusCode, Value), (StatusCode, Value)) {
     let headers = call_headers(name);
-    let body = |progress| {
+    let body = |asks| {
         json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
-            "params": {"name": name, "arguments": arguments, "_meta": meta(progress)}})
+            "params": {"name": name, "arguments": arguments, "_meta": meta(asks)}})
     };
-    let direct = post(server, &headers, &body(false)).await;
-    let rmcp = post(server, &headers, &body(true)).await;
+    let direct = post(server, &headers, &body(Asks::Nothing)).await;
+    let with_token = post(server, &headers, &body(Asks::Progress)).await;
+    assert_eq!(direct, with_token, "a progress token changed the answer");
+    let rmcp = post(server, &headers, &body(Asks::ProgressAndLogs)).await;
     (direct, rmcp)
 }
 
@@ -170,7 +190,7 @@ async fn plain_calls_take_the_direct_path_and_answer_as_rmcp_does() {
 async fn an_unsupported_version_in_meta_is_refused_by_rmcp_unchanged() {
     let server = serve(tools()).await;
     let mut body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-        "params": {"name": "echo", "arguments": {"text": "x"}, "_meta": meta(false)}});
+        "params": {"name": "echo", "arguments": {"text": "x"}, "_meta": meta(Asks::Nothing)}});
     body["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("2099-01-01");
     let headers = [
         ("mcp-protocol-version", "2099-01-01"),
@@ -197,7 +217,7 @@ async fn header_rules_stay_rmcps() {
     .await;
     let call = |name: &str, arguments: Value| {
         json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
-            "params": {"name": name, "arguments": arguments, "_meta": meta(false)}})
+            "params": {"name": name, "arguments": arguments, "_meta": meta(Asks::Nothing)}})
     };
 
     // A tool whose schema promotes an argument to a header: the header is
@@ -281,7 +301,7 @@ async fn a_client_that_goes_away_cancels_a_direct_call() {
     });
     let server = serve(builder).await;
     let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
-        "params": {"name": "wait", "arguments": {}, "_meta": meta(false)}});
+        "params": {"name": "wait", "arguments": {}, "_meta": meta(Asks::Nothing)}});
     let request = {
         let url = server.url();
         tokio::spawn(async move {
@@ -307,5 +327,257 @@ async fn a_client_that_goes_away_cancels_a_direct_call() {
         .await
         .expect("the handler never saw the cancellation")
         .unwrap();
+    server.close().await;
+}
+
+/// A streamed answer: its status, the headers rmcp sets on a stream, and
+/// its body read to the end.
+async fn post_stream(
+    server: &HttpServer,
+    name: &str,
+    id: u64,
+    asks: Asks,
+) -> (StatusCode, [String; 3], String) {
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": name, "arguments": {}, "_meta": meta(asks)}});
+    let mut request = reqwest::Client::new()
+        .post(server.url())
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(body.to_string());
+    for (header, value) in call_headers(name) {
+        request = request.header(header, value);
+    }
+    let response = tokio::time::timeout(HANG, request.send())
+        .await
+        .unwrap()
+        .unwrap();
+    let status = response.status();
+    let header = |name: &str| {
+        response
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let headers = [
+        header("content-type"),
+        header("cache-control"),
+        header("x-accel-buffering"),
+    ];
+    let text = tokio::time::timeout(HANG, response.text())
+        .await
+        .unwrap()
+        .unwrap();
+    (status, headers, text)
+}
+
+/// The JSON-RPC messages of an event stream's body, in order.
+fn messages(body: &str) -> Vec<Value> {
+    body.split("\n\n")
+        .filter_map(|event| event.strip_prefix("data: "))
+        .map(|data| serde_json::from_str(data).unwrap())
+        .collect()
+}
+
+/// Tools that report progress; each says on `paths` whether it ran on the
+/// direct path (its peer's connection is closed). `steps`: three reports
+/// before its answer; `slow`: one report, a pause of 300 ms, its answer;
+/// `held`: one report, then waits for its cancellation and says so on
+/// `cancelled`; `flood`: far more than a call holds for a slow client.
+fn progress_tools(
+    paths: mpsc::UnboundedSender<bool>,
+    cancelled: mpsc::UnboundedSender<()>,
+) -> portcullis_server::ToolServerBuilder {
+    let direct = |ctx: &CallContext| ctx.peer().is_some_and(|peer| peer.is_transport_closed());
+    let (steps, slow, held, flood) = (paths.clone(), paths.clone(), paths.clone(), paths);
+    tools()
+        .tool(ro("steps"), move |_: Value, ctx: CallContext| {
+            let _ = steps.send(direct(&ctx));
+            async move {
+                for step in 1..=3 {
+                    let message = format!("step {step}");
+                    ctx.progress(f64::from(step), Some(3.0), Some(&message))
+                        .await;
+                }
+                Ok::<_, ToolError>(ToolResult::text("stepped"))
+            }
+        })
+        .tool(ro("slow"), move |_: Value, ctx: CallContext| {
+            let _ = slow.send(direct(&ctx));
+            async move {
+                ctx.progress(1.0, None, None).await;
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                Ok::<_, ToolError>(ToolResult::text("slowly"))
+            }
+        })
+        .tool(ro("held"), move |_: Value, ctx: CallContext| {
+            let _ = held.send(direct(&ctx));
+            let cancelled = cancelled.clone();
+            async move {
+                ctx.progress(1.0, None, None).await;
+                ctx.cancelled().await;
+                let _ = cancelled.send(());
+                Ok::<_, ToolError>(ToolResult::text("cancelled"))
+            }
+        })
+        .tool(ro("flood"), move |_: Value, ctx: CallContext| {
+            let _ = flood.send(direct(&ctx));
+            async move {
+                let message = "x".repeat(100);
+                for step in 1..=5000 {
+                    ctx.progress(f64::from(step), None, Some(&message)).await;
+                }
+                Ok::<_, ToolError>(ToolResult::text("flooded"))
+            }
+        })
+}
+
+/// A call with a progress token whose tool reports is answered by the
+/// direct path as rmcp's path answers it: a `text/event-stream` with the
+/// same headers, each report an event, in order, then the result, byte for
+/// byte the same body.
+#[tokio::test]
+async fn reports_stream_before_the_result_as_rmcp_sends_them() {
+    let (paths_tx, mut paths) = mpsc::unbounded_channel();
+    let (cancelled_tx, _cancelled) = mpsc::unbounded_channel();
+    let server = serve(progress_tools(paths_tx, cancelled_tx)).await;
+
+    let direct = post_stream(&server, "steps", 11, Asks::Progress).await;
+    assert_eq!(paths.recv().await, Some(true), "not the direct path");
+    let rmcp = post_stream(&server, "steps", 11, Asks::ProgressAndLogs).await;
+    assert_eq!(paths.recv().await, Some(false), "not rmcp's path");
+
+    assert_eq!(direct.0, StatusCode::OK);
+    assert_eq!(
+        direct.1,
+        ["text/event-stream", "no-cache", "no"].map(str::to_owned)
+    );
+    assert_eq!((direct.0, &direct.1), (rmcp.0, &rmcp.1));
+    assert_eq!(direct.2, rmcp.2, "the streams differ");
+
+    let order: Vec<String> = messages(&direct.2)
+        .iter()
+        .map(|m| match m["method"].as_str() {
+            Some(method) => format!(
+                "{method} {} {} {} {}",
+                m["params"]["progressToken"],
+                m["params"]["progress"],
+                m["params"]["total"],
+                m["params"]["message"]
+            ),
+            None => format!("response {} {}", m["id"], m["result"]["resultType"]),
+        })
+        .collect();
+    assert_eq!(
+        order,
+        [
+            r#"notifications/progress "p-1" 1.0 3.0 "step 1""#,
+            r#"notifications/progress "p-1" 2.0 3.0 "step 2""#,
+            r#"notifications/progress "p-1" 3.0 3.0 "step 3""#,
+            r#"response 11 "complete""#,
+        ]
+    );
+    server.close().await;
+}
+
+/// A streamed answer gets rmcp's keep-alive comment after each keep-alive
+/// interval without an event, and is otherwise rmcp's stream.
+#[tokio::test]
+async fn a_streamed_answer_is_kept_alive_as_rmcps_is() {
+    let (paths_tx, mut paths) = mpsc::unbounded_channel();
+    let (cancelled_tx, _cancelled) = mpsc::unbounded_channel();
+    let options = HttpOptions {
+        keep_alive: Some(Duration::from_millis(50)),
+        ..HttpOptions::default()
+    };
+    let server = serve_http(
+        progress_tools(paths_tx, cancelled_tx).build().unwrap(),
+        options,
+    )
+    .await
+    .unwrap();
+    let (status, _, direct) = post_stream(&server, "slow", 12, Asks::Progress).await;
+    assert_eq!(paths.recv().await, Some(true), "not the direct path");
+    assert_eq!(status, StatusCode::OK);
+    let (_, _, rmcp) = post_stream(&server, "slow", 12, Asks::ProgressAndLogs).await;
+    assert_eq!(paths.recv().await, Some(false), "not rmcp's path");
+    assert!(direct.contains("\n\n:\n\n"), "no keep-alive: {direct}");
+    // How many keep-alives fit in the pause depends on the machine.
+    let events = |body: &str| body.replace(":\n\n", "");
+    assert_eq!(events(&direct), events(&rmcp));
+    server.close().await;
+}
+
+/// A client that goes away after a report, before the answer, cancels the
+/// call (a 2026-07-28 answer cannot be resumed), as on rmcp's path.
+#[tokio::test]
+async fn a_client_that_goes_away_mid_stream_cancels_the_call() {
+    let (paths_tx, mut paths) = mpsc::unbounded_channel();
+    let (cancelled_tx, mut cancelled) = mpsc::unbounded_channel();
+    let server = serve(progress_tools(paths_tx, cancelled_tx)).await;
+    let body = json!({"jsonrpc": "2.0", "id": 13, "method": "tools/call",
+        "params": {"name": "held", "arguments": {}, "_meta": meta(Asks::Progress)}});
+    let mut request = reqwest::Client::new()
+        .post(server.url())
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(body.to_string());
+    for (header, value) in call_headers("held") {
+        request = request.header(header, value);
+    }
+    let response = tokio::time::timeout(HANG, request.send())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(paths.recv().await, Some(true), "not the direct path");
+    assert_eq!(
+        response.headers()["content-type"],
+        "text/event-stream",
+        "the report did not make the answer a stream"
+    );
+    let mut body = response.bytes_stream();
+    let first = tokio::time::timeout(HANG, body.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let first = std::str::from_utf8(&first).unwrap();
+    assert!(first.contains("notifications/progress"), "{first}");
+    drop(body);
+    tokio::time::timeout(HANG, cancelled.recv())
+        .await
+        .expect("the handler never saw the cancellation")
+        .unwrap();
+    server.close().await;
+}
+
+/// A call that reports faster than its client reads has at most 256 KiB of
+/// reports waiting: here the tool reports everything before the stream
+/// sends anything (one thread, and reporting never yields), so its first
+/// reports are sent in order, the rest dropped, and then its answer.
+#[tokio::test]
+async fn a_call_flooding_progress_holds_a_bounded_amount() {
+    let (paths_tx, mut paths) = mpsc::unbounded_channel();
+    let (cancelled_tx, _cancelled) = mpsc::unbounded_channel();
+    let server = serve(progress_tools(paths_tx, cancelled_tx)).await;
+    let (status, _, body) = post_stream(&server, "flood", 14, Asks::Progress).await;
+    assert_eq!(paths.recv().await, Some(true), "not the direct path");
+    assert_eq!(status, StatusCode::OK);
+    let all = messages(&body);
+    let (response, reports) = all.split_last().expect("the response");
+    assert_eq!(response["id"], 14, "{response}");
+    assert!(!reports.is_empty());
+    assert!(
+        reports.len() < 5000,
+        "every report was held: {}",
+        reports.len()
+    );
+    let bytes: usize = reports.iter().map(|m| m.to_string().len()).sum();
+    assert!(bytes <= 256 * 1024, "{bytes} bytes of progress held");
+    for (n, report) in reports.iter().enumerate() {
+        assert_eq!(report["params"]["progress"], json!(n as f64 + 1.0));
+    }
     server.close().await;
 }

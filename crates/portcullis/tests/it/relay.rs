@@ -7,7 +7,9 @@
 //!   reaches the client, with the client's own token, before the result —
 //!   even when the upstream answers at once after the last one; a session
 //!   client's call with a token (rmcp's client sends one on every request)
-//!   is answered in front of rmcp's session, its reports on its stream.
+//!   is answered in front of rmcp's session, its reports on its stream; a
+//!   stateless 2026-07-28 client's call with a token is answered in front
+//!   of rmcp too, its reports events of the answer.
 //! * A client that cancels its call makes the gateway tell the upstream,
 //!   whose handler sees its cancellation.
 //! * A 2026-07-28 upstream that answers `input_required` has its question
@@ -143,51 +145,71 @@ async fn progress_sent_just_before_the_result_all_arrives_first() {
             }
         }
     }
-    let handler = Client::default();
-    let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(served.url.clone());
-    let client = handler
-        .clone()
-        .serve(transport)
-        .await
+    // An initialize-era client, then a stateless 2026-07-28 one (whose
+    // calls, each with a token, the gateway answers in front of rmcp).
+    for modern in [false, true] {
+        let handler = Client::default();
+        let transport =
+            rmcp::transport::StreamableHttpClientTransport::from_uri(served.url.clone());
+        let client = if modern {
+            use rmcp::service::{ClientLifecycleMode, ClientServiceExt as _};
+            let lifecycle = ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            };
+            handler
+                .clone()
+                .serve_with_lifecycle(transport, lifecycle)
+                .await
+        } else {
+            handler.clone().serve(transport).await
+        }
         .expect("an MCP client connects");
-    for round in 0..3 {
-        handler.progress.lock().expect("lock").clear();
-        let request = ClientRequest::CallToolRequest(CallToolRequest::new(
-            CallToolRequestParams::new("burst"),
-        ));
-        let handle = client
-            .send_request_with_option(request, PeerRequestOptions::no_options())
-            .await
-            .expect("sent");
-        let token = handle.progress_token.clone();
-        let answer = handle.await_response().await.expect("answered");
-        let ServerResult::CallToolResult(result) = answer else {
-            panic!("not a tool result: {answer:?}");
-        };
-        let text = result.content[0]
-            .as_text()
-            .map(|t| t.text.clone())
-            .unwrap_or_default();
-        assert!(text.contains("\nburst done\n"), "{text}");
-        // rmcp hands notifications to this handler on tasks of their own,
-        // so some may still be on their way; a lost one never comes.
-        let complete = tokio::time::timeout(Duration::from_secs(30), handler.all.notified()).await;
-        assert!(
-            complete.is_ok(),
-            "round {round}: progress lost: {:?}",
-            handler.progress.lock().map(|p| p.len())
+        let version = client.peer_info().map(|info| info.protocol_version.clone());
+        assert_eq!(
+            version == Some(ProtocolVersion::V_2026_07_28),
+            modern,
+            "{version:?}"
         );
-        let progress = handler.progress.lock().expect("lock").clone();
-        assert!(
-            progress.iter().all(|(t, _)| *t == token),
-            "round {round}: every report carries the client's own token"
-        );
-        let mut values: Vec<f64> = progress.iter().map(|(_, p)| *p).collect();
-        values.sort_by(f64::total_cmp);
-        let expected: Vec<f64> = (1..=BURST).map(|s| s as f64).collect();
-        assert_eq!(values, expected, "round {round}");
+        for round in 0..3 {
+            handler.progress.lock().expect("lock").clear();
+            let request = ClientRequest::CallToolRequest(CallToolRequest::new(
+                CallToolRequestParams::new("burst"),
+            ));
+            let handle = client
+                .send_request_with_option(request, PeerRequestOptions::no_options())
+                .await
+                .expect("sent");
+            let token = handle.progress_token.clone();
+            let answer = handle.await_response().await.expect("answered");
+            let ServerResult::CallToolResult(result) = answer else {
+                panic!("not a tool result: {answer:?}");
+            };
+            let text = result.content[0]
+                .as_text()
+                .map(|t| t.text.clone())
+                .unwrap_or_default();
+            assert!(text.contains("\nburst done\n"), "{text}");
+            // rmcp hands notifications to this handler on tasks of their own,
+            // so some may still be on their way; a lost one never comes.
+            let complete =
+                tokio::time::timeout(Duration::from_secs(30), handler.all.notified()).await;
+            assert!(
+                complete.is_ok(),
+                "round {round} (2026: {modern}): progress lost: {:?}",
+                handler.progress.lock().map(|p| p.len())
+            );
+            let progress = handler.progress.lock().expect("lock").clone();
+            assert!(
+                progress.iter().all(|(t, _)| *t == token),
+                "round {round}: every report carries the client's own token"
+            );
+            let mut values: Vec<f64> = progress.iter().map(|(_, p)| *p).collect();
+            values.sort_by(f64::total_cmp);
+            let expected: Vec<f64> = (1..=BURST).map(|s| s as f64).collect();
+            assert_eq!(values, expected, "round {round}");
+        }
+        let _ = client.cancel().await;
     }
-    let _ = client.cancel().await;
     upstream.close().await;
 }
 
