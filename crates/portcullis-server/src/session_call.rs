@@ -9,7 +9,8 @@
 //! session's `tools/call`, that machinery costs more than the call. This
 //! path answers such a call with one parse of the body, the handler's
 //! `call_tool` wrapped as rmcp wraps it for the session's era
-//! (`crate::tool_call`), on a task of its own, and one write.
+//! (`crate::tool_call`), run by the request itself until it stops waiting
+//! (then on a task of its own: `crate::detached`), and one write.
 //!
 //! Only the plain case is taken; anything else goes to rmcp untouched:
 //! - the session is *adopted* (`crate::sessions`): its client negotiated an
@@ -57,6 +58,7 @@ use rmcp::{RoleServer, ServerHandler};
 use serde::Deserialize;
 
 use crate::call_progress;
+use crate::detached::Detached;
 use crate::media_type::accepts_events;
 use crate::session_ask;
 use crate::sessions::{BoundedSessions, Deciding, Outbox, Reply};
@@ -207,8 +209,9 @@ impl SessionPath {
         let handler = handler.clone();
         let open = admitted.open;
         // Boxed for the reason `crate::direct_call` boxes its call; not
-        // cancelled when this future is dropped (see the module docs).
-        tokio::spawn(Box::pin(async move {
+        // cancelled when this future is dropped (see the module docs): run
+        // here while the request waits, on a task of its own after that.
+        let mut call = Detached::new(async move {
             let answer = call_tool(&handler, params, context, Era::Session).await;
             let message = match answer {
                 Ok(result) => ServerJsonRpcMessage::response(result, id.clone()),
@@ -223,9 +226,16 @@ impl SessionPath {
             });
             outbox.send_modify(|outbox| outbox.answer = Some(Bytes::from(bytes)));
             drop(open);
-        }));
-
-        match wait(&mut answered, 0, self.keep_alive).await {
+        });
+        let waited = tokio::select! {
+            biased;
+            () = call.run() => wait(&mut answered, 0, self.keep_alive).await,
+            waited = wait(&mut answered, 0, self.keep_alive) => waited,
+        };
+        // A request to the client, a report or a long call: the answer
+        // becomes a stream, and the call goes on without this request.
+        call.detach();
+        match waited {
             Waited::Answered(message) => Ok(plain_json(message)),
             Waited::Gone => {
                 tracing::error!("tool call task ended without an answer");

@@ -275,6 +275,39 @@ async fn a_session_call_is_cancelled_by_its_clients_notification() {
     server.close().await;
 }
 
+/// A call goes on when its client drops the request, as a call on rmcp's
+/// path does (its answer can be resumed): after the request is gone, the
+/// client's cancellation still reaches the running call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_call_outlives_its_dropped_request() {
+    let cancelled = Arc::new(AtomicUsize::new(0));
+    let started = Arc::new(Notify::new());
+    let server = serve(
+        waiting_tool(cancelled.clone(), started.clone()),
+        with_sessions(),
+    )
+    .await;
+    let http = reqwest::Client::new();
+    let session = open_session(&http, &server, json!({})).await;
+    let running = send_call(&http, &server, &session, call(8, "wait", json!({}), false));
+    tokio::time::timeout(HANG, started.notified())
+        .await
+        .unwrap();
+    // The client goes away; the server notices and drops the request.
+    running.abort();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(cancelled.load(Ordering::SeqCst), 0);
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 8, "reason": "changed my mind"}});
+    let (status, ..) = post(&http, &server, Some(&session), &cancel).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    assert!(
+        soon(|| cancelled.load(Ordering::SeqCst) == 1).await,
+        "the call ended with its request"
+    );
+    server.close().await;
+}
+
 /// Closing a session (`DELETE`) cancels the calls it has in flight.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn closing_a_session_cancels_its_calls_in_flight() {
