@@ -36,7 +36,7 @@ use crate::relay::{ClientRelay, answer_inputs, answerable, for_one_call, note_re
 use crate::report::DiagnosticSink;
 use crate::sse::LegacySseTransport;
 
-pub(crate) mod direct;
+mod direct;
 
 type Client = RunningService<RoleClient, UpstreamHandler>;
 

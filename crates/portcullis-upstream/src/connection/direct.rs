@@ -72,7 +72,7 @@ use crate::relay::ClientRelay;
 
 /// The first request id of a direct path. rmcp numbers its own requests
 /// from 0 on the same server; direct ids live in another range so the two
-/// never meet (and the stdio transport tells the answers apart by it).
+/// never meet.
 pub(crate) const FIRST_DIRECT_ID: u64 = 1 << 48;
 
 /// A way of sending a connection's `tools/call` without rmcp's client

@@ -41,8 +41,6 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{ChildStdin, ChildStdout};
 use tokio::sync::{Mutex, oneshot};
 
-use crate::connection::direct::FIRST_DIRECT_ID;
-
 /// The longest line (one JSON-RPC message, its newline included) read from
 /// a child: a longer one is dropped as it arrives, so a server that never
 /// ends its line cannot make the gateway buffer without bound. The same
@@ -184,12 +182,11 @@ impl Reader {
             (None, Some(id)) => serde_json::from_str::<i64>(id.get()).ok(),
             _ => None,
         };
-        if let Some(id) = answered.filter(|&id| id >= FIRST_DIRECT_ID as i64) {
-            self.deliver(id, &envelope, line);
-            return Incoming::Skip;
-        }
         let waiting = answered.and_then(|id| self.pending.remove(&id).map(|asked| (id, asked)));
         let Some((id, asked)) = waiting else {
+            if answered.is_some_and(|id| self.deliver(id, &envelope, line)) {
+                return Incoming::Skip;
+            }
             let request_id = envelope
                 .method
                 .and(envelope.id)
@@ -224,20 +221,19 @@ impl Reader {
         }
     }
 
-    /// Hands the answer to direct call `id` to the call waiting for it. An
-    /// answer nobody waits for (the call was cancelled or timed out) is
-    /// dropped: rmcp never sent that request.
-    fn deliver(&self, id: i64, envelope: &Envelope<'_>, line: &[u8]) {
-        let waiter = lock(&self.awaited).open.remove(&(id as u64));
-        match waiter {
-            Some(waiter) => {
-                let _ = waiter.send(self.answer(id, Asked::CallTool, envelope, line));
-            }
-            None => tracing::debug!(
-                server = %self.server,
-                "dropped the answer to request {id}: no call waits for it any more"
-            ),
-        }
+    /// Hands the answer to request `id` to the direct call waiting for it,
+    /// if one is (`true`). An answer no call waits for (not a direct call's,
+    /// or one cancelled or timed out) goes the generic way: rmcp drops an
+    /// answer to a request it does not know.
+    fn deliver(&self, id: i64, envelope: &Envelope<'_>, line: &[u8]) -> bool {
+        let Ok(key) = u64::try_from(id) else {
+            return false;
+        };
+        let Some(waiter) = lock(&self.awaited).open.remove(&key) else {
+            return false;
+        };
+        let _ = waiter.send(self.answer(id, Asked::CallTool, envelope, line));
+        true
     }
 
     /// rmcp's reading of a whole line: notifications, the server's
@@ -303,8 +299,9 @@ fn lock(awaited: &std::sync::Mutex<Awaited>) -> std::sync::MutexGuard<'_, Awaite
 
 /// A child's pipes as the direct call path uses them: a request is
 /// written straight to stdin by its call, and its answer handed to that
-/// call by the transport's reader (ids from [`FIRST_DIRECT_ID`] on), never
-/// reaching rmcp. Everything else on the pipes stays rmcp's.
+/// call by the transport's reader, never reaching rmcp (the direct path's
+/// ids are from a range rmcp's never reach). Everything else on the pipes
+/// stays rmcp's.
 #[derive(Clone)]
 pub(crate) struct ChildLines {
     stdin: Arc<Mutex<Option<ChildStdin>>>,
