@@ -51,7 +51,7 @@ fn rich(i: usize, words: usize, wide: usize) -> Tool {
 }
 
 fn listings() -> Vec<ServerListing> {
-    let odd_schemas = vec![
+    let odd_schemas = [
         Tool::new("no_schema").with_description("Nothing declared."),
         Tool::new("true_schema").with_input_schema(json!(true)),
         Tool::new("array_properties")
