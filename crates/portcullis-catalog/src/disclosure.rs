@@ -174,7 +174,8 @@ pub fn choose_tier<T: Borrow<Tool>>(
     options: &DisclosureOptions,
 ) -> TierDecision {
     let budget = options.budget.tokens();
-    let inline_tokens = inline_estimate(tools);
+    let measured = measure(tools);
+    let inline_tokens = measured.inline_tokens();
     let decided = |tier| TierDecision {
         tier,
         inline_tokens,
@@ -198,7 +199,7 @@ pub fn choose_tier<T: Borrow<Tool>>(
     // The floor is checked in every deferred tier, not only the bare one:
     // the names-tier test counts schemas but no descriptions, so one server
     // with a few enormous descriptions would otherwise slip through silently.
-    let floor = catalogue_floor(tools);
+    let floor = measured.floor_tokens();
     if floor > budget {
         decision.diagnostic = Some(Diagnostic::new(
             Rule::DisclosureBudgetExceeded,
@@ -212,20 +213,57 @@ pub fn choose_tier<T: Borrow<Tool>>(
     decision
 }
 
-fn inline_estimate<T: Borrow<Tool>>(tools: &[T]) -> usize {
-    // The length of the `\n`-join of description and schema per tool,
-    // computed without building the string.
-    let mut units = 0usize;
+/// A server's listing measured once for the tier decision: each
+/// description is counted once for both the inline estimate and the floor.
+struct Measured {
+    tools: usize,
+    descriptions: usize,
+    schemas: usize,
+}
+
+impl Measured {
+    /// The length of the `\n`-join of description and schema per tool, in
+    /// tokens.
+    fn inline_tokens(&self) -> usize {
+        (self.descriptions + self.schemas + (self.tools * 2).saturating_sub(1)).div_ceil(4)
+    }
+
+    /// [`catalogue_floor`] of the same tools.
+    fn floor_tokens(&self) -> usize {
+        (self.descriptions
+            + self.tools * (DEFERRED_NOTE.len() + BARE_SCHEMA.len())
+            + (self.tools * 2).saturating_sub(1))
+        .div_ceil(4)
+    }
+}
+
+/// `{"type":"object"}`, the schema of a tool that published none and of
+/// the bare tier.
+const BARE_SCHEMA: &str = r#"{"type":"object"}"#;
+
+// The note is counted as its byte length: it is ASCII.
+const _: () = assert!(DEFERRED_NOTE.is_ascii());
+
+fn measure<T: Borrow<Tool>>(tools: &[T]) -> Measured {
+    let mut measured = Measured {
+        tools: tools.len(),
+        descriptions: 0,
+        schemas: 0,
+    };
     for tool in tools {
         let tool = tool.borrow();
-        units += utf16_len(tool.description_or_name());
-        units += match &tool.input_schema {
+        measured.descriptions += utf16_len(tool.description_or_name());
+        measured.schemas += match &tool.input_schema {
             Some(schema) => json_utf16_len(schema),
-            None => r#"{"type":"object"}"#.len(),
+            None => BARE_SCHEMA.len(),
         };
     }
-    units += (tools.len() * 2).saturating_sub(1);
-    units.div_ceil(4)
+    measured
+}
+
+#[cfg(test)]
+fn inline_estimate<T: Borrow<Tool>>(tools: &[T]) -> usize {
+    measure(tools).inline_tokens()
 }
 
 /// The irreducible prompt cost of a server: every tool's (deferred)
@@ -234,7 +272,7 @@ pub fn catalogue_floor<T: Borrow<Tool>>(tools: &[T]) -> usize {
     let mut units = 0usize;
     for tool in tools {
         units += utf16_len(tool.borrow().description_or_name()) + utf16_len(DEFERRED_NOTE);
-        units += r#"{"type":"object"}"#.len();
+        units += BARE_SCHEMA.len();
     }
     units += (tools.len() * 2).saturating_sub(1);
     units.div_ceil(4)
@@ -249,8 +287,7 @@ fn compact_json(value: &Value) -> String {
 /// tool of a server; only the chosen tier is then built).
 fn deferred_schema_utf16_len(schema: Option<&Value>) -> usize {
     let Some(properties) = schema
-        .and_then(Value::as_object)
-        .and_then(|s| s.get("properties"))
+        .and_then(|s| field(s, "properties"))
         .and_then(Value::as_object)
     else {
         return r#"{"type":"object"}"#.len();
@@ -267,7 +304,7 @@ fn deferred_schema_utf16_len(schema: Option<&Value>) -> usize {
             + string_json_utf16_len(deferred_type(property));
     }
     if let Some(required) = schema
-        .and_then(|s| s.get("required"))
+        .and_then(|s| field(s, "required"))
         .and_then(Value::as_array)
         .filter(|r| !r.is_empty())
     {
@@ -279,9 +316,22 @@ fn deferred_schema_utf16_len(schema: Option<&Value>) -> usize {
     units
 }
 
+/// `value[key]` when `value` is an object. A schema's maps are small, and
+/// comparing a few keys costs less than hashing the one looked for
+/// (SipHash, on every lookup of thousands of schemas on a wake); keys are
+/// unique, so the answer is the map's own.
+fn field<'v>(value: &'v Value, key: &str) -> Option<&'v Value> {
+    let map = value.as_object()?;
+    if map.len() <= 8 {
+        map.iter().find_map(|(k, v)| (k == key).then_some(v))
+    } else {
+        map.get(key)
+    }
+}
+
 /// The scalar type a deferred schema keeps for one property.
 fn deferred_type(property: &Value) -> &str {
-    match property.get("type") {
+    match field(property, "type") {
         Some(Value::String(t)) => t,
         Some(Value::Array(types)) => types.first().and_then(Value::as_str).unwrap_or("string"),
         _ => "string",
@@ -397,27 +447,41 @@ fn number_len(n: &serde_json::Number) -> usize {
 /// ```
 pub fn deferred_schema(schema: Option<&Value>) -> Value {
     let Some(properties) = schema
-        .and_then(Value::as_object)
-        .and_then(|s| s.get("properties"))
+        .and_then(|s| field(s, "properties"))
         .and_then(Value::as_object)
     else {
-        return json!({"type": "object"});
+        return bare_schema();
     };
+    // Built from the values directly, each map sized once: on a wake this
+    // runs for thousands of tools (`json!` goes through the serialiser for
+    // every value).
     let mut kept = Map::with_capacity(properties.len());
     for (name, property) in properties {
-        kept.insert(name.clone(), json!({"type": deferred_type(property)}));
+        let mut typed = Map::with_capacity(1);
+        typed.insert(
+            "type".to_owned(),
+            Value::String(deferred_type(property).to_owned()),
+        );
+        kept.insert(name.clone(), Value::Object(typed));
     }
-    let mut out = Map::new();
-    out.insert("type".into(), json!("object"));
-    out.insert("properties".into(), Value::Object(kept));
-    if let Some(required) = schema
-        .and_then(|s| s.get("required"))
+    let required = schema
+        .and_then(|s| field(s, "required"))
         .and_then(Value::as_array)
-        .filter(|r| !r.is_empty())
-    {
-        out.insert("required".into(), Value::Array(required.clone()));
+        .filter(|r| !r.is_empty());
+    let mut out = Map::with_capacity(2 + usize::from(required.is_some()));
+    out.insert("type".to_owned(), Value::String("object".to_owned()));
+    out.insert("properties".to_owned(), Value::Object(kept));
+    if let Some(required) = required {
+        out.insert("required".to_owned(), Value::Array(required.clone()));
     }
     Value::Object(out)
+}
+
+/// `{"type":"object"}`.
+fn bare_schema() -> Value {
+    let mut bare = Map::with_capacity(1);
+    bare.insert("type".to_owned(), Value::String("object".to_owned()));
+    Value::Object(bare)
 }
 
 /// The description a deferred tool is shown with.
@@ -490,10 +554,7 @@ pub(crate) fn disclose_named(tool: &Tool, tier: Tier, name: String) -> Tool {
             Some(deferred_description(tool)),
             Some(deferred_schema(input_schema.as_ref())),
         ),
-        Tier::Bare => (
-            Some(deferred_description(tool)),
-            Some(json!({"type": "object"})),
-        ),
+        Tier::Bare => (Some(deferred_description(tool)), Some(bare_schema())),
     };
     Tool {
         name,
@@ -601,6 +662,8 @@ mod tests {
         }
         assert_eq!(inline_estimate(&tools), estimate_tokens(&parts.join("\n")));
         assert_eq!(inline_estimate::<Tool>(&[]), 0);
+        assert_eq!(measure(&tools).floor_tokens(), catalogue_floor(&tools));
+        assert_eq!(measure::<Tool>(&[]).floor_tokens(), 0);
     }
 
     #[test]

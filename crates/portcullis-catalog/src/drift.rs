@@ -14,6 +14,7 @@
 //! dropped on the way through, because the drifted text *is* the attack.
 
 use std::borrow::Borrow;
+use std::cmp::Ordering;
 
 use serde::Serialize;
 
@@ -61,19 +62,42 @@ impl Drift {
 /// assert_eq!((drift.added, drift.removed, drift.changed), (vec!["c".to_string()], vec!["a".to_string()], vec!["b".to_string()]));
 /// ```
 pub fn detect_drift(baseline: &Fingerprints, current: &Fingerprints) -> Drift {
+    // Both maps iterate in key order, so one walk over the two compares
+    // each name once (a lookup per name in the other map, both ways, was
+    // most of the guard's cost on a wake of thousands of tools).
     let mut drift = Drift::default();
-    for (name, digest) in current {
-        match baseline.get(name) {
-            None => drift.added.push(name.clone()),
-            Some(trusted) if trusted != digest => drift.changed.push(name.clone()),
-            Some(_) => {}
+    let mut trusted = baseline.iter().peekable();
+    let mut now = current.iter().peekable();
+    loop {
+        match (trusted.peek(), now.peek()) {
+            (None, None) => break,
+            (Some(&(name, _)), None) => {
+                drift.removed.push(name.clone());
+                trusted.next();
+            }
+            (None, Some(&(name, _))) => {
+                drift.added.push(name.clone());
+                now.next();
+            }
+            (Some(&(old, was)), Some(&(new, is))) => match old.cmp(new) {
+                Ordering::Less => {
+                    drift.removed.push(old.clone());
+                    trusted.next();
+                }
+                Ordering::Greater => {
+                    drift.added.push(new.clone());
+                    now.next();
+                }
+                Ordering::Equal => {
+                    if was != is {
+                        drift.changed.push(new.clone());
+                    }
+                    trusted.next();
+                    now.next();
+                }
+            },
         }
     }
-    drift.removed = baseline
-        .keys()
-        .filter(|name| !current.contains_key(*name))
-        .cloned()
-        .collect();
     drift
 }
 
@@ -131,18 +155,23 @@ pub(crate) fn guard_listing_by<T: Borrow<Tool>>(
     digest: impl Fn(&T) -> String,
 ) -> GuardedListing<T> {
     let mut guarded = GuardedListing::default();
+    // Collected, then built in one go: sorted input (the catalogue guards
+    // listings sorted by name) builds the map without a search per tool.
+    // Of a repeated name the last digest counts, as with one insert each.
+    let mut fingerprints = Vec::with_capacity(listing.len());
     for tool in listing {
         let digest = digest(&tool);
         let definition = tool.borrow();
         // `None`: no baseline; `Some(None)`: not in it; else whether it matches.
         let matches = baseline.map(|b| b.get(&definition.name).map(|trusted| *trusted == digest));
-        guarded.fingerprints.insert(definition.name.clone(), digest);
+        fingerprints.push((definition.name.clone(), digest));
         match matches {
             None | Some(Some(true)) => guarded.trusted.push(tool),
             Some(Some(false)) => guarded.quarantined.push(tool),
             Some(None) => guarded.added.push(tool),
         }
     }
+    guarded.fingerprints = Fingerprints::from_iter(fingerprints);
     let Some(baseline) = baseline else {
         return guarded;
     };
@@ -306,6 +335,59 @@ mod tests {
         let only_removed = guard_listing("docs", vec![listing()[1].clone()], Some(&baseline));
         assert_eq!(only_removed.diagnostics.len(), 1);
         assert!(!only_removed.diagnostics[0].message.contains("withheld"));
+    }
+
+    #[test]
+    fn one_walk_finds_what_a_lookup_per_name_finds() {
+        // The comparison as it was written first: a lookup per name, both ways.
+        fn by_lookups(baseline: &Fingerprints, current: &Fingerprints) -> Drift {
+            let mut drift = Drift::default();
+            for (name, digest) in current {
+                match baseline.get(name) {
+                    None => drift.added.push(name.clone()),
+                    Some(trusted) if trusted != digest => drift.changed.push(name.clone()),
+                    Some(_) => {}
+                }
+            }
+            drift.removed = baseline
+                .keys()
+                .filter(|name| !current.contains_key(*name))
+                .cloned()
+                .collect();
+            drift
+        }
+        let map = |pairs: &[(&str, &str)]| -> Fingerprints {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        let maps = [
+            map(&[]),
+            map(&[("a", "1")]),
+            map(&[("a", "2")]),
+            map(&[("a", "1"), ("b", "2"), ("d", "4")]),
+            map(&[("b", "2"), ("c", "3"), ("d", "5"), ("é", "6")]),
+            map(&[("A", "1"), ("a", "1"), ("aa", "1"), ("b", "9"), ("z", "2")]),
+        ];
+        for baseline in &maps {
+            for current in &maps {
+                assert_eq!(
+                    detect_drift(baseline, current),
+                    by_lookups(baseline, current),
+                    "{baseline:?} {current:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn of_a_repeated_name_the_last_digest_is_recorded() {
+        let first = Tool::new("dup").with_description("first");
+        let last = Tool::new("dup").with_description("last");
+        let guarded = guard_listing("srv", vec![first, last.clone()], None);
+        assert_eq!(guarded.fingerprints.len(), 1);
+        assert_eq!(guarded.fingerprints["dup"], fingerprint(&last));
     }
 
     #[test]

@@ -106,7 +106,15 @@ pub fn legal_name(raw: &str) -> Cow<'_, str> {
 /// assert_eq!(qualified_name("srv", "a.b.c"), "srv__a_b_c_1j0a3e0");
 /// ```
 pub fn qualified_name(server: &str, tool: &str) -> String {
-    legal_name(&format!("{server}{QUALIFIED_SEPARATOR}{tool}")).into_owned()
+    let mut joined = String::with_capacity(server.len() + QUALIFIED_SEPARATOR.len() + tool.len());
+    joined.push_str(server);
+    joined.push_str(QUALIFIED_SEPARATOR);
+    joined.push_str(tool);
+    // A legal name is the joined string itself: allocated once, not copied.
+    match legal_name(&joined) {
+        Cow::Borrowed(_) => joined,
+        Cow::Owned(legal) => legal,
+    }
 }
 
 /// Whether tool names carry their server's name.

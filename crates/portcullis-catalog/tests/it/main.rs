@@ -4,4 +4,5 @@
 //! directory beside the one holding this `main.rs`).
 
 mod hostile;
+mod projection;
 mod properties;
