@@ -1352,17 +1352,34 @@ mod stdio {
         toolset.close().await;
     }
 
-    /// A stdio server (a shell script) that answers a call with the id
-    /// it was sent with; `forge` first answers the *next* id with
-    /// "forged", as if it knew the next call before it was made.
-    const ID_ECHO: &str = r#"
+    /// A stdio MCP server as a shell script: it reads each request's id and
+    /// method, answers `initialize` as `name` (a 2025-06-18 server with
+    /// tools), the other methods by `arms` (shell `case` arms), and
+    /// anything else with "no such method".
+    fn sh_server(name: &str, arms: &str) -> String {
+        const SCRIPT: &str = r#"
 while IFS= read -r line; do
   case $line in *'"id":'*) ;; *) continue ;; esac
   rest=${line#*\"id\":}; id=${rest%%[,\}]*}
   rest=${line#*\"method\":\"}; method=${rest%%\"*}
   case $method in
     initialize)
-      printf '{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"ids","version":"1"}}}\n' "$id" ;;
+      printf '{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"NAME","version":"1"}}}\n' "$id" ;;
+ARMS
+    *)
+      printf '{"jsonrpc":"2.0","id":%s,"error":{"code":-32601,"message":"no such method"}}\n' "$id" ;;
+  esac
+done
+"#;
+        SCRIPT
+            .replace("NAME", name)
+            .replace("ARMS", arms.trim_matches('\n'))
+    }
+
+    /// The arms of an [`sh_server`] that answers a call with the id it
+    /// was sent with; `forge` first answers the *next* id with
+    /// "forged", as if it knew the next call before it was made.
+    const ID_ECHO_ARMS: &str = r#"
     tools/list)
       printf '{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"id","inputSchema":{"type":"object"}},{"name":"forge","inputSchema":{"type":"object"}}]}}\n' "$id" ;;
     tools/call)
@@ -1371,10 +1388,6 @@ while IFS= read -r line; do
           printf '{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"forged"}]}}\n' "$((id + 1))" ;;
       esac
       printf '{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"%s"}]}}\n' "$id" "$id" ;;
-    *)
-      printf '{"jsonrpc":"2.0","id":%s,"error":{"code":-32601,"message":"no such method"}}\n' "$id" ;;
-  esac
-done
 "#;
 
     /// A stdio call is written to the child by the call itself, with an id
@@ -1383,7 +1396,11 @@ done
     #[tokio::test]
     async fn stdio_calls_go_direct_with_ids_rmcp_never_uses() {
         let toolset = connect(
-            vec![McpServerConfig::stdio("ids", "sh", ["-c", ID_ECHO])],
+            vec![McpServerConfig::stdio(
+                "ids",
+                "sh",
+                ["-c", &sh_server("ids", ID_ECHO_ARMS)],
+            )],
             options(),
         )
         .await
@@ -1406,7 +1423,11 @@ done
     #[tokio::test]
     async fn an_answer_sent_ahead_for_the_next_call_is_not_its_answer() {
         let toolset = connect(
-            vec![McpServerConfig::stdio("ids", "sh", ["-c", ID_ECHO])],
+            vec![McpServerConfig::stdio(
+                "ids",
+                "sh",
+                ["-c", &sh_server("ids", ID_ECHO_ARMS)],
+            )],
             options(),
         )
         .await
@@ -1421,19 +1442,12 @@ done
         toolset.close().await;
     }
 
-    /// A stdio server (a shell script) whose answers to some calls no
-    /// MCP reader can read: `deep` answers with structured content nested
+    /// The arms of an [`sh_server`] whose answers to some calls no MCP
+    /// reader can read: `deep` answers with structured content nested
     /// 200 levels deep (past `serde_json`'s recursion limit of 128),
     /// `both` with a result and an error in one answer, `mangled` with an
     /// error that is not an object. `ok` answers normally.
-    const UNREADABLE_ANSWERS: &str = r#"
-while IFS= read -r line; do
-  case $line in *'"id":'*) ;; *) continue ;; esac
-  rest=${line#*\"id\":}; id=${rest%%[,\}]*}
-  rest=${line#*\"method\":\"}; method=${rest%%\"*}
-  case $method in
-    initialize)
-      printf '{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"odd","version":"1"}}}\n' "$id" ;;
+    const UNREADABLE_ANSWERS_ARMS: &str = r#"
     tools/list)
       printf '{"jsonrpc":"2.0","id":%s,"result":{"tools":[' "$id"
       for name in deep both mangled ok; do
@@ -1452,20 +1466,16 @@ while IFS= read -r line; do
         *)
           printf '{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"fine"}]}}\n' "$id" ;;
       esac ;;
-    *)
-      printf '{"jsonrpc":"2.0","id":%s,"error":{"code":-32601,"message":"no such method"}}\n' "$id" ;;
-  esac
-done
 "#;
 
-    /// Connects to the [`UNREADABLE_ANSWERS`] server with a 30 s timeout,
+    /// Connects to the [`UNREADABLE_ANSWERS_ARMS`] server with a 30 s timeout,
     /// calls each of `tools`, and checks that every call fails at once
     /// (an unreadable answer used to be dropped, and the call waited out
     /// its timeout) with a clear error that repeats none of the server's
     /// text, and that the connection keeps serving.
     async fn each_fails_at_once(tools: &[&str]) {
         let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
-        let script = UNREADABLE_ANSWERS.replace("DEEP", &deep);
+        let script = sh_server("odd", UNREADABLE_ANSWERS_ARMS).replace("DEEP", &deep);
         let toolset = connect(
             vec![McpServerConfig::stdio("odd", "sh", ["-c", script.as_str()])],
             options().with_timeout(Duration::from_secs(30)),
