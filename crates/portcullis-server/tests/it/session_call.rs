@@ -585,16 +585,21 @@ async fn resume_after(
     (status, text)
 }
 
+/// A tool `slow` that answers "late answer" after `delay`.
+fn slow_tool(delay: Duration) -> portcullis_server::ToolServerBuilder {
+    ToolServer::builder().tool(ro("slow"), move |_: Value, _ctx: CallContext| async move {
+        tokio::time::sleep(delay).await;
+        Ok::<_, ToolError>(ToolResult::text("late answer"))
+    })
+}
+
 /// A streamed answer written to a connection whose client no longer reads
 /// it (it died without the server noticing) is not lost: as on rmcp's
 /// path, which keeps a finished stream's events for a while, a `GET` with
 /// the stream's `Last-Event-ID` still gets it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_written_to_a_dead_connection_can_still_be_resumed() {
-    let builder = ToolServer::builder().tool(ro("slow"), |_: Value, _ctx: CallContext| async {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        Ok::<_, ToolError>(ToolResult::text("late answer"))
-    });
+    let builder = slow_tool(Duration::from_millis(300));
     let options = HttpOptions {
         keep_alive: Some(Duration::from_millis(100)),
         ..with_sessions()
@@ -623,10 +628,7 @@ async fn an_answer_written_to_a_dead_connection_can_still_be_resumed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kept_answers_make_room_for_a_new_calls_resumption() {
     use futures::StreamExt as _;
-    let builder = ToolServer::builder().tool(ro("slow"), |_: Value, _ctx: CallContext| async {
-        tokio::time::sleep(Duration::from_millis(150)).await;
-        Ok::<_, ToolError>(ToolResult::text("late answer"))
-    });
+    let builder = slow_tool(Duration::from_millis(150));
     let options = HttpOptions {
         keep_alive: Some(Duration::from_millis(50)),
         ..with_sessions()
@@ -658,10 +660,7 @@ async fn kept_answers_make_room_for_a_new_calls_resumption() {
 /// session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parked_answer_is_not_served_after_its_session_ended() {
-    let builder = ToolServer::builder().tool(ro("slow"), |_: Value, _ctx: CallContext| async {
-        tokio::time::sleep(Duration::from_millis(400)).await;
-        Ok::<_, ToolError>(ToolResult::text("late answer"))
-    });
+    let builder = slow_tool(Duration::from_millis(400));
     let options = HttpOptions {
         keep_alive: Some(Duration::from_millis(100)),
         session_idle_timeout: Some(Duration::from_millis(800)),
@@ -700,10 +699,7 @@ async fn a_parked_answer_is_not_served_after_its_session_ended() {
 /// `MCP-Protocol-Version` (else `400`); only then is the answer served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resuming_a_parked_answer_checks_accept_and_version_as_rmcp_does() {
-    let builder = ToolServer::builder().tool(ro("slow"), |_: Value, _ctx: CallContext| async {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        Ok::<_, ToolError>(ToolResult::text("late answer"))
-    });
+    let builder = slow_tool(Duration::from_millis(300));
     let options = HttpOptions {
         keep_alive: Some(Duration::from_millis(100)),
         ..with_sessions()

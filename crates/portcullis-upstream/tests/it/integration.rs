@@ -1390,12 +1390,9 @@ done
       printf '{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"%s"}]}}\n' "$id" "$id" ;;
 "#;
 
-    /// A stdio call is written to the child by the call itself, with an id
-    /// from a range rmcp's own numbering never reaches (so the transport
-    /// hands its answer straight back: `connection::direct::stdio`).
-    #[tokio::test]
-    async fn stdio_calls_go_direct_with_ids_rmcp_never_uses() {
-        let toolset = connect(
+    /// Connected to the [`ID_ECHO_ARMS`] server, `ids`.
+    async fn id_echo() -> Toolset {
+        connect(
             vec![McpServerConfig::stdio(
                 "ids",
                 "sh",
@@ -1404,7 +1401,15 @@ done
             options(),
         )
         .await
-        .unwrap();
+        .unwrap()
+    }
+
+    /// A stdio call is written to the child by the call itself, with an id
+    /// from a range rmcp's own numbering never reaches (so the transport
+    /// hands its answer straight back: `connection::direct::stdio`).
+    #[tokio::test]
+    async fn stdio_calls_go_direct_with_ids_rmcp_never_uses() {
+        let toolset = id_echo().await;
         let mut seen = Vec::new();
         for _ in 0..3 {
             let id: u64 = text(&call(&toolset, "ids__id", json!({})).await.unwrap())
@@ -1422,16 +1427,7 @@ done
     /// for the call that is later made with that id.
     #[tokio::test]
     async fn an_answer_sent_ahead_for_the_next_call_is_not_its_answer() {
-        let toolset = connect(
-            vec![McpServerConfig::stdio(
-                "ids",
-                "sh",
-                ["-c", &sh_server("ids", ID_ECHO_ARMS)],
-            )],
-            options(),
-        )
-        .await
-        .unwrap();
+        let toolset = id_echo().await;
         let first = text(&call(&toolset, "ids__forge", json!({})).await.unwrap());
         let second = text(&call(&toolset, "ids__id", json!({})).await.unwrap());
         assert_ne!(second, "forged");
