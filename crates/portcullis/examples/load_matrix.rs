@@ -48,7 +48,12 @@
 //! gateway's own CPU per call (its process tree's user + system time from
 //! `/proc` minus its children's, i.e. without the stdio upstream), and the
 //! gateway's peak RSS during the cell (`VmHWM`, reset through
-//! `/proc/PID/clear_refs` before the cell). Each era × upstream block gets
+//! `/proc/PID/clear_refs` before the cell). A second table splits the
+//! machine's CPU a call between the load client, the gateway and the server
+//! on each side, and gives the ratio a saturated machine would allow
+//! (direct's total over the gateway side's) and the most any gateway could
+//! get against this yardstick (the same with the gateway costing nothing).
+//! Each era × upstream block gets
 //! a fresh gateway (its idle RSS is read once it is connected, before any
 //! call). Linux only.
 //!
@@ -321,7 +326,7 @@ async fn spawn_gateway(
 struct Side {
     latencies: Vec<Duration>,
     elapsed: Duration,
-    cpu_seconds: f64,
+    cpu: Cpu,
     sse_answers: usize,
     json_answers: usize,
 }
@@ -348,7 +353,7 @@ impl Side {
     fn add(&mut self, run: Run) {
         self.latencies.extend(run.latencies);
         self.elapsed += run.elapsed;
-        self.cpu_seconds += run.cpu_seconds;
+        self.cpu.add(run.cpu);
         self.sse_answers += run.sse_answers;
         self.json_answers += run.json_answers;
     }
@@ -366,8 +371,19 @@ struct Row {
     direct_p50_ms: f64,
     gateway_p50_ms: f64,
     cpu_us: f64,
+    /// The machine's CPU a call on each side, in µs: (client, server) for
+    /// direct, (client, gateway + upstream) through the gateway.
+    budget: Budget,
     peak_mib: f64,
     answers: String,
+}
+
+/// Where the machine's CPU went a call, on both sides of one cell (µs).
+struct Budget {
+    direct_client: f64,
+    direct_server: f64,
+    gateway_client: f64,
+    upstream: f64,
 }
 
 fn selected<T: Copy>(all: &[T], var: &str, name: impl Fn(T) -> String) -> Vec<T> {
@@ -408,9 +424,9 @@ async fn matrix(calls: usize) -> Result<(), Box<dyn std::error::Error>> {
     let mut rows = Vec::new();
     let mut idle = Vec::new();
     for era in &eras {
-        let direct_url = match era {
-            Era::Sse2025 => &session_url,
-            Era::Json2025 | Era::Stateless2026 => &stateless_url,
+        let (direct_url, direct_pid) = match era {
+            Era::Sse2025 => (&session_url, session_echo.pid),
+            Era::Json2025 | Era::Stateless2026 => (&stateless_url, stateless_echo.pid),
         };
         for upstream in &upstreams {
             // A fresh gateway for each era and upstream, so what one block
@@ -420,15 +436,41 @@ async fn matrix(calls: usize) -> Result<(), Box<dyn std::error::Error>> {
                 spawn_gateway(&bin, &exe, *upstream, &session_url, &stateless_url, store).await?;
             idle.push((*era, *upstream, gateway.idle_mib));
             // Warm-up of both sides: connections, sessions, allocator.
-            run(&client, direct_url, *era, 8, 200, None).await?;
-            run(&client, &gateway.url, *era, 8, 200, None).await?;
+            let unwatched = Watch {
+                gateway: None,
+                server: ServerProcess::None,
+            };
+            run(&client, direct_url, *era, 8, 200, &unwatched).await?;
+            run(&client, &gateway.url, *era, 8, 200, &unwatched).await?;
             for &concurrency in &levels {
                 let mut direct = Side::default();
                 let mut through = Side::default();
                 reset_peak(gateway.process.pid);
                 let per_round = calls.div_ceil(ROUNDS);
                 for _ in 0..ROUNDS {
-                    direct.add(run(&client, direct_url, *era, concurrency, per_round, None).await?);
+                    let direct_watch = Watch {
+                        gateway: None,
+                        server: ServerProcess::Alone(direct_pid),
+                    };
+                    direct.add(
+                        run(
+                            &client,
+                            direct_url,
+                            *era,
+                            concurrency,
+                            per_round,
+                            &direct_watch,
+                        )
+                        .await?,
+                    );
+                    let gateway_watch = Watch {
+                        gateway: Some(gateway.process.pid),
+                        server: match upstream {
+                            Upstream::Stdio => ServerProcess::ChildrenOf(gateway.process.pid),
+                            Upstream::HttpSession => ServerProcess::Alone(session_echo.pid),
+                            Upstream::HttpStateless => ServerProcess::Alone(stateless_echo.pid),
+                        },
+                    };
                     through.add(
                         run(
                             &client,
@@ -436,7 +478,7 @@ async fn matrix(calls: usize) -> Result<(), Box<dyn std::error::Error>> {
                             *era,
                             concurrency,
                             per_round,
-                            Some(gateway.process.pid),
+                            &gateway_watch,
                         )
                         .await?,
                     );
@@ -454,7 +496,13 @@ async fn matrix(calls: usize) -> Result<(), Box<dyn std::error::Error>> {
                     added_p99_ms: through.pct_ms(0.99) - direct.pct_ms(0.99),
                     direct_p50_ms: direct_p50,
                     gateway_p50_ms: gateway_p50,
-                    cpu_us: through.cpu_seconds / through.latencies.len() as f64 * 1e6,
+                    cpu_us: through.cpu.gateway / through.latencies.len() as f64 * 1e6,
+                    budget: Budget {
+                        direct_client: direct.cpu.client / direct.latencies.len() as f64 * 1e6,
+                        direct_server: direct.cpu.server / direct.latencies.len() as f64 * 1e6,
+                        gateway_client: through.cpu.client / through.latencies.len() as f64 * 1e6,
+                        upstream: through.cpu.server / through.latencies.len() as f64 * 1e6,
+                    },
                     peak_mib,
                     answers: format!("{}/{}", direct.answers(), through.answers()),
                 };
@@ -497,6 +545,8 @@ async fn matrix(calls: usize) -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     println!();
+    budget(&rows);
+    println!();
     targets(&rows, &idle);
     println!(
         "\nload average at end: {}; {:.0} s",
@@ -507,6 +557,41 @@ async fn matrix(calls: usize) -> Result<(), Box<dyn std::error::Error>> {
     drop(session_echo);
     drop(stateless_echo);
     Ok(())
+}
+
+/// Where the machine's CPU goes a call on each side of each cell. On a
+/// machine whose cores are all busy, throughput follows CPU per call: the
+/// "CPU-bound" ratio is direct's total over the gateway side's total, and
+/// "with a free gateway" is that ratio if the gateway process itself cost
+/// nothing (client and upstream only) — the most any gateway could get
+/// against this yardstick on this machine.
+fn budget(rows: &[Row]) {
+    println!("Where the machine's CPU goes, µs a call (user + system from /proc):");
+    println!(
+        "| era | upstream | c | direct: client | server | total | through: client | gateway | upstream | total | CPU-bound ratio | with a free gateway | measured ratio |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for row in rows {
+        let b = &row.budget;
+        let direct = b.direct_client + b.direct_server;
+        let through = b.gateway_client + row.cpu_us + b.upstream;
+        println!(
+            "| {} | {} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2}x | {:.2}x | {:.2}x |",
+            row.era.name(),
+            row.upstream.name(),
+            row.concurrency,
+            b.direct_client,
+            b.direct_server,
+            direct,
+            b.gateway_client,
+            row.cpu_us,
+            b.upstream,
+            through,
+            direct / through,
+            direct / (b.gateway_client + b.upstream),
+            row.gateway_cps / row.direct_cps,
+        );
+    }
 }
 
 /// How far each cell is from the design's targets.
@@ -597,7 +682,7 @@ async fn stop(mut process: Child) {
 struct Run {
     latencies: Vec<Duration>,
     elapsed: Duration,
-    cpu_seconds: f64,
+    cpu: Cpu,
     sse_answers: usize,
     json_answers: usize,
 }
@@ -608,12 +693,12 @@ async fn run(
     era: Era,
     concurrency: usize,
     calls: usize,
-    gateway_pid: Option<u32>,
+    watch: &Watch,
 ) -> Result<Run, Box<dyn std::error::Error>> {
     let per_worker = calls.div_ceil(concurrency);
     let sessions =
         futures::future::try_join_all((0..concurrency).map(|_| open(client, url, era))).await?;
-    let cpu_before = gateway_pid.map_or(0.0, own_cpu_seconds);
+    let cpu_before = watch.read();
     let started = Instant::now();
     let workers = sessions.iter().map(|session| {
         let client = client.clone();
@@ -638,7 +723,7 @@ async fn run(
     });
     let results = futures::future::join_all(workers).await;
     let elapsed = started.elapsed();
-    let cpu_seconds = gateway_pid.map_or(0.0, own_cpu_seconds) - cpu_before;
+    let cpu = watch.read().since(cpu_before);
     for session in sessions.iter().flatten() {
         let _ = client
             .delete(url)
@@ -650,7 +735,7 @@ async fn run(
     let mut run = Run {
         latencies: Vec::with_capacity(calls),
         elapsed,
-        cpu_seconds,
+        cpu,
         sse_answers: 0,
         json_answers: 0,
     };
@@ -830,10 +915,71 @@ async fn read_answer(response: reqwest::Response, id: usize) -> Result<(Value, K
 // ---------------------------------------------------------------------------
 // /proc.
 
-/// User + system CPU seconds of `pid`'s whole process tree minus those of
-/// its descendants: the gateway's own, without its stdio upstream.
-fn own_cpu_seconds(pid: u32) -> f64 {
-    let table = processes();
+/// CPU seconds (user + system) spent by the load client, the gateway
+/// and the server behind it over one run.
+#[derive(Default, Clone, Copy)]
+struct Cpu {
+    /// This process: the clients (the echo servers are processes of their
+    /// own).
+    client: f64,
+    /// The gateway's process alone, without its stdio upstream.
+    gateway: f64,
+    /// The server that answered: the direct echo, or the gateway's upstream.
+    server: f64,
+}
+
+impl Cpu {
+    fn since(self, before: Cpu) -> Cpu {
+        Cpu {
+            client: self.client - before.client,
+            gateway: self.gateway - before.gateway,
+            server: self.server - before.server,
+        }
+    }
+
+    fn add(&mut self, other: Cpu) {
+        self.client += other.client;
+        self.gateway += other.gateway;
+        self.server += other.server;
+    }
+}
+
+/// Which server process answers a run's calls.
+enum ServerProcess {
+    /// Not measured (warm-up).
+    None,
+    /// A process of its own (an HTTP echo).
+    Alone(u32),
+    /// The descendants of this process (the gateway's stdio upstream).
+    ChildrenOf(u32),
+}
+
+/// The processes whose CPU a run reads.
+struct Watch {
+    gateway: Option<u32>,
+    server: ServerProcess,
+}
+
+impl Watch {
+    fn read(&self) -> Cpu {
+        let table = processes();
+        let cpu = |p: &u32| table.get(p).map_or(0.0, |(_, cpu)| *cpu);
+        let gateway = self.gateway.map_or(0.0, |pid| cpu(&pid));
+        let server = match self.server {
+            ServerProcess::None => 0.0,
+            ServerProcess::Alone(pid) => cpu(&pid),
+            ServerProcess::ChildrenOf(pid) => descendants(&table, pid).iter().map(cpu).sum(),
+        };
+        Cpu {
+            client: cpu(&std::process::id()),
+            gateway,
+            server,
+        }
+    }
+}
+
+/// Every process below `pid`, however deep.
+fn descendants(table: &HashMap<u32, (u32, f64)>, pid: u32) -> Vec<u32> {
     let mut tree = vec![pid];
     let mut i = 0;
     while i < tree.len() {
@@ -846,10 +992,7 @@ fn own_cpu_seconds(pid: u32) -> f64 {
         );
         i += 1;
     }
-    let cpu = |p: &u32| table.get(p).map_or(0.0, |(_, cpu)| *cpu);
-    let whole: f64 = tree.iter().map(cpu).sum();
-    let children: f64 = tree[1..].iter().map(cpu).sum();
-    whole - children
+    tree.split_off(1)
 }
 
 /// Every process: pid → (parent pid, user + system CPU seconds).
