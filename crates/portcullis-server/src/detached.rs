@@ -16,53 +16,65 @@ use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 
 use futures::FutureExt;
+use tokio::task::JoinHandle;
 
 /// A call that runs where it is awaited until it is let go (see the
-/// module docs).
-pub(crate) struct Detached {
-    call: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+/// module docs). `T` is what the call gives back when it ends.
+pub(crate) struct Detached<T: Send + 'static> {
+    /// Gives `None` if the call panicked.
+    call: Option<Pin<Box<dyn Future<Output = Option<T>> + Send>>>,
 }
 
-impl Detached {
+impl<T: Send + 'static> Detached<T> {
     /// `call`, not started yet.
-    pub(crate) fn new(call: impl Future<Output = ()> + Send + 'static) -> Self {
+    pub(crate) fn new(call: impl Future<Output = T> + Send + 'static) -> Self {
         // A call that panics ends there, as a task of its own would, not
         // the connection's task that runs it.
-        let call = AssertUnwindSafe(call).catch_unwind().map(|ended| {
-            if ended.is_err() {
-                tracing::error!("a tool call panicked");
-            }
-        });
+        let call = AssertUnwindSafe(call)
+            .catch_unwind()
+            .map(|ended| match ended {
+                Ok(output) => Some(output),
+                Err(_) => {
+                    tracing::error!("a tool call panicked");
+                    None
+                }
+            });
         Detached {
             call: Some(Box::pin(call)),
         }
     }
 
-    /// Runs the call here until it ends. Dropping this future leaves the
-    /// call where it got to; it goes on when run again or let go.
-    pub(crate) async fn run(&mut self) {
-        if let Some(call) = self.call.as_mut() {
-            call.await;
-            self.call = None;
-        }
+    /// Runs the call here until it ends, and gives back what it gave
+    /// (`None` if it panicked, or if it had already ended or been let
+    /// go). Dropping this future leaves the call where it got to; it goes
+    /// on when run again or let go.
+    pub(crate) async fn run(&mut self) -> Option<T> {
+        let call = self.call.as_mut()?;
+        let output = call.await;
+        self.call = None;
+        output
     }
 
-    /// Hands what is left of the call, if anything, to a task of its own.
-    pub(crate) fn detach(&mut self) {
-        let Some(call) = self.call.take() else {
-            return;
-        };
+    /// Hands what is left of the call, if anything, to a task of its own,
+    /// whose handle gives back what the call gives.
+    pub(crate) fn detach(&mut self) -> Option<JoinHandle<Option<T>>> {
+        let call = self.call.take()?;
         // Without a runtime (it is shutting down) the call is dropped, as
         // its task would be.
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(call);
-        }
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        Some(runtime.spawn(call))
     }
 }
 
-impl Drop for Detached {
+impl<T: Send + 'static> Drop for Detached<T> {
     fn drop(&mut self) {
-        self.detach();
+        let Some(call) = self.call.take() else {
+            return;
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            // Spawned for its effects; nobody waits for what it gives.
+            runtime.spawn(call.map(drop));
+        }
     }
 }
 
@@ -96,9 +108,26 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_call_gives_back_its_output_run_here_or_let_go() {
+        let mut here = Detached::new(async { 7 });
+        assert_eq!(here.run().await, Some(7));
+        assert!(
+            here.detach().is_none(),
+            "an ended call has nothing to let go"
+        );
+
+        let (go, wait) = oneshot::channel::<u8>();
+        let mut there = Detached::new(async move { wait.await.unwrap_or(0) });
+        let _ = tokio::time::timeout(std::time::Duration::from_millis(20), there.run()).await;
+        let task = there.detach().expect("an unfinished call is let go");
+        go.send(9).unwrap();
+        assert_eq!(task.await.unwrap(), Some(9));
+    }
+
+    #[tokio::test]
     async fn a_call_that_panics_ends_alone() {
         let mut call = Detached::new(async { panic!("boom") });
-        call.run().await;
+        assert!(call.run().await.is_none());
         assert!(call.call.is_none());
     }
 }

@@ -9,8 +9,9 @@
 //! machinery cost more CPU than the call itself. This path answers such a
 //! request with one parse of the body, the same header rules, the handler's
 //! `call_tool` wrapped in what rmcp's `handle_request` does around it for a
-//! 2026-07-28 request (result shaping, error codes; see `call_tool`), on
-//! a task of its own, and one serialisation of the answer.
+//! 2026-07-28 request (result shaping, error codes; see `call_tool`), run
+//! in the request itself unless it is let go (`crate::detached`), and one
+//! serialisation of the answer.
 //!
 //! Only the plain case is taken. Anything else goes to rmcp untouched (with
 //! the body already read, handed back as it came), so every error response
@@ -76,6 +77,7 @@ use tokio::task::{JoinError, JoinHandle};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::call_progress;
+use crate::detached::Detached;
 use crate::session_call::SessionPath;
 use crate::sessions::{Outbox, Reply};
 use crate::sse;
@@ -244,19 +246,20 @@ where
     context.ct = cancel.clone();
     context.meta = meta;
     context.extensions = extensions;
-    // The handler runs on a task of its own, as on rmcp's path: when the
-    // client goes away this future (or the answer's stream) is dropped,
-    // the guard cancels the call's token, and the handler sees the
-    // cancellation and finishes (a gateway then cancels its upstream call)
-    // instead of being dropped mid-await.
+    // As on rmcp's path the handler is never dropped mid-await when the
+    // client goes away: this future (or the answer's stream) is dropped,
+    // the guard cancels the call's token, and what is left of the call
+    // goes on on a task of its own (`Detached`), sees the cancellation and
+    // finishes (a gateway then cancels its upstream call). Until then the
+    // call runs here, in the request, which spares a task and a hand-off
+    // for every call answered while its request waits.
     let disconnect = cancel.drop_guard();
     let handler = handler.clone();
     let answered = outbox.clone();
-    // Boxed, and answering with the serialised message: a tool call's
-    // future is many kilobytes, and a spawn copies the future into its task
-    // and the output out of it (measured: those copies were a third of the
-    // gateway's instructions per call before).
-    let mut task = tokio::spawn(Box::pin(async move {
+    // Answering with the serialised message: a tool call's future is many
+    // kilobytes, and moving it or its output costs copies (measured: those
+    // copies were a third of the gateway's instructions per call once).
+    let mut call = Detached::new(async move {
         let answer = call_tool(&handler, params, context, Era::Stateless).await;
         let (message, status) = match answer {
             Ok(result) => (ServerJsonRpcMessage::response(result, id), StatusCode::OK),
@@ -272,35 +275,41 @@ where
             outbox.send_modify(|outbox| outbox.answer = Some(answer));
         }
         (body, status)
-    }));
+    });
     let Some(outbox) = outbox else {
-        let answer = task.await;
+        let answer = call.run().await;
         disconnect.disarm();
         return Ok(json_answer(answer));
     };
     // The first of the answer and a report decides what the answer is.
     let mut reply = outbox.subscribe();
     let reported = |outbox: &Outbox| !outbox.events.is_empty();
-    let joined = tokio::select! {
+    let ended = tokio::select! {
         biased;
-        joined = &mut task => Some(joined),
+        answer = call.run() => Some(answer),
         _ = reply.wait_for(reported) => None,
     };
     if reply.borrow().events.is_empty() {
-        let answer = match joined {
-            Some(joined) => joined,
-            None => task.await,
+        let answer = match ended {
+            Some(answer) => answer,
+            None => call.run().await,
         };
         disconnect.disarm();
         return Ok(json_answer(answer));
     }
+    // A stream: the call goes on on a task of its own, so that a client
+    // slow to read its reports does not hold the call back.
+    let task = match ended {
+        Some(answer) => Joined::Done(answer),
+        None => match call.detach() {
+            Some(task) => Joined::Running(task),
+            None => Joined::Done(None),
+        },
+    };
     let streaming = Streaming {
         outbox,
         reply,
-        task: match joined {
-            Some(joined) => Joined::Done(joined),
-            None => Joined::Running(task),
-        },
+        task,
         streams: streams.clone(),
         disconnect: Some(disconnect),
     };
@@ -310,28 +319,34 @@ where
     ))))
 }
 
-/// What the call's task gives back: its serialised answer and status.
+/// What the call gives back: its serialised answer and status.
 type Answered = (Result<Bytes, serde_json::Error>, StatusCode);
 
-/// The call's answer as plain JSON with its status.
-fn json_answer(answer: Result<Answered, JoinError>) -> Response {
+/// The call's answer as plain JSON with its status (`None`: the call
+/// panicked or its task failed, which was logged).
+fn json_answer(answer: Option<Answered>) -> Response {
     match answer {
-        Ok((Ok(body), status)) => json_response(body, status),
-        Ok((Err(error), _)) => {
+        Some((Ok(body), status)) => json_response(body, status),
+        Some((Err(error), _)) => {
             tracing::error!(%error, "response not serialised");
             status_only(StatusCode::INTERNAL_SERVER_ERROR)
         }
-        Err(error) => {
-            tracing::error!(%error, "tool call handler failed");
-            status_only(StatusCode::INTERNAL_SERVER_ERROR)
-        }
+        None => status_only(StatusCode::INTERNAL_SERVER_ERROR),
     }
+}
+
+/// What a detached call's task gave back (`None`: it panicked or failed).
+fn joined(outcome: Result<Option<Answered>, JoinError>) -> Option<Answered> {
+    outcome.unwrap_or_else(|error| {
+        tracing::error!(%error, "tool call task failed");
+        None
+    })
 }
 
 /// The call's task, or what it gave back.
 enum Joined {
-    Running(JoinHandle<Answered>),
-    Done(Result<Answered, JoinError>),
+    Running(JoinHandle<Option<Answered>>),
+    Done(Option<Answered>),
     /// The answer went out (or could not).
     Sent,
 }
@@ -350,7 +365,7 @@ struct Streaming {
 /// What waiting on a streamed call found.
 enum Next {
     Reported,
-    Joined(Result<Answered, JoinError>),
+    Joined(Option<Answered>),
     Closed,
 }
 
@@ -374,15 +389,12 @@ impl Streaming {
                         disconnect.disarm();
                     }
                     return match answer {
-                        Ok((Ok(body), _)) => Some((Ok(sse::event(None, &body)), self)),
-                        Ok((Err(error), _)) => {
+                        Some((Ok(body), _)) => Some((Ok(sse::event(None, &body)), self)),
+                        Some((Err(error), _)) => {
                             tracing::error!(%error, "response not serialised");
                             None
                         }
-                        Err(error) => {
-                            tracing::error!(%error, "tool call handler failed");
-                            None
-                        }
+                        None => None,
                     };
                 }
                 Joined::Running(task) => task,
@@ -393,7 +405,7 @@ impl Streaming {
                 tokio::select! {
                     biased;
                     () = closed.cancelled() => Next::Closed,
-                    joined = task => Next::Joined(joined),
+                    outcome = task => Next::Joined(joined(outcome)),
                     // The sender is held here, so this never fails.
                     _ = reply.changed() => Next::Reported,
                 }

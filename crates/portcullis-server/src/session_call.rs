@@ -229,7 +229,7 @@ impl SessionPath {
         });
         let waited = tokio::select! {
             biased;
-            () = call.run() => wait(&mut answered, 0, self.keep_alive).await,
+            _ = call.run() => wait(&mut answered, 0, self.keep_alive).await,
             waited = wait(&mut answered, 0, self.keep_alive) => waited,
         };
         // A request to the client, a report or a long call: the answer
