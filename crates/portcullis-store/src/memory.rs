@@ -1,8 +1,14 @@
 //! The memory backend: maps behind one mutex, for tests and runs that need
 //! no persistence. One lock makes every `save` atomic, which is all the
 //! baseline rules need.
+//!
+//! The audit trail is the one part that grows with every call (about
+//! 0.7 KiB a record) and nothing in the process reads it back, so this
+//! backend keeps only the newest [`MEMORY_AUDIT_RECORDS`]: a long-running
+//! gateway on the memory store does not grow without bound between
+//! retention prunes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
 use std::time::SystemTime;
 
@@ -23,15 +29,28 @@ struct State {
     servers: BTreeMap<String, PersistedServer>,
     trusted: BTreeMap<String, Vec<Tool>>,
     effects: BTreeMap<String, Recorded>,
-    /// In order of recording.
-    audit: Vec<AuditRecord>,
+    /// In order of recording; at most `MemoryStore::audit_capacity`.
+    audit: VecDeque<AuditRecord>,
     grants: BTreeMap<String, SealedGrant>,
 }
 
+/// How many audit records the memory backend keeps, newest first out.
+pub const MEMORY_AUDIT_RECORDS: usize = 10_000;
+
 /// A store held in process memory; gone when the process ends.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct MemoryStore {
     state: Mutex<State>,
+    audit_capacity: usize,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        MemoryStore {
+            state: Mutex::default(),
+            audit_capacity: MEMORY_AUDIT_RECORDS,
+        }
+    }
 }
 
 impl MemoryStore {
@@ -166,7 +185,11 @@ impl AuditLog for MemoryStore {
     async fn record(&self, record: &AuditRecord) -> Result<(), StoreError> {
         let mut record = record.clone();
         record.time = from_millis(to_millis(record.time));
-        self.state().audit.push(record);
+        let mut state = self.state();
+        if state.audit.len() >= self.audit_capacity {
+            state.audit.pop_front();
+        }
+        state.audit.push_back(record);
         Ok(())
     }
 
@@ -210,5 +233,40 @@ impl GrantLog for MemoryStore {
 
     async fn list(&self) -> Result<Vec<SealedGrant>, StoreError> {
         Ok(self.state().grants.values().cloned().collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audit::{AuditDecision, AuditOutcome};
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn the_audit_trail_keeps_only_the_newest_records() {
+        let store = MemoryStore {
+            state: Mutex::default(),
+            audit_capacity: 3,
+        };
+        let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        for i in 0..5u64 {
+            let record = AuditRecord::new(
+                start + Duration::from_secs(i),
+                format!("tool{i}"),
+                &serde_json::json!({}),
+                AuditDecision::Allowed,
+                AuditOutcome::Ok,
+            );
+            store.audit().record(&record).await.unwrap();
+        }
+        let kept: Vec<String> = store
+            .audit()
+            .recent(10)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.tool)
+            .collect();
+        assert_eq!(kept, ["tool4", "tool3", "tool2"]);
     }
 }
