@@ -39,8 +39,10 @@
 //! `call_progress::MAX_PROGRESS_BYTES` of them wait for a slow client, later
 //! ones are dropped (rmcp holds the reporter back instead). A client that
 //! goes away mid-stream cancels the call, as before the answer and as on
-//! rmcp's path; so does the server's closing of its streams (`close` after
-//! the shutdown grace).
+//! rmcp's path. A call still running when the server closes its streams
+//! (`close` after the shutdown grace) is answered, JSON or as the stream's
+//! last event, with the JSON-RPC error of `crate::shutdown::cut_off`, and
+//! cancelled.
 //!
 //! The handler gets a [`RequestContext`] like rmcp's: the request's id and
 //! `_meta`, the HTTP request parts in its extensions, a cancellation token
@@ -251,6 +253,7 @@ where
     // instead of being dropped mid-await.
     let disconnect = cancel.drop_guard();
     let handler = handler.clone();
+    let call = id.clone();
     let answered = outbox.clone();
     // Boxed, and answering with the serialised message: a tool call's
     // future is many kilobytes, and a spawn copies the future into its task
@@ -273,8 +276,14 @@ where
         }
         (body, status)
     }));
+    // Past the drain's grace the call is cut off (`shutdown::cut_off`);
+    // the guard then cancels it.
+    let closed = &streams.closed;
     let Some(outbox) = outbox else {
-        let answer = task.await;
+        let answer = tokio::select! {
+            answer = &mut task => answer,
+            () = closed.cancelled() => return Ok(cut_off(&call)),
+        };
         disconnect.disarm();
         return Ok(json_answer(answer));
     };
@@ -285,16 +294,21 @@ where
         biased;
         joined = &mut task => Some(joined),
         _ = reply.wait_for(reported) => None,
+        () = closed.cancelled() => return Ok(cut_off(&call)),
     };
     if reply.borrow().events.is_empty() {
         let answer = match joined {
             Some(joined) => joined,
-            None => task.await,
+            None => tokio::select! {
+                answer = &mut task => answer,
+                () = closed.cancelled() => return Ok(cut_off(&call)),
+            },
         };
         disconnect.disarm();
         return Ok(json_answer(answer));
     }
     let streaming = Streaming {
+        call,
         outbox,
         reply,
         task: match joined {
@@ -312,6 +326,11 @@ where
 
 /// What the call's task gives back: its serialised answer and status.
 type Answered = (Result<Bytes, serde_json::Error>, StatusCode);
+
+/// The answer of a call cut off by the shutdown (`crate::shutdown`).
+fn cut_off(call: &RequestId) -> Response {
+    json_response(crate::shutdown::cut_off(call), StatusCode::OK)
+}
 
 /// The call's answer as plain JSON with its status.
 fn json_answer(answer: Result<Answered, JoinError>) -> Response {
@@ -338,6 +357,8 @@ enum Joined {
 
 /// A streamed answer: the call's reports as they come, then its response.
 struct Streaming {
+    /// The call's id, for the error that cuts it off at shutdown.
+    call: RequestId,
     /// Held so that the reports sent can be taken out.
     outbox: Arc<watch::Sender<Outbox>>,
     reply: Reply,
@@ -408,8 +429,12 @@ impl Streaming {
             match next {
                 Next::Reported => {}
                 Next::Joined(answer) => self.task = Joined::Done(answer),
-                // rmcp's streams end there too; the guard cancels the call.
-                Next::Closed => return None,
+                // Cut off: told so, then the end; the guard cancels the call.
+                Next::Closed => {
+                    self.task = Joined::Sent;
+                    let error = crate::shutdown::cut_off(&self.call);
+                    return Some((Ok(sse::event(None, &error)), self));
+                }
             }
         }
     }

@@ -380,6 +380,9 @@ where
         extra_routes.extend(metadata_routes(oauth));
     }
 
+    // `stop`: no new connections, idle ones closed, requests in flight
+    // drained; `streams`: the grace ran out, open streams are cut.
+    let stop = CancellationToken::new();
     let streams = CancellationToken::new();
     // Our guard owns Host and Origin (exact host:port matching, which rmcp's
     // bare-host entries do not give); rmcp's own copies are switched off so
@@ -405,6 +408,7 @@ where
             options.max_sessions,
             options.session_idle_timeout,
             options.client_requests_in_context,
+            stop.clone(),
         ))
     });
     let mcp = if let Some(sessions) = &sessions {
@@ -414,7 +418,7 @@ where
         // `crate::json_answer`).
         match direct {
             Some(handler) => {
-                let path = SessionPath::new(sessions.clone(), options.keep_alive);
+                let path = SessionPath::new(sessions.clone(), options.keep_alive, streams.clone());
                 let service =
                     DirectCall::new(handler, JsonAnswer::new(rmcp), Some(path), direct_streams);
                 Router::new().route_service(MCP_PATH, service)
@@ -462,7 +466,6 @@ where
         header_read_timeout: options.header_read_timeout,
         idle_timeout: options.idle_timeout,
     };
-    let stop = CancellationToken::new();
     let finished = CancellationToken::new();
     let shutdown = stop.clone();
     let done = finished.clone();
