@@ -109,7 +109,7 @@ pub use input::InputChannel;
 pub use mcp_server::{ServeOptions, create_mcp_server};
 pub use passthrough::{PassthroughCapabilities, PassthroughProvider};
 pub use shutdown::ShutdownSignal;
-pub use stdio::{serve_io, serve_stdio};
+pub use stdio::{serve_io, serve_io_until, serve_stdio, serve_stdio_until};
 pub use tool_server::{
     CallError, CallObserver, ObservedCall, Registration, ToolServer, ToolServerBuilder, schema_of,
 };
