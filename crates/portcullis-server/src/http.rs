@@ -34,6 +34,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::connections::Limits;
+use crate::cut_off::CutOff;
 use crate::direct_call::{DirectCall, Streams};
 use crate::error::ServerError;
 use crate::guard::{Guard, MCP_PATH, guard_layer};
@@ -415,19 +416,21 @@ where
         let rmcp = StreamableHttpService::new(factory, sessions.clone(), config);
         // rmcp answers every session request with a stream; with JSON
         // answers on, one that needs none is answered plain JSON (see
-        // `crate::json_answer`).
+        // `crate::json_answer`). Its requests still running when the
+        // streams close are cut off (`crate::cut_off`).
         match direct {
             Some(handler) => {
                 let path = SessionPath::new(sessions.clone(), options.keep_alive, streams.clone());
-                let service =
-                    DirectCall::new(handler, JsonAnswer::new(rmcp), Some(path), direct_streams);
+                let rmcp = CutOff::new(JsonAnswer::new(rmcp), streams.clone());
+                let service = DirectCall::new(handler, rmcp, Some(path), direct_streams);
                 Router::new().route_service(MCP_PATH, service)
             }
-            None => Router::new().route_service(MCP_PATH, rmcp),
+            None => Router::new().route_service(MCP_PATH, CutOff::new(rmcp, streams.clone())),
         }
     } else {
         let rmcp =
             StreamableHttpService::new(factory, Arc::new(NeverSessionManager::default()), config);
+        let rmcp = CutOff::new(rmcp, streams.clone());
         match direct {
             Some(handler) => Router::new().route_service(
                 MCP_PATH,

@@ -76,6 +76,7 @@ mod answer;
 pub mod approval;
 mod call_progress;
 mod connections;
+mod cut_off;
 mod detached;
 mod direct_call;
 pub mod error;

@@ -74,17 +74,37 @@ enum Era<'a> {
     Modern,
 }
 
-/// A `tools/call` of `tool`, with a progress token when `progress`.
+/// How a test call asks: for progress reports, and for log messages
+/// (which sends it to rmcp's own service rather than the direct paths).
+#[derive(Clone, Copy, Debug)]
+struct Asks {
+    progress: bool,
+    logs: bool,
+}
+
+const PLAIN: Asks = Asks {
+    progress: false,
+    logs: false,
+};
+const PROGRESS: Asks = Asks {
+    progress: true,
+    logs: false,
+};
+
+/// A `tools/call` of `tool`, with `_meta` asking what `asks` says.
 fn call_request(
     http: &reqwest::Client,
     url: &str,
     era: Era<'_>,
     id: u64,
     tool: &str,
-    progress: bool,
+    asks: Asks,
 ) -> reqwest::RequestBuilder {
     let mut meta = serde_json::Map::new();
-    if progress {
+    if asks.logs {
+        meta.insert("io.modelcontextprotocol/logLevel".into(), json!("debug"));
+    }
+    if asks.progress {
         meta.insert("progressToken".into(), json!(format!("p-{id}")));
     }
     let request = http
@@ -181,10 +201,10 @@ async fn call_through_close(
     era: Era<'_>,
     id: u64,
     tool: &str,
-    progress: bool,
+    asks: Asks,
 ) -> (Answer, Duration) {
     let url = server.url();
-    let sent = call_request(http, &url, era, id, tool, progress).send();
+    let sent = call_request(http, &url, era, id, tool, asks).send();
     let waiting = tokio::spawn(async move { answer_of(sent.await.expect("answered")).await });
     tokio::time::sleep(UNDER_WAY).await;
     let closing = close(server);
@@ -202,7 +222,7 @@ async fn a_session_call_in_flight_is_answered_and_the_drain_ends_with_it() {
     let http = reqwest::Client::new();
     let session = open_session(&http, &server, json!({})).await;
     let (answer, took) =
-        call_through_close(server, &http, Era::Session(&session), 3, "slow", false).await;
+        call_through_close(server, &http, Era::Session(&session), 3, "slow", PLAIN).await;
     assert_answered(&answer, 3);
     assert!(answer.1.starts_with("application/json"), "{answer:?}");
     assert!(took < GRACE, "the drain waited out its grace: {took:?}");
@@ -215,27 +235,37 @@ async fn a_session_call_streaming_progress_is_answered_on_its_stream() {
     let server = serve(SLOW, GRACE, Duration::from_secs(15)).await;
     let http = reqwest::Client::new();
     let session = open_session(&http, &server, json!({})).await;
-    let (answer, took) =
-        call_through_close(server, &http, Era::Session(&session), 4, "slow_steps", true).await;
+    let (answer, took) = call_through_close(
+        server,
+        &http,
+        Era::Session(&session),
+        4,
+        "slow_steps",
+        PROGRESS,
+    )
+    .await;
     assert!(answer.1.starts_with("text/event-stream"), "{answer:?}");
     assert!(answer.2.contains("notifications/progress"), "{answer:?}");
     assert_answered(&answer, 4);
     assert!(took < GRACE, "the drain waited out its grace: {took:?}");
 }
 
-/// Stateless 2026-07-28 calls in flight, plain and streaming progress, get
-/// their real answers.
+/// Stateless 2026-07-28 calls in flight, plain and streaming progress, on
+/// the direct path and on rmcp's, get their real answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stateless_calls_in_flight_are_answered_and_the_drain_ends_with_them() {
-    for (tool, progress, streamed) in [
-        ("slow", false, false),
-        ("slow", true, false),
-        ("slow_steps", true, true),
+    let logs = |asks: Asks| Asks { logs: true, ..asks };
+    for (tool, asks, streamed) in [
+        ("slow", PLAIN, false),
+        ("slow", PROGRESS, false),
+        ("slow_steps", PROGRESS, true),
+        // rmcp's path.
+        ("slow", logs(PLAIN), false),
+        ("slow_steps", logs(PROGRESS), true),
     ] {
         let server = serve(SLOW, GRACE, Duration::from_secs(15)).await;
         let http = reqwest::Client::new();
-        let (answer, took) =
-            call_through_close(server, &http, Era::Modern, 5, tool, progress).await;
+        let (answer, took) = call_through_close(server, &http, Era::Modern, 5, tool, asks).await;
         assert_answered(&answer, 5);
         let expected = if streamed {
             "text/event-stream"
@@ -306,7 +336,7 @@ async fn a_resumed_answer_in_flight_is_answered() {
         Era::Session(&session),
         6,
         "slow",
-        false,
+        PLAIN,
     )
     .send()
     .await
@@ -348,13 +378,13 @@ async fn a_new_connection_during_the_drain_is_refused() {
     let server = serve(SLOW, GRACE, Duration::from_secs(15)).await;
     let url = server.url();
     let http = reqwest::Client::new();
-    let sent = call_request(&http, &url, Era::Modern, 7, "slow", false).send();
+    let sent = call_request(&http, &url, Era::Modern, 7, "slow", PLAIN).send();
     let waiting = tokio::spawn(async move { answer_of(sent.await.expect("answered")).await });
     tokio::time::sleep(UNDER_WAY).await;
     let closing = close(server);
     tokio::time::sleep(Duration::from_millis(100)).await;
     let late = reqwest::Client::new();
-    let refused = call_request(&late, &url, Era::Modern, 8, "slow", false)
+    let refused = call_request(&late, &url, Era::Modern, 8, "slow", PLAIN)
         .send()
         .await;
     match refused {
@@ -365,19 +395,30 @@ async fn a_new_connection_during_the_drain_is_refused() {
     tokio::time::timeout(HANG, closing).await.unwrap().unwrap();
 }
 
-/// A call still running when the grace runs out, on every path, gets a
-/// JSON-RPC error naming its id and saying the server is shutting down,
-/// soon after the grace, and the server stops: never a torn stream, an
-/// empty answer or a wait for the call.
+/// A call still running when the grace runs out, on every path (the direct
+/// ones, and rmcp's for a call asking for log messages), gets a JSON-RPC
+/// error naming its id and saying the server is shutting down, soon after
+/// the grace, and the server stops: never a `500`, a torn stream, an empty
+/// answer or a wait for the call.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_outliving_the_grace_is_told_the_server_is_shutting_down() {
     let grace = Duration::from_millis(600);
     let slow = Duration::from_secs(20);
-    for (case, tool, progress, session) in [
-        ("session JSON", "slow", false, true),
-        ("session stream", "slow_steps", true, true),
-        ("stateless JSON", "slow", false, false),
-        ("stateless stream", "slow_steps", true, false),
+    let logs = |asks: Asks| Asks { logs: true, ..asks };
+    for (case, tool, asks, session) in [
+        ("session JSON", "slow", PLAIN, true),
+        ("session stream", "slow_steps", PROGRESS, true),
+        ("stateless JSON", "slow", PLAIN, false),
+        ("stateless stream", "slow_steps", PROGRESS, false),
+        ("rmcp's session JSON", "slow", logs(PLAIN), true),
+        ("rmcp's session stream", "slow_steps", logs(PROGRESS), true),
+        ("rmcp's stateless JSON", "slow", logs(PLAIN), false),
+        (
+            "rmcp's stateless stream",
+            "slow_steps",
+            logs(PROGRESS),
+            false,
+        ),
     ] {
         let server = serve(slow, grace, Duration::from_secs(15)).await;
         let http = reqwest::Client::new();
@@ -388,7 +429,7 @@ async fn a_call_outliving_the_grace_is_told_the_server_is_shutting_down() {
         };
         let era = session.as_deref().map_or(Era::Modern, Era::Session);
         let started = Instant::now();
-        let (answer, took) = call_through_close(server, &http, era, 9, tool, progress).await;
+        let (answer, took) = call_through_close(server, &http, era, 9, tool, asks).await;
         let answered_after = started.elapsed();
         assert_eq!(answer.0, StatusCode::OK, "{case}: {answer:?}");
         assert_shutting_down(&answer, 9);
