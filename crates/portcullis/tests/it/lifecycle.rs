@@ -234,6 +234,48 @@ async fn sigterm_with_a_stateless_call_in_flight_answers_it_and_refuses_new_conn
     upstream.close().await;
 }
 
+/// A stateless HTTP call still in flight when the drain's grace runs out
+/// gets a JSON-RPC error saying the gateway is shutting down (`200`, its
+/// id), and the gateway exits 0 soon after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_call_outliving_the_grace_is_told_the_gateway_is_shutting_down() {
+    use serde_json::json;
+    use std::time::{Duration, Instant};
+    let hold = Arc::new(Hold::default());
+    let upstream = held_upstream(hold.clone()).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = config(dir.path(), &upstream.url(), 1);
+    let mut served = tokio::task::block_in_place(|| common::serve(&path));
+    let authority = served.authority();
+    let started = hold.started.notified();
+    let call = tokio::task::spawn_blocking(move || {
+        common::mcp(
+            &authority,
+            &json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+                "params": {"name": "held__hold", "arguments": {}}}),
+        )
+    });
+    tokio::time::timeout(common::PATIENCE, started)
+        .await
+        .expect("the call reaches the upstream");
+    let signalled = Instant::now();
+    served.signal("TERM");
+    let (status, response) = call.await.expect("the call task");
+    assert_eq!(status, 200, "{response}");
+    let body = response.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let answer: serde_json::Value = serde_json::from_str(body).expect("one JSON-RPC message");
+    assert_eq!(answer["id"], 5, "{answer}");
+    assert_shutting_down(&answer);
+    let code = tokio::task::block_in_place(|| served.exit_code());
+    assert_eq!(code, Some(0));
+    assert!(
+        signalled.elapsed() < Duration::from_secs(15),
+        "exited {:?} after the signal",
+        signalled.elapsed()
+    );
+    upstream.close().await;
+}
+
 /// `serve --stdio` with `held__hold` in flight: an MCP client on the pipe
 /// (2025-11-25) is initialized; `held__hold` is sent and reaches the
 /// upstream; the gateway is sent SIGTERM and says it drains.
