@@ -113,7 +113,8 @@ pub struct HttpOptions {
     /// default: a library never takes over signals unless asked.
     pub handle_signals: bool,
     /// How long `close()` waits for in-flight requests before cutting open
-    /// streams.
+    /// streams (a call still running is then answered with a JSON-RPC error
+    /// saying the server is shutting down, `crate::shutdown`).
     pub shutdown_grace: Duration,
     /// Routes served beside `/mcp` (a gateway's `/healthz` and `/metrics`),
     /// as `(path, handler)`. They pass the Host and Origin guards like
@@ -244,8 +245,10 @@ impl HttpServer {
         self.stop.clone()
     }
 
-    /// Stops accepting connections, lets in-flight requests finish (up to
-    /// the shutdown grace), then cuts whatever streams are still open.
+    /// Stops accepting connections (a session's standalone streams end at
+    /// once), lets in-flight requests finish (up to the shutdown grace),
+    /// then answers the calls left with the shutdown's JSON-RPC error and
+    /// cuts whatever streams are still open.
     pub async fn close(self) {
         self.stop.cancel();
         drain(self.task, self.streams, self.grace).await;

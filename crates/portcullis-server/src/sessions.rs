@@ -26,6 +26,10 @@
 //! connection may have died unnoticed), as rmcp keeps a finished stream's.
 //! The requests such calls send their client (sampling, elicitation,
 //! roots) wait here, by an id of the session's, for the client's answer.
+//!
+//! When the server stops, a session's standalone stream (a `GET` without
+//! `Last-Event-ID`, or one resuming that stream) ends at once: it carries
+//! no call, so it must not hold the drain.
 
 use std::collections::HashMap;
 use std::pin::Pin;
