@@ -40,8 +40,10 @@
 //! `call_progress::MAX_PROGRESS_BYTES` of them wait for a slow client, later
 //! ones are dropped (rmcp holds the reporter back instead). A client that
 //! goes away mid-stream cancels the call, as before the answer and as on
-//! rmcp's path; so does the server's closing of its streams (`close` after
-//! the shutdown grace).
+//! rmcp's path. A call still running when the server closes its streams
+//! (`close` after the shutdown grace) is answered, JSON or as the stream's
+//! last event, with the JSON-RPC error of `crate::shutdown::cut_off`, and
+//! cancelled.
 //!
 //! The handler gets a [`RequestContext`] like rmcp's: the request's id and
 //! `_meta`, the HTTP request parts in its extensions, a cancellation token
@@ -255,6 +257,7 @@ where
     // for every call answered while its request waits.
     let disconnect = cancel.drop_guard();
     let handler = handler.clone();
+    let call_id = id.clone();
     let answered = outbox.clone();
     // Answering with the serialised message: a tool call's future is many
     // kilobytes, and moving it or its output costs copies (measured: those
@@ -276,8 +279,14 @@ where
         }
         (body, status)
     });
+    // Past the drain's grace the call is cut off (`shutdown::cut_off`);
+    // the guard then cancels it.
+    let closed = &streams.closed;
     let Some(outbox) = outbox else {
-        let answer = call.run().await;
+        let answer = tokio::select! {
+            answer = call.run() => answer,
+            () = closed.cancelled() => return Ok(cut_off(&call_id)),
+        };
         disconnect.disarm();
         return Ok(json_answer(answer));
     };
@@ -288,11 +297,15 @@ where
         biased;
         answer = call.run() => Some(answer),
         _ = reply.wait_for(reported) => None,
+        () = closed.cancelled() => return Ok(cut_off(&call_id)),
     };
     if reply.borrow().events.is_empty() {
         let answer = match ended {
             Some(answer) => answer,
-            None => call.run().await,
+            None => tokio::select! {
+                answer = call.run() => answer,
+                () = closed.cancelled() => return Ok(cut_off(&call_id)),
+            },
         };
         disconnect.disarm();
         return Ok(json_answer(answer));
@@ -307,6 +320,7 @@ where
         },
     };
     let streaming = Streaming {
+        call: call_id,
         outbox,
         reply,
         task,
@@ -321,6 +335,11 @@ where
 
 /// What the call gives back: its serialised answer and status.
 type Answered = (Result<Bytes, serde_json::Error>, StatusCode);
+
+/// The answer of a call cut off by the shutdown (`crate::shutdown`).
+fn cut_off(call: &RequestId) -> Response {
+    json_response(crate::shutdown::cut_off(call), StatusCode::OK)
+}
 
 /// The call's answer as plain JSON with its status (`None`: the call
 /// panicked or its task failed, which was logged).
@@ -353,6 +372,8 @@ enum Joined {
 
 /// A streamed answer: the call's reports as they come, then its response.
 struct Streaming {
+    /// The call's id, for the error that cuts it off at shutdown.
+    call: RequestId,
     /// Held so that the reports sent can be taken out.
     outbox: Arc<watch::Sender<Outbox>>,
     reply: Reply,
@@ -420,8 +441,12 @@ impl Streaming {
             match next {
                 Next::Reported => {}
                 Next::Joined(answer) => self.task = Joined::Done(answer),
-                // rmcp's streams end there too; the guard cancels the call.
-                Next::Closed => return None,
+                // Cut off: told so, then the end; the guard cancels the call.
+                Next::Closed => {
+                    self.task = Joined::Sent;
+                    let error = crate::shutdown::cut_off(&self.call);
+                    return Some((Ok(sse::event(None, &error)), self));
+                }
             }
         }
     }

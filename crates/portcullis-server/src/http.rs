@@ -34,6 +34,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::connections::Limits;
+use crate::cut_off::CutOff;
 use crate::direct_call::{DirectCall, Streams};
 use crate::error::ServerError;
 use crate::guard::{Guard, MCP_PATH, guard_layer};
@@ -112,7 +113,8 @@ pub struct HttpOptions {
     /// default: a library never takes over signals unless asked.
     pub handle_signals: bool,
     /// How long `close()` waits for in-flight requests before cutting open
-    /// streams.
+    /// streams (a call still running is then answered with a JSON-RPC error
+    /// saying the server is shutting down, `crate::shutdown`).
     pub shutdown_grace: Duration,
     /// Routes served beside `/mcp` (a gateway's `/healthz` and `/metrics`),
     /// as `(path, handler)`. They pass the Host and Origin guards like
@@ -243,8 +245,10 @@ impl HttpServer {
         self.stop.clone()
     }
 
-    /// Stops accepting connections, lets in-flight requests finish (up to
-    /// the shutdown grace), then cuts whatever streams are still open.
+    /// Stops accepting connections (a session's standalone streams end at
+    /// once), lets in-flight requests finish (up to the shutdown grace),
+    /// then answers the calls left with the shutdown's JSON-RPC error and
+    /// cuts whatever streams are still open.
     pub async fn close(self) {
         self.stop.cancel();
         drain(self.task, self.streams, self.grace).await;
@@ -380,6 +384,9 @@ where
         extra_routes.extend(metadata_routes(oauth));
     }
 
+    // `stop`: no new connections, idle ones closed, requests in flight
+    // drained; `streams`: the grace ran out, open streams are cut.
+    let stop = CancellationToken::new();
     let streams = CancellationToken::new();
     // Our guard owns Host and Origin (exact host:port matching, which rmcp's
     // bare-host entries do not give); rmcp's own copies are switched off so
@@ -405,25 +412,28 @@ where
             options.max_sessions,
             options.session_idle_timeout,
             options.client_requests_in_context,
+            stop.clone(),
         ))
     });
     let mcp = if let Some(sessions) = &sessions {
         let rmcp = StreamableHttpService::new(factory, sessions.clone(), config);
         // rmcp answers every session request with a stream; with JSON
         // answers on, one that needs none is answered plain JSON (see
-        // `crate::json_answer`).
+        // `crate::json_answer`). Its requests still running when the
+        // streams close are cut off (`crate::cut_off`).
         match direct {
             Some(handler) => {
-                let path = SessionPath::new(sessions.clone(), options.keep_alive);
-                let service =
-                    DirectCall::new(handler, JsonAnswer::new(rmcp), Some(path), direct_streams);
+                let path = SessionPath::new(sessions.clone(), options.keep_alive, streams.clone());
+                let rmcp = CutOff::new(JsonAnswer::new(rmcp), streams.clone());
+                let service = DirectCall::new(handler, rmcp, Some(path), direct_streams);
                 Router::new().route_service(MCP_PATH, service)
             }
-            None => Router::new().route_service(MCP_PATH, rmcp),
+            None => Router::new().route_service(MCP_PATH, CutOff::new(rmcp, streams.clone())),
         }
     } else {
         let rmcp =
             StreamableHttpService::new(factory, Arc::new(NeverSessionManager::default()), config);
+        let rmcp = CutOff::new(rmcp, streams.clone());
         match direct {
             Some(handler) => Router::new().route_service(
                 MCP_PATH,
@@ -462,7 +472,6 @@ where
         header_read_timeout: options.header_read_timeout,
         idle_timeout: options.idle_timeout,
     };
-    let stop = CancellationToken::new();
     let finished = CancellationToken::new();
     let shutdown = stop.clone();
     let done = finished.clone();

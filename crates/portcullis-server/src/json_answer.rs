@@ -135,7 +135,7 @@ fn admits_json(headers: &HeaderMap) -> bool {
 
 /// The id of a JSON-RPC request (`None` for a notification, a response, or
 /// anything rmcp will refuse on its own).
-fn request_id(body: &[u8]) -> Option<Value> {
+pub(crate) fn request_id(body: &[u8]) -> Option<Value> {
     #[derive(Deserialize)]
     struct Head {
         id: Option<Value>,
@@ -146,7 +146,7 @@ fn request_id(body: &[u8]) -> Option<Value> {
     head.id.filter(|id| !id.is_null())
 }
 
-fn is_event_stream(response: &Response) -> bool {
+pub(crate) fn is_event_stream(response: &Response) -> bool {
     response.status() == StatusCode::OK
         && response
             .headers()
@@ -273,7 +273,7 @@ impl http_body::Body for Resumed {
 
 /// One SSE event as this layer reads it.
 #[derive(Debug, PartialEq)]
-enum Event {
+pub(crate) enum Event {
     /// No data, or empty data: the priming event, a bare `id` or `retry`.
     Skip,
     /// A message: where its `data` values lie in the event's bytes.
@@ -287,7 +287,7 @@ enum Event {
 /// The first complete event of `buffer` and where it ends (after its blank
 /// line), or `None` while it is incomplete. Lines end in LF (rmcp's) or
 /// CRLF.
-fn next_event(buffer: &[u8]) -> Option<(Event, usize)> {
+pub(crate) fn next_event(buffer: &[u8]) -> Option<(Event, usize)> {
     let mut at = 0;
     let mut data = Vec::new();
     let mut fields = false;
@@ -330,7 +330,7 @@ fn next_event(buffer: &[u8]) -> Option<(Event, usize)> {
 
 /// The event's data: its one `data` value as it lies, or its values
 /// joined by newlines.
-fn data_of(event: &Bytes, ranges: &[(usize, usize)]) -> Bytes {
+pub(crate) fn data_of(event: &Bytes, ranges: &[(usize, usize)]) -> Bytes {
     match ranges {
         [(start, end)] => event.slice(*start..*end),
         _ => {
@@ -347,7 +347,7 @@ fn data_of(event: &Bytes, ranges: &[(usize, usize)]) -> Bytes {
 }
 
 /// `message` is the JSON-RPC response or error to the request `id`.
-fn answers(message: &[u8], id: &Value) -> bool {
+pub(crate) fn answers(message: &[u8], id: &Value) -> bool {
     // rmcp writes a response as `{"jsonrpc":"2.0","id":ID,"result":…}` (or
     // `"error"`), its id written as serde_json writes the request's: told
     // by that beginning without reading the whole result. Anything else is

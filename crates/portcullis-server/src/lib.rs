@@ -76,6 +76,7 @@ mod answer;
 pub mod approval;
 mod call_progress;
 mod connections;
+mod cut_off;
 mod detached;
 mod direct_call;
 pub mod error;
@@ -109,7 +110,7 @@ pub use input::InputChannel;
 pub use mcp_server::{ServeOptions, create_mcp_server};
 pub use passthrough::{PassthroughCapabilities, PassthroughProvider};
 pub use shutdown::ShutdownSignal;
-pub use stdio::{serve_io, serve_stdio};
+pub use stdio::{serve_io, serve_io_until, serve_stdio, serve_stdio_until};
 pub use tool_server::{
     CallError, CallObserver, ObservedCall, Registration, ToolServer, ToolServerBuilder, schema_of,
 };

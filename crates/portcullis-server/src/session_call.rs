@@ -41,7 +41,9 @@
 //! `Last-Event-ID` resumes the stream after it (also once the answer was
 //! written out, for a while: see `crate::sessions`).
 //! As on rmcp's session path, a client that goes away does not cancel its
-//! call.
+//! call. A call still running when the server closes its streams (the
+//! drain's grace ran out) is cancelled and answered, JSON or as its
+//! stream's last event, with `crate::shutdown::cut_off`'s JSON-RPC error.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -56,6 +58,8 @@ use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::transport::streamable_http_server::session::SessionId;
 use rmcp::{RoleServer, ServerHandler};
 use serde::Deserialize;
+
+use tokio_util::sync::CancellationToken;
 
 use crate::call_progress;
 use crate::detached::Detached;
@@ -85,6 +89,9 @@ const MAX_NOTICE_BYTES: usize = 64 * 1024;
 pub(crate) struct SessionPath {
     sessions: Arc<BoundedSessions>,
     keep_alive: Option<Duration>,
+    /// Cancelled when the server closes its streams (the drain's grace ran
+    /// out): a call still running is cut off (`crate::shutdown::cut_off`).
+    closed: CancellationToken,
 }
 
 /// Put into the HTTP parts of a session's `notifications/initialized` on
@@ -115,11 +122,17 @@ pub(crate) fn adopt(context: &NotificationContext<RoleServer>) {
 }
 
 impl SessionPath {
-    /// The path over `sessions`; answers are held at most `keep_alive`.
-    pub(crate) fn new(sessions: Arc<BoundedSessions>, keep_alive: Option<Duration>) -> Self {
+    /// The path over `sessions`; answers are held at most `keep_alive`;
+    /// calls still running when `closed` is cancelled are cut off.
+    pub(crate) fn new(
+        sessions: Arc<BoundedSessions>,
+        keep_alive: Option<Duration>,
+        closed: CancellationToken,
+    ) -> Self {
         SessionPath {
             sessions,
             keep_alive,
+            closed,
         }
     }
 
@@ -208,6 +221,7 @@ impl SessionPath {
         context.extensions = extensions;
         let handler = handler.clone();
         let open = admitted.open;
+        let call_id = id.clone();
         // Boxed for the reason `crate::direct_call` boxes its call; not
         // cancelled when this future is dropped (see the module docs): run
         // here while the request waits, on a task of its own after that.
@@ -231,6 +245,10 @@ impl SessionPath {
             biased;
             _ = call.run() => wait(&mut answered, 0, self.keep_alive).await,
             waited = wait(&mut answered, 0, self.keep_alive) => waited,
+            () = self.closed.cancelled() => {
+                self.sessions.cancel_call(&session, &call_id);
+                return Ok(plain_json(crate::shutdown::cut_off(&call_id)));
+            }
         };
         // A request to the client, a report or a long call: the answer
         // becomes a stream, and the call goes on without this request.
@@ -241,10 +259,11 @@ impl SessionPath {
                 tracing::error!("tool call task ended without an answer");
                 Ok(status_only(StatusCode::INTERNAL_SERVER_ERROR))
             }
+            Waited::CutOff => Ok(plain_json(crate::shutdown::cut_off(&call_id))),
             // A request to the client, or a long call: a stream.
             Waited::Event(_) | Waited::Running => {
-                let stream = self.sessions.park(&session, answered.clone());
-                Ok(self.stream(session, stream, answered, 0, true))
+                let stream = self.sessions.park(&session, answered.clone(), &call_id);
+                Ok(self.stream(session, call_id, stream, answered, 0, true))
             }
         }
     }
@@ -328,16 +347,18 @@ impl SessionPath {
         };
         let stream = stream.parse::<u64>().ok()?;
         let session = SessionId::from(sole(headers, SESSION_HEADER)?);
-        let reply = self.sessions.parked(&session, stream, version)?;
-        Some(self.stream(session, Some(stream), reply, seen, false))
+        let (reply, call) = self.sessions.parked(&session, stream, version)?;
+        Some(self.stream(session, call, Some(stream), reply, seen, false))
     }
 
     /// An SSE answer: the event naming `stream` (when new and parked), the
     /// call's events after the first `seen`, keep-alive comments while the
-    /// call runs, then its response.
+    /// call runs, then its response (or, past the drain's grace, the error
+    /// cutting it off).
     fn stream(
         &self,
         session: SessionId,
+        call: RequestId,
         stream: Option<u64>,
         reply: Reply,
         seen: usize,
@@ -356,7 +377,9 @@ impl SessionPath {
             keep_alive: self.keep_alive,
             sessions: self.sessions.clone(),
             session,
+            call,
             stream,
+            closed: self.closed.clone(),
         };
         let events = futures::stream::unfold(state, Streaming::next);
         sse::response(Body::from_stream(events))
@@ -373,7 +396,11 @@ struct Streaming {
     keep_alive: Option<Duration>,
     sessions: Arc<BoundedSessions>,
     session: SessionId,
+    /// The call's id, for cutting it off.
+    call: RequestId,
     stream: Option<u64>,
+    /// See [`SessionPath`].
+    closed: CancellationToken,
 }
 
 impl Streaming {
@@ -382,12 +409,21 @@ impl Streaming {
             return Some((Ok(first), self));
         }
         let mut reply = self.reply.take()?;
-        let message = match wait(&mut reply, self.seen, self.keep_alive).await {
+        let waited = tokio::select! {
+            biased;
+            waited = wait(&mut reply, self.seen, self.keep_alive) => waited,
+            () = self.closed.cancelled() => Waited::CutOff,
+        };
+        let message = match waited {
             Waited::Running => {
                 self.reply = Some(reply);
                 return Some((Ok(Bytes::from_static(sse::KEEP_ALIVE)), self));
             }
             Waited::Gone => return None,
+            Waited::CutOff => {
+                self.sessions.cancel_call(&self.session, &self.call);
+                crate::shutdown::cut_off(&self.call)
+            }
             Waited::Event(message) => {
                 self.seen += 1;
                 self.reply = Some(reply);
@@ -415,6 +451,8 @@ enum Waited {
     Running,
     /// The call's task ended without a response (it panicked).
     Gone,
+    /// The server closed its streams first.
+    CutOff,
 }
 
 /// Waits for the call's event after the first `seen`, or its response

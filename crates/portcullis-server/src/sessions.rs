@@ -26,6 +26,10 @@
 //! connection may have died unnoticed), as rmcp keeps a finished stream's.
 //! The requests such calls send their client (sampling, elicitation,
 //! roots) wait here, by an id of the session's, for the client's answer.
+//!
+//! When the server stops, a session's standalone stream (a `GET` without
+//! `Last-Event-ID`, or one resuming that stream) ends at once: it carries
+//! no call, so it must not hold the drain.
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -94,6 +98,8 @@ pub(crate) enum SessionsError {
 #[derive(Debug)]
 pub(crate) struct BoundedSessions {
     inner: LocalSessionManager,
+    /// Cancelled when the server stops: standalone streams end then.
+    stopping: CancellationToken,
     max: Option<usize>,
     idle: Option<Duration>,
     /// Whether sessions whose client can be asked things are adopted too
@@ -207,6 +213,8 @@ impl std::fmt::Debug for Adopted {
 /// A long direct call's answer, kept for a client that resumes its stream.
 struct Parked {
     reply: Reply,
+    /// The client's id of the call.
+    call: RequestId,
     /// When the answer was first seen ready.
     ready: Option<Instant>,
     /// The answer was written out on a stream (which may not have reached
@@ -279,12 +287,19 @@ type SseStream = Pin<Box<dyn Stream<Item = ServerSseMessage> + Send + Sync>>;
 
 impl BoundedSessions {
     /// At most `max` sessions (`None`: no cap), each closed after `idle`
-    /// without a message (`None`: never).
-    pub(crate) fn new(max: Option<usize>, idle: Option<Duration>, adopts_askers: bool) -> Self {
+    /// without a message (`None`: never); their standalone streams end
+    /// when `stopping` is cancelled.
+    pub(crate) fn new(
+        max: Option<usize>,
+        idle: Option<Duration>,
+        adopts_askers: bool,
+        stopping: CancellationToken,
+    ) -> Self {
         let mut inner = LocalSessionManager::default();
         inner.session_config.keep_alive = idle;
         BoundedSessions {
             inner,
+            stopping,
             max,
             idle,
             adopts_askers,
@@ -306,6 +321,22 @@ impl BoundedSessions {
         if let Some(usage) = self.lock().sessions.get_mut(id) {
             usage.last_used = Instant::now();
         }
+    }
+
+    /// A standalone stream of `id`, which ends when the server stops: it
+    /// carries no call, so nothing it could still bring is worth holding
+    /// the drain for (a call's stream is drained, as its request is).
+    fn standalone(
+        &self,
+        id: &SessionId,
+        stream: impl Stream<Item = ServerSseMessage> + Send + Sync + 'static,
+    ) -> Counted {
+        let stopping = self.stopping.clone();
+        let stream = futures::StreamExt::take_until(
+            stream,
+            Box::pin(async move { stopping.cancelled().await }),
+        );
+        self.counted(id, stream)
     }
 
     /// Counts a stream open on `id` until the stream is dropped.
@@ -604,7 +635,7 @@ impl BoundedSessions {
     /// Parks the answer of a long direct call of session `id`: its stream
     /// number, or `None` when the session is gone or holds
     /// [`MAX_PARKED`] already.
-    pub(crate) fn park(&self, id: &SessionId, answer: Reply) -> Option<u64> {
+    pub(crate) fn park(&self, id: &SessionId, answer: Reply, call: &RequestId) -> Option<u64> {
         let mut table = self.lock();
         let adopted = table.sessions.get_mut(id)?.adopted.as_mut()?;
         adopted.evict_parked(Instant::now());
@@ -623,6 +654,7 @@ impl BoundedSessions {
             stream,
             Parked {
                 reply: answer,
+                call: call.clone(),
                 ready: None,
                 sent: false,
             },
@@ -630,15 +662,15 @@ impl BoundedSessions {
         Some(stream)
     }
 
-    /// The parked answer of `stream` on session `id`, if it is still held
-    /// and `version` (the request's `MCP-Protocol-Version`, if any) is the
-    /// session's.
+    /// The parked answer of `stream` on session `id`, and the id of its
+    /// call, if it is still held and `version` (the request's
+    /// `MCP-Protocol-Version`, if any) is the session's.
     pub(crate) fn parked(
         &self,
         id: &SessionId,
         stream: u64,
         version: Option<&str>,
-    ) -> Option<Reply> {
+    ) -> Option<(Reply, RequestId)> {
         let mut table = self.lock();
         let adopted = table.sessions.get_mut(id)?.adopted.as_mut()?;
         if version.is_some_and(|v| v != adopted.version.as_str()) {
@@ -648,7 +680,7 @@ impl BoundedSessions {
         adopted
             .parked
             .get(&stream)
-            .map(|parked| parked.reply.clone())
+            .map(|parked| (parked.reply.clone(), parked.call.clone()))
     }
 
     /// Notes the parked answer of `stream` written out. It stays parked
@@ -769,7 +801,7 @@ impl SessionManager for BoundedSessions {
         id: &SessionId,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
         let stream = self.inner.create_standalone_stream(id).await?;
-        Ok(self.counted(id, stream))
+        Ok(self.standalone(id, stream))
     }
 
     async fn resume(
@@ -777,8 +809,15 @@ impl SessionManager for BoundedSessions {
         id: &SessionId,
         last_event_id: String,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        // rmcp's ids of a request's stream are `<index>/<request>`; a bare
+        // index resumes the standalone stream.
+        let standalone = !last_event_id.contains('/');
         let stream = self.inner.resume(id, last_event_id).await?;
-        Ok(self.counted(id, stream))
+        Ok(if standalone {
+            self.standalone(id, stream)
+        } else {
+            self.counted(id, stream)
+        })
     }
 }
 

@@ -5,6 +5,32 @@
 //! the default disposition and kills the process outright: no drain, no
 //! exit code 0, and children and queued audit records lost. Make a
 //! [`ShutdownSignal`] before announcing anything, await it later.
+//!
+//! Also what a call still running when the drain's grace runs out is
+//! answered ([`cut_off`]): a JSON-RPC error with its id, so its client
+//! learns why instead of seeing its stream end or its connection close.
+
+use bytes::Bytes;
+use rmcp::model::{ErrorCode, ErrorData, RequestId, ServerJsonRpcMessage};
+
+/// The JSON-RPC error code of a call cut off by the shutdown: the server's
+/// "unavailable" code, the one the connection limit's refusal carries too.
+pub const SHUTTING_DOWN_CODE: i32 = -32000;
+
+/// The message of that error (a client may show it to a person).
+pub const SHUTTING_DOWN_MESSAGE: &str =
+    "Service Unavailable: the server is shutting down; the call was cancelled before it finished";
+
+/// The serialised JSON-RPC error answering call `id` cut off by the
+/// shutdown.
+pub(crate) fn cut_off(id: &RequestId) -> Bytes {
+    let error = ErrorData::new(ErrorCode(SHUTTING_DOWN_CODE), SHUTTING_DOWN_MESSAGE, None);
+    let message = ServerJsonRpcMessage::error(error, Some(id.clone()));
+    // A fixed message of a string or number id: it always serialises.
+    serde_json::to_vec(&message)
+        .map(Bytes::from)
+        .unwrap_or_default()
+}
 
 /// SIGINT or SIGTERM (Ctrl-C where there are no Unix signals).
 pub struct ShutdownSignal {

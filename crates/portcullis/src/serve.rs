@@ -7,8 +7,9 @@
 //! [`crate::reload`]).
 //!
 //! A signal while the upstreams connect stops the start-up at once (exit 0).
-//! Shutdown, on SIGINT or SIGTERM: stop accepting connections, let in-flight
-//! calls finish (up to [`SHUTDOWN_GRACE`]; then open streams are cut), close
+//! Shutdown, on SIGINT or SIGTERM: stop accepting connections (on stdio:
+//! requests), let in-flight calls finish (up to [`SHUTDOWN_GRACE`]; then
+//! those left are answered with a JSON-RPC error saying so), close
 //! every upstream (stdio children, spawned in their own process groups, are
 //! killed with their groups), exit 0. Closing is bounded too
 //! ([`CLOSE_BOUND`]): an upstream that does not answer its goodbye (a child
@@ -21,7 +22,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use portcullis_server::oauth::ResourceServer;
-use portcullis_server::{HttpOptions, ShutdownSignal, serve_http_on, serve_stdio};
+use portcullis_server::{HttpOptions, ShutdownSignal, serve_http_on, serve_stdio_until};
 use tokio_util::sync::CancellationToken;
 
 use crate::Exit;
@@ -145,13 +146,19 @@ pub async fn serve(
 
     if stdio {
         errln!("portcullis: serving MCP on stdio; {summary}");
-        tokio::select! {
-            served = serve_stdio(handler) => {
-                if let Err(error) = served {
-                    tracing::warn!(%error, "stdio session ended with an error");
-                }
+        // A signal drains the session as it drains HTTP: the calls in
+        // flight are answered (new requests refused) for up to the grace.
+        let stop = CancellationToken::new();
+        tokio::spawn({
+            let stop = stop.clone();
+            async move {
+                signalled.cancelled().await;
+                tracing::info!("signal received; draining in-flight calls");
+                stop.cancel();
             }
-            () = signalled.cancelled() => tracing::info!("signal received; shutting down"),
+        });
+        if let Err(error) = serve_stdio_until(handler, stop, SHUTDOWN_GRACE).await {
+            tracing::warn!(%error, "stdio session ended with an error");
         }
         watcher.abort();
         follower.abort();

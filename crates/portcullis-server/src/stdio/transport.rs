@@ -25,21 +25,36 @@
 //! read exactly as rmcp reads it (its compatibility rules included), and
 //! messages are written as rmcp writes them: one serialised message and a
 //! newline.
+//!
+//! With a [`Drain`] (the server stops on a signal), the transport drains
+//! as the HTTP surface does: once `stop` is cancelled no request reaches
+//! rmcp any more (each is answered at once with the shutdown's JSON-RPC
+//! error, `crate::shutdown::cut_off`; answers and notifications still
+//! pass), the requests in flight are waited for up to the grace, and
+//! then those still unanswered get that error too (an answer rmcp writes
+//! for one later is dropped: one answer an id) and the transport ends.
 
+use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::BytesMut;
 use portcullis_catalog::log_line::LineSplitter;
 use portcullis_catalog::message_line::{LineEnd, MAX_MESSAGE_LINE_BYTES, MessageLine};
 use rmcp::RoleServer;
-use rmcp::model::{ClientJsonRpcMessage, ErrorCode, ErrorData, RequestId, ServerJsonRpcMessage};
+use rmcp::model::{
+    ClientJsonRpcMessage, ClientNotification, ErrorCode, ErrorData, JsonRpcMessage, RequestId,
+    ServerJsonRpcMessage,
+};
 use rmcp::transport::Transport;
 use rmcp::transport::async_rw::JsonRpcMessageCodec;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, Notify};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tokio_util::codec::Decoder;
+use tokio_util::sync::CancellationToken;
 
 use crate::malformed::{error_body, unreadable};
 
@@ -169,6 +184,52 @@ enum LineRead {
     Oversized,
     /// The client closed the pipe (or reading it failed).
     Closed,
+    /// Nothing read: the drain moved on; read again.
+    Skipped,
+}
+
+/// How a transport drains when its server stops (see the module docs).
+pub(crate) struct Drain {
+    /// Cancelled when the server stops.
+    pub(crate) stop: CancellationToken,
+    /// How long the requests in flight then have to be answered.
+    pub(crate) grace: Duration,
+    /// Cancelled by the transport once the grace ran out and the requests
+    /// still in flight were cut off: nothing is left to wait for.
+    pub(crate) gave_up: CancellationToken,
+}
+
+/// The client's requests in flight, while a [`Drain`] may need them.
+#[derive(Debug, Default)]
+struct InFlight {
+    /// Not answered yet.
+    open: HashSet<RequestId>,
+    /// Answered with the shutdown's error: rmcp's own answer is dropped.
+    cut: HashSet<RequestId>,
+}
+
+/// Where a draining transport is.
+struct Draining {
+    drain: Drain,
+    in_flight: Arc<std::sync::Mutex<InFlight>>,
+    /// Told when the last open request is answered.
+    settled: Arc<Notify>,
+    /// When the grace runs out; `None` until `stop` is seen.
+    deadline: Option<Instant>,
+    /// The client closed its pipe during the drain.
+    eof: bool,
+    /// The grace ran out: the transport is at its end.
+    ended: bool,
+}
+
+impl Draining {
+    fn lock(&self) -> std::sync::MutexGuard<'_, InFlight> {
+        lock(&self.in_flight)
+    }
+}
+
+fn lock(in_flight: &std::sync::Mutex<InFlight>) -> std::sync::MutexGuard<'_, InFlight> {
+    in_flight.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The stdio transport (see the module docs), over any byte pipe.
@@ -188,6 +249,8 @@ pub(crate) struct StdioTransport<R, W> {
     /// not be read, handed on once the client's answer is written (so the
     /// client hears of its line before the call's outcome).
     failing: Option<ClientJsonRpcMessage>,
+    /// Set when the server may stop while the client is connected.
+    draining: Option<Draining>,
 }
 
 impl<R, W> StdioTransport<R, W>
@@ -203,6 +266,104 @@ where
             write: Arc::new(Mutex::new(Some(write))),
             answering: None,
             failing: None,
+            draining: None,
+        }
+    }
+
+    /// This transport, draining as `drain` says when its server stops.
+    pub(crate) fn with_drain(mut self, drain: Drain) -> Self {
+        self.draining = Some(Draining {
+            drain,
+            in_flight: Arc::default(),
+            settled: Arc::new(Notify::new()),
+            deadline: None,
+            eof: false,
+            ended: false,
+        });
+        self
+    }
+
+    /// Notes a message on its way to rmcp: a request is in flight until
+    /// answered; one the client cancels needs no answer.
+    fn note(&mut self, message: &ClientJsonRpcMessage) {
+        let Some(draining) = &self.draining else {
+            return;
+        };
+        match message {
+            JsonRpcMessage::Request(request) => {
+                draining.lock().open.insert(request.id.clone());
+            }
+            JsonRpcMessage::Notification(notice) => {
+                if let ClientNotification::CancelledNotification(cancelled) = &notice.notification
+                    && let Some(id) = &cancelled.params.request_id
+                {
+                    let mut in_flight = draining.lock();
+                    if in_flight.open.remove(id) && in_flight.open.is_empty() {
+                        draining.settled.notify_one();
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Reads the next line, or, draining, what the drain comes to:
+    /// `None` once the transport is to end.
+    async fn next_line(&mut self) -> Option<LineRead> {
+        let Some(draining) = self.draining.as_mut() else {
+            return Some(self.read_line().await);
+        };
+        if draining.ended {
+            draining.drain.gave_up.cancel();
+            return None;
+        }
+        let Some(deadline) = draining.deadline else {
+            let stop = draining.drain.stop.clone();
+            return tokio::select! {
+                read = self.read_line() => Some(read),
+                () = stop.cancelled() => {
+                    if let Some(draining) = self.draining.as_mut() {
+                        draining.deadline = Some(Instant::now() + draining.drain.grace);
+                    }
+                    // Read again: the drain begins.
+                    Some(LineRead::Skipped)
+                }
+            };
+        };
+        if draining.lock().open.is_empty() {
+            return None;
+        }
+        let settled = draining.settled.clone();
+        let eof = draining.eof;
+        tokio::select! {
+            read = self.read_line(), if !eof => Some(read),
+            () = settled.notified() => Some(LineRead::Skipped),
+            () = tokio::time::sleep_until(deadline) => {
+                self.cut_off();
+                Some(LineRead::Skipped)
+            }
+        }
+    }
+
+    /// The grace ran out: every request still in flight is answered with
+    /// the shutdown's error, and the transport ends once that is written.
+    fn cut_off(&mut self) {
+        let Some(draining) = self.draining.as_mut() else {
+            return;
+        };
+        draining.ended = true;
+        let mut lines = Vec::new();
+        let mut in_flight = lock(&draining.in_flight);
+        let open: Vec<RequestId> = in_flight.open.drain().collect();
+        for id in open {
+            lines.extend_from_slice(&crate::shutdown::cut_off(&id));
+            lines.push(b'\n');
+            in_flight.cut.insert(id);
+        }
+        drop(in_flight);
+        if !lines.is_empty() {
+            tracing::warn!("requests still in flight at the end of the grace were cancelled");
+            self.write_answer(lines);
         }
     }
 
@@ -239,6 +400,11 @@ where
     fn answer(&mut self, answer: &Value) {
         let mut bytes = answer.to_string().into_bytes();
         bytes.push(b'\n');
+        self.write_answer(bytes);
+    }
+
+    /// Writes `bytes` (whole lines), on a task of its own.
+    fn write_answer(&mut self, bytes: Vec<u8>) {
         let write = self.write.clone();
         self.answering = Some(tokio::spawn(async move {
             write_line(&write, &bytes).await.is_ok()
@@ -273,12 +439,31 @@ where
         &mut self,
         item: ServerJsonRpcMessage,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        // An answer to a request cut off by the drain was given already.
+        if let Some(draining) = &self.draining
+            && let JsonRpcMessage::Response(_) | JsonRpcMessage::Error(_) = &item
+        {
+            let id = match &item {
+                JsonRpcMessage::Response(response) => Some(&response.id),
+                JsonRpcMessage::Error(error) => error.id.as_ref(),
+                _ => None,
+            };
+            if let Some(id) = id {
+                let mut in_flight = draining.lock();
+                if in_flight.cut.remove(id) {
+                    return futures::future::Either::Left(std::future::ready(Ok(())));
+                }
+                if in_flight.open.remove(id) && in_flight.open.is_empty() {
+                    draining.settled.notify_one();
+                }
+            }
+        }
         let write = self.write.clone();
-        async move {
+        futures::future::Either::Right(async move {
             let mut line = serde_json::to_vec(&item)?;
             line.push(b'\n');
             write_line(&write, &line).await
-        }
+        })
     }
 
     async fn receive(&mut self) -> Option<ClientJsonRpcMessage> {
@@ -294,8 +479,9 @@ where
             if let Some(failing) = self.failing.take() {
                 return Some(failing);
             }
-            match self.read_line().await {
+            match self.next_line().await? {
                 LineRead::Line => {}
+                LineRead::Skipped => continue,
                 LineRead::Oversized => {
                     tracing::warn!(
                         "answered a line on stdin longer than {MAX_LINE_BYTES} bytes with -32700; \
@@ -308,12 +494,30 @@ where
                     ));
                     continue;
                 }
-                LineRead::Closed => return None,
+                LineRead::Closed => match self.draining.as_mut() {
+                    // Draining: the answers in flight are still written.
+                    Some(draining) if draining.deadline.is_some() => {
+                        draining.eof = true;
+                        continue;
+                    }
+                    _ => return None,
+                },
             }
             let incoming = read(self.line.line());
             self.line.reset();
             match incoming {
-                Incoming::Message(message) => return Some(message),
+                Incoming::Message(JsonRpcMessage::Request(request))
+                    if self.draining.as_ref().is_some_and(|d| d.deadline.is_some()) =>
+                {
+                    // No new work once the server stops.
+                    let mut line = crate::shutdown::cut_off(&request.id).to_vec();
+                    line.push(b'\n');
+                    self.write_answer(line);
+                }
+                Incoming::Message(message) => {
+                    self.note(&message);
+                    return Some(message);
+                }
                 Incoming::Refuse(answer, failed) => {
                     self.answer(&answer);
                     self.failing = failed;

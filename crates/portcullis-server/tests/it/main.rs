@@ -3,6 +3,7 @@
 
 mod approval;
 mod direct_call;
+mod drain;
 mod fixture_process;
 mod http_surface;
 mod input;

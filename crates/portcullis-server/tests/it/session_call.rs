@@ -23,7 +23,7 @@ use tokio::sync::Notify;
 const HANG: Duration = Duration::from_secs(60);
 const VERSION: &str = "2025-11-25";
 
-fn ro(name: &str) -> Tool {
+pub(crate) fn ro(name: &str) -> Tool {
     Tool::new(name).with_annotations(ToolAnnotations::read_only(true))
 }
 
@@ -79,7 +79,11 @@ async fn post(
 
 /// Opens a session of a client declaring `capabilities`; its id, once the
 /// server has had a moment to adopt it.
-async fn open_session(http: &reqwest::Client, server: &HttpServer, capabilities: Value) -> String {
+pub(crate) async fn open_session(
+    http: &reqwest::Client,
+    server: &HttpServer,
+    capabilities: Value,
+) -> String {
     let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
         "protocolVersion": VERSION, "capabilities": capabilities,
         "clientInfo": {"name": "test", "version": "1"}}});
@@ -586,7 +590,7 @@ async fn resume_after(
 }
 
 /// A tool `slow` that answers "late answer" after `delay`.
-fn slow_tool(delay: Duration) -> portcullis_server::ToolServerBuilder {
+pub(crate) fn slow_tool(delay: Duration) -> portcullis_server::ToolServerBuilder {
     ToolServer::builder().tool(ro("slow"), move |_: Value, _ctx: CallContext| async move {
         tokio::time::sleep(delay).await;
         Ok::<_, ToolError>(ToolResult::text("late answer"))

@@ -78,3 +78,91 @@ async fn a_pipe_closed_before_initialize_ends_the_session_cleanly() {
     let ended = serving.await.expect("the session task does not panic");
     assert!(ended.is_ok(), "closing before initialize: {ended:?}");
 }
+
+/// Stopped while serving, the pipe drains: a request sent after the stop
+/// is refused with the shutdown's JSON-RPC error, the call in flight is
+/// answered, one the client cancelled is neither answered nor waited for,
+/// and the session ends as soon as nothing is left in flight (not at the
+/// end of the grace).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_pipe_answers_the_calls_in_flight_and_refuses_new_ones() {
+    use std::time::{Duration, Instant};
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+    let grace = Duration::from_secs(5);
+    let server = crate::session_call::slow_tool(Duration::from_millis(800))
+        .build()
+        .unwrap();
+    let (server_io, client_io) = tokio::io::duplex(64 * 1024);
+    let (server_read, server_write) = tokio::io::split(server_io);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let serving = tokio::spawn(portcullis_server::serve_io_until(
+        server,
+        (server_read, server_write),
+        stop.clone(),
+        grace,
+    ));
+    let (client_read, mut client_write) = tokio::io::split(client_io);
+    let mut lines = BufReader::new(client_read).lines();
+    let mut send = async |message: Value| {
+        let line = format!("{message}\n");
+        client_write.write_all(line.as_bytes()).await.unwrap();
+    };
+    send(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "drain", "version": "1"}}}),
+    )
+    .await;
+    let first = lines.next_line().await.unwrap().unwrap();
+    assert!(first.contains("\"id\":1"), "{first}");
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+    for id in [2, 3] {
+        send(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "slow", "arguments": {}}}))
+        .await;
+    }
+    send(
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 3}}),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let stopped = Instant::now();
+    stop.cancel();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    send(json!({"jsonrpc": "2.0", "id": 4, "method": "tools/list"})).await;
+    let mut answers = Vec::new();
+    while let Ok(Some(line)) = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+        .await
+        .unwrap()
+    {
+        answers.push(serde_json::from_str::<Value>(&line).unwrap());
+        if answers.len() == 2 {
+            break;
+        }
+    }
+    let by_id = |id: u64| answers.iter().find(|a| a["id"] == id);
+    let refused = by_id(4).unwrap_or_else(|| panic!("{answers:?}"));
+    assert_eq!(refused["error"]["code"], -32000, "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("shutting down"), "{refused}");
+    let answered = by_id(2).unwrap_or_else(|| panic!("{answers:?}"));
+    let text = answered["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.contains("late answer"), "{answered}");
+    let ended = tokio::time::timeout(Duration::from_secs(20), serving)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(ended.is_ok(), "{ended:?}");
+    let took = stopped.elapsed();
+    assert!(
+        took < grace,
+        "the drain waited for the cancelled call: {took:?}"
+    );
+    // Nothing more: the cancelled call is not answered.
+    let rest = lines.next_line().await.unwrap_or_default();
+    assert!(rest.is_none(), "{rest:?}");
+}

@@ -187,6 +187,194 @@ async fn sigterm_with_a_call_in_flight_answers_it_then_leaves_no_child() {
     upstream.close().await;
 }
 
+/// SIGTERM with a stateless 2026-07-28 call in flight, answered plain
+/// JSON: the call gets its real answer (`200`, never a bare `500`), a new
+/// connection meanwhile is refused, and the gateway exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_with_a_stateless_call_in_flight_answers_it_and_refuses_new_connections() {
+    use serde_json::json;
+    let hold = Arc::new(Hold::default());
+    let upstream = held_upstream(hold.clone()).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = config(dir.path(), &upstream.url(), 1);
+    let mut served = tokio::task::block_in_place(|| common::serve(&path));
+    let authority = served.authority();
+    let started = hold.started.notified();
+    let call = tokio::task::spawn_blocking({
+        let authority = authority.clone();
+        move || {
+            common::mcp(
+                &authority,
+                &json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+                    "params": {"name": "held__hold", "arguments": {}}}),
+            )
+        }
+    });
+    tokio::time::timeout(common::PATIENCE, started)
+        .await
+        .expect("the call reaches the upstream");
+    served.signal("TERM");
+    tokio::task::block_in_place(|| served.wait_for_line("draining in-flight calls"));
+    // The listener closes right after the line is logged.
+    tokio::task::block_in_place(|| {
+        eventually("new connections are refused during the drain", || {
+            std::net::TcpStream::connect(&authority).is_err()
+        });
+    });
+    assert!(
+        served.child.try_wait().expect("try_wait").is_none(),
+        "the gateway waits for the call in flight"
+    );
+    hold.release.add_permits(1);
+    let (status, response) = call.await.expect("the call task");
+    assert_eq!(status, 200, "{response}");
+    assert!(response.contains("released 1"), "{response}");
+    let code = tokio::task::block_in_place(|| served.exit_code());
+    assert_eq!(code, Some(0));
+    upstream.close().await;
+}
+
+/// A stateless HTTP call still in flight when the drain's grace runs out
+/// gets a JSON-RPC error saying the gateway is shutting down (`200`, its
+/// id), and the gateway exits 0 soon after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_call_outliving_the_grace_is_told_the_gateway_is_shutting_down() {
+    use serde_json::json;
+    use std::time::{Duration, Instant};
+    let hold = Arc::new(Hold::default());
+    let upstream = held_upstream(hold.clone()).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = config(dir.path(), &upstream.url(), 1);
+    let mut served = tokio::task::block_in_place(|| common::serve(&path));
+    let authority = served.authority();
+    let started = hold.started.notified();
+    let call = tokio::task::spawn_blocking(move || {
+        common::mcp(
+            &authority,
+            &json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+                "params": {"name": "held__hold", "arguments": {}}}),
+        )
+    });
+    tokio::time::timeout(common::PATIENCE, started)
+        .await
+        .expect("the call reaches the upstream");
+    let signalled = Instant::now();
+    served.signal("TERM");
+    let (status, response) = call.await.expect("the call task");
+    assert_eq!(status, 200, "{response}");
+    let body = response.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let answer: serde_json::Value = serde_json::from_str(body).expect("one JSON-RPC message");
+    assert_eq!(answer["id"], 5, "{answer}");
+    assert_shutting_down(&answer);
+    let code = tokio::task::block_in_place(|| served.exit_code());
+    assert_eq!(code, Some(0));
+    assert!(
+        signalled.elapsed() < Duration::from_secs(15),
+        "exited {:?} after the signal",
+        signalled.elapsed()
+    );
+    upstream.close().await;
+}
+
+/// `serve --stdio` with `held__hold` in flight: an MCP client on the pipe
+/// (2025-11-25) is initialized; `held__hold` is sent and reaches the
+/// upstream; the gateway is sent SIGTERM and says it drains.
+async fn stdio_call_in_flight(
+    dir: &std::path::Path,
+    upstream: &HttpServer,
+    hold: &Hold,
+) -> common::RawStdio {
+    use serde_json::json;
+    let path = config(dir, &upstream.url(), 1);
+    let mut client = tokio::task::block_in_place(|| common::RawStdio::start(&path, true));
+    client.send(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "drain", "version": "1"}}}),
+    );
+    let initialized = tokio::task::block_in_place(|| client.answer_to(1, common::PATIENCE));
+    assert!(initialized.is_some(), "initialize was not answered");
+    client.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let started = hold.started.notified();
+    client.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "held__hold", "arguments": {}}}));
+    tokio::time::timeout(common::PATIENCE, started)
+        .await
+        .expect("the call reaches the upstream");
+    common::send_signal(client.pid(), "TERM");
+    let stderr = client.stderr.as_ref().expect("stderr followed");
+    let said = tokio::task::block_in_place(|| {
+        loop {
+            match stderr.recv_timeout(common::PATIENCE) {
+                Ok(line) if line.contains("draining in-flight calls") => break true,
+                Ok(_) => {}
+                Err(_) => break false,
+            }
+        }
+    });
+    assert!(said, "the gateway did not say it drains");
+    client
+}
+
+/// The JSON-RPC error a call cut off by the shutdown gets.
+fn assert_shutting_down(message: &serde_json::Value) {
+    assert_eq!(message["error"]["code"], -32000, "{message}");
+    let text = message["error"]["message"].as_str().unwrap_or_default();
+    assert!(text.contains("shutting down"), "{message}");
+}
+
+/// SIGTERM on `serve --stdio` with a call in flight drains as the HTTP
+/// surface does: a request sent after the signal is refused with a
+/// JSON-RPC error saying the gateway is shutting down; the call in flight
+/// gets its real answer once the upstream gives it; the gateway exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_on_stdio_answers_the_call_in_flight_and_refuses_new_ones() {
+    use serde_json::json;
+    let hold = Arc::new(Hold::default());
+    let upstream = held_upstream(hold.clone()).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut client = stdio_call_in_flight(dir.path(), &upstream, &hold).await;
+    client.send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}));
+    let refused = tokio::task::block_in_place(|| client.answer_to(3, common::PATIENCE));
+    let refused = refused.expect("a request during the drain is answered");
+    assert_shutting_down(&refused);
+    hold.release.add_permits(1);
+    let answer = tokio::task::block_in_place(|| client.answer_to(2, common::PATIENCE));
+    let answer = answer.expect("the call in flight is answered");
+    let text = answer["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.contains("released 1"), "{answer}");
+    let code = tokio::task::block_in_place(|| client.exit_within(common::PATIENCE));
+    assert_eq!(code, Some(0));
+    upstream.close().await;
+}
+
+/// A stdio call still in flight when the drain's grace runs out gets a
+/// JSON-RPC error saying the gateway is shutting down, and the gateway
+/// exits 0 soon after: the client is never left waiting on its id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stdio_call_outliving_the_grace_is_told_the_gateway_is_shutting_down() {
+    use std::time::{Duration, Instant};
+    let hold = Arc::new(Hold::default());
+    let upstream = held_upstream(hold.clone()).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut client = stdio_call_in_flight(dir.path(), &upstream, &hold).await;
+    let signalled = Instant::now();
+    // The grace is 10 s; then the close of the upstreams (at most 3 s).
+    let answer = tokio::task::block_in_place(|| client.answer_to(2, Duration::from_secs(20)));
+    let answer = answer.expect("the call cut off by the shutdown is answered");
+    assert_shutting_down(&answer);
+    let code = tokio::task::block_in_place(|| client.exit_within(Duration::from_secs(20)));
+    assert_eq!(code, Some(0));
+    assert!(
+        signalled.elapsed() < Duration::from_secs(16),
+        "exited {:?} after the signal",
+        signalled.elapsed()
+    );
+    upstream.close().await;
+}
+
 /// A stdio session's end closes a 2026-07-28 upstream cleanly: every
 /// listen the gateway opened on it (tool list, prompt/resource lists) is
 /// cancelled before its stdin closes, so the child exits on EOF instead of

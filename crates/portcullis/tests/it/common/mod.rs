@@ -133,6 +133,37 @@ impl RawStdio {
         writeln!(self.stdin, "{message}").expect("the gateway reads its stdin");
         self.stdin.flush().expect("flushed");
     }
+
+    /// The gateway's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits at most `limit` for the gateway to exit: its exit code, or
+    /// `None` when it is still running (it is then killed on drop).
+    pub fn exit_within(&mut self, limit: Duration) -> Option<i32> {
+        let deadline = std::time::Instant::now() + limit;
+        while std::time::Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+
+    /// The next stdout message with `id`, waiting at most `limit`; other
+    /// messages are skipped.
+    pub fn answer_to(&self, id: u64, limit: Duration) -> Option<Value> {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let message = self.lines.recv_timeout(left).ok()?;
+            if message["id"] == id {
+                return Some(message);
+            }
+        }
+    }
 }
 
 /// Runs `portcullis ARGS…` to completion with stdin closed (not a terminal).
