@@ -324,9 +324,11 @@ async fn guarded(
     // A client of the caller's own is used as it is (the guard still checks
     // every URL before it is requested); otherwise the server gets a client
     // whose resolver dials only the addresses its guard admits.
-    let client = match &plan.http {
-        Some(client) => client.clone(),
-        None => crate::hosts::guarded_client(GuardedResolver {
+    // A client of the caller's own has no call lane: how it connects is
+    // the caller's.
+    let (client, lane) = match &plan.http {
+        Some(client) => (client.clone(), None),
+        None => crate::hosts::guarded_client_and_lane(GuardedResolver {
             guard: guard.clone(),
             server: name.clone(),
         })
@@ -344,6 +346,7 @@ async fn guarded(
             auth: plan.auth.clone(),
             health: health.clone(),
             diagnostics: plan.diagnostics.clone(),
+            lane,
         },
     )
     .map_err(|e| e.to_string())?;
@@ -447,7 +450,7 @@ fn tool_result(result: CallToolResult) -> Result<ToolResult, serde_json::Error> 
 
 /// The innermost cause of a transport error: rmcp's wrappers name Rust
 /// types, which tell a person nothing ("Connection refused" does).
-fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
     let mut cause = error;
     loop {
         // rmcp's `Client(E)` variant does not expose `E` as its source.

@@ -312,17 +312,23 @@ pub(crate) struct GuardedResolver {
     pub(crate) server: String,
 }
 
+impl GuardedResolver {
+    /// The addresses of `host` a connection may be opened to (port 0: the
+    /// connector sets the URL's), or the guard's refusal as an I/O error.
+    pub(crate) async fn admitted(&self, host: &str) -> std::io::Result<Vec<SocketAddr>> {
+        let found: Vec<SocketAddr> = tokio::net::lookup_host((host, 0)).await?.collect();
+        self.guard
+            .admit_resolved(host, found)
+            .map_err(|refusal| std::io::Error::other(refusal.message(&self.server)))
+    }
+}
+
 impl reqwest::dns::Resolve for GuardedResolver {
     fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
-        let guard = self.guard.clone();
-        let server = self.server.clone();
+        let resolver = self.clone();
         let host = name.as_str().to_owned();
         Box::pin(async move {
-            let found: Vec<SocketAddr> =
-                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-            let admitted = guard
-                .admit_resolved(&host, found)
-                .map_err(|refusal| std::io::Error::other(refusal.message(&server)))?;
+            let admitted = resolver.admitted(&host).await?;
             let addresses: reqwest::dns::Addrs = Box::new(admitted.into_iter());
             Ok(addresses)
         })
@@ -393,6 +399,19 @@ pub(crate) fn guarded_client(
     resolver: GuardedResolver,
 ) -> Result<reqwest::Client, crate::tls::ClientBuildError> {
     guarded_client_with(resolver, crate::tls::shared()?)
+}
+
+/// [`guarded_client`] and, beside it, the call lane over the same resolver
+/// and TLS configuration (`crate::lane`; `None` where it does not apply).
+pub(crate) fn guarded_client_and_lane(
+    resolver: GuardedResolver,
+) -> Result<
+    (reqwest::Client, Option<std::sync::Arc<crate::lane::Lane>>),
+    crate::tls::ClientBuildError,
+> {
+    let tls = crate::tls::shared()?;
+    let lane = crate::lane::Lane::new(resolver.clone(), tls.clone());
+    Ok((guarded_client_with(resolver, tls)?, lane))
 }
 
 /// [`guarded_client`] with the TLS configuration `tls` (the tests' own

@@ -86,6 +86,9 @@ pub(crate) enum HttpFailure {
     /// the message carries no token.
     #[error("{0}")]
     Credentials(String),
+    /// The request failed on the call lane (`crate::lane`).
+    #[error("HTTP request failed: {0}")]
+    Lane(#[from] crate::lane::LaneError),
 }
 
 struct Shared {
@@ -120,6 +123,9 @@ struct Shared {
     /// handshake's lifecycle (a session, if it gives one), not to
     /// `server/discover`'s per-request metadata, whatever the version.
     handshake: AtomicBool,
+    /// Where the direct call path's requests go when the server's client
+    /// is our own (`crate::lane`).
+    lane: Option<Arc<crate::lane::Lane>>,
 }
 
 /// A reqwest client bound to one server's guard, headers and health.
@@ -137,6 +143,8 @@ pub(crate) struct GuardedHttpParts {
     pub(crate) auth: Option<crate::credentials::Auth>,
     pub(crate) health: Arc<ServerHealth>,
     pub(crate) diagnostics: DiagnosticSink,
+    /// The call lane built beside the client, if any.
+    pub(crate) lane: Option<Arc<crate::lane::Lane>>,
 }
 
 impl GuardedHttp {
@@ -168,6 +176,7 @@ impl GuardedHttp {
                 handshake: AtomicBool::new(false),
                 standalone: tokio::sync::watch::Sender::new(false),
                 endpoint: OnceLock::new(),
+                lane: parts.lane,
             }),
         })
     }
@@ -275,7 +284,36 @@ impl GuardedHttp {
         body: Option<Bytes>,
         call_token: Option<&str>,
     ) -> Result<(reqwest::Response, Url), HttpFailure> {
+        self.send_on(method, url, protocol, body, call_token, false)
+            .await
+    }
+
+    /// [`GuardedHttp::send`] for a direct `tools/call`: its exchanges go on
+    /// the call lane when the server has one (`crate::lane`), everything
+    /// else as `send` does it.
+    pub(crate) async fn send_call(
+        &self,
+        method: Method,
+        url: Url,
+        protocol: HeaderMap,
+        body: Option<Bytes>,
+        call_token: Option<&str>,
+    ) -> Result<(reqwest::Response, Url), HttpFailure> {
+        self.send_on(method, url, protocol, body, call_token, true)
+            .await
+    }
+
+    async fn send_on(
+        &self,
+        method: Method,
+        url: Url,
+        protocol: HeaderMap,
+        body: Option<Bytes>,
+        call_token: Option<&str>,
+        on_lane: bool,
+    ) -> Result<(reqwest::Response, Url), HttpFailure> {
         let shared = &self.shared;
+        let lane = shared.lane.as_ref().filter(|_| on_lane);
         let token = self.token(call_token);
         let (mut method, mut url, mut body) = (method, url, body);
         let mut withheld = false;
@@ -295,18 +333,34 @@ impl GuardedHttp {
                 withheld = true;
                 self.report_withheld(&url);
             }
-            let mut request = shared
-                .http
-                .request(method.clone(), url.clone())
-                .headers(protocol.clone());
-            if !withheld {
-                // Per hop: a proof names the URL it is sent to.
-                request = request.headers(self.credentials(token, &method, &url)?);
-            }
-            if let Some(body) = &body {
-                request = request.header(CONTENT_TYPE, JSON).body(body.clone());
-            }
-            let response = request.send().await?;
+            let response = match lane {
+                Some(lane) => {
+                    // The headers as reqwest's builder below merges them.
+                    let mut headers = protocol.clone();
+                    if !withheld {
+                        replace_headers(&mut headers, self.credentials(token, &method, &url)?);
+                    }
+                    if body.is_some() {
+                        headers.append(CONTENT_TYPE, HeaderValue::from_static(JSON));
+                    }
+                    lane.send(method.clone(), &url, headers, body.clone())
+                        .await?
+                }
+                None => {
+                    let mut request = shared
+                        .http
+                        .request(method.clone(), url.clone())
+                        .headers(protocol.clone());
+                    if !withheld {
+                        // Per hop: a proof names the URL it is sent to.
+                        request = request.headers(self.credentials(token, &method, &url)?);
+                    }
+                    if let Some(body) = &body {
+                        request = request.header(CONTENT_TYPE, JSON).body(body.clone());
+                    }
+                    request.send().await?
+                }
+            };
             let status = response.status();
             if !withheld
                 && token.is_some()
@@ -431,6 +485,31 @@ impl GuardedHttp {
         // today) is parsed each time.
         let _ = self.shared.endpoint.set((uri.clone(), url.clone()));
         Ok(url)
+    }
+}
+
+/// `src` over `dst` as reqwest's `RequestBuilder::headers` puts them: each
+/// name in `src` replaces that name's values in `dst`.
+fn replace_headers(dst: &mut HeaderMap, src: HeaderMap) {
+    let mut previous: Option<http::header::OccupiedEntry<'_, HeaderValue>> = None;
+    for (name, value) in src {
+        match name {
+            Some(name) => match dst.entry(name) {
+                http::header::Entry::Occupied(mut entry) => {
+                    entry.insert(value);
+                    previous = Some(entry);
+                }
+                http::header::Entry::Vacant(entry) => {
+                    previous = Some(entry.insert_entry(value));
+                }
+            },
+            // A further value of the name before it.
+            None => {
+                if let Some(entry) = previous.as_mut() {
+                    entry.append(value);
+                }
+            }
+        }
     }
 }
 
@@ -891,6 +970,7 @@ mod tests {
                 auth: None,
                 health: Arc::new(ServerHealth::new("remote")),
                 diagnostics: DiagnosticSink::new(None),
+                lane: None,
             },
         )
         .unwrap();
@@ -982,6 +1062,7 @@ mod tests {
                 auth: None,
                 health: Arc::new(ServerHealth::new("old")),
                 diagnostics: DiagnosticSink::new(None),
+                lane: None,
             },
         )
         .unwrap();

@@ -135,6 +135,7 @@ pub mod error;
 mod health;
 pub mod hosts;
 mod http;
+mod lane;
 pub mod notifications;
 pub mod oauth;
 mod open;

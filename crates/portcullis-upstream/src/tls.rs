@@ -167,11 +167,20 @@ mod tests {
         let url = url::Url::parse(&format!("https://{addr}/mcp")).unwrap();
         let root = CertificateDer::from_pem_slice(ROOT).unwrap();
         let tls = client_config(vec![root]).unwrap();
-        let client = crate::hosts::guarded_client_with(resolver(&url).await, tls).unwrap();
-        let response = client.get(url).send().await.unwrap();
+        let client = crate::hosts::guarded_client_with(resolver(&url).await, tls.clone()).unwrap();
+        let response = client.get(url.clone()).send().await.unwrap();
         assert_eq!(response.status(), reqwest::StatusCode::OK);
         assert_eq!(response.text().await.unwrap(), "ok");
         assert_eq!(served.load(Ordering::SeqCst), 1);
+        // The call lane, over the same configuration.
+        let lane = crate::lane::Lane::new(resolver(&url).await, tls).unwrap();
+        let response = lane
+            .send(http::Method::GET, &url, http::HeaderMap::new(), None)
+            .await
+            .unwrap();
+        assert_eq!(response.status(), reqwest::StatusCode::OK);
+        assert_eq!(response.text().await.unwrap(), "ok");
+        assert_eq!(served.load(Ordering::SeqCst), 2);
     }
 
     #[tokio::test]
@@ -180,7 +189,18 @@ mod tests {
         let url = url::Url::parse(&format!("https://{addr}/mcp")).unwrap();
         // The shared configuration every remote server's client gets.
         let client = crate::hosts::guarded_client(resolver(&url).await).unwrap();
-        let error = client.get(url).send().await.unwrap_err();
+        let error = client.get(url.clone()).send().await.unwrap_err();
+        let text = chain(&error);
+        assert!(
+            text.contains("invalid peer certificate") && text.contains("UnknownIssuer"),
+            "{text}"
+        );
+        // The call lane, over the same shared configuration.
+        let lane = crate::lane::Lane::new(resolver(&url).await, shared().unwrap()).unwrap();
+        let error = lane
+            .send(http::Method::GET, &url, http::HeaderMap::new(), None)
+            .await
+            .unwrap_err();
         let text = chain(&error);
         assert!(
             text.contains("invalid peer certificate") && text.contains("UnknownIssuer"),

@@ -409,7 +409,7 @@ impl Direct {
         }
         let (response, _) = self
             .http
-            .send(
+            .send_call(
                 Method::POST,
                 self.url.clone(),
                 headers,
