@@ -117,7 +117,7 @@ impl ToolServerBuilder {
         Fut: std::future::Future<Output = Result<ToolResult, ToolError>> + Send + 'static,
     {
         if tool.input_schema.is_none() {
-            tool.input_schema = Some(schema_of::<A>());
+            tool.input_schema = Some(schema_of::<A>().into());
         }
         self.registrations
             .push(Registration::new(tool, typed(handler)));

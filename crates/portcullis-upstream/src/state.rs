@@ -289,16 +289,15 @@ pub(crate) fn project(
         }
         // A validator already compiled carries over while the schema is
         // the same; the others are compiled on first call.
+        // Looked up first: a schema held as stored text is parsed only to
+        // be compared with one that was compiled.
         let reusable = previous.zip(compiled.as_ref()).and_then(|(p, compiled)| {
+            let validator = compiled.get(&entry.name)?;
             let before = p.catalogue.get(&entry.name)?;
             let same = before.kind == EntryKind::Remote
                 && before.server == entry.server
                 && before.full_input_schema() == entry.full_input_schema();
-            if same {
-                compiled.get(&entry.name).cloned()
-            } else {
-                None
-            }
+            same.then(|| validator.clone())
         });
         if let Some(validator) = reusable {
             validators.insert(entry.name.clone(), validator);
