@@ -10,14 +10,18 @@
 //! with `wake` as the second argument, 50 servers of 100 tools with long
 //! descriptions instead (the wake bench's catalogue); with `stored` as the
 //! third, each listing comes with its digests and is shared, as a wake's
-//! from the store.
+//! from the store; with `text` or `values` as the fourth, each round also
+//! reads every listing from its stored JSON text first, as `CachedTools`
+//! (schemas kept as text) or as `Vec<Tool>` (schemas parsed).
 
 use std::hint::black_box;
 use std::sync::Arc;
 
 use portcullis_catalog::catalogue::ListingRef;
 use portcullis_catalog::fingerprint::{fingerprint, fingerprint_listing};
-use portcullis_catalog::{Catalogue, ProjectionOptions, ServerIdentity, ServerListing, Tool};
+use portcullis_catalog::{
+    CachedTools, Catalogue, ProjectionOptions, ServerIdentity, ServerListing, Tool,
+};
 use serde_json::json;
 
 fn main() {
@@ -27,6 +31,7 @@ fn main() {
         .unwrap_or(20);
     let wake = std::env::args().nth(2).is_some_and(|a| a == "wake");
     let stored = std::env::args().nth(3).is_some_and(|a| a == "stored");
+    let read = std::env::args().nth(4);
     let (servers, per_server, padding) = if wake { (50, 100, 40) } else { (1, 1_000, 0) };
     let tools: Vec<Tool> = (0..per_server)
         .map(|i| {
@@ -72,6 +77,34 @@ fn main() {
                     ..ListingRef::from(listing)
                 })
         };
+        if let Some(read) = read {
+            let text = serde_json::to_string(&tools).unwrap_or_default();
+            for _ in 0..rounds {
+                let shared: Vec<Arc<[Tool]>> = listings
+                    .iter()
+                    .map(|_| {
+                        let tools: Vec<Tool> = if read == "text" {
+                            serde_json::from_str::<CachedTools>(&text).map(|t| t.0)
+                        } else {
+                            serde_json::from_str(&text)
+                        }
+                        .unwrap_or_default();
+                        tools.into()
+                    })
+                    .collect();
+                let lent = listings
+                    .iter()
+                    .zip(&shared)
+                    .map(|(listing, tools)| ListingRef {
+                        tools,
+                        digests: Some(&digests),
+                        shared: Some(tools),
+                        ..ListingRef::from(listing)
+                    });
+                black_box(Catalogue::project(lent, &options));
+            }
+            return;
+        }
         for _ in 0..rounds {
             black_box(Catalogue::project(lent(), &options));
         }

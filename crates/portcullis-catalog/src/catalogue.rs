@@ -36,6 +36,7 @@ use crate::filter::ToolFilter;
 use crate::fingerprint::Fingerprints;
 use crate::naming::Prefix;
 use crate::policy::DeniedResult;
+use crate::schema::Schema;
 use crate::server::{ServerIdentity, SourceNames};
 use crate::tool::Tool;
 
@@ -208,11 +209,12 @@ impl CatalogueEntry {
     pub fn full_input_schema(&self) -> &Value {
         static OBJECT: OnceLock<Value> = OnceLock::new();
         let published = match &self.full_input_schema {
-            Some(FullSchema::Copied(schema)) => Some(schema),
-            Some(FullSchema::Shared(tools, index)) => {
-                tools.get(*index).and_then(|t| t.input_schema.as_ref())
-            }
-            None => self.definition.input_schema.as_ref(),
+            Some(FullSchema::Copied(schema)) => Some(schema.value()),
+            Some(FullSchema::Shared(tools, index)) => tools
+                .get(*index)
+                .and_then(|t| t.input_schema.as_ref())
+                .map(Schema::value),
+            None => self.definition.input_schema.as_ref().map(Schema::value),
         };
         published.unwrap_or_else(|| OBJECT.get_or_init(|| json!({"type": "object"})))
     }
@@ -223,7 +225,7 @@ impl CatalogueEntry {
 #[derive(Debug, Clone)]
 enum FullSchema {
     /// A copy.
-    Copied(Value),
+    Copied(Schema),
     /// The schema of the tool at this position of the shared listing
     /// (absent there: `{"type":"object"}`, as published).
     Shared(Arc<[Tool]>, usize),
@@ -1039,7 +1041,8 @@ mod tests {
         let mut listing = listing("a", "https://a/mcp", &["t2", "t1"]);
         for tool in &mut listing.tools {
             tool.input_schema = Some(
-                json!({"type": "object", "properties": {tool.name.clone(): {"type": "string"}}}),
+                json!({"type": "object", "properties": {tool.name.clone(): {"type": "string"}}})
+                    .into(),
             );
         }
         let tools: Arc<[Tool]> = listing.tools.clone().into();
@@ -1058,7 +1061,7 @@ mod tests {
             let published = listing.tools.iter().find(|t| t.name == name).unwrap();
             assert_eq!(
                 Some(entry.full_input_schema()),
-                published.input_schema.as_ref()
+                published.input_schema.as_deref()
             );
         }
         assert_eq!(catalogue, Catalogue::project([&listing], &tight));
@@ -1099,7 +1102,7 @@ mod tests {
         assert_ne!(entry.tier, Tier::Inline);
         assert_eq!(
             catalogue.describe("a__t1").unwrap(),
-            &tool("t1").input_schema.unwrap()
+            tool("t1").input_schema.as_deref().unwrap()
         );
         assert_eq!(
             catalogue.describe("zz").unwrap_err(),

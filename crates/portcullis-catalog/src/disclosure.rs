@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::diagnostic::{Diagnostic, Rule};
+use crate::schema::Schema;
 use crate::tool::Tool;
 
 /// The default budget: about 10% of a 200k-token context window.
@@ -254,7 +255,11 @@ fn measure<T: Borrow<Tool>>(tools: &[T]) -> Measured {
         let tool = tool.borrow();
         measured.descriptions += utf16_len(tool.description_or_name());
         measured.schemas += match &tool.input_schema {
-            Some(schema) => json_utf16_len(schema),
+            // Held as text: that text is what the value serialises to.
+            Some(schema) => match schema.compact() {
+                Some((_, units)) => units,
+                None => json_utf16_len(schema),
+            },
             None => BARE_SCHEMA.len(),
         };
     }
@@ -285,7 +290,14 @@ fn compact_json(value: &Value) -> String {
 /// The UTF-16 length of `deferred_schema(schema)` as compact JSON, computed
 /// without building the deferred schema (the tier decision measures every
 /// tool of a server; only the chosen tier is then built).
-fn deferred_schema_utf16_len(schema: Option<&Value>) -> usize {
+fn deferred_schema_utf16_len(schema: Option<&Schema>) -> usize {
+    if let Some(outline) = schema
+        .and_then(Schema::compact)
+        .and_then(|(text, _)| Outline::of(text))
+    {
+        return outline.units();
+    }
+    let schema = schema.map(Schema::value);
     let Some(properties) = schema
         .and_then(|s| field(s, "properties"))
         .and_then(Value::as_object)
@@ -477,6 +489,245 @@ pub fn deferred_schema(schema: Option<&Value>) -> Value {
     Value::Object(out)
 }
 
+/// The deferred schema of `schema` ([`deferred_schema`]); written as
+/// compact text, without a `Value` tree, when `schema` is held as text.
+fn deferred(schema: Option<&Schema>) -> Schema {
+    if let Some(built) = schema
+        .and_then(Schema::compact)
+        .and_then(|(text, _)| Outline::of(text))
+        .and_then(|outline| Schema::from_built_text(outline.text(), outline.units()))
+    {
+        return built;
+    }
+    Schema::from(deferred_schema(schema.map(Schema::value)))
+}
+
+/// What [`deferred_schema`] keeps of a schema held as compact text, as
+/// slices of that text: serde_json wrote it, so each slice is already
+/// what serde_json writes for the part it holds, and is copied as it is.
+struct Outline<'t> {
+    /// Each property's name and kept type, as JSON strings; `None` when
+    /// the schema has no `properties` object (the bare schema).
+    properties: Option<Vec<(&'t str, &'t str)>>,
+    /// `required`, when it is a non-empty array.
+    required: Option<&'t str>,
+}
+
+impl<'t> Outline<'t> {
+    /// Read in one pass over `text`, which must be compact text that
+    /// [`Schema`] holds (checked when it was read); `None` if it is not
+    /// (the caller then parses it).
+    fn of(text: &'t str) -> Option<Outline<'t>> {
+        let mut outline = Outline {
+            properties: None,
+            required: None,
+        };
+        let mut top = compact::Reader::new(text);
+        // A schema that is not an object defers to the bare schema.
+        if !top.is_object() {
+            return Some(outline);
+        }
+        top.entries(|top, key| {
+            match key {
+                r#""properties""# if top.is_object() => {
+                    let mut kept = Vec::new();
+                    top.entries(|properties, name| {
+                        kept.push((name, properties.deferred_type()?));
+                        Some(())
+                    })?;
+                    outline.properties = Some(kept);
+                }
+                r#""required""# => {
+                    let value = top.value()?;
+                    outline.required = (value.starts_with('[') && value != "[]").then_some(value);
+                }
+                _ => {
+                    top.value()?;
+                }
+            }
+            Some(())
+        })?;
+        Some(outline)
+    }
+
+    /// The UTF-16 length of [`Outline::text`].
+    fn units(&self) -> usize {
+        let Some(properties) = &self.properties else {
+            return BARE_SCHEMA.len();
+        };
+        let mut units = r#"{"type":"object","properties":{}}"#.len();
+        for (i, (name, kept)) in properties.iter().enumerate() {
+            units += usize::from(i > 0) + utf16_len(name) + r#":{"type":}"#.len() + utf16_len(kept);
+        }
+        if let Some(required) = self.required {
+            units += r#","required":"#.len() + utf16_len(required);
+        }
+        units
+    }
+
+    /// The deferred schema as compact JSON: exactly what serde_json writes
+    /// for [`deferred_schema`] of the parsed schema.
+    fn text(&self) -> String {
+        let Some(properties) = &self.properties else {
+            return BARE_SCHEMA.to_owned();
+        };
+        // Sized exactly, so the text becomes a boxed `str` in place.
+        let mut len = r#"{"type":"object","properties":{}}"#.len();
+        for (i, (name, kept)) in properties.iter().enumerate() {
+            len += usize::from(i > 0) + name.len() + r#":{"type":}"#.len() + kept.len();
+        }
+        if let Some(required) = self.required {
+            len += r#","required":"#.len() + required.len();
+        }
+        let mut text = String::with_capacity(len);
+        text.push_str(r#"{"type":"object","properties":{"#);
+        for (i, (name, kept)) in properties.iter().enumerate() {
+            if i > 0 {
+                text.push(',');
+            }
+            text.push_str(name);
+            text.push_str(r#":{"type":"#);
+            text.push_str(kept);
+            text.push('}');
+        }
+        text.push('}');
+        if let Some(required) = self.required {
+            text.push_str(r#","required":"#);
+            text.push_str(required);
+        }
+        text.push('}');
+        text
+    }
+}
+
+/// Reading compact JSON text that [`crate::schema`] checked, as slices:
+/// no values built, nothing read twice.
+mod compact {
+    /// A position in compact JSON text.
+    pub(super) struct Reader<'t> {
+        text: &'t str,
+        at: usize,
+    }
+
+    impl<'t> Reader<'t> {
+        pub(super) fn new(text: &'t str) -> Self {
+            Reader { text, at: 0 }
+        }
+
+        fn byte(&self) -> Option<u8> {
+            self.text.as_bytes().get(self.at).copied()
+        }
+
+        /// Whether the value here is an object.
+        pub(super) fn is_object(&self) -> bool {
+            self.byte() == Some(b'{')
+        }
+
+        /// The value here, as text; the reader moves past it.
+        pub(super) fn value(&mut self) -> Option<&'t str> {
+            let bytes = self.text.as_bytes();
+            let start = self.at;
+            let mut i = start;
+            let mut depth = 0usize;
+            loop {
+                match *bytes.get(i)? {
+                    b'"' => {
+                        i += 1;
+                        loop {
+                            match *bytes.get(i)? {
+                                b'"' => break,
+                                b'\\' => i += 2,
+                                _ => i += 1,
+                            }
+                        }
+                        i += 1;
+                    }
+                    b'{' | b'[' => {
+                        depth += 1;
+                        i += 1;
+                        continue;
+                    }
+                    b'}' | b']' => {
+                        depth = depth.checked_sub(1)?;
+                        i += 1;
+                    }
+                    _ => {
+                        // A scalar, up to what ends it.
+                        while !matches!(bytes.get(i), None | Some(b',' | b'}' | b']' | b':')) {
+                            i += 1;
+                        }
+                    }
+                }
+                if depth == 0 {
+                    break;
+                }
+                // Inside a container: a separator, or its end next.
+                if matches!(bytes.get(i), Some(b',' | b':')) {
+                    i += 1;
+                }
+            }
+            self.at = i;
+            self.text.get(start..i)
+        }
+
+        /// Calls `each` with every key of the object here (as a JSON
+        /// string) and the reader on its value, which `each` must read.
+        pub(super) fn entries(
+            &mut self,
+            mut each: impl FnMut(&mut Self, &'t str) -> Option<()>,
+        ) -> Option<()> {
+            self.at += 1;
+            if self.byte()? == b'}' {
+                self.at += 1;
+                return Some(());
+            }
+            loop {
+                let key = self.value()?;
+                (self.byte()? == b':').then_some(())?;
+                self.at += 1;
+                each(self, key)?;
+                match self.byte()? {
+                    b',' => self.at += 1,
+                    b'}' => {
+                        self.at += 1;
+                        return Some(());
+                    }
+                    _ => return None,
+                }
+            }
+        }
+
+        /// Reads a property's schema and returns the JSON string a deferred
+        /// schema keeps as its type (see `deferred_type`).
+        pub(super) fn deferred_type(&mut self) -> Option<&'t str> {
+            const STRING: &str = r#""string""#;
+            if !self.is_object() {
+                self.value()?;
+                return Some(STRING);
+            }
+            let mut kept = STRING;
+            self.entries(|property, key| {
+                let value = property.value()?;
+                if key == r#""type""# {
+                    kept = match value.as_bytes().first() {
+                        Some(b'"') => value,
+                        Some(b'[') => {
+                            let mut first = Reader { text: value, at: 1 };
+                            match first.value() {
+                                Some(item) if item.starts_with('"') => item,
+                                _ => STRING,
+                            }
+                        }
+                        _ => STRING,
+                    };
+                }
+                Some(())
+            })?;
+            Some(kept)
+        }
+    }
+}
+
 /// `{"type":"object"}`.
 fn bare_schema() -> Value {
     let mut bare = Map::with_capacity(1);
@@ -509,11 +760,11 @@ pub fn disclose_owned(mut tool: Tool, tier: Tier) -> (Tool, Option<Value>) {
     let description = deferred_description(&tool);
     let full = tool.input_schema.take();
     tool.input_schema = Some(match tier {
-        Tier::Names => deferred_schema(full.as_ref()),
-        _ => json!({"type": "object"}),
+        Tier::Names => deferred(full.as_ref()),
+        _ => Schema::from(bare_schema()),
     });
     tool.description = Some(description);
-    (tool, full)
+    (tool, full.map(Schema::into_value))
 }
 
 /// [`disclose_owned`] from a borrowed tool: copies only what the tier
@@ -525,7 +776,10 @@ pub fn disclose_borrowed(tool: &Tool, tier: Tier) -> (Tool, Option<Value>) {
     if tier == Tier::Inline {
         return (tool.clone(), None);
     }
-    (disclose_shown(tool, tier), tool.input_schema.clone())
+    (
+        disclose_shown(tool, tier),
+        tool.input_schema.as_ref().map(|s| s.value().clone()),
+    )
 }
 
 /// The definition [`disclose_borrowed`] shows, without the copy of the
@@ -552,9 +806,12 @@ pub(crate) fn disclose_named(tool: &Tool, tier: Tier, name: String) -> Tool {
         Tier::Inline => (description.clone(), input_schema.clone()),
         Tier::Names => (
             Some(deferred_description(tool)),
-            Some(deferred_schema(input_schema.as_ref())),
+            Some(deferred(input_schema.as_ref())),
         ),
-        Tier::Bare => (Some(deferred_description(tool)), Some(bare_schema())),
+        Tier::Bare => (
+            Some(deferred_description(tool)),
+            Some(Schema::from(bare_schema())),
+        ),
     };
     Tool {
         name,
@@ -747,7 +1004,10 @@ mod tests {
         assert_eq!(d.tier, Tier::Bare);
         assert!(d.diagnostic.is_none());
         let shown = disclose(&wide[0], Tier::Bare);
-        assert_eq!(shown.input_schema, Some(json!({"type":"object"})));
+        assert_eq!(
+            shown.input_schema.as_deref(),
+            Some(&json!({"type":"object"}))
+        );
         assert_eq!(
             shown.description.as_deref(),
             Some("t0 Full input schema available via mcp__describe_tool.")
@@ -765,15 +1025,38 @@ mod tests {
                 json!({"type":"object","properties":{"a\"é😀":{"type":["integer","null"]},"b":{}},"required":["a\"é😀"]}),
             ),
             Some(json!({"properties":{"x":{"type":"string"}},"required":[]})),
-            Some(fat_tool(1).input_schema.unwrap()),
+            Some(
+                json!({"properties":{"x":{"type":[]},"y":{"type":[3,"s"]},"z":7,"w":{"type":{}}},"required":"x"}),
+            ),
+            Some(json!({"properties":[1],"required":["a"]})),
+            Some(json!([{"properties":{}}])),
+            Some(
+                json!({"properties":{"a\\u0041\n":{"type":"a\"\u{1}"}},"required":[{"k":1},null]}),
+            ),
+            Some(fat_tool(1).input_schema.unwrap().into_value()),
         ];
         for schema in &schemas {
             let built = compact_json(&deferred_schema(schema.as_ref()));
             assert_eq!(
-                deferred_schema_utf16_len(schema.as_ref()),
+                deferred_schema_utf16_len(schema.clone().map(Schema::from).as_ref()),
                 built.encode_utf16().count(),
                 "{built}"
             );
+            // Held as stored text: the same length, and the same text.
+            let Some(schema) = schema else { continue };
+            let text = compact_json(schema);
+            let raw = serde_json::value::RawValue::from_string(text.clone()).unwrap();
+            let stored = Schema::from_json_text(raw).unwrap();
+            assert!(stored.compact().is_some(), "{text}");
+            let outline = Outline::of(&text).unwrap();
+            assert_eq!(outline.text(), built);
+            assert_eq!(
+                deferred_schema_utf16_len(Some(&stored)),
+                built.encode_utf16().count()
+            );
+            let shown = deferred(Some(&stored));
+            assert!(shown.compact().is_some());
+            assert_eq!(serde_json::to_string(&shown).unwrap(), built);
         }
     }
 
@@ -812,7 +1095,7 @@ mod tests {
             json!([]),
             json!([1, [2, {}], {"a": []}]),
             json!({"é😀\n": {"x": [null, "\u{1}"]}, "b": 2.5}),
-            fat_tool(3).input_schema.unwrap(),
+            fat_tool(3).input_schema.unwrap().into_value(),
         ];
         for value in &values {
             let text = serde_json::to_string(value).unwrap();

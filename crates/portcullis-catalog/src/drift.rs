@@ -286,8 +286,8 @@ mod tests {
         let stub_json = serde_json::to_string(&stub).unwrap();
         assert!(!stub_json.contains("id_rsa"));
         assert_eq!(
-            stub.input_schema,
-            Some(json!({"type":"object","properties":{}}))
+            stub.input_schema.as_deref(),
+            Some(&json!({"type":"object","properties":{}}))
         );
     }
 
@@ -296,7 +296,7 @@ mod tests {
         let baseline = fingerprint_listing(&listing());
         let mut schema = listing();
         schema[0].input_schema =
-            Some(json!({"type":"object","properties":{"exfil":{"type":"string"}}}));
+            Some(json!({"type":"object","properties":{"exfil":{"type":"string"}}}).into());
         assert_eq!(
             guard_listing("docs", schema, Some(&baseline)).drift.changed,
             ["search"]

@@ -9,6 +9,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
+use crate::schema::Schema;
+
 /// One tool definition, as a source publishes it or as the catalogue
 /// discloses it.
 ///
@@ -22,7 +24,7 @@ use serde_json::{Map, Value, json};
 /// assert!(!tool.is_read_only());
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", from = "ToolWire<Schema>")]
 pub struct Tool {
     /// The name the source uses for this tool (not yet qualified).
     pub name: String,
@@ -35,10 +37,10 @@ pub struct Tool {
     /// JSON Schema of the arguments. `None` when the source published none;
     /// treated as `{"type":"object"}` everywhere it matters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub input_schema: Option<Value>,
+    pub input_schema: Option<Schema>,
     /// JSON Schema of `structuredContent`, when the tool declares one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub output_schema: Option<Value>,
+    pub output_schema: Option<Schema>,
     /// Behaviour hints. Advisory only: the policy gate never consults them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub annotations: Option<ToolAnnotations>,
@@ -74,14 +76,14 @@ impl Tool {
     }
 
     /// Sets the input schema.
-    pub fn with_input_schema(mut self, schema: Value) -> Self {
-        self.input_schema = Some(schema);
+    pub fn with_input_schema(mut self, schema: impl Into<Schema>) -> Self {
+        self.input_schema = Some(schema.into());
         self
     }
 
     /// Sets the output schema.
-    pub fn with_output_schema(mut self, schema: Value) -> Self {
-        self.output_schema = Some(schema);
+    pub fn with_output_schema(mut self, schema: impl Into<Schema>) -> Self {
+        self.output_schema = Some(schema.into());
         self
     }
 
@@ -94,8 +96,8 @@ impl Tool {
     /// The input schema, or `{"type":"object"}` when none was published.
     pub fn input_schema_or_default(&self) -> Value {
         self.input_schema
-            .clone()
-            .unwrap_or_else(|| json!({"type": "object"}))
+            .as_ref()
+            .map_or_else(|| json!({"type": "object"}), |s| s.value().clone())
     }
 
     /// The description, or the name when there is none (what the disclosure
@@ -112,6 +114,60 @@ impl Tool {
             .as_ref()
             .and_then(|a| a.read_only_hint)
             .unwrap_or(false)
+    }
+}
+
+/// What a tool is read from: [`Tool`]'s fields with each schema as `S`
+/// (a [`Schema`] parsed as a value, or stored text for
+/// [`crate::schema::CachedTools`]), so both read the same keys the same
+/// way.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ToolWire<S> {
+    name: String,
+    #[serde(default)]
+    title: Option<String>,
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(default = "none")]
+    input_schema: Option<S>,
+    #[serde(default = "none")]
+    output_schema: Option<S>,
+    #[serde(default)]
+    annotations: Option<ToolAnnotations>,
+    #[serde(default, rename = "_meta")]
+    meta: Option<Map<String, Value>>,
+}
+
+/// An absent schema (without asking `S` for a default).
+fn none<S>() -> Option<S> {
+    None
+}
+
+impl<S> ToolWire<S> {
+    /// The tool, each schema made a [`Schema`] by `schema`.
+    pub(crate) fn into_tool<E>(
+        self,
+        mut schema: impl FnMut(S) -> Result<Schema, E>,
+    ) -> Result<Tool, E> {
+        Ok(Tool {
+            name: self.name,
+            title: self.title,
+            description: self.description,
+            input_schema: self.input_schema.map(&mut schema).transpose()?,
+            output_schema: self.output_schema.map(&mut schema).transpose()?,
+            annotations: self.annotations,
+            meta: self.meta,
+        })
+    }
+}
+
+impl From<ToolWire<Schema>> for Tool {
+    fn from(wire: ToolWire<Schema>) -> Self {
+        match wire.into_tool(Ok::<Schema, std::convert::Infallible>) {
+            Ok(tool) => tool,
+            Err(never) => match never {},
+        }
     }
 }
 

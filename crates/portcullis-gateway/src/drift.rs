@@ -179,7 +179,7 @@ pub fn fields(tool: &Tool) -> [Field; 5] {
         (
             "inputSchema",
             "input schema",
-            json(tool.input_schema.clone()),
+            json(tool.input_schema.clone().map(Value::from)),
         ),
         (
             "annotations",
@@ -193,7 +193,7 @@ pub fn fields(tool: &Tool) -> [Field; 5] {
         (
             "outputSchema",
             "output schema",
-            json(tool.output_schema.clone()),
+            json(tool.output_schema.clone().map(Value::from)),
         ),
     ]
 }

@@ -433,11 +433,7 @@ impl SourceCatalogue {
             let mut listed = Vec::with_capacity(source.registrations.len());
             let mut handlers = HashMap::new();
             for registration in source.registrations {
-                let schema = registration
-                    .tool
-                    .input_schema
-                    .clone()
-                    .unwrap_or_else(|| serde_json::json!({"type": "object"}));
+                let schema = registration.tool.input_schema_or_default();
                 let schema = match ArgumentValidator::compile(&registration.tool.name, &schema) {
                     Ok(_) => Some(schema),
                     Err(e) => {

@@ -117,7 +117,7 @@ impl ToolServerBuilder {
         Fut: std::future::Future<Output = Result<ToolResult, ToolError>> + Send + 'static,
     {
         if tool.input_schema.is_none() {
-            tool.input_schema = Some(schema_of::<A>());
+            tool.input_schema = Some(schema_of::<A>().into());
         }
         self.registrations
             .push(Registration::new(tool, typed(handler)));
@@ -309,8 +309,12 @@ fn to_wire_tool(tool: &Tool) -> Result<rmcp::model::Tool, ServerError> {
         })
     };
     let mut value = serde_json::to_value(tool).map_err(|e| invalid(e.to_string()))?;
+    // A published schema is in `value` already (read once: a schema held
+    // as stored text is parsed here, not twice); none is `{"type":"object"}`.
     if let Some(object) = value.as_object_mut() {
-        object.insert("inputSchema".into(), tool.input_schema_or_default());
+        object
+            .entry("inputSchema")
+            .or_insert_with(|| tool.input_schema_or_default());
     }
     serde_json::from_value(value).map_err(|e| invalid(format!("not an MCP tool definition: {e}")))
 }

@@ -276,7 +276,7 @@ fn load_tool(dir: &Path, label: &str, tool: &Value) -> Result<NativeTool, Source
                 format!("tool \"{id}\" field \"inputSchema\": {e}"),
             ));
         }
-        definition.input_schema = Some(schema);
+        definition.input_schema = Some(schema.into());
     }
 
     let command = resolve_handler(dir, label, id, handler)?;

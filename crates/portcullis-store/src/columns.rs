@@ -4,7 +4,7 @@
 //! startup.
 
 use portcullis_catalog::fingerprint::Fingerprints;
-use portcullis_catalog::{Tool, TransportKind};
+use portcullis_catalog::{CachedTools, TransportKind};
 use serde::de::DeserializeOwned;
 
 use crate::error::Backend;
@@ -67,7 +67,9 @@ impl RawRow<'_> {
             tracing::warn!(%backend, server = self.id, kind = self.kind, "skipping a stored server with an unknown transport");
             return None;
         };
-        let tools: Option<Vec<Tool>> = decode(backend, &self.id, "tools", self.tools);
+        // Schemas kept as the stored text until read (`CachedTools`): a
+        // wake shows most of them deferred and reads few.
+        let tools = decode::<CachedTools>(backend, &self.id, "tools", self.tools).map(|t| t.0);
         let tool_fingerprints: Option<Fingerprints> = decode(
             backend,
             &self.id,

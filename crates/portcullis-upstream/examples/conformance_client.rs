@@ -246,12 +246,12 @@ async fn calls(
             match (echo, focal) {
                 (Some(echo), Some(focal)) => vec![(
                     echo.name.clone(),
-                    json!({"schema": focal.input_schema.clone().unwrap_or(json!({}))}),
+                    json!({"schema": focal.input_schema.clone().map_or(json!({}), Value::from)}),
                 )],
                 _ => tools
                     .into_iter()
                     .map(|t| {
-                        let args = arguments(t.input_schema.as_ref());
+                        let args = arguments(t.input_schema.as_deref());
                         (t.name, args)
                     })
                     .collect(),

@@ -2,18 +2,47 @@
 //! `structuredContent` matching it, and a result that does not is rejected
 //! rather than passed to the model (as the TypeScript SDK's client does).
 //!
-//! Schemas are compiled once per catalogue build with `jsonschema` built
-//! without network or file resolvers, like argument validators. An output
-//! schema that cannot be compiled is ignored (the tool still works; nothing
-//! is checked), since it is the server's promise, not our guard.
+//! Schemas are compiled on a tool's first call ([`LazyOutput`]), as argument
+//! validators are, with `jsonschema` built without network or file
+//! resolvers. An output schema that cannot be compiled is ignored (the tool
+//! still works; nothing is checked), since it is the server's promise, not
+//! our guard.
 
-use portcullis_catalog::ToolResult;
+use std::sync::OnceLock;
+
+use portcullis_catalog::{Schema, ToolResult};
 use serde_json::Value;
 
 use crate::error::CallError;
 
 /// At most this many problems are listed.
 const MAX_PROBLEMS: usize = 5;
+
+/// An output schema a tool promised, compiled on its first call: a wake
+/// projects thousands of tools, few of which are called before the next
+/// listing replaces them.
+pub(crate) struct LazyOutput {
+    schema: Schema,
+    compiled: OnceLock<Option<OutputValidator>>,
+}
+
+impl LazyOutput {
+    /// `schema`, not compiled yet.
+    pub(crate) fn new(schema: Schema) -> Self {
+        LazyOutput {
+            schema,
+            compiled: OnceLock::new(),
+        }
+    }
+
+    /// The compiled schema (compiled now on first use); `None` when it is
+    /// unusable.
+    pub(crate) fn validator(&self) -> Option<&OutputValidator> {
+        self.compiled
+            .get_or_init(|| OutputValidator::compile(self.schema.value()))
+            .as_ref()
+    }
+}
 
 /// A compiled output schema.
 pub(crate) struct OutputValidator {

@@ -14,15 +14,14 @@ use portcullis_catalog::catalogue::{EntryKind, ListingRef};
 use portcullis_catalog::classification::Classification;
 use portcullis_catalog::fingerprint::Fingerprints;
 use portcullis_catalog::{
-    ArgumentValidator, Catalogue, Diagnostic, ProjectionOptions, Rule, ServerIdentity,
+    ArgumentValidator, Catalogue, Diagnostic, ProjectionOptions, Rule, Schema, ServerIdentity,
     ServerListing, Tool, ToolFilter,
 };
-use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::McpServerConfig;
 use crate::connection::Connection;
-use crate::output::OutputValidator;
+use crate::output::LazyOutput;
 use crate::report::DiagnosticSink;
 
 /// One connected server: what it publishes (live, or the store's cache
@@ -125,7 +124,7 @@ pub(crate) struct Snapshot {
     /// `None`: the schema cannot be compiled (reported once).
     pub(crate) validators: Mutex<HashMap<String, Option<Arc<ArgumentValidator>>>>,
     /// Output schemas the servers promised, compiled once.
-    pub(crate) outputs: HashMap<String, Arc<OutputValidator>>,
+    pub(crate) outputs: HashMap<String, Arc<LazyOutput>>,
     /// By effective (projected) server name.
     pub(crate) connections: HashMap<String, Arc<Connection>>,
     /// Servers projected from the store's cache that have no connection
@@ -254,7 +253,7 @@ pub(crate) fn project(
     }
     // Output schemas by (server, remote tool name): the catalogue keeps
     // disclosed definitions, and the promise is the server's own.
-    let mut output_schemas: HashMap<(&ServerIdentity, &str), &Value> = HashMap::new();
+    let mut output_schemas: HashMap<(&ServerIdentity, &str), &Schema> = HashMap::new();
     let published = sources
         .iter()
         .map(|s| (&s.identity, &*s.tools))
@@ -284,21 +283,23 @@ pub(crate) fn project(
             .then(|| identities.get(entry.server.as_str()))
             .flatten()
             .and_then(|identity| output_schemas.get(&(*identity, entry.remote_name.as_str())));
-        if let Some(output) = schema.and_then(|s| OutputValidator::compile(s)) {
-            outputs.insert(entry.name.clone(), Arc::new(output));
+        if let Some(schema) = schema {
+            outputs.insert(
+                entry.name.clone(),
+                Arc::new(LazyOutput::new((*schema).clone())),
+            );
         }
         // A validator already compiled carries over while the schema is
         // the same; the others are compiled on first call.
+        // Looked up first: a schema held as stored text is parsed only to
+        // be compared with one that was compiled.
         let reusable = previous.zip(compiled.as_ref()).and_then(|(p, compiled)| {
+            let validator = compiled.get(&entry.name)?;
             let before = p.catalogue.get(&entry.name)?;
             let same = before.kind == EntryKind::Remote
                 && before.server == entry.server
                 && before.full_input_schema() == entry.full_input_schema();
-            if same {
-                compiled.get(&entry.name).cloned()
-            } else {
-                None
-            }
+            same.then(|| validator.clone())
         });
         if let Some(validator) = reusable {
             validators.insert(entry.name.clone(), validator);

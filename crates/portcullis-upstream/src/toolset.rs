@@ -507,7 +507,7 @@ impl Toolset {
                 .await?;
             // It answered, whichever path the call took: up (again).
             connection.health().set_reachable(true);
-            if let Some(output) = state.outputs.get(name) {
+            if let Some(output) = state.outputs.get(name).and_then(|o| o.validator()) {
                 output.check(name, &result)?;
             }
             Ok(result)

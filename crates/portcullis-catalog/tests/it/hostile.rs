@@ -110,8 +110,8 @@ fn schemas_of_the_wrong_shape_still_project_and_disclose() {
         .filter(|e| e.kind == EntryKind::Remote)
     {
         assert_eq!(
-            entry.definition.input_schema,
-            Some(json!({"type": "object"})),
+            entry.definition.input_schema.as_deref(),
+            Some(&json!({"type": "object"})),
             "{}",
             entry.name
         );

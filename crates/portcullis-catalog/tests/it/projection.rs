@@ -16,7 +16,8 @@ use portcullis_catalog::classification::Classification;
 use portcullis_catalog::disclosure::{Budget, DisclosureOptions};
 use portcullis_catalog::fingerprint::{fingerprint, fingerprint_listing};
 use portcullis_catalog::{
-    Catalogue, ProjectionOptions, ServerIdentity, ServerListing, Tool, ToolAnnotations, ToolFilter,
+    CachedTools, Catalogue, ProjectionOptions, ServerIdentity, ServerListing, Tool,
+    ToolAnnotations, ToolFilter,
 };
 use serde_json::{Value, json};
 
@@ -210,8 +211,31 @@ fn the_projection_of_a_mixed_listing_is_pinned() {
             }),
         &options,
     );
+    // Read back from the store's text, schemas kept as that text.
+    let stored: Vec<Arc<[Tool]>> = listings
+        .iter()
+        .map(|l| {
+            let text = serde_json::to_string(&l.tools).unwrap_or_default();
+            let cached: CachedTools = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}"));
+            cached.0.into()
+        })
+        .collect();
+    let read = Catalogue::project(
+        listings
+            .iter()
+            .zip(&stored)
+            .zip(&digests)
+            .map(|((listing, tools), digests)| ListingRef {
+                tools,
+                digests: Some(digests),
+                shared: Some(tools),
+                ..ListingRef::from(listing)
+            }),
+        &options,
+    );
     let rendered = render(&owned);
     assert_eq!(render(&lent), rendered);
+    assert_eq!(render(&read), rendered);
     // The mix covers what it claims to.
     let tiers: BTreeSet<&str> = owned.servers().iter().map(|s| s.tier.as_str()).collect();
     assert_eq!(tiers, BTreeSet::from(["bare", "inline", "names"]));

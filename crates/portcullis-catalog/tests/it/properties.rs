@@ -12,7 +12,7 @@ use portcullis_catalog::fingerprint::{canonical_json, fingerprint, fingerprint_l
 use portcullis_catalog::framing::{Exit, UNTRUSTED_NOTICE, fold_text, frame_output, seal};
 use portcullis_catalog::naming::{Prefix, is_legal_name, legal_name, qualified_name};
 use portcullis_catalog::{
-    Catalogue, ProjectionOptions, ServerIdentity, ServerListing, Tool, ToolResult,
+    CachedTools, Catalogue, ProjectionOptions, ServerIdentity, ServerListing, Tool, ToolResult,
 };
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -379,7 +379,7 @@ proptest! {
                             "type": "object",
                             "properties": {format!("p{j}"): {"type": "string"}},
                             "required": [format!("p{j}")]
-                        }));
+                        }).into());
                     }
                 }
                 listing
@@ -663,6 +663,36 @@ fn odd_json() -> impl Strategy<Value = Value> {
     })
 }
 
+/// Schemas shaped as a deferred tier reads them (odd property names and
+/// types, `required` of any shape) and odd JSON of any shape.
+fn odd_schema() -> impl Strategy<Value = Value> {
+    let property = prop_oneof![
+        odd_json(),
+        odd_text().prop_map(|t| json!({"type": t, "description": "d/e"})),
+        prop::collection::vec(odd_json(), 0..3).prop_map(|types| json!({"type": types})),
+    ];
+    prop_oneof![
+        odd_json(),
+        (
+            prop::collection::vec((odd_text(), property), 0..5),
+            odd_json(),
+            any::<bool>(),
+        )
+            .prop_map(|(properties, required, typed)| {
+                let mut schema = serde_json::Map::new();
+                if typed {
+                    schema.insert("type".into(), json!("object"));
+                }
+                schema.insert(
+                    "properties".into(),
+                    Value::Object(properties.into_iter().collect()),
+                );
+                schema.insert("required".into(), required);
+                Value::Object(schema)
+            }),
+    ]
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2048))]
 
@@ -680,6 +710,47 @@ proptest! {
             let decision = choose_tier("s", &[tool], &Default::default());
             prop_assert_eq!(decision.inline_tokens, estimate_tokens(&format!("{description}\n{serialised}")));
         }
+    }
+
+    /// A cached listing read from the store's text ([`CachedTools`]: schemas
+    /// kept as text where serde_json wrote them) is the listing `Vec<Tool>`
+    /// reads: equal tools, the same bytes serialised, the same fingerprints,
+    /// the same tier decision at any budget and the same definitions shown
+    /// at every tier, whether the text is compact, pretty or escaped
+    /// otherwise than serde_json escapes.
+    #[test]
+    fn a_cached_listing_reads_as_the_listing_does(
+        schemas in prop::collection::vec(odd_schema(), 1..5),
+        description in odd_text(),
+        budget in 0usize..200,
+        form in 0u8..3,
+    ) {
+        use portcullis_catalog::disclosure::{Tier, choose_tier, disclose};
+        let tools: Vec<Tool> = schemas
+            .into_iter()
+            .enumerate()
+            .map(|(i, schema)| Tool::new(format!("t{i}")).with_description(description.clone()).with_input_schema(schema))
+            .collect();
+        let text = match form {
+            0 => serde_json::to_string(&tools).unwrap_or_default(),
+            1 => serde_json::to_string_pretty(&tools).unwrap_or_default(),
+            _ => serde_json::to_string(&tools).unwrap_or_default().replace('/', "\\/"),
+        };
+        let listed: Vec<Tool> = serde_json::from_str(&text).map_err(|e| TestCaseError::fail(format!("{e}: {text}")))?;
+        let cached = serde_json::from_str::<CachedTools>(&text).map_err(|e| TestCaseError::fail(format!("{e}: {text}")))?.0;
+        prop_assert_eq!(&cached, &listed);
+        prop_assert_eq!(serde_json::to_string(&cached).ok(), serde_json::to_string(&listed).ok());
+        for (a, b) in cached.iter().zip(&listed) {
+            prop_assert_eq!(fingerprint(a), fingerprint(b));
+            for tier in [Tier::Inline, Tier::Names, Tier::Bare] {
+                prop_assert_eq!(
+                    serde_json::to_string(&disclose(a, tier)).ok(),
+                    serde_json::to_string(&disclose(b, tier)).ok()
+                );
+            }
+        }
+        let options = DisclosureOptions { budget: Budget::Tokens(budget), ..Default::default() };
+        prop_assert_eq!(choose_tier("s", &cached, &options), choose_tier("s", &listed, &options));
     }
 
     /// Canonical JSON is byte for byte the reference rendering, for odd
@@ -703,8 +774,8 @@ proptest! {
         let mut tool = Tool::new("t");
         tool.description = description.clone();
         tool.title = title.clone();
-        tool.input_schema = Some(schema.clone());
-        tool.output_schema = output.clone();
+        tool.input_schema = Some(schema.clone().into());
+        tool.output_schema = output.clone().map(Into::into);
         let mut expected = String::from("{\"description\":");
         match &description {
             Some(text) => expected.push_str(&format!(

@@ -74,8 +74,8 @@ async fn assert_quarantined(fixture: &Fixture, toolset: &Toolset, tool: &str) {
         "{shown}"
     );
     assert_eq!(
-        stub.definition.input_schema,
-        Some(json!({"type": "object", "properties": {}}))
+        stub.definition.input_schema.as_deref(),
+        Some(&json!({"type": "object", "properties": {}}))
     );
     let drift = drift_messages(&toolset.diagnostics());
     assert_eq!(

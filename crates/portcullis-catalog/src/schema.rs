@@ -1,0 +1,548 @@
+//! A tool's JSON Schema, held as a value or as the compact JSON text it was
+//! read from.
+//!
+//! A wake reads thousands of cached definitions from the store and shows
+//! most of them deferred: building a `Value` tree for every schema, most of
+//! which nothing reads before the next listing replaces it, was a third of
+//! the store read. A schema read from stored text ([`CachedTools`]) keeps
+//! that text when it is exactly what serde_json writes for its own parse
+//! (checked byte by byte, [`compact_units`]), and is parsed on first read
+//! ([`Schema::value`]); anything else is parsed at once, as before. So a
+//! schema means the same whichever way it is held: it serialises to the
+//! same bytes, compares equal by value, and its length (the disclosure
+//! estimate) is the text's.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::ops::Deref;
+use std::sync::OnceLock;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use crate::tool::Tool;
+
+/// One JSON Schema of a tool (`inputSchema`, `outputSchema`). Reads as a
+/// [`Value`] (it dereferences to one); see the module documentation for
+/// why it may hold text.
+#[derive(Clone)]
+pub struct Schema(Repr);
+
+#[derive(Clone)]
+enum Repr {
+    /// A parsed value.
+    Value(Value),
+    /// Text that is exactly `serde_json::to_string` of its own parse
+    /// (held to that by [`compact_units`]), parsed on first read.
+    Compact {
+        text: Box<RawValue>,
+        /// Its UTF-16 length, counted while checking it.
+        units: usize,
+        parsed: OnceLock<Value>,
+    },
+}
+
+impl Schema {
+    /// The schema as a value (parsed now if it is held as text).
+    pub fn value(&self) -> &Value {
+        match &self.0 {
+            Repr::Value(value) => value,
+            Repr::Compact { text, parsed, .. } => parsed.get_or_init(|| {
+                // Checked as compact JSON of at most `MAX_DEPTH` levels
+                // when it was stored, so it parses; were it ever not to, a
+                // schema that admits nothing fails closed.
+                serde_json::from_str(text.get()).unwrap_or(Value::Bool(false))
+            }),
+        }
+    }
+
+    /// The schema as a value to change (no longer held as text).
+    pub fn value_mut(&mut self) -> &mut Value {
+        if let Repr::Compact { .. } = self.0 {
+            *self = Schema(Repr::Value(self.value().clone()));
+        }
+        match &mut self.0 {
+            Repr::Value(value) => value,
+            Repr::Compact { .. } => unreachable!("made a value just above"),
+        }
+    }
+
+    /// The schema as an owned value.
+    pub fn into_value(self) -> Value {
+        match self.0 {
+            Repr::Value(value) => value,
+            Repr::Compact { .. } => self.value().clone(),
+        }
+    }
+
+    /// A schema read from JSON text: kept as that text when it is what
+    /// serde_json writes for its own parse, else parsed now (an error is
+    /// the parse's).
+    pub fn from_json_text(text: Box<RawValue>) -> serde_json::Result<Schema> {
+        match compact_units(text.get()) {
+            Some(units) => Ok(Schema(Repr::Compact {
+                text,
+                units,
+                parsed: OnceLock::new(),
+            })),
+            None => serde_json::from_str(text.get()).map(|v| Schema(Repr::Value(v))),
+        }
+    }
+
+    /// The compact JSON text the schema is held as, and its UTF-16 length,
+    /// when it is held as text (which is then exactly what serde_json
+    /// writes for [`Schema::value`]).
+    pub(crate) fn compact(&self) -> Option<(&str, usize)> {
+        match &self.0 {
+            Repr::Value(_) => None,
+            Repr::Compact { text, units, .. } => Some((text.get(), *units)),
+        }
+    }
+
+    /// A schema the catalogue wrote as compact JSON text itself (a
+    /// deferred schema, from slices of a schema held as text: tests hold it
+    /// to serde_json's output), with its UTF-16 length; `None` if it is not
+    /// JSON.
+    pub(crate) fn from_built_text(text: String, units: usize) -> Option<Schema> {
+        let text = RawValue::from_string(text).ok()?;
+        Some(Schema(Repr::Compact {
+            text,
+            units,
+            parsed: OnceLock::new(),
+        }))
+    }
+}
+
+impl Deref for Schema {
+    type Target = Value;
+
+    fn deref(&self) -> &Value {
+        self.value()
+    }
+}
+
+impl std::ops::DerefMut for Schema {
+    fn deref_mut(&mut self) -> &mut Value {
+        self.value_mut()
+    }
+}
+
+impl From<Value> for Schema {
+    fn from(value: Value) -> Self {
+        Schema(Repr::Value(value))
+    }
+}
+
+impl From<Schema> for Value {
+    fn from(schema: Schema) -> Self {
+        schema.into_value()
+    }
+}
+
+/// Equal when the values are, however each is held (two texts differing
+/// only in key order are equal, as their values are).
+impl PartialEq for Schema {
+    fn eq(&self, other: &Self) -> bool {
+        if let (Some((a, _)), Some((b, _))) = (self.compact(), other.compact())
+            && a == b
+        {
+            return true;
+        }
+        self.value() == other.value()
+    }
+}
+
+impl PartialEq<Value> for Schema {
+    fn eq(&self, other: &Value) -> bool {
+        self.value() == other
+    }
+}
+
+impl fmt::Debug for Schema {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.value(), f)
+    }
+}
+
+impl Serialize for Schema {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match &self.0 {
+            Repr::Value(value) => value.serialize(serializer),
+            // The same bytes the value would serialise to.
+            Repr::Compact { text, .. } => text.serialize(serializer),
+        }
+    }
+}
+
+/// Deserialised as a value: only [`CachedTools`] keeps the text.
+impl<'de> Deserialize<'de> for Schema {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Value::deserialize(deserializer).map(Schema::from)
+    }
+}
+
+/// A cached listing read from the store's JSON text: the same tools as
+/// `Vec<Tool>` would read (held to it by a test), with each schema kept as
+/// text where [`Schema::from_json_text`] can.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CachedTools(pub Vec<Tool>);
+
+impl<'de> Deserialize<'de> for CachedTools {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let wire: Vec<crate::tool::ToolWire<Box<RawValue>>> = Vec::deserialize(deserializer)?;
+        let mut tools = Vec::with_capacity(wire.len());
+        for tool in wire {
+            tools.push(tool.into_tool(|text| {
+                Schema::from_json_text(text).map_err(serde::de::Error::custom)
+            })?);
+        }
+        Ok(CachedTools(tools))
+    }
+}
+
+/// Nesting deeper than this is never kept as text (serde_json refuses 128
+/// levels; a schema this deep is parsed at once, as before).
+const MAX_DEPTH: usize = 64;
+
+/// The UTF-16 length of `text` when it is exactly what
+/// `serde_json::to_string` writes for `serde_json::from_str(text)` (with
+/// key order preserved): no whitespace between tokens, strings escaped as
+/// serde_json escapes them (`\"`, `\\`, `\b\t\n\f\r`, other control
+/// characters as lowercase `\u00xx`, nothing else), no key twice in one
+/// object (a parse keeps one), integers of at most 18 digits and not `-0`
+/// (no fraction or exponent: those may print differently), at most
+/// [`MAX_DEPTH`] levels. `None` for anything else, including text that is
+/// not JSON.
+pub(crate) fn compact_units(text: &str) -> Option<usize> {
+    let mut scan = Scan {
+        bytes: text.as_bytes(),
+        at: 0,
+        units: 0,
+    };
+    scan.value(0)?;
+    (scan.at == scan.bytes.len()).then_some(scan.units)
+}
+
+struct Scan<'t> {
+    bytes: &'t [u8],
+    at: usize,
+    units: usize,
+}
+
+impl Scan<'_> {
+    fn peek(&self) -> Option<u8> {
+        self.bytes.get(self.at).copied()
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Option<()> {
+        let end = self.at.checked_add(word.len())?;
+        (self.bytes.get(self.at..end)? == word).then_some(())?;
+        self.at = end;
+        self.units += word.len();
+        Some(())
+    }
+
+    fn value(&mut self, depth: usize) -> Option<()> {
+        match self.peek()? {
+            b'{' => self.object(depth + 1),
+            b'[' => self.array(depth + 1),
+            b'"' => self.string().map(|_| ()),
+            b't' => self.literal(b"true"),
+            b'f' => self.literal(b"false"),
+            b'n' => self.literal(b"null"),
+            b'-' | b'0'..=b'9' => self.integer(),
+            _ => None,
+        }
+    }
+
+    fn object(&mut self, depth: usize) -> Option<()> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        self.literal(b"{")?;
+        if self.peek()? == b'}' {
+            return self.literal(b"}");
+        }
+        // Keys as written: escapes are canonical here, so equal text is
+        // equal keys and different text different ones. A schema's maps
+        // are small: the first few are compared, not hashed or allocated.
+        let mut few: [&[u8]; FEW_KEYS] = [&[]; FEW_KEYS];
+        let mut count = 0;
+        let mut many: Option<HashSet<&[u8]>> = None;
+        loop {
+            let start = self.at;
+            self.string()?;
+            let key = self.bytes.get(start..self.at)?;
+            if count < FEW_KEYS {
+                if few[..count].contains(&key) {
+                    return None;
+                }
+                few[count] = key;
+            } else if !many
+                .get_or_insert_with(|| few.into_iter().collect())
+                .insert(key)
+            {
+                return None;
+            }
+            count += 1;
+            self.literal(b":")?;
+            self.value(depth)?;
+            match self.peek()? {
+                b',' => self.literal(b",")?,
+                b'}' => return self.literal(b"}"),
+                _ => return None,
+            }
+        }
+    }
+
+    fn array(&mut self, depth: usize) -> Option<()> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        self.literal(b"[")?;
+        if self.peek()? == b']' {
+            return self.literal(b"]");
+        }
+        loop {
+            self.value(depth)?;
+            match self.peek()? {
+                b',' => self.literal(b",")?,
+                b']' => return self.literal(b"]"),
+                _ => return None,
+            }
+        }
+    }
+
+    /// A string, quotes included.
+    fn string(&mut self) -> Option<()> {
+        self.literal(b"\"")?;
+        loop {
+            // A run of plain characters first, a table lookup a byte, in
+            // locals (most of a schema's bytes are its descriptions).
+            let rest = self.bytes.get(self.at..)?;
+            let mut run = 0;
+            let mut units = 0;
+            for &b in rest {
+                let unit = STRING_UNITS[usize::from(b)];
+                if unit == SPECIAL {
+                    break;
+                }
+                units += usize::from(unit);
+                run += 1;
+            }
+            self.at += run;
+            self.units += units;
+            let b = self.peek()?;
+            self.at += 1;
+            match b {
+                b'"' => {
+                    self.units += 1;
+                    return Some(());
+                }
+                b'\\' => {
+                    let escape = self.peek()?;
+                    self.at += 1;
+                    match escape {
+                        b'"' | b'\\' | b'b' | b't' | b'n' | b'f' | b'r' => self.units += 2,
+                        b'u' => {
+                            // Only a control character serde_json has no
+                            // short escape for: `\u00` and lowercase hex.
+                            let hex = self.bytes.get(self.at..self.at.checked_add(4)?)?;
+                            let low = match hex {
+                                [b'0', b'0', b'0', low] => hex_digit(*low)?,
+                                [b'0', b'0', b'1', low] => 16 + hex_digit(*low)?,
+                                _ => return None,
+                            };
+                            if matches!(low, 0x08 | 0x09 | 0x0A | 0x0C | 0x0D) {
+                                return None;
+                            }
+                            self.at += 4;
+                            self.units += 6;
+                        }
+                        _ => return None,
+                    }
+                }
+                // Unescaped control characters are not JSON.
+                _ => return None,
+            }
+        }
+    }
+
+    fn integer(&mut self) -> Option<()> {
+        let negative = self.peek()? == b'-';
+        if negative {
+            self.at += 1;
+        }
+        let start = self.at;
+        while matches!(self.peek(), Some(b'0'..=b'9')) {
+            self.at += 1;
+        }
+        let digits = self.bytes.get(start..self.at)?;
+        let plain = match digits {
+            [] => false,
+            [b'0'] => !negative,
+            [b'0', ..] => false,
+            _ => digits.len() <= 18,
+        };
+        // A fraction or an exponent follows: not kept as text.
+        if !plain || matches!(self.peek(), Some(b'.' | b'e' | b'E')) {
+            return None;
+        }
+        self.units += digits.len() + usize::from(negative);
+        Some(())
+    }
+}
+
+/// Keys of one object compared one by one before they are hashed.
+const FEW_KEYS: usize = 16;
+
+/// [`STRING_UNITS`] of a byte that ends a plain run: `"`, `\` or a control
+/// character.
+const SPECIAL: u8 = 3;
+
+/// What one byte inside a string adds to the text's UTF-16 length: a
+/// continuation byte nothing, a 4-byte lead two (a surrogate pair), any
+/// other one; [`SPECIAL`] for the bytes that end a plain run.
+const STRING_UNITS: [u8; 256] = {
+    let mut units = [1u8; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        units[b] = SPECIAL;
+        b += 1;
+    }
+    units[b'"' as usize] = SPECIAL;
+    units[b'\\' as usize] = SPECIAL;
+    let mut b = 0x80;
+    while b < 0x100 {
+        units[b] = match b {
+            0x80..=0xBF => 0,
+            0xF0..=0xFF => 2,
+            _ => 1,
+        };
+        b += 1;
+    }
+    units
+};
+
+fn hex_digit(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn kept(text: &str) -> bool {
+        let raw = RawValue::from_string(text.to_owned()).unwrap();
+        Schema::from_json_text(raw).unwrap().compact().is_some()
+    }
+
+    #[test]
+    fn serde_jsons_own_compact_text_is_kept_and_counted() {
+        for value in [
+            json!({"type": "object"}),
+            json!({"b": 1, "a": [true, false, null, -12, 0], "é😀\"\\\n\u{1f}\u{7f}/": {}}),
+            json!([]),
+            json!("\u{8}\t\n\u{c}\r\u{0}"),
+            json!(123456789012345678_i64),
+        ] {
+            let text = serde_json::to_string(&value).unwrap();
+            assert_eq!(
+                compact_units(&text),
+                Some(text.encode_utf16().count()),
+                "{text}"
+            );
+            let raw = RawValue::from_string(text.clone()).unwrap();
+            let schema = Schema::from_json_text(raw).unwrap();
+            assert!(schema.compact().is_some(), "{text}");
+            assert_eq!(schema, Schema::from(value.clone()));
+            assert_eq!(serde_json::to_string(&schema).unwrap(), text);
+            assert_eq!(schema.into_value(), value);
+        }
+    }
+
+    #[test]
+    fn text_serde_json_would_write_otherwise_is_parsed_at_once() {
+        for text in [
+            r#"{ "type": "object" }"#,
+            r#"{"a":"\/"}"#,
+            r#"{"a":"\u0041"}"#,
+            r#"{"a":"\u001F"}"#,
+            r#"{"a":"\u000a"}"#,
+            r#"{"a":"\ud83d\ude00"}"#,
+            r#"{"a":1,"a":2}"#,
+            r#"{"a":1.0}"#,
+            r#"{"a":1e2}"#,
+            r#"{"a":-0}"#,
+            r#"{"a":1234567890123456789}"#,
+        ] {
+            assert!(!kept(text), "{text}");
+            let raw = RawValue::from_string(text.to_owned()).unwrap();
+            let schema = Schema::from_json_text(raw).unwrap();
+            let parsed: Value = serde_json::from_str(text).unwrap();
+            assert_eq!(schema.value(), &parsed);
+            assert_eq!(
+                serde_json::to_string(&schema).unwrap(),
+                serde_json::to_string(&parsed).unwrap()
+            );
+        }
+        let deep = format!("{}{}", "[".repeat(MAX_DEPTH + 1), "]".repeat(MAX_DEPTH + 1));
+        assert!(!kept(&deep));
+        let shallow = format!("{}{}", "[".repeat(MAX_DEPTH), "]".repeat(MAX_DEPTH));
+        assert!(kept(&shallow));
+        // Deeper than serde_json parses: refused as before, not kept.
+        let too_deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        let raw: Result<Box<RawValue>, _> = serde_json::from_str(&too_deep);
+        if let Ok(raw) = raw {
+            assert!(Schema::from_json_text(raw).is_err());
+        }
+    }
+
+    #[test]
+    fn a_schema_held_as_text_changes_as_a_value() {
+        let raw = RawValue::from_string(r#"{"type":"object"}"#.to_owned()).unwrap();
+        let mut schema = Schema::from_json_text(raw).unwrap();
+        schema["type"] = json!("string");
+        assert!(schema.compact().is_none());
+        assert_eq!(
+            serde_json::to_string(&schema).unwrap(),
+            r#"{"type":"string"}"#
+        );
+    }
+
+    #[test]
+    fn a_cached_listing_reads_as_a_listing_does() {
+        let text = r#"[{"name":"a","inputSchema":{"type":"object","properties":{"x":{"type":"string"}}},"outputSchema":{ "type": "object" },"annotations":{"readOnlyHint":true,"x":1},"_meta":{"k":[1]},"extra":2},
+            {"name":"b","inputSchema":null,"title":"B"}]"#;
+        let cached: CachedTools = serde_json::from_str(text).unwrap();
+        let listed: Vec<Tool> = serde_json::from_str(text).unwrap();
+        assert_eq!(cached.0, listed);
+        assert!(
+            cached.0[0]
+                .input_schema
+                .as_ref()
+                .unwrap()
+                .compact()
+                .is_some()
+        );
+        assert!(
+            cached.0[0]
+                .output_schema
+                .as_ref()
+                .unwrap()
+                .compact()
+                .is_none()
+        );
+        assert_eq!(
+            serde_json::to_string(&cached.0).unwrap(),
+            serde_json::to_string(&listed).unwrap()
+        );
+        assert!(serde_json::from_str::<CachedTools>(r#"[{"title":"no name"}]"#).is_err());
+    }
+}
