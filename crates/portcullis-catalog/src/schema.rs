@@ -4,9 +4,9 @@
 //! A wake reads thousands of cached definitions from the store and shows
 //! most of them deferred: building a `Value` tree for every schema, most of
 //! which nothing reads before the next listing replaces it, was a third of
-//! the store read. A schema read from stored text ([`CachedTools`]) keeps
+//! the store read. A schema read from stored text ([`CachedTools`](crate::tool::CachedTools)) keeps
 //! that text when it is exactly what serde_json writes for its own parse
-//! (checked byte by byte, [`compact_units`]), and is parsed on first read
+//! (checked byte by byte, `compact_units`), and is parsed on first read
 //! ([`Schema::value`]); anything else is parsed at once, as before. So a
 //! schema means the same whichever way it is held: it serialises to the
 //! same bytes, compares equal by value, and its length (the disclosure
@@ -21,8 +21,6 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::tool::Tool;
-
 /// One JSON Schema of a tool (`inputSchema`, `outputSchema`). Reads as a
 /// [`Value`] (it dereferences to one); see the module documentation for
 /// why it may hold text.
@@ -34,7 +32,7 @@ enum Repr {
     /// A parsed value.
     Value(Value),
     /// Text that is exactly `serde_json::to_string` of its own parse
-    /// (held to that by [`compact_units`]), parsed on first read.
+    /// (held to that by `compact_units`), parsed on first read.
     Compact {
         text: Box<RawValue>,
         /// Its UTF-16 length, counted while checking it.
@@ -175,29 +173,10 @@ impl Serialize for Schema {
     }
 }
 
-/// Deserialised as a value: only [`CachedTools`] keeps the text.
+/// Deserialised as a value: only [`CachedTools`](crate::tool::CachedTools) keeps the text.
 impl<'de> Deserialize<'de> for Schema {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         Value::deserialize(deserializer).map(Schema::from)
-    }
-}
-
-/// A cached listing read from the store's JSON text: the same tools as
-/// `Vec<Tool>` would read (held to it by a test), with each schema kept as
-/// text where [`Schema::from_json_text`] can.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CachedTools(pub Vec<Tool>);
-
-impl<'de> Deserialize<'de> for CachedTools {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let wire: Vec<crate::tool::ToolWire<Box<RawValue>>> = Vec::deserialize(deserializer)?;
-        let mut tools = Vec::with_capacity(wire.len());
-        for tool in wire {
-            tools.push(tool.into_tool(|text| {
-                Schema::from_json_text(text).map_err(serde::de::Error::custom)
-            })?);
-        }
-        Ok(CachedTools(tools))
     }
 }
 
@@ -436,6 +415,7 @@ fn hex_digit(b: u8) -> Option<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tool::{CachedTools, Tool};
     use serde_json::json;
 
     fn kept(text: &str) -> bool {

@@ -6,7 +6,8 @@
 //! key placed there is dropped for the same reason); free-form metadata
 //! travels in `_meta` only.
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use crate::schema::Schema;
@@ -119,7 +120,7 @@ impl Tool {
 
 /// What a tool is read from: [`Tool`]'s fields with each schema as `S`
 /// (a [`Schema`] parsed as a value, or stored text for
-/// [`crate::schema::CachedTools`]), so both read the same keys the same
+/// [`CachedTools`]), so both read the same keys the same
 /// way.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -204,6 +205,25 @@ impl ToolAnnotations {
     /// True when no hint is set at all; such annotations are treated as absent.
     pub fn is_empty(&self) -> bool {
         self == &ToolAnnotations::default()
+    }
+}
+
+/// A cached listing read from the store's JSON text: the same tools as
+/// `Vec<Tool>` would read (held to it by a test), with each schema kept as
+/// text where [`Schema::from_json_text`] can.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CachedTools(pub Vec<Tool>);
+
+impl<'de> Deserialize<'de> for CachedTools {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let wire: Vec<ToolWire<Box<RawValue>>> = Vec::deserialize(deserializer)?;
+        let mut tools = Vec::with_capacity(wire.len());
+        for tool in wire {
+            tools.push(tool.into_tool(|text| {
+                Schema::from_json_text(text).map_err(serde::de::Error::custom)
+            })?);
+        }
+        Ok(CachedTools(tools))
     }
 }
 

@@ -328,7 +328,7 @@ async fn guarded(
     // the caller's.
     let (client, lane) = match &plan.http {
         Some(client) => (client.clone(), None),
-        None => crate::hosts::guarded_client_and_lane(GuardedResolver {
+        None => crate::lane::guarded_client_and_lane(GuardedResolver {
             guard: guard.clone(),
             server: name.clone(),
         })

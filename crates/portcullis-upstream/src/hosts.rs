@@ -381,8 +381,8 @@ fn classify_v4(v4: &Ipv4Addr) -> AddressClass {
     }
 }
 
-/// Loopback addresses the unit tests treat as public, so that a real
-/// server on loopback can stand in for one on the internet.
+/// What every guarded client is built from: redirects left to the guard,
+/// the connect timeout, `TCP_NODELAY` and the process's TLS configuration.
 fn default_builder(tls: rustls::ClientConfig) -> reqwest::ClientBuilder {
     reqwest::Client::builder()
         // Redirects are followed by hand, per hop, by the guard.
@@ -399,19 +399,6 @@ pub(crate) fn guarded_client(
     resolver: GuardedResolver,
 ) -> Result<reqwest::Client, crate::tls::ClientBuildError> {
     guarded_client_with(resolver, crate::tls::shared()?)
-}
-
-/// [`guarded_client`] and, beside it, the call lane over the same resolver
-/// and TLS configuration (`crate::lane`; `None` where it does not apply).
-pub(crate) fn guarded_client_and_lane(
-    resolver: GuardedResolver,
-) -> Result<
-    (reqwest::Client, Option<std::sync::Arc<crate::lane::Lane>>),
-    crate::tls::ClientBuildError,
-> {
-    let tls = crate::tls::shared()?;
-    let lane = crate::lane::Lane::new(resolver.clone(), tls.clone());
-    Ok((guarded_client_with(resolver, tls)?, lane))
 }
 
 /// [`guarded_client`] with the TLS configuration `tls` (the tests' own

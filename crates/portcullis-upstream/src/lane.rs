@@ -64,6 +64,17 @@ const KEEPALIVE_RETRIES: u32 = 3;
 type Io = MaybeHttpsStream<TokioIo<tokio::net::TcpStream>>;
 type Driver = http1::Connection<Io, Full<Bytes>>;
 
+/// The guarded client for one remote server (`crate::hosts`) and, beside
+/// it, the call lane over the same resolver and TLS configuration (`None`
+/// where the lane does not apply).
+pub(crate) fn guarded_client_and_lane(
+    resolver: GuardedResolver,
+) -> Result<(reqwest::Client, Option<Arc<Lane>>), crate::tls::ClientBuildError> {
+    let tls = crate::tls::shared()?;
+    let lane = Lane::new(resolver.clone(), tls.clone());
+    Ok((crate::hosts::guarded_client_with(resolver, tls)?, lane))
+}
+
 /// Why an exchange failed. The source chain is what reqwest's error would
 /// carry (the connector's error, hyper's), so a transport failure reads the
 /// same to a person.
