@@ -22,7 +22,6 @@
 //! rmcp answers before the closing) passes untouched.
 
 use std::convert::Infallible;
-use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -35,7 +34,9 @@ use rmcp::model::RequestId;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::json_answer::{Event, MAX_HELD_BYTES, answers, data_of, is_event_stream, next_event};
+use crate::json_answer::{
+    BoxFuture, Event, MAX_HELD_BYTES, answers, data_of, is_event_stream, next_event,
+};
 use crate::tool_call::{json_response, status_only};
 
 /// rmcp's service (or what wraps it), its answers cut off as the module
@@ -52,8 +53,6 @@ impl<S> CutOff<S> {
         CutOff { inner, closed }
     }
 }
-
-type BoxFuture = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
 
 impl<S> tower::Service<Request<Body>> for CutOff<S>
 where

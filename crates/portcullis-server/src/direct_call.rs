@@ -56,7 +56,6 @@
 use std::borrow::Cow;
 use std::convert::Infallible;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -80,6 +79,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::call_progress;
 use crate::detached::Detached;
+use crate::json_answer::BoxFuture;
 use crate::session_call::SessionPath;
 use crate::sessions::{Outbox, Reply};
 use crate::sse;
@@ -151,8 +151,6 @@ where
         }
     }
 }
-
-type BoxFuture = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
 
 impl<H, S> tower::Service<Request<Body>> for DirectCall<H, S>
 where

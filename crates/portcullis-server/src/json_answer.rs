@@ -76,7 +76,9 @@ impl<S> JsonAnswer<S> {
     }
 }
 
-type BoxFuture = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+/// The future of each layer this crate puts in front of rmcp's service
+/// (this one, `crate::cut_off`, `crate::direct_call`).
+pub(crate) type BoxFuture = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
 
 impl<S> tower::Service<Request<Body>> for JsonAnswer<S>
 where
