@@ -394,11 +394,7 @@ const JSON_UNITS: [u8; 256] = {
     units[b'\\' as usize] = 2;
     let mut b = 0x80;
     while b < 0x100 {
-        units[b] = match b {
-            0x80..=0xBF => 0,
-            0xF0..=0xFF => 2,
-            _ => 1,
-        };
+        units[b] = crate::schema::utf16_units_of_utf8_byte(b);
         b += 1;
     }
     units

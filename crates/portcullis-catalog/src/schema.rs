@@ -376,6 +376,17 @@ impl Scan<'_> {
 /// Keys of one object compared one by one before they are hashed.
 const FEW_KEYS: usize = 16;
 
+/// What a non-ASCII byte of UTF-8 text adds to its UTF-16 length: a
+/// continuation byte nothing, a 4-byte lead two (a surrogate pair), any
+/// other lead one.
+pub(crate) const fn utf16_units_of_utf8_byte(byte: usize) -> u8 {
+    match byte {
+        0x80..=0xBF => 0,
+        0xF0..=0xFF => 2,
+        _ => 1,
+    }
+}
+
 /// [`STRING_UNITS`] of a byte that ends a plain run: `"`, `\` or a control
 /// character.
 const SPECIAL: u8 = 3;
@@ -394,11 +405,7 @@ const STRING_UNITS: [u8; 256] = {
     units[b'\\' as usize] = SPECIAL;
     let mut b = 0x80;
     while b < 0x100 {
-        units[b] = match b {
-            0x80..=0xBF => 0,
-            0xF0..=0xFF => 2,
-            _ => 1,
-        };
+        units[b] = utf16_units_of_utf8_byte(b);
         b += 1;
     }
     units
