@@ -7,8 +7,16 @@
 //! backend keeps only the newest [`MEMORY_AUDIT_RECORDS`]: a long-running
 //! gateway on the memory store does not grow without bound between
 //! retention prunes.
+//!
+//! The effect log grows with every call that carries an idempotency key, and
+//! each record holds a whole result, so it is bounded the same way: the
+//! newest [`MEMORY_EFFECT_RECORDS`] are kept. Dropping the oldest is what a
+//! retention prune does too (a turn replayed after its record is gone calls
+//! the server again); the first drop is logged as a warning, since from then
+//! on a replay older than the window calls the server again.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::SystemTime;
 
@@ -29,6 +37,8 @@ struct State {
     servers: BTreeMap<String, PersistedServer>,
     trusted: BTreeMap<String, Vec<Tool>>,
     effects: BTreeMap<String, Recorded>,
+    /// The keys of `effects` in order of recording, oldest first.
+    effect_order: VecDeque<String>,
     /// In order of recording; at most `MemoryStore::audit_capacity`.
     audit: VecDeque<AuditRecord>,
     grants: BTreeMap<String, SealedGrant>,
@@ -37,19 +47,22 @@ struct State {
 /// How many audit records the memory backend keeps, newest first out.
 pub const MEMORY_AUDIT_RECORDS: usize = 10_000;
 
+/// How many effect-log records the memory backend keeps, oldest first out.
+pub const MEMORY_EFFECT_RECORDS: usize = 10_000;
+
 /// A store held in process memory; gone when the process ends.
 #[derive(Debug)]
 pub struct MemoryStore {
     state: Mutex<State>,
     audit_capacity: usize,
+    effect_capacity: usize,
+    /// Whether the effect log has dropped a record yet (warned once).
+    effects_dropped: AtomicBool,
 }
 
 impl Default for MemoryStore {
     fn default() -> Self {
-        MemoryStore {
-            state: Mutex::default(),
-            audit_capacity: MEMORY_AUDIT_RECORDS,
-        }
+        MemoryStore::with_capacities(MEMORY_AUDIT_RECORDS, MEMORY_EFFECT_RECORDS)
     }
 }
 
@@ -57,6 +70,15 @@ impl MemoryStore {
     /// An empty store.
     pub fn new() -> Self {
         MemoryStore::default()
+    }
+
+    fn with_capacities(audit_capacity: usize, effect_capacity: usize) -> Self {
+        MemoryStore {
+            state: Mutex::default(),
+            audit_capacity,
+            effect_capacity,
+            effects_dropped: AtomicBool::new(false),
+        }
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -156,17 +178,35 @@ impl EffectLog for MemoryStore {
     ) -> Result<Recorded, StoreError> {
         ensure_recordable(Backend::Memory, tool_name)?;
         let mut state = self.state();
-        let recorded = state
-            .effects
-            .entry(key.to_owned())
-            .or_insert_with(|| Recorded {
-                key: key.to_owned(),
-                tool_name: tool_name.to_owned(),
-                outcome: outcome.clone(),
-                // Stored to the millisecond, as the SQL backends store it.
-                recorded_at: from_millis(to_millis(at)),
-            });
-        Ok(recorded.clone())
+        if let Some(first) = state.effects.get(key) {
+            return Ok(first.clone());
+        }
+        let recorded = Recorded {
+            key: key.to_owned(),
+            tool_name: tool_name.to_owned(),
+            outcome: outcome.clone(),
+            // Stored to the millisecond, as the SQL backends store it.
+            recorded_at: from_millis(to_millis(at)),
+        };
+        let mut dropped = 0usize;
+        while state.effect_order.len() >= self.effect_capacity {
+            let Some(oldest) = state.effect_order.pop_front() else {
+                break;
+            };
+            state.effects.remove(&oldest);
+            dropped += 1;
+        }
+        state.effects.insert(key.to_owned(), recorded.clone());
+        state.effect_order.push_back(key.to_owned());
+        drop(state);
+        if dropped > 0 && !self.effects_dropped.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                kept = self.effect_capacity,
+                "the memory store's effect log is full: its oldest records are dropped, \
+                 and a call replayed after its record is gone reaches the server again"
+            );
+        }
+        Ok(recorded)
     }
 
     async fn prune_before(&self, cutoff: SystemTime) -> Result<u64, StoreError> {
@@ -176,6 +216,12 @@ impl EffectLog for MemoryStore {
         state
             .effects
             .retain(|_, r| to_millis(r.recorded_at) >= cutoff);
+        let State {
+            effects,
+            effect_order,
+            ..
+        } = &mut *state;
+        effect_order.retain(|key| effects.contains_key(key));
         Ok((before - state.effects.len()) as u64)
     }
 }
@@ -244,10 +290,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_audit_trail_keeps_only_the_newest_records() {
-        let store = MemoryStore {
-            state: Mutex::default(),
-            audit_capacity: 3,
-        };
+        let store = MemoryStore::with_capacities(3, MEMORY_EFFECT_RECORDS);
         let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
         for i in 0..5u64 {
             let record = AuditRecord::new(
@@ -268,5 +311,57 @@ mod tests {
             .map(|r| r.tool)
             .collect();
         assert_eq!(kept, ["tool4", "tool3", "tool2"]);
+    }
+
+    #[tokio::test]
+    async fn the_effect_log_keeps_only_the_newest_records() {
+        let store = MemoryStore::with_capacities(MEMORY_AUDIT_RECORDS, 3);
+        let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let outcome = |i: u64| Outcome::Errored {
+            message: format!("call {i}"),
+        };
+        for i in 0..5u64 {
+            let key = format!("key{i}");
+            let at = start + Duration::from_secs(i);
+            store
+                .effects()
+                .record_at(&key, "echo", &outcome(i), at)
+                .await
+                .unwrap();
+            // A second record under a kept key changes nothing and drops nothing.
+            store
+                .effects()
+                .record_at(&key, "echo", &outcome(99), at)
+                .await
+                .unwrap();
+        }
+        for i in 0..2u64 {
+            let gone = store.effects().recorded(&format!("key{i}")).await.unwrap();
+            assert!(gone.is_none(), "key{i} should have been dropped");
+        }
+        for i in 2..5u64 {
+            let kept = store.effects().recorded(&format!("key{i}")).await.unwrap();
+            assert_eq!(kept.map(|r| r.outcome), Some(outcome(i)));
+        }
+        // A prune forgets the pruned keys' places too: three new records
+        // after it drop nothing that is still within the window.
+        let pruned = store
+            .effects()
+            .prune_before(start + Duration::from_secs(4))
+            .await
+            .unwrap();
+        assert_eq!(pruned, 2);
+        for i in 5..7u64 {
+            let at = start + Duration::from_secs(i);
+            store
+                .effects()
+                .record_at(&format!("key{i}"), "echo", &outcome(i), at)
+                .await
+                .unwrap();
+        }
+        for i in 4..7u64 {
+            let kept = store.effects().recorded(&format!("key{i}")).await.unwrap();
+            assert_eq!(kept.map(|r| r.outcome), Some(outcome(i)), "key{i}");
+        }
     }
 }
