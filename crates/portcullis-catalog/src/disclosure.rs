@@ -291,6 +291,10 @@ fn compact_json(value: &Value) -> String {
 /// without building the deferred schema (the tier decision measures every
 /// tool of a server; only the chosen tier is then built).
 fn deferred_schema_utf16_len(schema: Option<&Schema>) -> usize {
+    // Measured as the stored text was read (one pass for both lengths).
+    if let Some(units) = schema.and_then(Schema::deferred_units) {
+        return units;
+    }
     if let Some(outline) = schema
         .and_then(Schema::compact)
         .and_then(|(text, _)| Outline::of(text))
@@ -629,11 +633,19 @@ mod compact {
                 match *bytes.get(i)? {
                     b'"' => {
                         i += 1;
-                        loop {
-                            match *bytes.get(i)? {
-                                b'"' => break,
-                                b'\\' => i += 2,
-                                _ => i += 1,
+                        'string: loop {
+                            // Whole words of plain ASCII, then byte by
+                            // byte to the end or the next escape.
+                            i += crate::schema::plain_ascii_words(bytes.get(i..)?);
+                            loop {
+                                match *bytes.get(i)? {
+                                    b'"' => break 'string,
+                                    b'\\' => {
+                                        i += 2;
+                                        continue 'string;
+                                    }
+                                    _ => i += 1,
+                                }
                             }
                         }
                         i += 1;
@@ -1044,6 +1056,11 @@ mod tests {
             let raw = serde_json::value::RawValue::from_string(text.clone()).unwrap();
             let stored = Schema::from_json_text(raw).unwrap();
             assert!(stored.compact().is_some(), "{text}");
+            assert_eq!(
+                stored.deferred_units(),
+                Some(built.encode_utf16().count()),
+                "{text}"
+            );
             let outline = Outline::of(&text).unwrap();
             assert_eq!(outline.text(), built);
             assert_eq!(

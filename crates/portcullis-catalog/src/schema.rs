@@ -6,7 +6,7 @@
 //! which nothing reads before the next listing replaces it, was a third of
 //! the store read. A schema read from stored text ([`CachedTools`](crate::tool::CachedTools)) keeps
 //! that text when it is exactly what serde_json writes for its own parse
-//! (checked byte by byte, `compact_units`), and is parsed on first read
+//! (checked byte by byte, `measure_compact`), and is parsed on first read
 //! ([`Schema::value`]); anything else is parsed at once, as before. So a
 //! schema means the same whichever way it is held: it serialises to the
 //! same bytes, compares equal by value, and its length (the disclosure
@@ -32,11 +32,15 @@ enum Repr {
     /// A parsed value.
     Value(Value),
     /// Text that is exactly `serde_json::to_string` of its own parse
-    /// (held to that by `compact_units`), parsed on first read.
+    /// (held to that by `measure_compact`), parsed on first read.
     Compact {
         text: Box<RawValue>,
         /// Its UTF-16 length, counted while checking it.
         units: usize,
+        /// The UTF-16 length of its deferred form, measured in the same
+        /// pass (the tier decision reads it for every tool); `None` for a
+        /// text the catalogue built itself.
+        deferred_units: Option<usize>,
         parsed: OnceLock<Value>,
     },
 }
@@ -78,10 +82,11 @@ impl Schema {
     /// serde_json writes for its own parse, else parsed now (an error is
     /// the parse's).
     pub fn from_json_text(text: Box<RawValue>) -> serde_json::Result<Schema> {
-        match compact_units(text.get()) {
-            Some(units) => Ok(Schema(Repr::Compact {
+        match measure_compact(text.get()) {
+            Some(measure) => Ok(Schema(Repr::Compact {
                 text,
-                units,
+                units: measure.units,
+                deferred_units: Some(measure.deferred_units),
                 parsed: OnceLock::new(),
             })),
             None => serde_json::from_str(text.get()).map(|v| Schema(Repr::Value(v))),
@@ -98,6 +103,16 @@ impl Schema {
         }
     }
 
+    /// The UTF-16 length of this schema's deferred form as compact JSON
+    /// (`disclosure::deferred_schema`), when it was measured as the schema
+    /// was read from stored text.
+    pub(crate) fn deferred_units(&self) -> Option<usize> {
+        match &self.0 {
+            Repr::Value(_) => None,
+            Repr::Compact { deferred_units, .. } => *deferred_units,
+        }
+    }
+
     /// A schema the catalogue wrote as compact JSON text itself (a
     /// deferred schema, from slices of a schema held as text: tests hold it
     /// to serde_json's output), with its UTF-16 length; `None` if it is not
@@ -107,6 +122,7 @@ impl Schema {
         Some(Schema(Repr::Compact {
             text,
             units,
+            deferred_units: None,
             parsed: OnceLock::new(),
         }))
     }
@@ -184,7 +200,26 @@ impl<'de> Deserialize<'de> for Schema {
 /// levels; a schema this deep is parsed at once, as before).
 const MAX_DEPTH: usize = 64;
 
-/// The UTF-16 length of `text` when it is exactly what
+/// What [`measure_compact`] finds in compact schema text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Measure {
+    /// The text's UTF-16 length.
+    pub units: usize,
+    /// The UTF-16 length of the schema's deferred form as compact JSON
+    /// (`disclosure::deferred_schema`: each property's name and kept type,
+    /// and `required`), measured from the slices that form keeps.
+    pub deferred_units: usize,
+}
+
+/// The lengths of the deferred form's fixed parts (its shape is
+/// `disclosure::deferred_schema`'s; a test there holds the two together).
+const BARE_LEN: usize = r#"{"type":"object"}"#.len();
+const OUTLINE_LEN: usize = r#"{"type":"object","properties":{}}"#.len();
+const PROPERTY_LEN: usize = r#":{"type":}"#.len();
+const REQUIRED_LEN: usize = r#","required":"#.len();
+const STRING_TYPE_LEN: usize = r#""string""#.len();
+
+/// `text`'s lengths ([`Measure`]) when it is exactly what
 /// `serde_json::to_string` writes for `serde_json::from_str(text)` (with
 /// key order preserved): no whitespace between tokens, strings escaped as
 /// serde_json escapes them (`\"`, `\\`, `\b\t\n\f\r`, other control
@@ -193,14 +228,17 @@ const MAX_DEPTH: usize = 64;
 /// (no fraction or exponent: those may print differently), at most
 /// [`MAX_DEPTH`] levels. `None` for anything else, including text that is
 /// not JSON.
-pub(crate) fn compact_units(text: &str) -> Option<usize> {
+pub(crate) fn measure_compact(text: &str) -> Option<Measure> {
     let mut scan = Scan {
         bytes: text.as_bytes(),
         at: 0,
         units: 0,
     };
-    scan.value(0)?;
-    (scan.at == scan.bytes.len()).then_some(scan.units)
+    let deferred_units = scan.schema()?;
+    (scan.at == scan.bytes.len()).then_some(Measure {
+        units: scan.units,
+        deferred_units,
+    })
 }
 
 struct Scan<'t> {
@@ -209,7 +247,7 @@ struct Scan<'t> {
     units: usize,
 }
 
-impl Scan<'_> {
+impl<'t> Scan<'t> {
     fn peek(&self) -> Option<u8> {
         self.bytes.get(self.at).copied()
     }
@@ -222,11 +260,86 @@ impl Scan<'_> {
         Some(())
     }
 
+    /// A whole schema; returns the length of its deferred form, read from
+    /// the same pass: the top object's `properties` (each property's name
+    /// and kept type) and a non-empty `required`.
+    fn schema(&mut self) -> Option<usize> {
+        if self.peek()? != b'{' {
+            self.value(0)?;
+            return Some(BARE_LEN);
+        }
+        let mut properties = None;
+        let mut required = 0;
+        self.object(1, |scan, key, _| {
+            match key {
+                br#""properties""# if scan.peek() == Some(b'{') => {
+                    properties = Some(scan.properties()?);
+                }
+                br#""required""# => {
+                    let (start, before) = (scan.at, scan.units);
+                    scan.value(1)?;
+                    // A non-empty array (compact: longer than `[]`).
+                    if scan.bytes.get(start) == Some(&b'[') && scan.at - start > 2 {
+                        required = REQUIRED_LEN + scan.units - before;
+                    }
+                }
+                _ => scan.value(1)?,
+            }
+            Some(())
+        })?;
+        Some(properties.map_or(BARE_LEN, |kept| OUTLINE_LEN + kept + required))
+    }
+
+    /// The top object's `properties`; returns the length of what the
+    /// deferred form keeps of them, separators included.
+    fn properties(&mut self) -> Option<usize> {
+        let mut units = 0;
+        let mut count = 0;
+        self.object(2, |scan, _, name_units| {
+            units += usize::from(count > 0) + name_units + PROPERTY_LEN + scan.kept_type()?;
+            count += 1;
+            Some(())
+        })?;
+        Some(units)
+    }
+
+    /// One property's schema; returns the length of the type the deferred
+    /// form keeps for it: its `type` string, the first item of a `type`
+    /// array when that is a string, else `"string"`.
+    fn kept_type(&mut self) -> Option<usize> {
+        if self.peek()? != b'{' {
+            self.value(2)?;
+            return Some(STRING_TYPE_LEN);
+        }
+        let mut kept = STRING_TYPE_LEN;
+        self.object(3, |scan, key, _| {
+            let (start, before) = (scan.at, scan.units);
+            scan.value(3)?;
+            if key == br#""type""# {
+                kept = match scan.bytes.get(start..start.checked_add(2)?) {
+                    Some([b'"', _]) => scan.units - before,
+                    Some([b'[', b'"']) => {
+                        let mut first = Scan {
+                            bytes: scan.bytes,
+                            at: start + 1,
+                            units: 0,
+                        };
+                        first.string()?;
+                        first.units
+                    }
+                    _ => STRING_TYPE_LEN,
+                };
+            }
+            Some(())
+        })?;
+        Some(kept)
+    }
+
     fn value(&mut self, depth: usize) -> Option<()> {
         match self.peek()? {
-            b'{' => self.object(depth + 1),
+            b'{' => self.object(depth + 1, |scan, _, _| scan.value(depth + 1)),
             b'[' => self.array(depth + 1),
-            b'"' => self.string().map(|_| ()),
+            b'"' => self.string(),
             b't' => self.literal(b"true"),
             b'f' => self.literal(b"false"),
             b'n' => self.literal(b"null"),
@@ -235,7 +348,13 @@ impl Scan<'_> {
         }
     }
 
-    fn object(&mut self, depth: usize) -> Option<()> {
+    /// An object at `depth`: `entry` is called with each key (as written,
+    /// quotes included) and its UTF-16 length, and must read its value.
+    fn object(
+        &mut self,
+        depth: usize,
+        mut entry: impl FnMut(&mut Self, &'t [u8], usize) -> Option<()>,
+    ) -> Option<()> {
         if depth > MAX_DEPTH {
             return None;
         }
@@ -250,7 +369,7 @@ impl Scan<'_> {
         let mut count = 0;
         let mut many: Option<HashSet<&[u8]>> = None;
         loop {
-            let start = self.at;
+            let (start, before) = (self.at, self.units);
             self.string()?;
             let key = self.bytes.get(start..self.at)?;
             if count < FEW_KEYS {
@@ -265,8 +384,9 @@ impl Scan<'_> {
                 return None;
             }
             count += 1;
+            let key_units = self.units - before;
             self.literal(b":")?;
-            self.value(depth)?;
+            entry(self, key, key_units)?;
             match self.peek()? {
                 b',' => self.literal(b",")?,
                 b'}' => return self.literal(b"}"),
@@ -297,12 +417,13 @@ impl Scan<'_> {
     fn string(&mut self) -> Option<()> {
         self.literal(b"\"")?;
         loop {
-            // A run of plain characters first, a table lookup a byte, in
-            // locals (most of a schema's bytes are its descriptions).
+            // A run of plain characters first: whole words of plain ASCII,
+            // then a table lookup a byte, in locals (most of a schema's
+            // bytes are its descriptions).
             let rest = self.bytes.get(self.at..)?;
-            let mut run = 0;
-            let mut units = 0;
-            for &b in rest {
+            let mut run = plain_ascii_words(rest);
+            let mut units = run;
+            for &b in rest.get(run..)? {
                 let unit = STRING_UNITS[usize::from(b)];
                 if unit == SPECIAL {
                     break;
@@ -373,6 +494,30 @@ impl Scan<'_> {
     }
 }
 
+/// How many leading bytes of `bytes`, in whole eight-byte words, are
+/// printable ASCII other than `"` and `\`: the part of a JSON string's
+/// content that is one UTF-16 unit a byte and holds no escape, checked a
+/// word at a time (a schema's descriptions are mostly such runs).
+pub(crate) fn plain_ascii_words(bytes: &[u8]) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    // Whether any byte of `w` is below `n` (exact for `n` ≤ 0x80).
+    let below = |w: u64, n: u8| w.wrapping_sub(ONES * u64::from(n)) & !w & HIGH != 0;
+    let mut run = 0;
+    while let Some(word) = bytes.get(run..).and_then(<[u8]>::first_chunk::<8>) {
+        let w = u64::from_le_bytes(*word);
+        if w & HIGH != 0
+            || below(w, 0x20)
+            || below(w ^ (ONES * u64::from(b'"')), 1)
+            || below(w ^ (ONES * u64::from(b'\\')), 1)
+        {
+            break;
+        }
+        run += 8;
+    }
+    run
+}
+
 /// Keys of one object compared one by one before they are hashed.
 const FEW_KEYS: usize = 16;
 
@@ -441,7 +586,7 @@ mod tests {
         ] {
             let text = serde_json::to_string(&value).unwrap();
             assert_eq!(
-                compact_units(&text),
+                measure_compact(&text).map(|m| m.units),
                 Some(text.encode_utf16().count()),
                 "{text}"
             );
@@ -488,6 +633,46 @@ mod tests {
         let raw: Result<Box<RawValue>, _> = serde_json::from_str(&too_deep);
         if let Ok(raw) = raw {
             assert!(Schema::from_json_text(raw).is_err());
+        }
+    }
+
+    #[test]
+    fn plain_ascii_is_found_in_whole_words_only() {
+        assert_eq!(plain_ascii_words(b""), 0);
+        assert_eq!(plain_ascii_words(b"abcdefg"), 0);
+        assert_eq!(plain_ascii_words(b"abcdefgh"), 8);
+        assert_eq!(plain_ascii_words(b"abcdefgh ~\x7f!#$%&xyz"), 16);
+        for stop in [b'"', b'\\', 0x00, 0x1F, 0x80, 0xC3, 0xFF] {
+            for at in 0..16 {
+                let mut bytes = vec![b'a'; 24];
+                bytes[at] = stop;
+                assert_eq!(plain_ascii_words(&bytes), at / 8 * 8, "{stop:#x} at {at}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_deferred_length_is_measured_in_the_same_pass() {
+        // Only the top object's `properties` and `required` count: the
+        // same keys deeper down, or a `type` outside a property, do not.
+        for value in [
+            json!({"type": "object", "properties": {"a": {"type": "object", "properties": {"b": {"type": "integer"}}, "required": ["b"]}}}),
+            json!({"type": "string", "required": ["x"], "items": {"properties": {"x": {}}}}),
+            json!({"properties": {"t\"ype": {"type\"": "x", "type": ["nul\u{1}l", 3]}, "é": "x"}, "required": [[]]}),
+            json!({"properties": {}, "required": []}),
+            json!([{"properties": {"a": {"type": "string"}}}]),
+        ] {
+            let text = serde_json::to_string(&value).unwrap();
+            let deferred = crate::disclosure::deferred_schema(Some(&value));
+            let expected = serde_json::to_string(&deferred)
+                .unwrap()
+                .encode_utf16()
+                .count();
+            assert_eq!(
+                measure_compact(&text).map(|m| m.deferred_units),
+                Some(expected),
+                "{text}"
+            );
         }
     }
 

@@ -753,6 +753,51 @@ proptest! {
         prop_assert_eq!(choose_tier("s", &cached, &options), choose_tier("s", &listed, &options));
     }
 
+    /// The names tier's length of a schema held as stored text (measured
+    /// as it is read) is the length of its deferred schema as serde_json
+    /// writes it, to the code unit: at the budget where the names tier just
+    /// fits, and one token below, a cached listing is given the tier its
+    /// parsed listing is. (Tokens are code units / 4 rounded up, so one more
+    /// tool pads the length to each residue; a long description keeps the
+    /// inline tier out of reach.)
+    #[test]
+    fn the_names_tier_of_stored_text_is_measured_to_the_unit(
+        schemas in prop::collection::vec(odd_schema(), 1..5),
+    ) {
+        use portcullis_catalog::disclosure::{choose_tier, deferred_schema};
+        for pad in 1..5 {
+            let padding = json!({"properties": {"p".repeat(pad): {}}});
+            let tools: Vec<Tool> = schemas
+                .iter()
+                .chain([&padding])
+                .enumerate()
+                .map(|(i, schema)| Tool::new(format!("t{i}")).with_description("d".repeat(1024)).with_input_schema(schema.clone()))
+                .collect();
+            // Both read back from the stored text (a `null` schema reads as none).
+            let text = serde_json::to_string(&tools).unwrap_or_default();
+            let listed: Vec<Tool> = serde_json::from_str(&text).map_err(|e| TestCaseError::fail(format!("{e}: {text}")))?;
+            let cached = serde_json::from_str::<CachedTools>(&text).map_err(|e| TestCaseError::fail(format!("{e}: {text}")))?.0;
+            let names_units: usize = listed
+                .iter()
+                .map(|t| {
+                    let deferred = deferred_schema(t.input_schema.as_deref());
+                    serde_json::to_string(&deferred).unwrap_or_default().encode_utf16().count()
+                })
+                .sum::<usize>()
+                + listed.len() - 1;
+            let fits = names_units.div_ceil(4);
+            for budget in [fits, fits - 1] {
+                let options = DisclosureOptions { budget: Budget::Tokens(budget), ..Default::default() };
+                let decision = choose_tier("s", &listed, &options);
+                prop_assert_eq!(&choose_tier("s", &cached, &options), &decision);
+                if decision.inline_tokens > budget {
+                    let expected = if budget == fits { "names" } else { "bare" };
+                    prop_assert_eq!(decision.tier.as_str(), expected);
+                }
+            }
+        }
+    }
+
     /// Canonical JSON is byte for byte the reference rendering, for odd
     /// text, odd numbers and nesting.
     #[test]
