@@ -63,8 +63,8 @@
 //! `1,32`), `PORTCULLIS_BIN` (the gateway binary; default
 //! `target/release/portcullis` beside the examples directory),
 //! `LOAD_MATRIX_STORE=sqlite` (the default store, SQLite in the gateway's
-//! data directory, instead of the memory store, which keeps every audit
-//! record in memory), `LOAD_MATRIX_CAPABILITIES` (the capabilities the
+//! data directory, instead of the memory store, which keeps the newest
+//! 10 000 audit records in memory), `LOAD_MATRIX_CAPABILITIES` (the capabilities the
 //! 2025-era clients declare, as JSON; default `{}`, e.g.
 //! `{"elicitation":{},"sampling":{},"roots":{}}` as VS Code-like clients
 //! declare them), `LOAD_MATRIX_PROGRESS_TOKEN=1` (the clients of every era
