@@ -4,6 +4,9 @@
 # inspector CLI, Node 22 (the conformance CLI cannot run on Node 20), and a
 # Python venv with the `mcp` SDK. Idempotent: a second run only checks.
 # Usage: bash .ci/peers.sh   (from anywhere)
+#        bash .ci/peers.sh --proxies   also the peer proxies the load matrix
+#        can measure beside the gateway (LOAD_MATRIX_PEERS; not used by CI):
+#        supergateway and mcp-proxy from npm, mcp-proxy from PyPI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,6 +32,19 @@ if [ ! -f "$P/.installed-v1" ]; then
   python3 -m venv "$P/venv"
   "$P/venv/bin/pip" install --quiet --disable-pip-version-check mcp==2.3.0
   touch "$P/.installed-v1"
+fi
+
+if [ "${1:-}" = "--proxies" ] && [ ! -f "$P/.installed-proxies-v1" ]; then
+  echo "== installing peer proxies into .peers/"
+  mkdir -p "$P/proxies/supergateway" "$P/proxies/ts-mcp-proxy"
+  (cd "$P/proxies/supergateway" && manifest portcullis-supergateway \
+    && npm install --no-audit --no-fund --loglevel=error supergateway@4.0.0)
+  (cd "$P/proxies/ts-mcp-proxy" && manifest portcullis-ts-mcp-proxy \
+    && npm install --no-audit --no-fund --loglevel=error mcp-proxy@6.7.19)
+  # mcp-proxy pins its own `mcp` SDK, so it gets a venv of its own.
+  python3 -m venv "$P/venv-mcp-proxy"
+  "$P/venv-mcp-proxy/bin/pip" install --quiet --disable-pip-version-check mcp-proxy==0.13.0
+  touch "$P/.installed-proxies-v1"
 fi
 
 # The loopback-only preload: Node servers that listen() without a host bind

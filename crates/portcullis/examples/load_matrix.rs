@@ -69,8 +69,14 @@
 //! `{"elicitation":{},"sampling":{},"roots":{}}` as VS Code-like clients
 //! declare them), `LOAD_MATRIX_PROGRESS_TOKEN=1` (the clients of every era
 //! put a `progressToken` in every call's `_meta`, numbered like rmcp's
-//! client, which sends one on every request). The gateway runs with its default logging (stderr read
-//! and dropped here).
+//! client, which sends one on every request), `LOAD_MATRIX_PEERS` (peer
+//! proxies measured beside the gateway in every stdio cell, in the same
+//! rounds and against the same direct server: `supergateway`,
+//! `ts-mcp-proxy`, `py-mcp-proxy`, or `all`; installed under `.peers/`, or
+//! `LOAD_MATRIX_PEERS_DIR`; `LOAD_MATRIX_NODE` names the Node.js binary;
+//! see `peer_process` and `docs/performance.md`, "Peers in the matrix"; a
+//! peer that refuses an era is reported as refused). The gateway runs with
+//! its default logging (stderr read and dropped here).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -85,6 +91,8 @@ mod load_driver;
 use load_driver::{RmcpEcho, memory, ms};
 
 mod gateway_process;
+mod peer_process;
+use peer_process::Peer;
 
 const ERAS: [Era; 3] = [Era::Sse2025, Era::Json2025, Era::Stateless2026];
 const UPSTREAMS: [Upstream; 3] = [
@@ -386,6 +394,141 @@ struct Budget {
     upstream: f64,
 }
 
+/// A peer proxy started for one era × stdio block.
+struct Standing {
+    peer: Peer,
+    process: Child,
+    url: String,
+    idle_mib: f64,
+}
+
+/// One proxy's figures in one stdio cell, beside the same direct yardstick
+/// as the gateway's (Portcullis's own row is repeated among them).
+struct PeerRow {
+    era: Era,
+    concurrency: Option<usize>,
+    proxy: &'static str,
+    /// The figures, or why the proxy could not be measured.
+    figures: Result<PeerFigures, String>,
+}
+
+struct PeerFigures {
+    cps: f64,
+    ratio: f64,
+    added_p50_ms: f64,
+    added_p99_ms: f64,
+    cpu_us: f64,
+    peak_mib: f64,
+    answers: String,
+}
+
+impl PeerRow {
+    fn portcullis(row: &Row) -> PeerRow {
+        PeerRow {
+            era: row.era,
+            concurrency: Some(row.concurrency),
+            proxy: "portcullis",
+            figures: Ok(PeerFigures {
+                cps: row.gateway_cps,
+                ratio: row.gateway_cps / row.direct_cps,
+                added_p50_ms: row.added_p50_ms,
+                added_p99_ms: row.added_p99_ms,
+                cpu_us: row.cpu_us,
+                peak_mib: row.peak_mib,
+                answers: row
+                    .answers
+                    .rsplit('/')
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned(),
+            }),
+        }
+    }
+
+    fn measured(row: &Row, peer: &Standing, side: &mut Side, direct: &mut Side) -> PeerRow {
+        let cps = side.calls_per_second();
+        PeerRow {
+            era: row.era,
+            concurrency: Some(row.concurrency),
+            proxy: peer.peer.name(),
+            figures: Ok(PeerFigures {
+                cps,
+                ratio: cps / row.direct_cps,
+                added_p50_ms: side.pct_ms(0.50) - direct.pct_ms(0.50),
+                added_p99_ms: side.pct_ms(0.99) - direct.pct_ms(0.99),
+                cpu_us: side.cpu.gateway / side.latencies.len() as f64 * 1e6,
+                peak_mib: memory(peer.process.pid).1,
+                answers: side.answers().to_owned(),
+            }),
+        }
+    }
+
+    fn refused(era: Era, peer: Peer, why: &str) -> PeerRow {
+        // One line of the refusal is enough to tell what happened.
+        let mut why: String = why
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .chars()
+            .take(120)
+            .collect();
+        why = why.replace('|', "/");
+        PeerRow {
+            era,
+            concurrency: None,
+            proxy: peer.name(),
+            figures: Err(why),
+        }
+    }
+}
+
+/// The peers' table: each proxy in front of the same stdio echo, against
+/// the same direct server, measured in the same rounds as the gateway.
+fn peer_table(rows: &[PeerRow], ours: &[(Era, f64)], idle: &[(Era, Peer, f64)]) {
+    println!(
+        "Peers in front of the same stdio upstream (CPU/call: the proxy's process without its stdio children):"
+    );
+    println!(
+        "| era | c | proxy | calls/s | ratio | added p50 | added p99 | proxy CPU/call | proxy peak RSS | answers |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for row in rows {
+        let c = row.concurrency.map_or("–".to_owned(), |c| c.to_string());
+        match &row.figures {
+            Ok(f) => println!(
+                "| {} | {c} | {} | {:.0} | {:.2}x | {:+.3} ms | {:+.3} ms | {:.0} µs | {:.1} MiB | {} |",
+                row.era.name(),
+                row.proxy,
+                f.cps,
+                f.ratio,
+                f.added_p50_ms,
+                f.added_p99_ms,
+                f.cpu_us,
+                f.peak_mib,
+                f.answers,
+            ),
+            Err(why) => println!(
+                "| {} | {c} | {} | refused: {why} | | | | | | |",
+                row.era.name(),
+                row.proxy
+            ),
+        }
+    }
+    for (era, mib) in ours {
+        println!(
+            "- idle RSS of portcullis for {} × stdio (started, connected, nothing served): {mib:.1} MiB",
+            era.name()
+        );
+    }
+    for (era, peer, mib) in idle {
+        println!(
+            "- idle RSS of {} for {} × stdio (started, nothing served): {mib:.1} MiB",
+            peer.name(),
+            era.name()
+        );
+    }
+}
+
 fn selected<T: Copy>(all: &[T], var: &str, name: impl Fn(T) -> String) -> Vec<T> {
     match std::env::var(var) {
         Ok(list) => {
@@ -410,6 +553,12 @@ async fn matrix(calls: usize) -> Result<(), Box<dyn std::error::Error>> {
         Ok("sqlite") => "sqlite",
         _ => "memory",
     };
+    let peers = Peer::selected()?;
+    let peers_dir = if peers.is_empty() {
+        None
+    } else {
+        Some(peer_process::directory()?)
+    };
     let (session_echo, session_url) = spawn_echo(&exe, "session").await?;
     let (stateless_echo, stateless_url) = spawn_echo(&exe, "stateless").await?;
     let client = reqwest::Client::builder().tcp_nodelay(true).build()?;
@@ -423,6 +572,8 @@ async fn matrix(calls: usize) -> Result<(), Box<dyn std::error::Error>> {
     let started = Instant::now();
     let mut rows = Vec::new();
     let mut idle = Vec::new();
+    let mut peer_rows = Vec::new();
+    let mut idle_peers = Vec::new();
     for era in &eras {
         let (direct_url, direct_pid) = match era {
             Era::Sse2025 => (&session_url, session_echo.pid),
@@ -442,12 +593,58 @@ async fn matrix(calls: usize) -> Result<(), Box<dyn std::error::Error>> {
             };
             run(&client, direct_url, *era, 8, 200, &unwatched).await?;
             run(&client, &gateway.url, *era, 8, 200, &unwatched).await?;
+            // The peers stand where the gateway does, in front of the same
+            // stdio server; one that refuses this era is reported, not
+            // measured.
+            let mut standing = Vec::new();
+            if let (Upstream::Stdio, Some(dir)) = (upstream, &peers_dir) {
+                let server = [exe.to_string_lossy().into_owned(), "serve-stdio".to_owned()];
+                for &peer in &peers {
+                    let served = peer_process::serve(peer, dir, &server).await?;
+                    let process = Child {
+                        child: served.child,
+                        pid: served.pid,
+                    };
+                    // Idle as the gateway's is read: started, nothing served.
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    let idle_mib = memory(process.pid).0;
+                    match run(&client, &served.url, *era, 8, 200, &unwatched).await {
+                        Ok(_) => {
+                            standing.push(Standing {
+                                peer,
+                                process,
+                                url: served.url,
+                                idle_mib,
+                            });
+                        }
+                        Err(refusal) => {
+                            peer_rows.push(PeerRow::refused(*era, peer, &refusal.to_string()));
+                            stop(process).await;
+                        }
+                    }
+                }
+            }
             for &concurrency in &levels {
                 let mut direct = Side::default();
                 let mut through = Side::default();
+                let mut beside: Vec<Result<Side, String>> =
+                    standing.iter().map(|_| Ok(Side::default())).collect();
                 reset_peak(gateway.process.pid);
+                for peer in &standing {
+                    reset_peak(peer.process.pid);
+                }
                 let per_round = calls.div_ceil(ROUNDS);
+                // With peers in the rounds, each side starts once the one
+                // before it has finished its own work: a peer tears down
+                // sessions and their stdio children after its calls, and
+                // that must not land in the next side's figures.
+                let settle = || async {
+                    if !standing.is_empty() {
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                };
                 for _ in 0..ROUNDS {
+                    settle().await;
                     let direct_watch = Watch {
                         gateway: None,
                         server: ServerProcess::Alone(direct_pid),
@@ -463,6 +660,7 @@ async fn matrix(calls: usize) -> Result<(), Box<dyn std::error::Error>> {
                         )
                         .await?,
                     );
+                    settle().await;
                     let gateway_watch = Watch {
                         gateway: Some(gateway.process.pid),
                         server: match upstream {
@@ -482,6 +680,27 @@ async fn matrix(calls: usize) -> Result<(), Box<dyn std::error::Error>> {
                         )
                         .await?,
                     );
+                    for (peer, side) in standing.iter().zip(beside.iter_mut()) {
+                        let Ok(measured) = side else { continue };
+                        settle().await;
+                        let peer_watch = Watch {
+                            gateway: Some(peer.process.pid),
+                            server: ServerProcess::ChildrenOf(peer.process.pid),
+                        };
+                        match run(
+                            &client,
+                            &peer.url,
+                            *era,
+                            concurrency,
+                            per_round,
+                            &peer_watch,
+                        )
+                        .await
+                        {
+                            Ok(round) => measured.add(round),
+                            Err(refusal) => *side = Err(refusal.to_string()),
+                        }
+                    }
                 }
                 let peak_mib = memory(gateway.process.pid).1;
                 let direct_p50 = direct.pct_ms(0.50);
@@ -516,9 +735,22 @@ async fn matrix(calls: usize) -> Result<(), Box<dyn std::error::Error>> {
                     row.gateway_cps / row.direct_cps,
                     load_average()
                 );
+                if !standing.is_empty() {
+                    peer_rows.push(PeerRow::portcullis(&row));
+                }
+                for (peer, side) in standing.iter().zip(beside) {
+                    peer_rows.push(match side {
+                        Ok(mut side) => PeerRow::measured(&row, peer, &mut side, &mut direct),
+                        Err(refusal) => PeerRow::refused(*era, peer.peer, &refusal),
+                    });
+                }
                 rows.push(row);
             }
             stop(gateway.process).await;
+            for peer in standing {
+                idle_peers.push((*era, peer.peer, peer.idle_mib));
+                stop(peer.process).await;
+            }
         }
     }
 
@@ -543,6 +775,15 @@ async fn matrix(calls: usize) -> Result<(), Box<dyn std::error::Error>> {
             row.peak_mib,
             row.answers,
         );
+    }
+    if !peer_rows.is_empty() {
+        println!();
+        let ours: Vec<(Era, f64)> = idle
+            .iter()
+            .filter(|(_, upstream, _)| *upstream == Upstream::Stdio)
+            .map(|(era, _, mib)| (*era, *mib))
+            .collect();
+        peer_table(&peer_rows, &ours, &idle_peers);
     }
     println!();
     budget(&rows);
