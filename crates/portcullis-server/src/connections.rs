@@ -34,7 +34,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -208,35 +208,39 @@ async fn serve_one(
     };
     let connection = hyper::server::conn::http1::Builder::new().serve_connection(io, service);
     let mut connection = pin!(connection);
+    let mut stopped = pin!(stop.cancelled());
     let mut draining = false;
-    loop {
-        let deadline = activity.deadline(&limits);
-        tokio::select! {
-            served = connection.as_mut() => {
-                if let Err(error) = served {
-                    tracing::trace!(%error, "connection ended with an error");
-                }
-                return;
-            }
-            () = stop.cancelled(), if !draining => {
-                draining = true;
-                connection.as_mut().graceful_shutdown();
-            }
-            () = activity.changed.notified() => {}
-            () = sleep_until(deadline) => {
-                if activity.deadline(&limits).is_some_and(|d| d <= Instant::now()) {
-                    tracing::debug!("closing a connection that sent no complete request in time");
-                    return;
-                }
-            }
+    // The deadline only moves while the connection is polled (a request's
+    // first byte read, its headers in, its response dropped), so it is read
+    // again after every poll of the connection instead of being signalled:
+    // a task that wakes itself is queued as a yield, and the runtime then
+    // wakes another worker for it, two needless wake-ups a request.
+    let mut timer = pin!(tokio::time::sleep(Duration::ZERO));
+    let mut armed: Option<Instant> = None;
+    let timed_out = std::future::poll_fn(|cx| {
+        if !draining && stopped.as_mut().poll(cx).is_ready() {
+            draining = true;
+            connection.as_mut().graceful_shutdown();
         }
-    }
-}
-
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(deadline) => tokio::time::sleep_until(deadline).await,
-        None => std::future::pending().await,
+        if let Poll::Ready(served) = connection.as_mut().poll(cx) {
+            if let Err(error) = served {
+                tracing::trace!(%error, "connection ended with an error");
+            }
+            return Poll::Ready(false);
+        }
+        let Some(deadline) = activity.deadline(&limits) else {
+            return Poll::Pending;
+        };
+        if armed != Some(deadline) {
+            timer.as_mut().reset(deadline);
+            armed = Some(deadline);
+        }
+        // The timer never fires before the deadline it is armed for.
+        timer.as_mut().poll(cx).map(|()| true)
+    })
+    .await;
+    if timed_out {
+        tracing::debug!("closing a connection that sent no complete request in time");
     }
 }
 
@@ -247,8 +251,6 @@ struct Activity {
     /// Set while waiting for a request's first byte, so reads need not
     /// lock to learn that they must note it.
     awaiting_first_byte: AtomicBool,
-    /// Woken when the deadline may have moved earlier.
-    changed: Notify,
 }
 
 #[derive(Debug)]
@@ -273,7 +275,6 @@ impl Activity {
                 first_byte: None,
             }),
             awaiting_first_byte: AtomicBool::new(true),
-            changed: Notify::new(),
         }
     }
 
@@ -312,8 +313,6 @@ impl Activity {
             let mut state = self.lock();
             if state.busy == 0 && state.first_byte.is_none() {
                 state.first_byte = Some(Instant::now());
-                drop(state);
-                self.changed.notify_one();
             }
         }
     }
@@ -332,7 +331,6 @@ impl Drop for Busy {
             state.first_byte = None;
             drop(state);
             self.0.awaiting_first_byte.store(true, Ordering::Relaxed);
-            self.0.changed.notify_one();
         }
     }
 }
@@ -415,5 +413,90 @@ impl AsyncWrite for Watched {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+    use std::task::{Wake, Waker};
+
+    use super::*;
+
+    /// Forwards to the task's waker and counts the wake-ups that come
+    /// while the connection is being polled, i.e. the task waking itself.
+    struct Counting {
+        task: Mutex<Waker>,
+        polling: AtomicBool,
+        self_wakes: AtomicUsize,
+    }
+
+    impl Wake for Counting {
+        fn wake(self: Arc<Self>) {
+            self.wake_by_ref();
+        }
+
+        fn wake_by_ref(self: &Arc<Self>) {
+            if self.polling.load(Ordering::SeqCst) {
+                self.self_wakes.fetch_add(1, Ordering::SeqCst);
+            }
+            self.task
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .wake_by_ref();
+        }
+    }
+
+    /// A served request must not make its connection's task wake itself:
+    /// the runtime queues such a task as a yield and wakes another worker
+    /// for it, twice a request when the timeouts' deadline was signalled.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn serving_requests_does_not_wake_the_connection_task_itself() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        let (accepted, _) = listener.accept().await.unwrap();
+        let app = Router::new().route("/", axum::routing::get(|| async { "ok" }));
+        let limits = Limits {
+            max_connections: None,
+            header_read_timeout: Some(Duration::from_secs(30)),
+            idle_timeout: Some(Duration::from_secs(30)),
+        };
+        let stop = CancellationToken::new();
+        let counting = Arc::new(Counting {
+            task: Mutex::new(Waker::noop().clone()),
+            polling: AtomicBool::new(false),
+            self_wakes: AtomicUsize::new(0),
+        });
+        let served = {
+            let counting = counting.clone();
+            let mut connection = Box::pin(serve_one(accepted, app, limits, stop.clone(), None));
+            tokio::spawn(std::future::poll_fn(move |cx| {
+                *counting.task.lock().unwrap_or_else(|e| e.into_inner()) = cx.waker().clone();
+                let waker = Waker::from(counting.clone());
+                counting.polling.store(true, Ordering::SeqCst);
+                let polled = connection.as_mut().poll(&mut Context::from_waker(&waker));
+                counting.polling.store(false, Ordering::SeqCst);
+                polled
+            }))
+        };
+        for _ in 0..5 {
+            client
+                .write_all(format!("GET / HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes())
+                .await
+                .unwrap();
+            let mut answer = Vec::new();
+            let mut chunk = [0u8; 1024];
+            while !answer.ends_with(b"\r\n\r\nok") {
+                let n = client.read(&mut chunk).await.unwrap();
+                assert!(n > 0, "closed mid-answer: {answer:?}");
+                answer.extend_from_slice(&chunk[..n]);
+            }
+            assert!(answer.starts_with(b"HTTP/1.1 200"), "{answer:?}");
+        }
+        stop.cancel();
+        drop(client);
+        served.await.unwrap();
+        assert_eq!(counting.self_wakes.load(Ordering::SeqCst), 0);
     }
 }

@@ -14,6 +14,8 @@
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::FutureExt;
 use tokio::task::JoinHandle;
@@ -23,11 +25,38 @@ use tokio::task::JoinHandle;
 pub(crate) struct Detached<T: Send + 'static> {
     /// Gives `None` if the call panicked.
     call: Option<Pin<Box<dyn Future<Output = Option<T>> + Send>>>,
+    /// Cleared before the call is let go.
+    attached: Arc<AtomicBool>,
+}
+
+/// Whether a call is still run by the request that made it: what it
+/// publishes then is read by that request as soon as the call returns, so
+/// waking a waiter would only wake the request's own task.
+#[derive(Debug, Clone)]
+pub(crate) struct Attachment(Arc<AtomicBool>);
+
+impl Attachment {
+    /// `true` until the call is let go ([`Detached::detach`], or the
+    /// request dropped).
+    pub(crate) fn is_attached(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
 }
 
 impl<T: Send + 'static> Detached<T> {
     /// `call`, not started yet.
     pub(crate) fn new(call: impl Future<Output = T> + Send + 'static) -> Self {
+        Self::with_attachment(|_| call)
+    }
+
+    /// The call `make` builds, which may ask whether it is still run by
+    /// its request; not started yet.
+    pub(crate) fn with_attachment<F>(make: impl FnOnce(Attachment) -> F) -> Self
+    where
+        F: Future<Output = T> + Send + 'static,
+    {
+        let attached = Arc::new(AtomicBool::new(true));
+        let call = make(Attachment(attached.clone()));
         // A call that panics ends there, as a task of its own would, not
         // the connection's task that runs it.
         let call = AssertUnwindSafe(call)
@@ -41,6 +70,7 @@ impl<T: Send + 'static> Detached<T> {
             });
         Detached {
             call: Some(Box::pin(call)),
+            attached,
         }
     }
 
@@ -59,6 +89,7 @@ impl<T: Send + 'static> Detached<T> {
     /// whose handle gives back what the call gives.
     pub(crate) fn detach(&mut self) -> Option<JoinHandle<Option<T>>> {
         let call = self.call.take()?;
+        self.attached.store(false, Ordering::Release);
         // Without a runtime (it is shutting down) the call is dropped, as
         // its task would be.
         let runtime = tokio::runtime::Handle::try_current().ok()?;
@@ -71,6 +102,7 @@ impl<T: Send + 'static> Drop for Detached<T> {
         let Some(call) = self.call.take() else {
             return;
         };
+        self.attached.store(false, Ordering::Release);
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             // Spawned for its effects; nobody waits for what it gives.
             runtime.spawn(call.map(drop));
@@ -81,9 +113,37 @@ impl<T: Send + 'static> Drop for Detached<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, Ordering};
     use tokio::sync::oneshot;
+
+    /// A call knows it is run by its request until it is let go, however
+    /// it is let go; what it then sees decides whether it wakes a waiter.
+    #[tokio::test]
+    async fn a_call_is_attached_until_it_is_let_go() {
+        for drop_it in [false, true] {
+            let (go, wait) = oneshot::channel::<()>();
+            let (seen_tx, seen) = oneshot::channel::<(bool, bool)>();
+            let mut call = Detached::with_attachment(|attachment| async move {
+                let before = attachment.is_attached();
+                let _ = wait.await;
+                let _ = seen_tx.send((before, attachment.is_attached()));
+            });
+            let _ = tokio::time::timeout(std::time::Duration::from_millis(20), call.run()).await;
+            if drop_it {
+                drop(call);
+            } else {
+                call.detach().expect("an unfinished call is let go");
+            }
+            go.send(()).unwrap();
+            assert_eq!(seen.await.unwrap(), (true, false), "dropped: {drop_it}");
+        }
+        let mut here =
+            Detached::with_attachment(|attachment| async move { attachment.is_attached() });
+        assert_eq!(
+            here.run().await,
+            Some(true),
+            "run to its end by its request"
+        );
+    }
 
     #[tokio::test]
     async fn a_call_let_go_unfinished_runs_to_its_end_on_its_own() {

@@ -225,7 +225,7 @@ impl SessionPath {
         // Boxed for the reason `crate::direct_call` boxes its call; not
         // cancelled when this future is dropped (see the module docs): run
         // here while the request waits, on a task of its own after that.
-        let mut call = Detached::new(async move {
+        let mut call = Detached::with_attachment(move |attachment| async move {
             let answer = call_tool(&handler, params, context, Era::Session).await;
             let message = match answer {
                 Ok(result) => ServerJsonRpcMessage::response(result, id.clone()),
@@ -238,7 +238,14 @@ impl SessionPath {
                 serde_json::to_vec(&ServerJsonRpcMessage::error(error, Some(id)))
                     .unwrap_or_default()
             });
-            outbox.send_modify(|outbox| outbox.answer = Some(Bytes::from(bytes)));
+            // Still run by this request, the answer is read as soon as the
+            // call returns; a wake-up would only wake this request's own task
+            // (which the runtime answers by waking another worker).
+            let notify = !attachment.is_attached();
+            outbox.send_if_modified(|outbox| {
+                outbox.answer = Some(Bytes::from(bytes));
+                notify
+            });
             drop(open);
         });
         let waited = tokio::select! {
