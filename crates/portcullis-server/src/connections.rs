@@ -423,11 +423,12 @@ mod tests {
 
     use super::*;
 
-    /// Forwards to the task's waker and counts the wake-ups that come
-    /// while the connection is being polled, i.e. the task waking itself.
+    /// Forwards to the task's waker and counts the wake-ups made by the
+    /// thread polling the connection while it polls, i.e. the task waking
+    /// itself (not the reactor or the test's client on another thread).
     struct Counting {
         task: Mutex<Waker>,
-        polling: AtomicBool,
+        polling: Mutex<Option<std::thread::ThreadId>>,
         self_wakes: AtomicUsize,
     }
 
@@ -437,7 +438,8 @@ mod tests {
         }
 
         fn wake_by_ref(self: &Arc<Self>) {
-            if self.polling.load(Ordering::SeqCst) {
+            let poller = *self.polling.lock().unwrap_or_else(|e| e.into_inner());
+            if poller == Some(std::thread::current().id()) {
                 self.self_wakes.fetch_add(1, Ordering::SeqCst);
             }
             self.task
@@ -465,7 +467,7 @@ mod tests {
         let stop = CancellationToken::new();
         let counting = Arc::new(Counting {
             task: Mutex::new(Waker::noop().clone()),
-            polling: AtomicBool::new(false),
+            polling: Mutex::new(None),
             self_wakes: AtomicUsize::new(0),
         });
         let served = {
@@ -474,9 +476,11 @@ mod tests {
             tokio::spawn(std::future::poll_fn(move |cx| {
                 *counting.task.lock().unwrap_or_else(|e| e.into_inner()) = cx.waker().clone();
                 let waker = Waker::from(counting.clone());
-                counting.polling.store(true, Ordering::SeqCst);
+                let set =
+                    |poller| *counting.polling.lock().unwrap_or_else(|e| e.into_inner()) = poller;
+                set(Some(std::thread::current().id()));
                 let polled = connection.as_mut().poll(&mut Context::from_waker(&waker));
-                counting.polling.store(false, Ordering::SeqCst);
+                set(None);
                 polled
             }))
         };

@@ -203,6 +203,10 @@ impl SessionPath {
         extensions.insert(parts);
         let outbox = Arc::new(tokio::sync::watch::Sender::new(Outbox::default()));
         let mut answered = outbox.subscribe();
+        // Held until this request returns, so the call's end (its share of
+        // the outbox dropped) does not close the channel under `answered`:
+        // a close wakes the waiter, here this request's own task.
+        let _outbox_open = outbox.clone();
         if admitted.asks {
             extensions.insert(session_ask::for_call(
                 self.sessions.clone(),
