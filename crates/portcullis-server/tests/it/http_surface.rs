@@ -338,6 +338,50 @@ async fn an_idle_kept_alive_connection_is_closed_after_the_idle_timeout() {
     server.close().await;
 }
 
+/// A kept-alive connection's next request is held to the header timeout
+/// from its own first byte: trickling its headers after a served request
+/// gets it closed long before the idle timeout would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_alive_connection_trickling_its_next_request_is_dropped() {
+    use tokio::io::AsyncWriteExt as _;
+    let options = HttpOptions {
+        header_read_timeout: Some(Duration::from_millis(500)),
+        idle_timeout: Some(Duration::from_secs(30)),
+        ..HttpOptions::default()
+    };
+    let server = serve(tools(), options).await;
+    let addr = server.local_addr();
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(raw_list(addr).as_bytes()).await.unwrap();
+    let response = read_response(&mut stream).await;
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    // Idle for a while first: the header timeout counts from the next
+    // request's first byte, not from the last answer.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let (mut reader, mut writer) = stream.into_split();
+    let since = std::time::Instant::now();
+    writer
+        .write_all(format!("POST /mcp HTTP/1.1\r\nHost: {addr}\r\n").as_bytes())
+        .await
+        .unwrap();
+    let trickle = tokio::spawn(async move {
+        for _ in 0..100 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if writer.write_all(b"X-Slow: a\r\n").await.is_err() {
+                return;
+            }
+        }
+    });
+    let closed = closed_within(&mut reader, since, Duration::from_secs(8)).await;
+    let closed = closed.expect("the trickling connection was dropped");
+    assert!(
+        closed >= Duration::from_millis(450),
+        "closed after {closed:?}"
+    );
+    trickle.abort();
+    server.close().await;
+}
+
 /// A client that never finishes its headers (trickling a byte now and
 /// then, or sending nothing) is closed after `header_read_timeout`;
 /// everyone else is served meanwhile.
