@@ -206,7 +206,7 @@ impl SessionPath {
         // Held until this request returns, so the call's end (its share of
         // the outbox dropped) does not close the channel under `answered`:
         // a close wakes the waiter, here this request's own task.
-        let _outbox_open = outbox.clone();
+        let mut outbox_open = Some(outbox.clone());
         if admitted.asks {
             extensions.insert(session_ask::for_call(
                 self.sessions.clone(),
@@ -254,7 +254,14 @@ impl SessionPath {
         });
         let waited = tokio::select! {
             biased;
-            _ = call.run() => wait(&mut answered, 0, self.keep_alive).await,
+            ran = call.run() => {
+                if ran.is_none() {
+                    // It panicked, so no answer comes: the channel closes
+                    // now, as the call's end closed it.
+                    drop(outbox_open.take());
+                }
+                wait(&mut answered, 0, self.keep_alive).await
+            }
             waited = wait(&mut answered, 0, self.keep_alive) => waited,
             () = self.closed.cancelled() => {
                 self.sessions.cancel_call(&session, &call_id);
