@@ -195,6 +195,14 @@ fn raw_list(addr: std::net::SocketAddr) -> String {
     )
 }
 
+/// One `tools/list` on a kept-alive connection, answered `200`.
+async fn list_on(stream: &mut tokio::net::TcpStream, addr: std::net::SocketAddr) {
+    use tokio::io::AsyncWriteExt as _;
+    stream.write_all(raw_list(addr).as_bytes()).await.unwrap();
+    let response = read_response(stream).await;
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+}
+
 /// Reads one whole response (by its `Content-Length`, or to the end of a
 /// chunked body) from a kept-alive connection.
 async fn read_response(stream: &mut tokio::net::TcpStream) -> String {
@@ -310,7 +318,6 @@ async fn beyond_the_connection_cap_new_clients_are_refused_and_admitted_ones_ser
 /// once it has waited `idle_timeout` for the next one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_kept_alive_connection_is_closed_after_the_idle_timeout() {
-    use tokio::io::AsyncWriteExt as _;
     let options = HttpOptions {
         idle_timeout: Some(Duration::from_millis(400)),
         header_read_timeout: Some(Duration::from_secs(30)),
@@ -320,9 +327,7 @@ async fn an_idle_kept_alive_connection_is_closed_after_the_idle_timeout() {
     let addr = server.local_addr();
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     for _ in 0..2 {
-        stream.write_all(raw_list(addr).as_bytes()).await.unwrap();
-        let response = read_response(&mut stream).await;
-        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+        list_on(&mut stream, addr).await;
         // Well inside the idle timeout: the next request is served.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -352,9 +357,7 @@ async fn a_kept_alive_connection_trickling_its_next_request_is_dropped() {
     let server = serve(tools(), options).await;
     let addr = server.local_addr();
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    stream.write_all(raw_list(addr).as_bytes()).await.unwrap();
-    let response = read_response(&mut stream).await;
-    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    list_on(&mut stream, addr).await;
     // Idle for a while first: the header timeout counts from the next
     // request's first byte, not from the last answer.
     tokio::time::sleep(Duration::from_millis(700)).await;
