@@ -26,8 +26,9 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::Router;
 use axum::body::Body;
+use axum::extract::Request;
+use axum::response::Response;
 use bytes::Bytes;
 use http_body::{Frame, SizeHint};
 use hyper::body::Incoming;
@@ -38,7 +39,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tower::ServiceExt as _;
+use tower::{Service, ServiceExt as _};
 
 use crate::throttle::LogThrottle;
 
@@ -68,12 +69,11 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(250);
 /// Serves `app` on `listener` until `stop` is cancelled, then lets each
 /// connection finish its request in flight (idle ones close at once) and
 /// returns when all are closed.
-pub(crate) async fn serve(
-    listener: TcpListener,
-    app: Router,
-    limits: Limits,
-    stop: CancellationToken,
-) {
+pub(crate) async fn serve<S>(listener: TcpListener, app: S, limits: Limits, stop: CancellationToken)
+where
+    S: Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send,
+{
     let connections = TaskTracker::new();
     let slots = limits.max_connections.map(|n| Arc::new(Semaphore::new(n)));
     let refusals = Arc::new(Semaphore::new(REFUSALS_AT_ONCE));
@@ -177,13 +177,16 @@ fn refuse(stream: TcpStream, refusals: &Arc<Semaphore>) {
 }
 
 /// Serves one connection until it closes, times out, or the server stops.
-async fn serve_one(
+async fn serve_one<S>(
     stream: TcpStream,
-    app: Router,
+    app: S,
     limits: Limits,
     stop: CancellationToken,
     permit: Option<OwnedSemaphorePermit>,
-) {
+) where
+    S: Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send,
+{
     let _permit = permit;
     let activity = Arc::new(Activity::new());
     let io = TokioIo::new(Watched {
@@ -420,6 +423,8 @@ impl AsyncWrite for Watched {
 mod tests {
     use std::sync::atomic::AtomicUsize;
     use std::task::{Wake, Waker};
+
+    use axum::Router;
 
     use super::*;
 

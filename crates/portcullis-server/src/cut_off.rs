@@ -34,6 +34,7 @@ use rmcp::model::RequestId;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::front::SharedService;
 use crate::json_answer::{
     BoxFuture, Event, MAX_HELD_BYTES, answers, data_of, is_event_stream, next_event,
 };
@@ -56,7 +57,7 @@ impl<S> CutOff<S> {
 
 impl<S> tower::Service<Request<Body>> for CutOff<S>
 where
-    S: tower::Service<Request<Body>, Error = Infallible> + Clone + Send + 'static,
+    S: tower::Service<Request<Body>, Error = Infallible> + Clone + Send + Sync + 'static,
     S::Response: IntoResponse,
     S::Future: Send,
 {
@@ -70,6 +71,17 @@ where
     }
 
     fn call(&mut self, request: Request<Body>) -> Self::Future {
+        self.call_shared(request)
+    }
+}
+
+impl<S> SharedService for CutOff<S>
+where
+    S: tower::Service<Request<Body>, Error = Infallible> + Clone + Send + Sync + 'static,
+    S::Response: IntoResponse,
+    S::Future: Send,
+{
+    fn call_shared(&self, request: Request<Body>) -> BoxFuture {
         let mut inner = self.inner.clone();
         let closed = self.closed.clone();
         Box::pin(async move {

@@ -79,6 +79,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::call_progress;
 use crate::detached::Detached;
+use crate::front::SharedService;
 use crate::json_answer::BoxFuture;
 use crate::session_call::SessionPath;
 use crate::sessions::{Outbox, Reply};
@@ -155,7 +156,7 @@ where
 impl<H, S> tower::Service<Request<Body>> for DirectCall<H, S>
 where
     H: ServerHandler + Clone + Send + Sync + 'static,
-    S: tower::Service<Request<Body>, Error = Infallible> + Clone + Send + 'static,
+    S: tower::Service<Request<Body>, Error = Infallible> + Clone + Send + Sync + 'static,
     S::Response: IntoResponse,
     S::Future: Send,
 {
@@ -169,6 +170,18 @@ where
     }
 
     fn call(&mut self, request: Request<Body>) -> Self::Future {
+        self.call_shared(request)
+    }
+}
+
+impl<H, S> SharedService for DirectCall<H, S>
+where
+    H: ServerHandler + Clone + Send + Sync + 'static,
+    S: tower::Service<Request<Body>, Error = Infallible> + Clone + Send + Sync + 'static,
+    S::Response: IntoResponse,
+    S::Future: Send,
+{
+    fn call_shared(&self, request: Request<Body>) -> BoxFuture {
         let DirectCall {
             handler,
             mut fallback,

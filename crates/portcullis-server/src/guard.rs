@@ -437,12 +437,29 @@ impl Guard {
     /// refusal. A path of `open_paths` is admitted once Host and Origin
     /// passed (the path check comes right after them), without a token:
     /// such a route decides about the token itself.
-    pub async fn pass(&self, mut request: Request, next: Next, open_paths: &[String]) -> Response {
+    pub async fn pass(&self, request: Request, next: Next, open_paths: &[String]) -> Response {
+        self.pass_on(request, open_paths, |request| next.run(request))
+            .await
+    }
+
+    /// [`Guard::pass`] handing an admitted request to `next`, whatever
+    /// serves it (the server's own front calls its service directly, with
+    /// no middleware in between).
+    pub async fn pass_on<F, Fut>(
+        &self,
+        mut request: Request,
+        open_paths: &[String],
+        next: F,
+    ) -> Response
+    where
+        F: FnOnce(Request) -> Fut,
+        Fut: Future<Output = Response>,
+    {
         match self.front(&request) {
-            Ok(Front::Preflight) => return admitted(request, next).await,
+            Ok(Front::Preflight) => return admitted_on(request, next).await,
             Ok(Front::Request) => {}
             Err(Refusal::UnknownPath) if open_paths.iter().any(|p| p == request.uri().path()) => {
-                return admitted(request, next).await;
+                return admitted_on(request, next).await;
             }
             Err(refusal) => return self.refuse(refusal, &request),
         }
@@ -480,7 +497,7 @@ impl Guard {
         if let Err(refusal) = self.size(&request) {
             return self.refuse(refusal, &request);
         }
-        let response = admitted(request, next).await;
+        let response = admitted_on(request, next).await;
         if let Some(caller) = opener
             && let Some(id) = response.headers().get(SESSION_ID)
         {
@@ -542,11 +559,20 @@ impl Guard {
 /// A request the guards admitted: a preflight is answered, anything else
 /// passed on, its answer given the CORS headers for its `Origin`.
 pub async fn admitted(request: Request, next: Next) -> Response {
+    admitted_on(request, |request| next.run(request)).await
+}
+
+/// [`admitted`] handing the request to `next`, whatever serves it.
+async fn admitted_on<F, Fut>(request: Request, next: F) -> Response
+where
+    F: FnOnce(Request) -> Fut,
+    Fut: Future<Output = Response>,
+{
     if is_preflight(&request) {
         return preflight_response(&request);
     }
     let origin = request.headers().get(header::ORIGIN).cloned();
-    with_cors(next.run(request).await, origin)
+    with_cors(next(request).await, origin)
 }
 
 impl Guard {

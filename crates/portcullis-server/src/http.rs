@@ -22,10 +22,6 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
-use axum::extract::{Request, State};
-use axum::middleware::Next;
-use axum::response::Response;
 use axum::routing::MethodRouter;
 use rmcp::ServerHandler;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
@@ -37,7 +33,8 @@ use crate::connections::Limits;
 use crate::cut_off::CutOff;
 use crate::direct_call::{DirectCall, Streams};
 use crate::error::ServerError;
-use crate::guard::{Guard, MCP_PATH, guard_layer};
+use crate::front::{Front, SharedService};
+use crate::guard::{Guard, MCP_PATH};
 use crate::json_answer::JsonAnswer;
 use crate::oauth::{METADATA_PATH, OAuthOptions, ResourceServer};
 use crate::session_call::SessionPath;
@@ -262,38 +259,6 @@ impl HttpServer {
     }
 }
 
-/// The guards with extra routes: the same checks in the same order, except
-/// that an extra route's path is admitted once Host and Origin have passed
-/// (the path check comes right after them, so `UnknownPath` says exactly
-/// that).
-#[derive(Clone)]
-struct ExtraGuard {
-    guard: Guard,
-    paths: Arc<[String]>,
-}
-
-/// A session's `DELETE` is answered `204 No Content`, not rmcp's `202
-/// Accepted`: the session is closed by then, and clients (the Python SDK
-/// among them) take only 200 or 204 as a successful termination and log
-/// a failure on every close otherwise.
-async fn session_delete_status(request: Request, next: Next) -> Response {
-    let delete = request.method() == axum::http::Method::DELETE;
-    let mut response = next.run(request).await;
-    if delete && response.status() == axum::http::StatusCode::ACCEPTED {
-        *response.status_mut() = axum::http::StatusCode::NO_CONTENT;
-        *response.body_mut() = axum::body::Body::empty();
-    }
-    response
-}
-
-async fn extra_guard_layer(
-    State(state): State<ExtraGuard>,
-    request: Request,
-    next: Next,
-) -> Response {
-    state.guard.pass(request, next, &state.paths).await
-}
-
 /// The protected-resource metadata routes (RFC 9728): the document at the
 /// well-known path and at its `/mcp`-suffixed form, for GET.
 fn metadata_routes(options: &OAuthOptions) -> Vec<(String, MethodRouter)> {
@@ -415,7 +380,7 @@ where
             stop.clone(),
         ))
     });
-    let mcp = if let Some(sessions) = &sessions {
+    let mcp: Box<dyn SharedService> = if let Some(sessions) = &sessions {
         let rmcp = StreamableHttpService::new(factory, sessions.clone(), config);
         // rmcp answers every session request with a stream; with JSON
         // answers on, one that needs none is answered plain JSON (see
@@ -425,47 +390,20 @@ where
             Some(handler) => {
                 let path = SessionPath::new(sessions.clone(), options.keep_alive, streams.clone());
                 let rmcp = CutOff::new(JsonAnswer::new(rmcp), streams.clone());
-                let service = DirectCall::new(handler, rmcp, Some(path), direct_streams);
-                Router::new().route_service(MCP_PATH, service)
+                Box::new(DirectCall::new(handler, rmcp, Some(path), direct_streams))
             }
-            None => Router::new().route_service(MCP_PATH, CutOff::new(rmcp, streams.clone())),
+            None => Box::new(CutOff::new(rmcp, streams.clone())),
         }
     } else {
         let rmcp =
             StreamableHttpService::new(factory, Arc::new(NeverSessionManager::default()), config);
         let rmcp = CutOff::new(rmcp, streams.clone());
         match direct {
-            Some(handler) => Router::new().route_service(
-                MCP_PATH,
-                DirectCall::new(handler, rmcp, None, direct_streams),
-            ),
-            None => Router::new().route_service(MCP_PATH, rmcp),
+            Some(handler) => Box::new(DirectCall::new(handler, rmcp, None, direct_streams)),
+            None => Box::new(rmcp),
         }
     };
-    let mcp = mcp
-        .layer(axum::middleware::from_fn(session_delete_status))
-        .layer(axum::middleware::from_fn_with_state(
-            options.max_body_bytes,
-            crate::malformed::answer_malformed,
-        ));
-    let app = if extra_routes.is_empty() {
-        mcp.layer(axum::middleware::from_fn_with_state(guard, guard_layer))
-    } else {
-        let mut app = mcp;
-        let mut paths = Vec::with_capacity(extra_routes.len());
-        for (path, route) in extra_routes {
-            app = app.route(&path, route);
-            paths.push(path);
-        }
-        let state = ExtraGuard {
-            guard,
-            paths: paths.into(),
-        };
-        app.layer(axum::middleware::from_fn_with_state(
-            state,
-            extra_guard_layer,
-        ))
-    };
+    let app = Front::new(guard, options.max_body_bytes, mcp, extra_routes);
 
     let limits = Limits {
         max_connections: options.max_connections,

@@ -81,6 +81,7 @@ mod detached;
 mod direct_call;
 pub mod error;
 pub mod exposure;
+mod front;
 pub mod guard;
 pub mod handler;
 pub mod http;

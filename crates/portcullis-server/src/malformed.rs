@@ -5,7 +5,7 @@
 //! with `415 Unsupported Media Type` and a line of plain text, whatever was
 //! wrong: a body that is not JSON, a batch, a wrong `jsonrpc` version, an
 //! odd `id`. A client cannot tell those apart, and a 415 wrongly says its
-//! `Content-Type` was the problem. This layer sits in front of rmcp (after
+//! `Content-Type` was the problem. This check sits in front of rmcp (after
 //! the guards) on every POST, in both protocol eras and with or without a
 //! session:
 //!
@@ -26,8 +26,7 @@
 //! parsed twice, since the reason is only worked out after rmcp refused it.
 
 use axum::body::Body;
-use axum::extract::{Request, State};
-use axum::middleware::Next;
+use axum::extract::Request;
 use axum::response::Response;
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt as _;
@@ -38,14 +37,19 @@ use serde_json::{Value, json};
 
 use crate::media_type::{accepts_json_and_events, essence_is};
 
-/// The layer (see the module docs); its state is the body limit.
-pub(crate) async fn answer_malformed(
-    State(max_body_bytes): State<usize>,
+/// The check (see the module docs) of a request to `/mcp`, handed on to
+/// `next` with its body read (bodies up to `max_body_bytes`).
+pub(crate) async fn answer_malformed<F, Fut>(
     request: Request,
-    next: Next,
-) -> Response {
+    max_body_bytes: usize,
+    next: F,
+) -> Response
+where
+    F: FnOnce(Request) -> Fut,
+    Fut: Future<Output = Response>,
+{
     if request.method() != Method::POST {
-        return next.run(request).await;
+        return next(request).await;
     }
     if !accepts_json_and_events(request.headers()) {
         return error(
@@ -68,9 +72,7 @@ pub(crate) async fn answer_malformed(
         Ok(bytes) => bytes,
         Err(response) => return response,
     };
-    let response = next
-        .run(Request::from_parts(parts, Body::from(bytes.clone())))
-        .await;
+    let response = next(Request::from_parts(parts, Body::from(bytes.clone()))).await;
     // The media types were checked above, so rmcp's 415 here can only mean
     // that it could not read the body as a client message.
     if response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE {
