@@ -91,6 +91,30 @@ fn numbered_placeholders(sql: &str) -> String {
 /// The columns a server row is selected with, in `RawRow` order.
 const SERVER_COLUMNS: &str = "id, name, type, url, tools, tool_fingerprints, tool_digests";
 
+/// The cached listings' text in one read past which half of it is decoded
+/// on another thread: well above a handful of small servers, for which a
+/// thread would cost more than it saves.
+const PARALLEL_DECODE_BYTES: usize = 512 * 1024;
+
+/// Where to split `rows` so that the rows from the returned index on hold
+/// about half of the text `size` measures, if there is enough of it to be
+/// worth a second thread (`None`: decode them all here).
+fn parallel_split<R>(rows: &[R], size: impl Fn(&R) -> usize) -> Option<usize> {
+    let sizes: Vec<usize> = rows.iter().map(size).collect();
+    let total: usize = sizes.iter().sum();
+    if total < PARALLEL_DECODE_BYTES || rows.len() < 2 {
+        return None;
+    }
+    let mut before = 0;
+    for (index, size) in sizes.iter().enumerate() {
+        if before + size / 2 >= total / 2 {
+            return Some(index.max(1));
+        }
+        before += size;
+    }
+    Some(rows.len() - 1)
+}
+
 /// The columns an audit record is selected with.
 const AUDIT_COLUMNS: &str =
     "at, identity, tool, decision, duration_ms, outcome, error_code, argument_shape";
@@ -206,13 +230,43 @@ where
     pub(crate) async fn list(&self) -> Result<Vec<PersistedServer>, StoreError> {
         let op = || StoreError::database(DB::BACKEND, "list mcp servers");
         let sql = format!("SELECT {SERVER_COLUMNS} FROM mcp_servers ORDER BY id");
-        let rows = sqlx::query(&sql)
+        let mut rows = sqlx::query(&sql)
             .fetch_all(&self.pool)
             .await
             .map_err(op())?;
+        // Decoding the cached listings is most of a large read (a wake of
+        // 50 servers of 100 tools decodes ~7 MB of JSON), and each row
+        // decodes alone: past `PARALLEL_DECODE_BYTES`, the later rows
+        // holding half of the text are decoded on a blocking thread
+        // meanwhile.
+        let later = parallel_split(&rows, |row| {
+            row.try_get::<Option<&str>, _>(4)
+                .ok()
+                .flatten()
+                .map_or(0, str::len)
+        })
+        .map(|at| {
+            let later = rows.split_off(at);
+            tokio::task::spawn_blocking(move || Self::decode_rows(&later))
+        });
+        let mut out = Self::decode_rows(&rows).map_err(op())?;
+        if let Some(later) = later {
+            match later.await {
+                Ok(decoded) => out.extend(decoded.map_err(op())?),
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                // The runtime is shutting down.
+                Err(_) => return Err(op()(sqlx::Error::WorkerCrashed)),
+            }
+        }
+        Ok(out)
+    }
+
+    /// `rows` of `mcp_servers` as stored servers, in order; a row that
+    /// cannot be read is skipped (and logged) by [`RawRow::into_row`].
+    fn decode_rows(rows: &[DB::Row]) -> Result<Vec<PersistedServer>, sqlx::Error> {
         let mut out = Vec::with_capacity(rows.len());
-        for row in &rows {
-            out.extend(Self::raw_row(row).map_err(op())?.into_row(DB::BACKEND));
+        for row in rows {
+            out.extend(Self::raw_row(row)?.into_row(DB::BACKEND));
         }
         Ok(out)
     }
@@ -764,7 +818,7 @@ pub(crate) use sql_store;
 
 #[cfg(test)]
 mod tests {
-    use super::numbered_placeholders;
+    use super::{PARALLEL_DECODE_BYTES, numbered_placeholders, parallel_split};
 
     #[test]
     fn placeholders_are_numbered_in_order() {
@@ -773,5 +827,22 @@ mod tests {
             "UPDATE t SET a = $1 WHERE b = $2 AND c = $3"
         );
         assert_eq!(numbered_placeholders("SELECT 1"), "SELECT 1");
+    }
+
+    #[test]
+    fn a_large_read_is_split_where_half_of_its_text_begins() {
+        let split = |sizes: &[usize]| parallel_split(sizes, |&size| size);
+        let big = PARALLEL_DECODE_BYTES;
+        // Too little text, or a single row: all decoded in one place.
+        assert_eq!(split(&[]), None);
+        assert_eq!(split(&[big - 1]), None);
+        assert_eq!(split(&[big * 4]), None);
+        assert_eq!(split(&[10; 40]), None);
+        // Equal rows split in the middle; unequal ones by their text.
+        assert_eq!(split(&[big / 4; 8]), Some(4));
+        assert_eq!(split(&[big / 4; 9]), Some(4));
+        assert_eq!(split(&[big, 1, 1, 1]), Some(1));
+        assert_eq!(split(&[1, 1, 1, big]), Some(3));
+        assert_eq!(split(&[big / 2, big / 2, big]), Some(2));
     }
 }

@@ -227,6 +227,7 @@ macro_rules! suite {
             audit_trail_keeps_shapes_newest_first_and_prunes,
             concurrent_prunes_delete_each_record_once,
             grants_are_kept_one_per_upstream_as_sealed,
+            a_large_read_comes_back_whole_and_in_order,
             $($extra,)*
         );
     };

@@ -578,6 +578,58 @@ pub async fn corrupt_cache_is_dropped(h: Harness) {
     assert_eq!(ok(store.trusted_tools("nameless").await), Some(v2));
 }
 
+/// A listing of 60 tools with ~2 kB descriptions (~130 kB stored), told
+/// apart by `label`.
+fn large_listing(label: usize) -> Vec<Tool> {
+    (0..60)
+        .map(|i| {
+            Tool::new(format!("tool_{i}"))
+                .with_description(format!("{label}:{i} {}", "lorem ipsum ".repeat(170)))
+                .with_input_schema(json!({"type": "object", "properties": {"n": {"type": "integer", "maximum": label * 100 + i}}}))
+        })
+        .collect()
+}
+
+/// Enough cached text (~1.5 MB) that a SQL backend decodes the later rows
+/// on a second thread: every row comes back, in order, whole, and a
+/// corrupt cache among the later rows is dropped there as it is anywhere.
+pub async fn a_large_read_comes_back_whole_and_in_order(h: Harness) {
+    let store = &*h.store;
+    let ids: Vec<String> = (0..12).map(|i| format!("server_{i:02}")).collect();
+    for (label, id) in ids.iter().enumerate() {
+        let server = ServerIdentity::streamable_http(id, format!("https://{id}.example/mcp"));
+        let tools = large_listing(label);
+        ok(store
+            .save(
+                &PersistedServer::new(id, &server)
+                    .with_tools(tools.clone())
+                    .with_fingerprints(fingerprint_listing(&tools)),
+            )
+            .await);
+    }
+    let corrupt = "server_10";
+    if let Some(raw) = &h.raw {
+        raw.exec(&format!(
+            "UPDATE mcp_servers SET tools = '[{{\"name\":' WHERE id = '{corrupt}'"
+        ))
+        .await;
+    }
+    let rows = ok(h.twin.list().await);
+    let listed: Vec<&str> = rows.iter().map(|row| row.id.as_str()).collect();
+    assert_eq!(listed, ids, "rows lost or out of order");
+    for (label, row) in rows.iter().enumerate() {
+        let tools = large_listing(label);
+        assert_eq!(row.tool_fingerprints, Some(fingerprint_listing(&tools)));
+        if h.raw.is_some() && row.id == corrupt {
+            assert_eq!(row.tools, None, "a corrupt cache was read");
+            continue;
+        }
+        let digests: Vec<String> = tools.iter().map(fingerprint).collect();
+        assert_eq!(row.cached_digests(), Some(digests.as_slice()), "{}", row.id);
+        assert!(row.tools == Some(tools), "{}: another listing", row.id);
+    }
+}
+
 /// A fixed instant, whole milliseconds, so it survives storage exactly.
 fn t0() -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(1_764_500_000_000)
