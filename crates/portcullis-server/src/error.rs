@@ -52,6 +52,16 @@ pub enum ServerError {
     /// The OAuth resource-server options cannot work.
     #[error(transparent)]
     OAuth(#[from] crate::oauth::OAuthConfigError),
+    /// An extra route cannot be served at its path: one that does not
+    /// start with `/`, holds a capture (`{…}`: the guard admits exact
+    /// paths), is `/mcp` itself, or is given twice.
+    #[error("cannot serve an extra route at {path:?}: {reason}")]
+    ExtraRoute {
+        /// The path given.
+        path: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
     /// Serving over stdio failed to start.
     #[error("cannot serve over stdio: {0}")]
     Stdio(String),
@@ -76,6 +86,7 @@ impl ServerError {
             ServerError::Bind { .. }
             | ServerError::Stdio(_)
             | ServerError::TokenAndOAuth
+            | ServerError::ExtraRoute { .. }
             | ServerError::OAuth(_) => None,
         }
     }

@@ -117,7 +117,9 @@ pub struct HttpOptions {
     /// as `(path, handler)`. They pass the Host and Origin guards like
     /// `/mcp`, but not the token or body checks: each route decides about
     /// the token itself ([`crate::guard::Guard::authorized`] compares in
-    /// constant time), since a health probe usually has none.
+    /// constant time), since a health probe usually has none. Each path is
+    /// exact and its own (not `/mcp`, no `{capture}`, no path twice):
+    /// otherwise [`serve_http`] fails with [`ServerError::ExtraRoute`].
     pub extra_routes: Vec<(String, MethodRouter)>,
     /// Connections served at once (`None`: no cap). One more is answered
     /// `503` and closed at once, and the admitted ones keep being served.
@@ -259,6 +261,31 @@ impl HttpServer {
     }
 }
 
+/// Refuses an extra route's path the front could not serve it at (see
+/// [`ServerError::ExtraRoute`]) instead of letting axum panic on it or
+/// leaving it unreachable behind `/mcp`.
+fn check_extra_paths<'a>(paths: impl IntoIterator<Item = &'a str>) -> Result<(), ServerError> {
+    let mut seen = std::collections::HashSet::new();
+    for path in paths {
+        let reason = if !path.starts_with('/') {
+            "a path starts with \"/\""
+        } else if path.contains(['{', '}']) {
+            "captures are not served; give the exact path"
+        } else if path == MCP_PATH {
+            "it is the MCP endpoint's path"
+        } else if !seen.insert(path) {
+            "another extra route has it"
+        } else {
+            continue;
+        };
+        return Err(ServerError::ExtraRoute {
+            path: path.to_owned(),
+            reason,
+        });
+    }
+    Ok(())
+}
+
 /// The protected-resource metadata routes (RFC 9728): the document at the
 /// well-known path and at its `/mcp`-suffixed form, for GET.
 fn metadata_routes(options: &OAuthOptions) -> Vec<(String, MethodRouter)> {
@@ -348,6 +375,7 @@ where
         guard = guard.with_oauth(Arc::new(ResourceServer::new(oauth.clone())?));
         extra_routes.extend(metadata_routes(oauth));
     }
+    check_extra_paths(extra_routes.iter().map(|(path, _)| path.as_str()))?;
 
     // `stop`: no new connections, idle ones closed, requests in flight
     // drained; `streams`: the grace ran out, open streams are cut.
@@ -461,4 +489,26 @@ fn install_signal_handlers(
         }
         std::process::exit(0);
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_extra_route_must_have_an_exact_path_of_its_own() {
+        let refused = |paths: &[&str]| match check_extra_paths(paths.iter().copied()) {
+            Err(ServerError::ExtraRoute { path, .. }) => Some(path),
+            Err(other) => panic!("{other}"),
+            Ok(()) => None,
+        };
+        assert_eq!(refused(&["/healthz", "/metrics", METADATA_PATH]), None);
+        assert_eq!(refused(&["healthz"]).as_deref(), Some("healthz"));
+        assert_eq!(refused(&["/items/{id}"]).as_deref(), Some("/items/{id}"));
+        assert_eq!(refused(&["/healthz", MCP_PATH]).as_deref(), Some(MCP_PATH));
+        assert_eq!(
+            refused(&["/metrics", "/healthz", "/metrics"]).as_deref(),
+            Some("/metrics")
+        );
+    }
 }
