@@ -41,6 +41,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::{Service, ServiceExt as _};
 
+use crate::repoll::Repoll;
 use crate::throttle::LogThrottle;
 
 /// What one connection may hold; `None` turns a limit off.
@@ -219,13 +220,16 @@ async fn serve_one<S>(
     // a task that wakes itself is queued as a yield, and the runtime then
     // wakes another worker for it, two needless wake-ups a request.
     let mut timer = pin!(tokio::time::sleep(Duration::ZERO));
+    // hyper's request body channel wakes this task while it is polled;
+    // see `crate::repoll`.
+    let repoll = Repoll::new();
     let mut armed: Option<Instant> = None;
     let timed_out = std::future::poll_fn(|cx| {
         if !draining && stopped.as_mut().poll(cx).is_ready() {
             draining = true;
             connection.as_mut().graceful_shutdown();
         }
-        if let Poll::Ready(served) = connection.as_mut().poll(cx) {
+        if let Poll::Ready(served) = repoll.poll(cx, |cx| connection.as_mut().poll(cx)) {
             if let Err(error) = served {
                 tracing::trace!(%error, "connection ended with an error");
             }
@@ -456,14 +460,23 @@ mod tests {
 
     /// A served request must not make its connection's task wake itself:
     /// the runtime queues such a task as a yield and wakes another worker
-    /// for it, twice a request when the timeouts' deadline was signalled.
+    /// for it, twice a request when the timeouts' deadline was signalled,
+    /// once a request with a body (hyper's body channel).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn serving_requests_does_not_wake_the_connection_task_itself() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let mut client = TcpStream::connect(addr).await.unwrap();
         let (accepted, _) = listener.accept().await.unwrap();
-        let app = Router::new().route("/", axum::routing::get(|| async { "ok" }));
+        // A GET, and a POST whose body the service reads (hyper's body
+        // channel then signals the connection).
+        let app = Router::new().route(
+            "/",
+            axum::routing::get(|| async { "ok" }).post(|body: String| async move {
+                assert_eq!(body, "ping");
+                "ok"
+            }),
+        );
         let limits = Limits {
             max_connections: None,
             header_read_timeout: Some(Duration::from_secs(30)),
@@ -489,11 +502,13 @@ mod tests {
                 polled
             }))
         };
-        for _ in 0..5 {
-            client
-                .write_all(format!("GET / HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes())
-                .await
-                .unwrap();
+        for request in 0..6 {
+            let request = if request % 2 == 0 {
+                format!("GET / HTTP/1.1\r\nHost: {addr}\r\n\r\n")
+            } else {
+                format!("POST / HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 4\r\n\r\nping")
+            };
+            client.write_all(request.as_bytes()).await.unwrap();
             let mut answer = Vec::new();
             let mut chunk = [0u8; 1024];
             while !answer.ends_with(b"\r\n\r\nok") {

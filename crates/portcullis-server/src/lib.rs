@@ -9,7 +9,8 @@
 //!
 //! | module | job |
 //! |---|---|
-//! | `connections` (private) | the accept loop: `TCP_NODELAY`, the connection cap, header-read and idle timeouts |
+//! | `connections` (private) | the accept loop: `TCP_NODELAY`, the connection cap, header-read and idle timeouts; a connection's wake-ups of itself made second polls (`repoll`) |
+//! | `front` (private) | the one service a request meets: the guard, then for `/mcp` the malformed-body answers (`malformed`) and the MCP service, or an extra route |
 //! | [`guard`] | Host → Origin → path → bearer token → body size, before any MCP parsing |
 //! | [`oauth`] | the opt-in resource-server mode: access tokens of one issuer checked against its keys, the protected-resource metadata, the [`oauth::Caller`] a token names |
 //! | [`http`] / [`stdio`] | the surfaces: rmcp's Streamable HTTP service (stateless by default; both protocol eras) and stdin/stdout |
@@ -92,6 +93,7 @@ pub mod mcp_server;
 mod media_type;
 pub mod oauth;
 pub mod passthrough;
+mod repoll;
 mod session_ask;
 mod session_call;
 mod sessions;
