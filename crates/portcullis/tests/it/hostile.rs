@@ -1106,6 +1106,49 @@ mod bodies {
         shared.still_serving();
     }
 
+    /// What the front admits is routed by its path alone: a query or an
+    /// absolute-form target still reaches `/mcp`, an extra route keeps its
+    /// own methods (HEAD with GET, 405 otherwise), and a `DELETE` naming no
+    /// session is refused, not turned into a closed session's `204`.
+    #[test]
+    fn targets_the_front_routes_by_path_alone() {
+        let shared = shared();
+        let a = &shared.authority;
+        let body = list_body();
+        for target in ["/mcp?probe=1".to_owned(), format!("http://{a}/mcp")] {
+            let raw = format!(
+                "POST {target} HTTP/1.1\r\nHost: {a}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/list\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let (status, response) = send(a, raw.as_bytes());
+            assert_eq!(status, 200, "{target}: {response}");
+            assert!(
+                super::body(&response).contains("\"tools\""),
+                "{target}: {response}"
+            );
+        }
+        let request = |line: &str| {
+            send(
+                a,
+                format!(
+                    "{line} HTTP/1.1\r\nHost: {a}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                )
+                .as_bytes(),
+            )
+        };
+        let (status, response) = request("HEAD /healthz");
+        assert_eq!((status, super::body(&response)), (200, ""), "{response}");
+        assert_eq!(request("POST /healthz").0, 405);
+        assert_eq!(request("GET /healthz?x=1").0, 200);
+        let (status, response) = send(
+            a,
+            format!("DELETE /mcp HTTP/1.1\r\nHost: {a}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        );
+        assert!(status >= 400, "{status}: {response}");
+        shared.still_serving();
+    }
+
     #[test]
     fn an_unknown_http_method() {
         let shared = shared();
