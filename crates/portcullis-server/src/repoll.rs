@@ -121,12 +121,16 @@ mod tests {
         }
     }
 
+    /// A task, its waker, and a poller for one of its futures.
+    fn setup() -> (Arc<Task>, Waker, Repoll) {
+        let task = Arc::new(Task::default());
+        (task.clone(), Waker::from(task), Repoll::new())
+    }
+
     #[test]
     fn a_wake_during_the_poll_is_a_second_poll_and_one_after_it_wakes_the_task() {
-        let task = Arc::new(Task::default());
-        let waker = Waker::from(task.clone());
+        let (task, waker, repoll) = setup();
         let mut cx = Context::from_waker(&waker);
-        let repoll = Repoll::new();
         let mut kept: Option<Waker> = None;
         let mut polls = 0;
         // Woken by itself in its first poll, pending in its second.
@@ -148,10 +152,8 @@ mod tests {
 
     #[test]
     fn a_future_that_keeps_waking_itself_still_yields() {
-        let task = Arc::new(Task::default());
-        let waker = Waker::from(task.clone());
+        let (task, waker, repoll) = setup();
         let mut cx = Context::from_waker(&waker);
-        let repoll = Repoll::new();
         let mut polls = 0;
         let polled: Poll<()> = repoll.poll(&mut cx, |cx| {
             polls += 1;
@@ -165,10 +167,8 @@ mod tests {
 
     #[test]
     fn a_wake_from_another_thread_during_the_poll_is_not_lost() {
-        let task = Arc::new(Task::default());
-        let waker = Waker::from(task.clone());
+        let (task, waker, repoll) = setup();
         let mut cx = Context::from_waker(&waker);
-        let repoll = Repoll::new();
         for _ in 0..200 {
             task.woken.store(0, Ordering::SeqCst);
             let mut polls = 0;
