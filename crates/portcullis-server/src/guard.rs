@@ -178,11 +178,11 @@ impl Guard {
     }
 
     /// Checks one request; `Err` says why it is refused. (In the OAuth
-    /// mode the token is checked by [`guard_layer`], which can wait for the
+    /// mode the token is checked by [`Guard::pass_on`], which can wait for the
     /// issuer's keys; this checks everything else.)
     pub fn check(&self, request: &Request) -> Result<(), Refusal> {
         if self.front(request)? == Front::Preflight {
-            // Answered by the guard layer; what follows it is checked then.
+            // Answered by `Guard::pass_on`; what follows it is checked then.
             return Ok(());
         }
         if self.oauth.is_none() {
@@ -425,9 +425,10 @@ impl Guard {
     }
 }
 
-/// The axum middleware running [`Guard::check`]: a refusal is logged and
-/// answered, a CORS preflight answered, anything else passed on; answers
-/// to an admitted `Origin` carry the CORS headers.
+/// The guard as axum middleware, for an embedder's own router: a refusal
+/// is logged and answered, a CORS preflight answered, anything else passed
+/// on; answers to an admitted `Origin` carry the CORS headers. (The
+/// server's own front calls [`Guard::pass_on`] directly.)
 pub async fn guard_layer(State(guard): State<Guard>, request: Request, next: Next) -> Response {
     guard.pass(request, next, &[]).await
 }
