@@ -57,7 +57,6 @@ use std::borrow::Cow;
 use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -150,27 +149,6 @@ where
             sessions,
             streams,
         }
-    }
-}
-
-impl<H, S> tower::Service<Request<Body>> for DirectCall<H, S>
-where
-    H: ServerHandler + Clone + Send + Sync + 'static,
-    S: tower::Service<Request<Body>, Error = Infallible> + Clone + Send + Sync + 'static,
-    S::Response: IntoResponse,
-    S::Future: Send,
-{
-    type Response = Response;
-    type Error = Infallible;
-    type Future = BoxFuture;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        // rmcp's service is always ready; it is called through a clone.
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: Request<Body>) -> Self::Future {
-        self.call_shared(request)
     }
 }
 
