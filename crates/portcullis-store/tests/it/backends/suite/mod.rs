@@ -523,6 +523,19 @@ pub async fn effect_log_first_write_wins(h: Harness) {
 }
 
 /// SQL backends: garbage in the cache columns is dropped, not thrown.
+/// Saves server `id` (at `https://{id}.example/mcp`) caching `tools` and
+/// trusting them.
+async fn save_trusted(store: &dyn Store, id: &str, tools: &[Tool]) {
+    let server = ServerIdentity::streamable_http(id, format!("https://{id}.example/mcp"));
+    ok(store
+        .save(
+            &PersistedServer::new(id, &server)
+                .with_tools(tools.to_vec())
+                .with_fingerprints(fingerprint_listing(tools)),
+        )
+        .await);
+}
+
 pub async fn corrupt_cache_is_dropped(h: Harness) {
     let Some(raw) = &h.raw else {
         panic!("corrupt_cache_is_dropped needs raw SQL access")
@@ -530,14 +543,7 @@ pub async fn corrupt_cache_is_dropped(h: Harness) {
     let store = &*h.store;
     let v1 = listing("v1");
     for id in ["garbage", "wrong_shape", "nameless", "good"] {
-        let server = ServerIdentity::streamable_http(id, format!("https://{id}.example/mcp"));
-        ok(store
-            .save(
-                &PersistedServer::new(id, &server)
-                    .with_tools(v1.clone())
-                    .with_fingerprints(fingerprint_listing(&v1)),
-            )
-            .await);
+        save_trusted(store, id, &v1).await;
     }
     raw.exec("UPDATE mcp_servers SET tools = 'not json at all', tool_fingerprints = '{\"search\":' WHERE id = 'garbage'").await;
     raw.exec("UPDATE mcp_servers SET tools = '{\"name\":\"x\"}', tool_fingerprints = '{\"search\": 42}' WHERE id = 'wrong_shape'").await;
@@ -597,15 +603,7 @@ pub async fn a_large_read_comes_back_whole_and_in_order(h: Harness) {
     let store = &*h.store;
     let ids: Vec<String> = (0..12).map(|i| format!("server_{i:02}")).collect();
     for (label, id) in ids.iter().enumerate() {
-        let server = ServerIdentity::streamable_http(id, format!("https://{id}.example/mcp"));
-        let tools = large_listing(label);
-        ok(store
-            .save(
-                &PersistedServer::new(id, &server)
-                    .with_tools(tools.clone())
-                    .with_fingerprints(fingerprint_listing(&tools)),
-            )
-            .await);
+        save_trusted(store, id, &large_listing(label)).await;
     }
     let corrupt = "server_10";
     if let Some(raw) = &h.raw {
