@@ -196,6 +196,22 @@ fn raw_list(addr: std::net::SocketAddr) -> String {
 }
 
 /// One `tools/list` on a kept-alive connection, answered `200`.
+/// A server with these idle and header timeouts, and one connection to it.
+async fn one_connection(
+    idle_timeout: Duration,
+    header_read_timeout: Duration,
+) -> (HttpServer, std::net::SocketAddr, tokio::net::TcpStream) {
+    let options = HttpOptions {
+        idle_timeout: Some(idle_timeout),
+        header_read_timeout: Some(header_read_timeout),
+        ..HttpOptions::default()
+    };
+    let server = serve(tools(), options).await;
+    let addr = server.local_addr();
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    (server, addr, stream)
+}
+
 async fn list_on(stream: &mut tokio::net::TcpStream, addr: std::net::SocketAddr) {
     use tokio::io::AsyncWriteExt as _;
     stream.write_all(raw_list(addr).as_bytes()).await.unwrap();
@@ -318,14 +334,8 @@ async fn beyond_the_connection_cap_new_clients_are_refused_and_admitted_ones_ser
 /// once it has waited `idle_timeout` for the next one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_kept_alive_connection_is_closed_after_the_idle_timeout() {
-    let options = HttpOptions {
-        idle_timeout: Some(Duration::from_millis(400)),
-        header_read_timeout: Some(Duration::from_secs(30)),
-        ..HttpOptions::default()
-    };
-    let server = serve(tools(), options).await;
-    let addr = server.local_addr();
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (server, addr, mut stream) =
+        one_connection(Duration::from_millis(400), Duration::from_secs(30)).await;
     for _ in 0..2 {
         list_on(&mut stream, addr).await;
         // Well inside the idle timeout: the next request is served.
@@ -349,14 +359,8 @@ async fn an_idle_kept_alive_connection_is_closed_after_the_idle_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kept_alive_connection_trickling_its_next_request_is_dropped() {
     use tokio::io::AsyncWriteExt as _;
-    let options = HttpOptions {
-        header_read_timeout: Some(Duration::from_millis(500)),
-        idle_timeout: Some(Duration::from_secs(30)),
-        ..HttpOptions::default()
-    };
-    let server = serve(tools(), options).await;
-    let addr = server.local_addr();
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (server, addr, mut stream) =
+        one_connection(Duration::from_secs(30), Duration::from_millis(500)).await;
     list_on(&mut stream, addr).await;
     // Idle for a while first: the header timeout counts from the next
     // request's first byte, not from the last answer.
