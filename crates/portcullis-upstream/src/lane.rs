@@ -10,6 +10,12 @@
 //! body: one task, no spawn, no hand-off. Measured on loopback: see
 //! `docs/performance.md`.
 //!
+//! A caller may stop reading an answer before its end (an event stream once
+//! its answer came). What has arrived of the rest is read then, without
+//! waiting, and whatever is still on its way when the connection is next
+//! wanted ([`Unread`]); a connection whose answer has not ended by then is
+//! closed, so no call waits on a stream a server holds open.
+//!
 //! What is kept, exactly as reqwest's client does it: the connector
 //! (hyper-util's, with the server's [`GuardedResolver`]: a name resolved
 //! once per connection, only admitted addresses dialled; the same 10 s
@@ -125,10 +131,68 @@ impl Conn {
     }
 }
 
+/// A connection waiting for its next request.
+struct Idle {
+    origin: Origin,
+    conn: Box<Conn>,
+    since: Instant,
+    /// The rest of its last answer, when that answer's reader stopped
+    /// before its end had arrived (see [`Unread`]).
+    unread: Option<Unread>,
+}
+
+/// The end of an answer whose reader stopped early, read on (and dropped)
+/// only when its connection is next wanted. An event stream's server writes
+/// the stream's end just after the answer's event; at one client the
+/// answer is read, and the stream dropped, before that end arrives more
+/// often than not, and closing the connection then made a third of calls
+/// to such a server open a new one. By the next request the end is
+/// normally there.
+struct Unread {
+    body: Incoming,
+    /// Bytes of it already read and dropped.
+    drained: usize,
+}
+
+/// Where reading the rest of an answer without waiting left it.
+enum Drained {
+    /// Read to its end: the connection can take the next request.
+    End,
+    /// More is still to come.
+    Waiting,
+    /// Failed, closed, or longer than [`MAX_DRAIN`]: the connection goes.
+    Spent,
+}
+
+impl Unread {
+    /// Reads on what has arrived of the body, dropping it, without waiting.
+    fn drain(&mut self, conn: &mut Conn) -> Drained {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        loop {
+            conn.drive(&mut cx);
+            if self.body.is_end_stream() {
+                return Drained::End;
+            }
+            match Pin::new(&mut self.body).poll_frame(&mut cx) {
+                Poll::Ready(Some(Ok(frame))) => {
+                    self.drained += frame.data_ref().map_or(0, Bytes::len);
+                    if self.drained > MAX_DRAIN {
+                        return Drained::Spent;
+                    }
+                }
+                Poll::Ready(None) => return Drained::End,
+                Poll::Ready(Some(Err(_))) => return Drained::Spent,
+                Poll::Pending if conn.driver.is_none() => return Drained::Spent,
+                Poll::Pending => return Drained::Waiting,
+            }
+        }
+    }
+}
+
 /// The call lane of one server (see the module's documentation).
 pub(crate) struct Lane {
     connector: HttpsConnector<HttpConnector<LaneResolver>>,
-    idle: Mutex<Vec<(Origin, Box<Conn>, Instant)>>,
+    idle: Mutex<Vec<Idle>>,
 }
 
 impl Lane {
@@ -208,7 +272,7 @@ impl Lane {
                 Ok(response) => {
                     let (parts, body) = response.into_parts();
                     let exchange = Exchange {
-                        body,
+                        body: Some(body),
                         conn: Some(conn),
                         lane: self.clone(),
                         origin,
@@ -232,29 +296,44 @@ impl Lane {
 
     /// An idle connection to `origin` that can take a request, if any.
     fn checkout(&self, origin: &Origin) -> Option<Box<Conn>> {
-        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        let now = Instant::now();
-        idle.retain(|(_, _, since)| now.duration_since(*since) < IDLE_TIMEOUT);
-        while let Some(at) = idle.iter().rposition(|(o, _, _)| o == origin) {
-            let (_, mut conn, _) = idle.swap_remove(at);
+        loop {
+            let mut candidate = {
+                let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+                let now = Instant::now();
+                idle.retain(|entry| now.duration_since(entry.since) < IDLE_TIMEOUT);
+                let at = idle.iter().rposition(|entry| entry.origin == *origin)?;
+                idle.swap_remove(at)
+            };
+            // Read outside the lock; a connection that fails here is closed
+            // as it is dropped, and the next one tried.
+            if let Some(mut unread) = candidate.unread.take()
+                && !matches!(unread.drain(&mut candidate.conn), Drained::End)
+            {
+                continue;
+            }
             // A server may have closed it while it waited.
-            if conn.reusable() {
-                return Some(conn);
+            if candidate.conn.reusable() {
+                return Some(candidate.conn);
             }
         }
-        None
     }
 
-    /// Puts a connection whose exchange is done back for the next request.
-    fn checkin(&self, origin: Origin, mut conn: Box<Conn>) {
-        if !conn.reusable() {
+    /// Puts a connection back for the next request: one whose exchange is
+    /// done, or one whose last answer has `unread` still to come.
+    fn checkin(&self, origin: Origin, mut conn: Box<Conn>, unread: Option<Unread>) {
+        if unread.is_none() && !conn.reusable() {
             return;
         }
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         if idle.len() >= MAX_IDLE {
             idle.remove(0);
         }
-        idle.push((origin, conn, Instant::now()));
+        idle.push(Idle {
+            origin,
+            conn,
+            since: Instant::now(),
+            unread,
+        });
     }
 
     /// Opens a connection to `origin` as reqwest's connector does.
@@ -285,9 +364,11 @@ impl Lane {
 
 /// A response body that drives its connection as it is read, and puts the
 /// connection back once it is read to the end. Dropped before that, the
-/// connection is closed.
+/// connection goes back with the rest of the answer still to read
+/// ([`Unread`]), or is closed.
 struct Exchange {
-    body: Incoming,
+    /// `None` once dropped.
+    body: Option<Incoming>,
     conn: Option<Box<Conn>>,
     lane: Arc<Lane>,
     origin: Origin,
@@ -298,15 +379,18 @@ impl Stream for Exchange {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;
+        let Some(body) = this.body.as_mut() else {
+            return Poll::Ready(None);
+        };
         loop {
             if let Some(conn) = this.conn.as_mut() {
                 conn.drive(cx);
             }
-            if this.body.is_end_stream() {
+            if body.is_end_stream() {
                 this.finish();
                 return Poll::Ready(None);
             }
-            match Pin::new(&mut this.body).poll_frame(cx) {
+            match Pin::new(&mut *body).poll_frame(cx) {
                 Poll::Ready(Some(Ok(frame))) => {
                     // Trailers carry nothing the caller reads (as reqwest's
                     // byte stream skips them).
@@ -336,26 +420,17 @@ impl Drop for Exchange {
     /// The reader stopped before the end (an event stream once its answer
     /// came): what has already arrived is read to the end without waiting,
     /// so the connection carries the next call, as hyper-util's connection
-    /// task, reading ahead, would have left it. Anything still to come
-    /// closes it.
+    /// task, reading ahead, would have left it. Anything still to come is
+    /// read when the connection is next wanted.
     fn drop(&mut self) {
-        let mut cx = Context::from_waker(std::task::Waker::noop());
-        let mut drained = 0;
-        while let Some(conn) = self.conn.as_mut() {
-            conn.drive(&mut cx);
-            if self.body.is_end_stream() {
-                return self.finish();
-            }
-            match Pin::new(&mut self.body).poll_frame(&mut cx) {
-                Poll::Ready(Some(Ok(frame))) => {
-                    drained += frame.data_ref().map_or(0, Bytes::len);
-                    if drained > MAX_DRAIN {
-                        self.conn = None;
-                    }
-                }
-                Poll::Ready(None) => return self.finish(),
-                Poll::Ready(Some(Err(_))) | Poll::Pending => self.conn = None,
-            }
+        let (Some(mut conn), Some(body)) = (self.conn.take(), self.body.take()) else {
+            return;
+        };
+        let mut unread = Unread { body, drained: 0 };
+        match unread.drain(&mut conn) {
+            Drained::End => self.lane.checkin(self.origin.clone(), conn, None),
+            Drained::Waiting => self.lane.checkin(self.origin.clone(), conn, Some(unread)),
+            Drained::Spent => {}
         }
     }
 }
@@ -363,7 +438,7 @@ impl Drop for Exchange {
 impl Exchange {
     fn finish(&mut self) {
         if let Some(conn) = self.conn.take() {
-            self.lane.checkin(self.origin.clone(), conn);
+            self.lane.checkin(self.origin.clone(), conn, None);
         }
     }
 }
@@ -410,16 +485,29 @@ mod tests {
     use futures::StreamExt;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
+    /// The test stream's last event and its end.
+    const STREAM_END: &str = "9\r\ndata: 2\n\n\r\n0\r\n\r\n";
+
+    /// How the test server answers.
+    #[derive(Clone, Copy)]
+    enum Reply {
+        /// JSON with a length; `close` adds `Connection: close`.
+        Json { close: bool },
+        /// An event stream in chunks: the answer, then one more event and
+        /// the stream's end, written after `end_after` (never, when `None`;
+        /// in the answer's own write, when zero).
+        Stream { end_after: Option<Duration> },
+    }
+
     /// A loopback HTTP/1.1 server answering every request with `answer`,
     /// counting the connections it accepted; `close` answers each request
     /// with `Connection: close`.
     async fn server(answer: &'static str, close: bool) -> (Url, Arc<AtomicUsize>) {
-        served(answer, close, false).await
+        served(answer, Reply::Json { close }).await
     }
 
-    /// [`server`], answering an event stream in two chunks (`answer`, then
-    /// one more event) when `stream`.
-    async fn served(answer: &'static str, close: bool, stream: bool) -> (Url, Arc<AtomicUsize>) {
+    /// [`server`], answering as `reply` says.
+    async fn served(answer: &'static str, reply: Reply) -> (Url, Arc<AtomicUsize>) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = Url::parse(&format!("http://{}/mcp", listener.local_addr().unwrap())).unwrap();
@@ -437,26 +525,64 @@ mod tests {
                             Ok(0) | Err(_) => return,
                             Ok(_) => {}
                         }
-                        let connection = if close { "close" } else { "keep-alive" };
-                        let reply = if stream {
-                            format!(
-                                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{answer}\r\n9\r\ndata: 2\n\n\r\n0\r\n\r\n",
-                                answer.len()
-                            )
-                        } else {
-                            format!(
-                                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: {connection}\r\ncontent-length: {}\r\n\r\n{answer}",
-                                answer.len()
-                            )
+                        let (head, rest, close) = match reply {
+                            Reply::Json { close } => (
+                                format!(
+                                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: {}\r\ncontent-length: {}\r\n\r\n{answer}",
+                                    if close { "close" } else { "keep-alive" },
+                                    answer.len()
+                                ),
+                                None,
+                                close,
+                            ),
+                            Reply::Stream { end_after } => {
+                                let mut head = format!(
+                                    "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{answer}\r\n",
+                                    answer.len()
+                                );
+                                // Written at once when the end is not delayed.
+                                if end_after == Some(Duration::ZERO) {
+                                    head.push_str(STREAM_END);
+                                    (head, None, false)
+                                } else {
+                                    (head, Some(end_after), false)
+                                }
+                            }
                         };
-                        if socket.write_all(reply.as_bytes()).await.is_err() || close {
+                        if socket.write_all(head.as_bytes()).await.is_err() || close {
                             return;
+                        }
+                        match rest {
+                            None => {}
+                            // Held open, its end never written.
+                            Some(None) => std::future::pending::<()>().await,
+                            Some(Some(after)) => {
+                                tokio::time::sleep(after).await;
+                                if socket.write_all(STREAM_END.as_bytes()).await.is_err() {
+                                    return;
+                                }
+                            }
                         }
                     }
                 });
             }
         });
         (url, accepted)
+    }
+
+    /// Sends a request and reads the first chunk of its answer, dropping
+    /// the rest unread.
+    async fn first_chunk(lane: &Arc<Lane>, url: &Url) -> Bytes {
+        let response = lane
+            .send(
+                Method::POST,
+                url,
+                HeaderMap::new(),
+                Some(Bytes::from_static(b"{}")),
+            )
+            .await
+            .unwrap();
+        response.bytes_stream().next().await.unwrap().unwrap()
     }
 
     fn lane(reach: Reach) -> Arc<Lane> {
@@ -497,23 +623,54 @@ mod tests {
 
     #[tokio::test]
     async fn a_stream_left_after_its_answer_leaves_the_connection_reusable() {
-        let (url, accepted) = served("data: 1\n\n", false, true).await;
+        let (url, accepted) = served(
+            "data: 1\n\n",
+            Reply::Stream {
+                end_after: Some(Duration::ZERO),
+            },
+        )
+        .await;
         let lane = lane(Reach::Internal);
         for _ in 0..3 {
-            let response = lane
-                .send(
-                    Method::POST,
-                    &url,
-                    HeaderMap::new(),
-                    Some(Bytes::from_static(b"{}")),
-                )
-                .await
-                .unwrap();
-            let mut chunks = response.bytes_stream();
-            assert_eq!(&chunks.next().await.unwrap().unwrap()[..], b"data: 1\n\n");
-            // Dropped here, the rest unread.
+            assert_eq!(&first_chunk(&lane, &url).await[..], b"data: 1\n\n");
         }
         assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_stream_whose_end_arrives_after_it_was_left_still_carries_the_next_call() {
+        // The end is written 50 ms after the answer, long after the reader
+        // left; the next request comes once it is there.
+        let end_after = Duration::from_millis(50);
+        let (url, accepted) = served(
+            "data: 1\n\n",
+            Reply::Stream {
+                end_after: Some(end_after),
+            },
+        )
+        .await;
+        let lane = lane(Reach::Internal);
+        for _ in 0..3 {
+            assert_eq!(&first_chunk(&lane, &url).await[..], b"data: 1\n\n");
+            tokio::time::sleep(end_after * 4).await;
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_stream_that_never_ends_is_not_waited_for() {
+        let (url, accepted) = served("data: 1\n\n", Reply::Stream { end_after: None }).await;
+        let lane = lane(Reach::Internal);
+        for _ in 0..3 {
+            let answer = tokio::time::timeout(Duration::from_secs(10), first_chunk(&lane, &url));
+            assert_eq!(
+                &answer.await.expect("not held up by the last stream")[..],
+                b"data: 1\n\n"
+            );
+        }
+        // Each left connection is closed when the next call finds it unfinished.
+        assert_eq!(accepted.load(Ordering::SeqCst), 3);
+        assert!(lane.idle.lock().unwrap().len() <= 1);
     }
 
     #[tokio::test]
