@@ -93,9 +93,13 @@ const PARAM_HEADER_ANNOTATION: &str = "x-mcp-header";
 const VERSION: &str = "2026-07-28";
 
 /// The `/mcp` service: plain stateless 2026-07-28 `tools/call` requests are
-/// answered here, everything else by `fallback` (rmcp's service).
-#[derive(Clone)]
-pub(crate) struct DirectCall<H, S> {
+/// answered here, everything else by `fallback` (rmcp's service). Shared,
+/// so that a request's future takes one reference count, not a copy of
+/// each part (the handler's and rmcp's cancellation tokens among them).
+pub(crate) struct DirectCall<H, S>(Arc<DirectCallState<H, S>>);
+
+/// What [`DirectCall`] shares between its requests.
+struct DirectCallState<H, S> {
     handler: H,
     fallback: S,
     peer: Peer<RoleServer>,
@@ -141,14 +145,14 @@ where
         let modern = handler
             .supported_protocol_versions()
             .contains(&ProtocolVersion::V_2026_07_28);
-        DirectCall {
+        DirectCall(Arc::new(DirectCallState {
             handler,
             fallback,
             peer,
             modern,
             sessions,
             streams,
-        }
+        }))
     }
 }
 
@@ -160,30 +164,26 @@ where
     S::Future: Send,
 {
     fn call_shared(&self, request: Request<Body>) -> BoxFuture {
-        let DirectCall {
-            handler,
-            mut fallback,
-            peer,
-            modern,
-            sessions,
-            streams,
-        } = self.clone();
+        let state = Arc::clone(&self.0);
         Box::pin(async move {
-            let request = if modern && plain_headers(&request) {
-                match try_direct(&handler, &peer, &streams, request).await {
+            let request = if state.modern && plain_headers(&request) {
+                match try_direct(&state.handler, &state.peer, &state.streams, request).await {
                     Ok(response) => return Ok(response),
                     Err(request) => request,
                 }
-            } else if let Some(sessions) = &sessions
+            } else if let Some(sessions) = &state.sessions
                 && request.headers().contains_key(SESSION_HEADER)
             {
-                match sessions.serve(&handler, request).await {
+                match sessions.serve(&state.handler, request).await {
                     Ok(response) => return Ok(response),
                     Err(request) => request,
                 }
             } else {
                 request
             };
+            // rmcp's service is called by `&mut`: a copy for the requests
+            // that reach it.
+            let mut fallback = state.fallback.clone();
             let response = fallback.call(request).await?;
             Ok(response.into_response())
         })
