@@ -31,7 +31,7 @@
 //! environment.
 
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -278,7 +278,7 @@ impl Lane {
                         origin,
                     };
                     let body = reqwest::Body::wrap_stream(exchange);
-                    return Ok(http::Response::from_parts(parts, body).into());
+                    return Ok(reqwest_response(parts, body));
                 }
                 // A reused connection the server closed before the request
                 // went out: sent once more on a new one, as hyper-util does.
@@ -441,6 +441,22 @@ impl Exchange {
             self.lane.checkin(self.origin.clone(), conn, None);
         }
     }
+}
+
+/// The URL reqwest gives a response made from `http` parts without one.
+/// Nothing reads it; reqwest would parse it again for every response.
+static NO_URL: LazyLock<Url> =
+    LazyLock::new(|| Url::parse("http://no.url.provided.local").expect("a valid constant URL"));
+
+/// `parts` and `body` as the reqwest response the rest of the crate reads,
+/// carrying reqwest's placeholder URL (copied, not parsed per response).
+fn reqwest_response(mut parts: http::response::Parts, body: reqwest::Body) -> reqwest::Response {
+    use reqwest::ResponseBuilderExt as _;
+    // The builder is the only public way to attach reqwest's URL.
+    if let Ok(marked) = http::Response::builder().url(NO_URL.clone()).body(()) {
+        parts.extensions.extend(marked.into_parts().0.extensions);
+    }
+    http::Response::from_parts(parts, body).into()
 }
 
 /// The server's guarded resolver as hyper-util's connector asks for it.
@@ -671,6 +687,20 @@ mod tests {
         // Each left connection is closed when the next call finds it unfinished.
         assert_eq!(accepted.load(Ordering::SeqCst), 3);
         assert!(lane.idle.lock().unwrap().len() <= 1);
+    }
+
+    #[tokio::test]
+    async fn a_response_carries_reqwest_placeholder_url_not_the_request_one() {
+        // A URL may hold a credential in its query; reqwest's errors and
+        // `Response::url` would show it.
+        let (url, _) = server(r#"{"ok":true}"#, false).await;
+        let mut secret = url.clone();
+        secret.set_query(Some("api_key=hunter2"));
+        let response = lane(Reach::Internal)
+            .send(Method::POST, &secret, HeaderMap::new(), None)
+            .await
+            .unwrap();
+        assert_eq!(response.url().as_str(), "http://no.url.provided.local/");
     }
 
     #[tokio::test]
