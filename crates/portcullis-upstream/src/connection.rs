@@ -690,14 +690,14 @@ impl Connection {
                         direct.as_ref(),
                         tool,
                         server,
-                        params.clone(),
+                        &mut params,
                         context,
                         relay.as_ref(),
                         token.as_deref(),
                     ))
                     .await?
                 } else {
-                    self.call_stdio_direct(tool, server, &params, context, relay.as_ref())
+                    self.call_stdio_direct(tool, server, &mut params, context, relay.as_ref())
                         .await?
                 };
             let answered = match answered {
@@ -838,7 +838,7 @@ impl Connection {
         direct: &impl direct::DirectRoute,
         tool: &str,
         server: &str,
-        params: CallToolRequestParams,
+        params: &mut CallToolRequestParams,
         context: &CallContext,
         relay: Option<&Arc<dyn ClientRelay>>,
         token: Option<&str>,
@@ -889,13 +889,13 @@ impl Connection {
         &self,
         tool: &str,
         server: &str,
-        params: &CallToolRequestParams,
+        params: &mut CallToolRequestParams,
         context: &CallContext,
         relay: Option<&Arc<dyn ClientRelay>>,
     ) -> Result<Option<direct::Answer>, CallError> {
         match &self.stdio_direct {
             Some(direct) => {
-                self.call_direct(direct, tool, server, params.clone(), context, relay, None)
+                self.call_direct(direct, tool, server, params, context, relay, None)
                     .await
             }
             None => Ok(None),
@@ -907,7 +907,7 @@ impl Connection {
         &self,
         _tool: &str,
         _server: &str,
-        _params: &CallToolRequestParams,
+        _params: &mut CallToolRequestParams,
         _context: &CallContext,
         _relay: Option<&Arc<dyn ClientRelay>>,
     ) -> Result<Option<direct::Answer>, CallError> {

@@ -86,10 +86,12 @@ pub(crate) trait DirectRoute: Send + Sync {
     /// handler (which finds the call by its relay slot) rather than the
     /// call's own answer stream.
     fn relays_through_handler(&self) -> bool;
-    /// One `tools/call` round, sent with `round.id`.
+    /// One `tools/call` round, sent with `round.id`. `params` is lent, not
+    /// given: the caller keeps it for a later round (rmcp's path, an input
+    /// round), and is handed it back as it was.
     fn call(
         &self,
-        params: CallToolRequestParams,
+        params: &mut CallToolRequestParams,
         round: Round<'_>,
     ) -> impl Future<Output = Result<Answer, ServiceError>> + Send;
     /// Tells the server that request `id` is cancelled, without waiting.
@@ -110,7 +112,7 @@ impl DirectRoute for Direct {
 
     fn call(
         &self,
-        params: CallToolRequestParams,
+        params: &mut CallToolRequestParams,
         round: Round<'_>,
     ) -> impl Future<Output = Result<Answer, ServiceError>> + Send {
         Direct::call(self, params, round)
@@ -386,7 +388,7 @@ impl Direct {
     /// rmcp's path delivers them.
     pub(crate) async fn call(
         &self,
-        mut params: CallToolRequestParams,
+        params: &mut CallToolRequestParams,
         round: Round<'_>,
     ) -> Result<Answer, ServiceError> {
         let session = match &self.era {
@@ -395,7 +397,7 @@ impl Direct {
         };
         let body = self
             .era
-            .encode_call(round.id, &mut params, round.progress.as_ref())
+            .encode_call(round.id, params, round.progress.as_ref())
             .map_err(|e| unexpected(format!("cannot encode the request: {e}")))?;
         let mut headers = self.protocol_headers(session.as_deref(), BOTH);
         if self.standard_headers() {

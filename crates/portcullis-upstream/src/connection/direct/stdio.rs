@@ -67,12 +67,12 @@ impl DirectRoute for StdioDirect {
 
     async fn call(
         &self,
-        mut params: CallToolRequestParams,
+        params: &mut CallToolRequestParams,
         round: Round<'_>,
     ) -> Result<Answer, ServiceError> {
         let mut line = self
             .era
-            .encode_call(round.id, &mut params, round.progress.as_ref())
+            .encode_call(round.id, params, round.progress.as_ref())
             .map_err(|e| unexpected(format!("cannot encode the request: {e}")))?;
         line.push(b'\n');
         let Some(mut answer) = self.lines.expect(round.id) else {
