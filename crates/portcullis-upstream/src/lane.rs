@@ -299,10 +299,15 @@ impl Lane {
         loop {
             let mut candidate = {
                 let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-                let now = Instant::now();
-                idle.retain(|entry| now.duration_since(entry.since) < IDLE_TIMEOUT);
-                let at = idle.iter().rposition(|entry| entry.origin == *origin)?;
-                idle.swap_remove(at)
+                expire(&mut idle);
+                // The newest connection whose exchange is done; else the
+                // oldest with an answer's end unread, whose end has had the
+                // longest to arrive.
+                let at = idle
+                    .iter()
+                    .rposition(|entry| entry.origin == *origin && entry.unread.is_none())
+                    .or_else(|| idle.iter().position(|entry| entry.origin == *origin))?;
+                idle.remove(at)
             };
             // Read outside the lock; a connection that fails here is closed
             // as it is dropped, and the next one tried.
@@ -325,6 +330,8 @@ impl Lane {
             return;
         }
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        // Also here, so a lane no longer called does not keep its sockets.
+        expire(&mut idle);
         if idle.len() >= MAX_IDLE {
             idle.remove(0);
         }
@@ -360,6 +367,12 @@ impl Lane {
             driver: Some(driver),
         }))
     }
+}
+
+/// Closes the idle connections past [`IDLE_TIMEOUT`].
+fn expire(idle: &mut Vec<Idle>) {
+    let now = Instant::now();
+    idle.retain(|entry| now.duration_since(entry.since) < IDLE_TIMEOUT);
 }
 
 /// A response body that drives its connection as it is read, and puts the
@@ -519,20 +532,32 @@ mod tests {
     /// counting the connections it accepted; `close` answers each request
     /// with `Connection: close`.
     async fn server(answer: &'static str, close: bool) -> (Url, Arc<AtomicUsize>) {
-        served(answer, Reply::Json { close }).await
+        let served = served(answer, Reply::Json { close }).await;
+        (served.url, served.accepted)
+    }
+
+    /// A test server: where it listens and what it counted.
+    struct Served {
+        url: Url,
+        /// Connections accepted.
+        accepted: Arc<AtomicUsize>,
+        /// Delayed stream ends written.
+        ends_written: Arc<AtomicUsize>,
     }
 
     /// [`server`], answering as `reply` says.
-    async fn served(answer: &'static str, reply: Reply) -> (Url, Arc<AtomicUsize>) {
+    async fn served(answer: &'static str, reply: Reply) -> Served {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = Url::parse(&format!("http://{}/mcp", listener.local_addr().unwrap())).unwrap();
         let accepted = Arc::new(AtomicUsize::new(0));
-        let counted = accepted.clone();
+        let ends_written = Arc::new(AtomicUsize::new(0));
+        let (counted, ends) = (accepted.clone(), ends_written.clone());
         tokio::spawn(async move {
             loop {
                 let (mut socket, _) = listener.accept().await.unwrap();
                 counted.fetch_add(1, Ordering::SeqCst);
+                let ends = ends.clone();
                 tokio::spawn(async move {
                     let mut buffer = vec![0; 8192];
                     loop {
@@ -577,13 +602,18 @@ mod tests {
                                 if socket.write_all(STREAM_END.as_bytes()).await.is_err() {
                                     return;
                                 }
+                                ends.fetch_add(1, Ordering::SeqCst);
                             }
                         }
                     }
                 });
             }
         });
-        (url, accepted)
+        Served {
+            url,
+            accepted,
+            ends_written,
+        }
     }
 
     /// Sends a request and reads the first chunk of its answer, dropping
@@ -639,7 +669,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_stream_left_after_its_answer_leaves_the_connection_reusable() {
-        let (url, accepted) = served(
+        let Served { url, accepted, .. } = served(
             "data: 1\n\n",
             Reply::Stream {
                 end_after: Some(Duration::ZERO),
@@ -657,25 +687,34 @@ mod tests {
     async fn a_stream_whose_end_arrives_after_it_was_left_still_carries_the_next_call() {
         // The end is written 50 ms after the answer, long after the reader
         // left; the next request comes once it is there.
-        let end_after = Duration::from_millis(50);
-        let (url, accepted) = served(
+        let served = served(
             "data: 1\n\n",
             Reply::Stream {
-                end_after: Some(end_after),
+                end_after: Some(Duration::from_millis(50)),
             },
         )
         .await;
         let lane = lane(Reach::Internal);
-        for _ in 0..3 {
-            assert_eq!(&first_chunk(&lane, &url).await[..], b"data: 1\n\n");
-            tokio::time::sleep(end_after * 4).await;
+        for call in 1..=3 {
+            assert_eq!(&first_chunk(&lane, &served.url).await[..], b"data: 1\n\n");
+            let written = async {
+                while served.ends_written.load(Ordering::SeqCst) < call {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            };
+            tokio::time::timeout(Duration::from_secs(10), written)
+                .await
+                .expect("the server writes the end");
+            // A turn of the runtime's I/O driver, to see it arrive.
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+        assert_eq!(served.accepted.load(Ordering::SeqCst), 1);
     }
 
     #[tokio::test]
     async fn a_stream_that_never_ends_is_not_waited_for() {
-        let (url, accepted) = served("data: 1\n\n", Reply::Stream { end_after: None }).await;
+        let Served { url, accepted, .. } =
+            served("data: 1\n\n", Reply::Stream { end_after: None }).await;
         let lane = lane(Reach::Internal);
         for _ in 0..3 {
             let answer = tokio::time::timeout(Duration::from_secs(10), first_chunk(&lane, &url));
@@ -684,9 +723,12 @@ mod tests {
                 b"data: 1\n\n"
             );
         }
-        // Each left connection is closed when the next call finds it unfinished.
+        // Each left connection is kept with its answer's end unread, and
+        // closed when the next call finds it still unfinished.
         assert_eq!(accepted.load(Ordering::SeqCst), 3);
-        assert!(lane.idle.lock().unwrap().len() <= 1);
+        let idle = lane.idle.lock().unwrap();
+        assert_eq!(idle.len(), 1);
+        assert!(idle[0].unread.is_some());
     }
 
     #[tokio::test]
