@@ -14,7 +14,8 @@
 //! its answer came). What has arrived of the rest is read then, without
 //! waiting, and whatever is still on its way when the connection is next
 //! wanted ([`Unread`]); a connection whose answer has not ended by then is
-//! closed, so no call waits on a stream a server holds open.
+//! closed, so no call waits on a stream a server holds open. A finished
+//! idle connection is taken before one with its answer's end unread.
 //!
 //! What is kept, exactly as reqwest's client does it: the connector
 //! (hyper-util's, with the server's [`GuardedResolver`]: a name resolved
