@@ -617,18 +617,16 @@ mod tests {
         }
     }
 
+    /// POSTs `{}` to `url` on the lane.
+    async fn send_post(lane: &Arc<Lane>, url: &Url) -> Result<reqwest::Response, LaneError> {
+        let body = Some(Bytes::from_static(b"{}"));
+        lane.send(Method::POST, url, HeaderMap::new(), body).await
+    }
+
     /// Sends a request and reads the first chunk of its answer, dropping
     /// the rest unread.
     async fn first_chunk(lane: &Arc<Lane>, url: &Url) -> Bytes {
-        let response = lane
-            .send(
-                Method::POST,
-                url,
-                HeaderMap::new(),
-                Some(Bytes::from_static(b"{}")),
-            )
-            .await
-            .unwrap();
+        let response = send_post(lane, url).await.unwrap();
         response.bytes_stream().next().await.unwrap().unwrap()
     }
 
@@ -641,13 +639,7 @@ mod tests {
     }
 
     async fn post(lane: &Arc<Lane>, url: &Url) -> Result<Vec<u8>, String> {
-        let response = lane
-            .send(
-                Method::POST,
-                url,
-                HeaderMap::new(),
-                Some(Bytes::from_static(b"{}")),
-            )
+        let response = send_post(lane, url)
             .await
             .map_err(|e| crate::connection::root_cause(&e))?;
         let mut body = Vec::new();
