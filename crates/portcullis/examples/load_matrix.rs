@@ -23,6 +23,10 @@
 //!   (SSE before 2026-12-01).
 //! * `2026`: a stateless 2026-07-28 client: one POST per call, the protocol
 //!   in `_meta` and the standard headers, a JSON answer.
+//! * `stdio`: a desktop client (`stdio_client`): it launches the server as
+//!   its child and talks 2025-11-25 over stdin/stdout, `initialize` then
+//!   calls; its concurrent clients share the one pipe, their requests told
+//!   apart by id. Through the gateway: `portcullis serve --stdio`.
 //!
 //! Upstreams behind the gateway (all the same rmcp echo handler, served by
 //! this example itself):
@@ -39,7 +43,8 @@
 //! column, so each ratio answers "what does this client lose by going
 //! through the gateway to this kind of upstream". For a stdio upstream no
 //! HTTP client can reach the server without something in between; the
-//! HTTP twin is the honest yardstick.
+//! HTTP twin is the honest yardstick. The stdio era's direct side is the
+//! same echo launched over stdio by the same client.
 //!
 //! Each cell runs its calls in two rounds, direct then gateway each round,
 //! so both sides see the same machine. Each call carries a distinct
@@ -92,9 +97,16 @@ use load_driver::{RmcpEcho, memory, ms};
 
 mod gateway_process;
 mod peer_process;
+mod stdio_client;
 use peer_process::Peer;
+use stdio_client::StdioClient;
 
-const ERAS: [Era; 3] = [Era::Sse2025, Era::Json2025, Era::Stateless2026];
+const ERAS: [Era; 4] = [
+    Era::Sse2025,
+    Era::Json2025,
+    Era::Stateless2026,
+    Era::Stdio2025,
+];
 const UPSTREAMS: [Upstream; 3] = [
     Upstream::Stdio,
     Upstream::HttpSession,
@@ -230,6 +242,9 @@ enum Era {
     Sse2025,
     Json2025,
     Stateless2026,
+    /// A desktop client: the server launched as its child, 2025-11-25 over
+    /// stdin/stdout.
+    Stdio2025,
 }
 
 impl Era {
@@ -238,6 +253,7 @@ impl Era {
             Era::Sse2025 => "2025-sse",
             Era::Json2025 => "2025-json",
             Era::Stateless2026 => "2026",
+            Era::Stdio2025 => "stdio",
         }
     }
 }
@@ -282,17 +298,30 @@ async fn spawn_echo(exe: &Path, mode: &str) -> Result<(Child, String), Box<dyn s
     Ok((Child { child, pid }, url))
 }
 
+/// Where a side's calls go.
+#[derive(Clone)]
+enum Endpoint {
+    /// An MCP endpoint over HTTP.
+    Http(String),
+    /// A stdio server this run started (the direct echo, or `portcullis
+    /// serve --stdio`).
+    Stdio(Arc<StdioClient>),
+}
+
 /// One gateway in front of one upstream.
 struct Gateway {
     process: Child,
-    url: String,
+    front: Endpoint,
     idle_mib: f64,
     _dir: tempfile::TempDir,
 }
 
+/// A gateway for `upstream`, served over HTTP, or over stdio to this
+/// process for the stdio era.
 async fn spawn_gateway(
     bin: &Path,
     exe: &Path,
+    era: Era,
     upstream: Upstream,
     session_url: &str,
     stateless_url: &str,
@@ -316,17 +345,36 @@ async fn spawn_gateway(
             "[gateway]\nstore = \"{store}\"\ndata_dir = \"data\"\nprefix = \"never\"\n\n[upstreams.echo]\n{table}"
         ),
     )?;
-    let gateway_process::Served { child, pid, url } =
-        gateway_process::serve(tokio::process::Command::new(bin), bin, &config).await?;
+    let (process, front) = if era == Era::Stdio2025 {
+        let mut command = tokio::process::Command::new(bin);
+        command.args(["serve", "--stdio", "--config"]).arg(&config);
+        let (child, client) = StdioClient::start(command, LEGACY_VERSION, capabilities()?).await?;
+        let pid = child.id().ok_or("no gateway pid")?;
+        (Child { child, pid }, Endpoint::Stdio(Arc::new(client)))
+    } else {
+        let gateway_process::Served { child, pid, url } =
+            gateway_process::serve(tokio::process::Command::new(bin), bin, &config).await?;
+        (Child { child, pid }, Endpoint::Http(url))
+    };
     // Settled: connected to its upstream, nothing served yet.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let idle_mib = memory(pid).0;
+    let idle_mib = memory(process.pid).0;
     Ok(Gateway {
-        process: Child { child, pid },
-        url,
+        process,
+        front,
         idle_mib,
         _dir: dir,
     })
+}
+
+/// The echo server over stdio, started and initialized: the direct side
+/// of the stdio era.
+async fn spawn_stdio_echo(exe: &Path) -> Result<(Child, Endpoint), Box<dyn std::error::Error>> {
+    let mut command = tokio::process::Command::new(exe);
+    command.arg("serve-stdio");
+    let (child, client) = StdioClient::start(command, LEGACY_VERSION, capabilities()?).await?;
+    let pid = child.id().ok_or("no echo pid")?;
+    Ok((Child { child, pid }, Endpoint::Stdio(Arc::new(client))))
 }
 
 /// One side's measurements of one cell.
@@ -337,6 +385,7 @@ struct Side {
     cpu: Cpu,
     sse_answers: usize,
     json_answers: usize,
+    line_answers: usize,
 }
 
 impl Side {
@@ -351,9 +400,14 @@ impl Side {
     }
 
     fn answers(&self) -> &'static str {
-        match (self.sse_answers > 0, self.json_answers > 0) {
-            (true, false) => "sse",
-            (false, true) => "json",
+        match (
+            self.sse_answers > 0,
+            self.json_answers > 0,
+            self.line_answers > 0,
+        ) {
+            (true, false, false) => "sse",
+            (false, true, false) => "json",
+            (false, false, true) => "lines",
             _ => "mixed",
         }
     }
@@ -364,6 +418,7 @@ impl Side {
         self.cpu.add(run.cpu);
         self.sse_answers += run.sse_answers;
         self.json_answers += run.json_answers;
+        self.line_answers += run.line_answers;
     }
 }
 
@@ -398,7 +453,7 @@ struct Budget {
 struct Standing {
     peer: Peer,
     process: Child,
-    url: String,
+    endpoint: Endpoint,
     idle_mib: f64,
 }
 
@@ -562,6 +617,13 @@ async fn matrix(calls: usize) -> Result<(), Box<dyn std::error::Error>> {
     let (session_echo, session_url) = spawn_echo(&exe, "session").await?;
     let (stateless_echo, stateless_url) = spawn_echo(&exe, "stateless").await?;
     let client = reqwest::Client::builder().tcp_nodelay(true).build()?;
+    let stdio_echo = if eras.contains(&Era::Stdio2025) {
+        Some(spawn_stdio_echo(&exe).await?)
+    } else {
+        None
+    };
+    let session_direct = Endpoint::Http(session_url.clone());
+    let stateless_direct = Endpoint::Http(stateless_url.clone());
 
     println!(
         "load matrix: {calls} calls per side per cell in {ROUNDS} rounds (direct, gateway, direct, gateway); store {store}; gateway {}",
@@ -575,29 +637,41 @@ async fn matrix(calls: usize) -> Result<(), Box<dyn std::error::Error>> {
     let mut peer_rows = Vec::new();
     let mut idle_peers = Vec::new();
     for era in &eras {
-        let (direct_url, direct_pid) = match era {
-            Era::Sse2025 => (&session_url, session_echo.pid),
-            Era::Json2025 | Era::Stateless2026 => (&stateless_url, stateless_echo.pid),
+        let (direct_endpoint, direct_pid) = match (era, &stdio_echo) {
+            (Era::Sse2025, _) => (&session_direct, session_echo.pid),
+            (Era::Json2025 | Era::Stateless2026, _) => (&stateless_direct, stateless_echo.pid),
+            (Era::Stdio2025, Some((process, endpoint))) => (endpoint, process.pid),
+            (Era::Stdio2025, None) => unreachable!("started when the era is selected"),
         };
         for upstream in &upstreams {
             // A fresh gateway for each era and upstream, so what one block
             // leaves behind (sessions, the memory store's audit records)
             // does not weigh on the next one's memory.
-            let gateway =
-                spawn_gateway(&bin, &exe, *upstream, &session_url, &stateless_url, store).await?;
+            let gateway = spawn_gateway(
+                &bin,
+                &exe,
+                *era,
+                *upstream,
+                &session_url,
+                &stateless_url,
+                store,
+            )
+            .await?;
             idle.push((*era, *upstream, gateway.idle_mib));
             // Warm-up of both sides: connections, sessions, allocator.
             let unwatched = Watch {
                 gateway: None,
                 server: ServerProcess::None,
             };
-            run(&client, direct_url, *era, 8, 200, &unwatched).await?;
-            run(&client, &gateway.url, *era, 8, 200, &unwatched).await?;
+            run(&client, direct_endpoint, *era, 8, 200, &unwatched).await?;
+            run(&client, &gateway.front, *era, 8, 200, &unwatched).await?;
             // The peers stand where the gateway does, in front of the same
             // stdio server; one that refuses this era is reported, not
-            // measured.
+            // measured. They serve HTTP only, so not in the stdio era.
             let mut standing = Vec::new();
-            if let (Upstream::Stdio, Some(dir)) = (upstream, &peers_dir) {
+            if let (Upstream::Stdio, Some(dir), false) =
+                (upstream, &peers_dir, *era == Era::Stdio2025)
+            {
                 let server = [exe.to_string_lossy().into_owned(), "serve-stdio".to_owned()];
                 for &peer in &peers {
                     let served = peer_process::serve(peer, dir, &server).await?;
@@ -608,12 +682,13 @@ async fn matrix(calls: usize) -> Result<(), Box<dyn std::error::Error>> {
                     // Idle as the gateway's is read: started, nothing served.
                     tokio::time::sleep(Duration::from_millis(500)).await;
                     let idle_mib = memory(process.pid).0;
-                    match run(&client, &served.url, *era, 8, 200, &unwatched).await {
+                    let endpoint = Endpoint::Http(served.url.clone());
+                    match run(&client, &endpoint, *era, 8, 200, &unwatched).await {
                         Ok(_) => {
                             standing.push(Standing {
                                 peer,
                                 process,
-                                url: served.url,
+                                endpoint,
                                 idle_mib,
                             });
                         }
@@ -652,7 +727,7 @@ async fn matrix(calls: usize) -> Result<(), Box<dyn std::error::Error>> {
                     direct.add(
                         run(
                             &client,
-                            direct_url,
+                            direct_endpoint,
                             *era,
                             concurrency,
                             per_round,
@@ -672,7 +747,7 @@ async fn matrix(calls: usize) -> Result<(), Box<dyn std::error::Error>> {
                     through.add(
                         run(
                             &client,
-                            &gateway.url,
+                            &gateway.front,
                             *era,
                             concurrency,
                             per_round,
@@ -689,7 +764,7 @@ async fn matrix(calls: usize) -> Result<(), Box<dyn std::error::Error>> {
                         };
                         match run(
                             &client,
-                            &peer.url,
+                            &peer.endpoint,
                             *era,
                             concurrency,
                             per_round,
@@ -926,52 +1001,63 @@ struct Run {
     cpu: Cpu,
     sse_answers: usize,
     json_answers: usize,
+    line_answers: usize,
 }
 
+/// Over stdio the `concurrency` clients share the one pipe, as the
+/// concurrent requests of a desktop client do.
 async fn run(
     client: &reqwest::Client,
-    url: &str,
+    endpoint: &Endpoint,
     era: Era,
     concurrency: usize,
     calls: usize,
     watch: &Watch,
 ) -> Result<Run, Box<dyn std::error::Error>> {
     let per_worker = calls.div_ceil(concurrency);
-    let sessions =
-        futures::future::try_join_all((0..concurrency).map(|_| open(client, url, era))).await?;
+    let sessions = match endpoint {
+        Endpoint::Http(url) => {
+            futures::future::try_join_all((0..concurrency).map(|_| open(client, url, era))).await?
+        }
+        Endpoint::Stdio(_) => vec![None; concurrency],
+    };
     let cpu_before = watch.read();
     let started = Instant::now();
     let workers = sessions.iter().map(|session| {
         let client = client.clone();
-        let url = url.to_owned();
+        let endpoint = endpoint.clone();
         let session = session.clone();
         tokio::spawn(async move {
             let mut latencies = Vec::with_capacity(per_worker);
-            let (mut sse, mut json) = (0, 0);
+            let mut kinds = [0; 3];
             for i in 0..per_worker {
                 let id = 1 + i;
                 let message = format!("m{}", NEXT_MESSAGE.fetch_add(1, Ordering::Relaxed));
                 let started = Instant::now();
-                let kind = call(&client, &url, era, session.as_deref(), id, &message).await?;
+                let kind = match &endpoint {
+                    Endpoint::Http(url) => {
+                        call(&client, url, era, session.as_deref(), id, &message).await?
+                    }
+                    Endpoint::Stdio(stdio) => call_stdio(stdio, &message).await?,
+                };
                 latencies.push(started.elapsed());
-                match kind {
-                    Kind::Sse => sse += 1,
-                    Kind::Json => json += 1,
-                }
+                kinds[kind as usize] += 1;
             }
-            Ok::<_, String>((latencies, sse, json))
+            Ok::<_, String>((latencies, kinds))
         })
     });
     let results = futures::future::join_all(workers).await;
     let elapsed = started.elapsed();
     let cpu = watch.read().since(cpu_before);
-    for session in sessions.iter().flatten() {
-        let _ = client
-            .delete(url)
-            .header("mcp-session-id", session)
-            .header("mcp-protocol-version", LEGACY_VERSION)
-            .send()
-            .await;
+    if let Endpoint::Http(url) = endpoint {
+        for session in sessions.iter().flatten() {
+            let _ = client
+                .delete(url)
+                .header("mcp-session-id", session)
+                .header("mcp-protocol-version", LEGACY_VERSION)
+                .send()
+                .await;
+        }
     }
     let mut run = Run {
         latencies: Vec::with_capacity(calls),
@@ -979,12 +1065,14 @@ async fn run(
         cpu,
         sse_answers: 0,
         json_answers: 0,
+        line_answers: 0,
     };
     for result in results {
-        let (latencies, sse, json) = result??;
+        let (latencies, [sse, json, lines]) = result??;
         run.latencies.extend(latencies);
         run.sse_answers += sse;
         run.json_answers += json;
+        run.line_answers += lines;
     }
     Ok(run)
 }
@@ -993,9 +1081,12 @@ async fn run(
 static NEXT_MESSAGE: AtomicU64 = AtomicU64::new(0);
 
 /// How an answer came.
+#[derive(Clone, Copy)]
 enum Kind {
     Sse,
     Json,
+    /// A line on a stdio pipe.
+    Line,
 }
 
 /// Opens a client of `era`: the initialize handshake for the 2025 eras
@@ -1005,11 +1096,7 @@ async fn open(client: &reqwest::Client, url: &str, era: Era) -> Result<Option<St
     if era == Era::Stateless2026 {
         return Ok(None);
     }
-    let capabilities = match std::env::var("LOAD_MATRIX_CAPABILITIES") {
-        Ok(text) => serde_json::from_str::<Value>(&text)
-            .map_err(|e| format!("LOAD_MATRIX_CAPABILITIES: {e}"))?,
-        Err(_) => json!({}),
-    };
+    let capabilities = capabilities()?;
     let body = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
         "protocolVersion": LEGACY_VERSION, "capabilities": capabilities,
         "clientInfo": {"name": "load-matrix", "version": "1"}}});
@@ -1052,6 +1139,17 @@ async fn open(client: &reqwest::Client, url: &str, era: Era) -> Result<Option<St
     Ok(session)
 }
 
+/// The capabilities the 2025-era clients declare
+/// (`LOAD_MATRIX_CAPABILITIES`, default none).
+fn capabilities() -> Result<Value, String> {
+    match std::env::var("LOAD_MATRIX_CAPABILITIES") {
+        Ok(text) => {
+            serde_json::from_str(&text).map_err(|e| format!("LOAD_MATRIX_CAPABILITIES: {e}"))
+        }
+        Err(_) => Ok(json!({})),
+    }
+}
+
 /// Whether the clients ask for progress (`LOAD_MATRIX_PROGRESS_TOKEN`).
 fn progress_token() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -1088,6 +1186,7 @@ async fn call(
                 .header("mcp-method", "tools/call")
                 .header("mcp-name", "echo");
         }
+        Era::Stdio2025 => return Err("the stdio era is not called over HTTP".to_owned()),
         Era::Sse2025 | Era::Json2025 => {
             if progress_token() {
                 params["_meta"] = json!({"progressToken": id});
@@ -1105,6 +1204,24 @@ async fn call(
         .await
         .map_err(|e| e.to_string())?;
     let (answer, kind) = read_answer(response, id).await?;
+    echoes(&answer, message)?;
+    Ok(kind)
+}
+
+/// One `tools/call` over a stdio pipe, checked to echo `message`.
+async fn call_stdio(stdio: &StdioClient, message: &str) -> Result<Kind, String> {
+    let mut params = json!({"name": "echo", "arguments": {"message": message}});
+    if progress_token() {
+        // Unique among the calls sharing the pipe, as a token must be.
+        params["_meta"] = json!({"progressToken": message});
+    }
+    let answer = stdio.request("tools/call", params).await?;
+    echoes(&answer, message)?;
+    Ok(Kind::Line)
+}
+
+/// `Ok` when `answer` is a successful result whose text echoes `message`.
+fn echoes(answer: &Value, message: &str) -> Result<(), String> {
     let echoed = answer["result"]["content"]
         .as_array()
         .into_iter()
@@ -1112,9 +1229,9 @@ async fn call(
         .filter_map(|block| block["text"].as_str())
         .any(|text| text.contains(message));
     if !echoed || answer["result"]["isError"] == Value::Bool(true) {
-        return Err(format!("call {id} did not echo {message:?}: {answer}"));
+        return Err(format!("the call did not echo {message:?}: {answer}"));
     }
-    Ok(kind)
+    Ok(())
 }
 
 /// Reads an answer to the end of its body and returns the JSON-RPC message

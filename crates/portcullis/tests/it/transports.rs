@@ -11,7 +11,8 @@
 //! reached by an rmcp client over HTTP and by the Python SDK over
 //! `portcullis serve --stdio`: each lists the qualified tools of all three
 //! and calls one on each. A SIGTERM then ends the gateway cleanly and takes
-//! its stdio child with it.
+//! its stdio child with it. A raw stdio client then makes 300 sequential
+//! calls across the three, bounded well under a per-call stall.
 
 use crate::common;
 
@@ -238,6 +239,59 @@ async fn python_sdk_over_serve_stdio_reaches_all_three_transports() {
         assert!(body.contains(&expected), "{name}: {body}");
     }
     web.close().await;
+}
+
+/// Desktop clients launch the gateway over stdio and wait for each answer
+/// before the next call. Pipes have no Nagle, but a writer that batches
+/// or flushes on a timer, or a read that waits out a timeout, would stall
+/// every call the same way the HTTP surface once did on delayed ACKs:
+/// 100 sequential calls to each of the three upstream transports (300 in
+/// all) take a small fraction of the bound without one (about a second in
+/// a debug build beside a compiler), and over 6 s with a 20 ms stall a call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sequential_calls_over_serve_stdio_do_not_stall() {
+    let web = web_upstream().await;
+    let sse = common::legacy_sse(legacy_tools()).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = config(dir.path(), &web.url(), &sse.url());
+    let took = tokio::task::block_in_place(|| {
+        let mut client = common::RawStdio::start(&config, false);
+        client.send(
+            json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "pace", "version": "1"}}}),
+        );
+        let answer = client
+            .answer_to(0, common::PATIENCE)
+            .expect("initialize answered");
+        assert_eq!(
+            answer["result"]["protocolVersion"], "2025-11-25",
+            "{answer}"
+        );
+        client.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        let started = std::time::Instant::now();
+        for id in 1..=300u64 {
+            let (name, args, expected) = calls(&format!("call{id}"))
+                .into_iter()
+                .nth(id as usize % 3)
+                .expect("three calls");
+            client.send(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                "params": {"name": name, "arguments": args}}));
+            let answer = client
+                .answer_to(id, common::PATIENCE)
+                .unwrap_or_else(|| panic!("call {id} to {name} unanswered"));
+            let body = answer["result"]["content"][0]["text"]
+                .as_str()
+                .unwrap_or_default();
+            assert!(body.contains(&expected), "{name}: {answer}");
+        }
+        started.elapsed()
+    });
+    web.close().await;
+    assert!(
+        took < std::time::Duration::from_secs(6),
+        "300 sequential calls over serve --stdio took {took:?}: a call waits on something"
+    );
 }
 
 /// A front on loopback that answers every request with a 307 to `target`.
