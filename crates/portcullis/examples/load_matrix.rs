@@ -36,6 +36,9 @@
 //!   and one session).
 //! * `http-stateless`: stateless Streamable HTTP with JSON answers, both
 //!   eras (the gateway reaches it as a 2026-07-28 server).
+//! * `sse`: legacy HTTP+SSE (2024-11-05), 2025-era: each request POSTed,
+//!   every answer an event on one long-lived stream (servers that predate
+//!   Streamable HTTP).
 //!
 //! "Direct" is the same echo handler served over Streamable HTTP in the
 //! client's own era: a session server for `2025-sse`, a stateless JSON
@@ -96,6 +99,8 @@ mod load_driver;
 use load_driver::{RmcpEcho, memory, ms};
 
 mod gateway_process;
+#[path = "../tests/it/common/legacy_sse.rs"]
+mod legacy_sse;
 mod peer_process;
 mod stdio_client;
 use peer_process::Peer;
@@ -107,10 +112,11 @@ const ERAS: [Era; 4] = [
     Era::Stateless2026,
     Era::Stdio2025,
 ];
-const UPSTREAMS: [Upstream; 3] = [
+const UPSTREAMS: [Upstream; 4] = [
     Upstream::Stdio,
     Upstream::HttpSession,
     Upstream::HttpStateless,
+    Upstream::LegacySse,
 ];
 const LEVELS: [usize; 3] = [1, 8, 32];
 /// Each side's calls of a cell are split into this many rounds, direct and
@@ -122,10 +128,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let runtime = tokio::runtime::Runtime::new()?;
     match args.get(1).map(String::as_str) {
-        Some("serve-http") => {
-            let sessions = args.get(2).map(String::as_str) == Some("session");
-            runtime.block_on(serve_http(sessions))
-        }
+        Some("serve-http") => match args.get(2).map(String::as_str) {
+            Some("sse") => runtime.block_on(serve_legacy_sse()),
+            mode => runtime.block_on(serve_http(mode == Some("session"))),
+        },
         Some("serve-stdio") => runtime.block_on(serve_stdio()),
         other => {
             let calls = other
@@ -227,6 +233,16 @@ async fn serve_http(sessions: bool) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// Serves the echo over stdin/stdout until stdin closes.
+/// Serves the 2025-era echo over legacy HTTP+SSE (2024-11-05: `GET /sse`
+/// for the event stream, `POST /message` for each request) on a free
+/// loopback port, printing the stream's URL.
+async fn serve_legacy_sse() -> Result<(), Box<dyn std::error::Error>> {
+    let server = legacy_sse::legacy_sse(LegacyEcho).await;
+    println!("{}", server.url());
+    std::future::pending::<()>().await;
+    Ok(())
+}
+
 async fn serve_stdio() -> Result<(), Box<dyn std::error::Error>> {
     use rmcp::ServiceExt;
     let running = RmcpEcho.serve(rmcp::transport::stdio()).await?;
@@ -263,6 +279,9 @@ enum Upstream {
     Stdio,
     HttpSession,
     HttpStateless,
+    /// Legacy HTTP+SSE (2024-11-05): requests POSTed, answers on one
+    /// long-lived event stream.
+    LegacySse,
 }
 
 impl Upstream {
@@ -271,6 +290,7 @@ impl Upstream {
             Upstream::Stdio => "stdio",
             Upstream::HttpSession => "http-session",
             Upstream::HttpStateless => "http-stateless",
+            Upstream::LegacySse => "sse",
         }
     }
 }
@@ -308,6 +328,13 @@ enum Endpoint {
     Stdio(Arc<StdioClient>),
 }
 
+/// Where the HTTP echo servers listen.
+struct EchoUrls {
+    session: String,
+    stateless: String,
+    sse: String,
+}
+
 /// One gateway in front of one upstream.
 struct Gateway {
     process: Child,
@@ -323,8 +350,7 @@ async fn spawn_gateway(
     exe: &Path,
     era: Era,
     upstream: Upstream,
-    session_url: &str,
-    stateless_url: &str,
+    urls: &EchoUrls,
     store: &str,
 ) -> Result<Gateway, Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
@@ -334,10 +360,13 @@ async fn spawn_gateway(
             "type = \"stdio\"\ncommand = {}\nargs = [\"serve-stdio\"]\n",
             Value::from(exe.to_string_lossy().into_owned())
         ),
-        Upstream::HttpSession => format!("type = \"streamable-http\"\nurl = \"{session_url}\"\n"),
-        Upstream::HttpStateless => {
-            format!("type = \"streamable-http\"\nurl = \"{stateless_url}\"\n")
+        Upstream::HttpSession => {
+            format!("type = \"streamable-http\"\nurl = \"{}\"\n", urls.session)
         }
+        Upstream::HttpStateless => {
+            format!("type = \"streamable-http\"\nurl = \"{}\"\n", urls.stateless)
+        }
+        Upstream::LegacySse => format!("type = \"sse\"\nurl = \"{}\"\n", urls.sse),
     };
     std::fs::write(
         &config,
@@ -616,6 +645,12 @@ async fn matrix(calls: usize) -> Result<(), Box<dyn std::error::Error>> {
     };
     let (session_echo, session_url) = spawn_echo(&exe, "session").await?;
     let (stateless_echo, stateless_url) = spawn_echo(&exe, "stateless").await?;
+    let (sse_echo, sse_url) = spawn_echo(&exe, "sse").await?;
+    let urls = EchoUrls {
+        session: session_url.clone(),
+        stateless: stateless_url.clone(),
+        sse: sse_url,
+    };
     let client = reqwest::Client::builder().tcp_nodelay(true).build()?;
     let stdio_echo = if eras.contains(&Era::Stdio2025) {
         Some(spawn_stdio_echo(&exe).await?)
@@ -647,16 +682,7 @@ async fn matrix(calls: usize) -> Result<(), Box<dyn std::error::Error>> {
             // A fresh gateway for each era and upstream, so what one block
             // leaves behind (sessions, the memory store's audit records)
             // does not weigh on the next one's memory.
-            let gateway = spawn_gateway(
-                &bin,
-                &exe,
-                *era,
-                *upstream,
-                &session_url,
-                &stateless_url,
-                store,
-            )
-            .await?;
+            let gateway = spawn_gateway(&bin, &exe, *era, *upstream, &urls, store).await?;
             idle.push((*era, *upstream, gateway.idle_mib));
             // Warm-up of both sides: connections, sessions, allocator.
             let unwatched = Watch {
@@ -742,6 +768,7 @@ async fn matrix(calls: usize) -> Result<(), Box<dyn std::error::Error>> {
                             Upstream::Stdio => ServerProcess::ChildrenOf(gateway.process.pid),
                             Upstream::HttpSession => ServerProcess::Alone(session_echo.pid),
                             Upstream::HttpStateless => ServerProcess::Alone(stateless_echo.pid),
+                            Upstream::LegacySse => ServerProcess::Alone(sse_echo.pid),
                         },
                     };
                     through.add(
@@ -872,6 +899,7 @@ async fn matrix(calls: usize) -> Result<(), Box<dyn std::error::Error>> {
 
     drop(session_echo);
     drop(stateless_echo);
+    drop(sse_echo);
     Ok(())
 }
 
