@@ -288,10 +288,12 @@ impl GuardedHttp {
             .await
     }
 
-    /// [`GuardedHttp::send`] for a direct `tools/call`: its exchanges go on
-    /// the call lane when the server has one (`crate::lane`), everything
-    /// else as `send` does it.
-    pub(crate) async fn send_call(
+    /// [`GuardedHttp::send`] for a short exchange, one whose answer is read
+    /// to its end before anything else waits on the connection (a direct
+    /// `tools/call`, a legacy SSE POST): on the call lane when the server
+    /// has one (`crate::lane`), everything else as `send` does it. Never
+    /// for a stream a server holds open.
+    pub(crate) async fn send_exchange(
         &self,
         method: Method,
         url: Url,

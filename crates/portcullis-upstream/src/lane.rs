@@ -1,5 +1,6 @@
-//! The call lane: the direct call path's HTTP/1.1 exchanges, with each
-//! connection driven by the call that uses it.
+//! The call lane: the HTTP/1.1 exchanges of the direct call path and of
+//! the legacy SSE transport's POSTs, with each connection driven by the
+//! request that uses it.
 //!
 //! Why: reqwest's pooled client (hyper-util's) runs every connection on a
 //! task of its own and spawns one more per request to put the connection

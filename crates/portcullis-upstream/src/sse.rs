@@ -3,7 +3,8 @@
 //!
 //! The client opens a GET event stream; the server's first `endpoint` event
 //! names the URL to POST messages to; replies arrive as `message` events on
-//! the stream. Both the GET and every POST go through [`GuardedHttp`], so the
+//! the stream. Both the GET and every POST go through [`GuardedHttp`] (each
+//! POST as a short exchange, on the server's call lane), so the
 //! SSRF guard, the redirect rules and credential handling are the same as
 //! for Streamable HTTP. An `endpoint` naming another origin than the stream's
 //! is refused before anything is posted to it: a server must not be able to
@@ -134,8 +135,11 @@ impl Transport<RoleClient> for LegacySseTransport {
         async move {
             let body = body?;
             // 2024-11-05 servers answer 202; the reply comes on the stream.
+            // A short exchange, so on the call lane: reqwest's pooled client
+            // hands each request between tasks and turns every answer's URI
+            // back into a `Url`, most of a POST's cost.
             let (response, _) = http
-                .send(
+                .send_exchange(
                     Method::POST,
                     url,
                     HeaderMap::new(),

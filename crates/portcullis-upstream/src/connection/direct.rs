@@ -411,7 +411,7 @@ impl Direct {
         }
         let (response, _) = self
             .http
-            .send_call(
+            .send_exchange(
                 Method::POST,
                 self.url.clone(),
                 headers,
