@@ -125,6 +125,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod answers;
 mod call_context;
 mod cold_start;
 pub mod config;

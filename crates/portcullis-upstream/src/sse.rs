@@ -9,7 +9,9 @@
 //! for Streamable HTTP. An `endpoint` naming another origin than the stream's
 //! is refused before anything is posted to it: a server must not be able to
 //! send our credentials elsewhere. A re-sent `endpoint` event updates the
-//! POST URL under the same rule.
+//! POST URL under the same rule. Each `message` event is read by the
+//! request it answers (`crate::answers`), as stdio lines are; a request of
+//! the server's that cannot be read is refused by its id.
 
 use std::pin::Pin;
 
@@ -25,6 +27,7 @@ use sse_stream::Sse;
 use thiserror::Error;
 use url::Url;
 
+use crate::answers::{Incoming, Reader};
 use crate::http::{CallCredential, GuardedHttp, HttpFailure, sse_events};
 
 type Events = Pin<Box<dyn Stream<Item = Result<Sse, SseError>> + Send>>;
@@ -60,6 +63,7 @@ pub(crate) struct LegacySseTransport {
     stream_url: Url,
     post_url: Url,
     events: Events,
+    reader: Reader,
 }
 
 impl LegacySseTransport {
@@ -89,11 +93,13 @@ impl LegacySseTransport {
                 }
             }
         };
+        let reader = Reader::new(http.server().to_owned());
         Ok(LegacySseTransport {
             http,
             stream_url,
             post_url,
             events,
+            reader,
         })
     }
 }
@@ -121,41 +127,9 @@ impl Transport<RoleClient> for LegacySseTransport {
         &mut self,
         item: ClientJsonRpcMessage,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
-        let http = self.http.clone();
-        let url = self.post_url.clone();
-        let token = match &item {
-            ClientJsonRpcMessage::Request(r) => r
-                .request
-                .extensions()
-                .get::<CallCredential>()
-                .map(|c| c.0.clone()),
-            _ => None,
-        };
-        let body = serde_json::to_vec(&item).map(Bytes::from);
-        async move {
-            let body = body?;
-            // 2024-11-05 servers answer 202; the reply comes on the stream.
-            // A short exchange, so on the call lane: reqwest's pooled client
-            // hands each request between tasks and turns every answer's URI
-            // back into a `Url`, most of a POST's cost.
-            let (response, _) = http
-                .send_exchange(
-                    Method::POST,
-                    url,
-                    HeaderMap::new(),
-                    Some(body),
-                    token.as_deref(),
-                )
-                .await?;
-            if response.status().is_success() {
-                Ok(())
-            } else {
-                Err(LegacySseError::Status {
-                    server: http.server().to_owned(),
-                    status: response.status().as_u16(),
-                })
-            }
-        }
+        // Noted before it is posted, so its answer cannot arrive first.
+        self.reader.sent(&item);
+        post(self.http.clone(), self.post_url.clone(), item)
     }
 
     async fn receive(&mut self) -> Option<ServerJsonRpcMessage> {
@@ -165,12 +139,17 @@ impl Transport<RoleClient> for LegacySseTransport {
             match event.event.as_deref() {
                 None | Some("message") => {
                     let Some(data) = event.data else { continue };
-                    match serde_json::from_str(&data) {
-                        Ok(message) => return Some(message),
-                        Err(e) => tracing::debug!(
-                            server = self.http.server(),
-                            "dropping an unparsable SSE message: {e}"
-                        ),
+                    match self.reader.read(data.as_bytes()) {
+                        Incoming::Message(message) => return Some(message),
+                        Incoming::Refuse(answer) => {
+                            // Posted on its own task: `receive` may be
+                            // dropped at any await.
+                            let post = post(self.http.clone(), self.post_url.clone(), answer);
+                            tokio::spawn(async move {
+                                let _ = post.await;
+                            });
+                        }
+                        Incoming::Skip => {}
                     }
                 }
                 Some("endpoint") => {
@@ -194,5 +173,45 @@ impl Transport<RoleClient> for LegacySseTransport {
         // Dropping the stream closes the GET, which ends the legacy session.
         self.events = Box::pin(futures::stream::empty());
         Ok(())
+    }
+}
+
+/// Posts one message to the session's endpoint, with the call's credential
+/// if it is a request that carries one. 2024-11-05 servers answer 202; the
+/// reply comes on the stream. A short exchange, so on the call lane:
+/// reqwest's pooled client hands each request between tasks and turns
+/// every answer's URI back into a `Url`, most of a POST's cost.
+fn post(
+    http: GuardedHttp,
+    url: Url,
+    item: ClientJsonRpcMessage,
+) -> impl Future<Output = Result<(), LegacySseError>> + Send + 'static {
+    let token = match &item {
+        ClientJsonRpcMessage::Request(r) => r
+            .request
+            .extensions()
+            .get::<CallCredential>()
+            .map(|c| c.0.clone()),
+        _ => None,
+    };
+    let body = serde_json::to_vec(&item).map(Bytes::from);
+    async move {
+        let (response, _) = http
+            .send_exchange(
+                Method::POST,
+                url,
+                HeaderMap::new(),
+                Some(body?),
+                token.as_deref(),
+            )
+            .await?;
+        if response.status().is_success() {
+            Ok(())
+        } else {
+            Err(LegacySseError::Status {
+                server: http.server().to_owned(),
+                status: response.status().as_u16(),
+            })
+        }
     }
 }

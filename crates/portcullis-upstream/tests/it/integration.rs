@@ -1146,6 +1146,120 @@ mod legacy_sse {
         toolset.close().await;
     }
 
+    /// A legacy SSE server of its own that answers `initialize` and
+    /// `tools/list` (one tool, `garble`) and every `tools/call` first with a
+    /// request of its own that cannot be read (its params are a number),
+    /// then with an answer nested past what JSON is read to (rmcp cannot
+    /// read either). Every message posted to it is kept.
+    async fn garbling_sse_server() -> (String, Arc<std::sync::Mutex<Vec<serde_json::Value>>>) {
+        use axum::extract::State;
+        use axum::response::sse::{Event, Sse};
+        use axum::routing::{get, post};
+        use futures::StreamExt;
+        type Stream =
+            Arc<std::sync::Mutex<Option<futures::channel::mpsc::UnboundedSender<String>>>>;
+        #[derive(Clone)]
+        struct Garble {
+            stream: Stream,
+            posted: Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
+        }
+        async fn open(
+            State(state): State<Garble>,
+        ) -> Sse<impl futures::Stream<Item = Result<Event, std::convert::Infallible>>> {
+            let (sender, messages) = futures::channel::mpsc::unbounded();
+            *state.stream.lock().unwrap() = Some(sender);
+            let endpoint = Event::default().event("endpoint").data("/message");
+            Sse::new(
+                futures::stream::once(async move { Ok(endpoint) })
+                    .chain(messages.map(|m| Ok(Event::default().event("message").data(m)))),
+            )
+        }
+        async fn message(State(state): State<Garble>, body: String) -> axum::http::StatusCode {
+            let message: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+            state.posted.lock().unwrap().push(message.clone());
+            let id = message["id"].clone();
+            let answers = match message["method"].as_str() {
+                Some("initialize") => vec![
+                    json!({"jsonrpc": "2.0", "id": id, "result": {
+                    "protocolVersion": "2024-11-05", "capabilities": {"tools": {}},
+                    "serverInfo": {"name": "garble", "version": "1"}}})
+                    .to_string(),
+                ],
+                Some("tools/list") => vec![
+                    json!({"jsonrpc": "2.0", "id": id, "result": {
+                    "tools": [{"name": "garble", "inputSchema": {"type": "object"}}]}})
+                    .to_string(),
+                ],
+                Some("tools/call") => vec![
+                    json!({"jsonrpc": "2.0", "id": "srv-1", "method": "sampling/createMessage",
+                        "params": 5})
+                    .to_string(),
+                    format!(
+                        r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[],"structuredContent":{}{}}}}}"#,
+                        "[".repeat(200),
+                        "]".repeat(200)
+                    ),
+                ],
+                Some(_) => vec![json!({"jsonrpc": "2.0", "id": id, "result": {}}).to_string()],
+                None => Vec::new(),
+            };
+            if let Some(stream) = state.stream.lock().unwrap().as_ref() {
+                for answer in answers {
+                    let _ = stream.unbounded_send(answer);
+                }
+            }
+            axum::http::StatusCode::ACCEPTED
+        }
+        let posted = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let state = Garble {
+            stream: Arc::default(),
+            posted: posted.clone(),
+        };
+        let router = axum::Router::new()
+            .route("/sse", get(open))
+            .route("/message", post(message))
+            .with_state(state);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/sse", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, router).await;
+        });
+        (url, posted)
+    }
+
+    /// A legacy SSE server's unreadable answer fails its call at once (it
+    /// used to be dropped, and the call waited out its timeout: a minute by
+    /// default), and its unreadable request is refused by its id (it used
+    /// to be dropped, and the server waited for an answer that never came).
+    #[tokio::test]
+    async fn a_legacy_sse_servers_unreadable_answer_fails_the_call_and_its_request_is_refused() {
+        let (url, posted) = garbling_sse_server().await;
+        let toolset = connect(vec![McpServerConfig::sse("old", url)], options())
+            .await
+            .unwrap();
+        assert_eq!(names(&toolset), ["old__garble"]);
+        let failed = tokio::time::timeout(
+            Duration::from_secs(20),
+            call(&toolset, "old__garble", json!({})),
+        )
+        .await
+        .expect("the call fails at once, not at its timeout")
+        .unwrap_err()
+        .to_string();
+        assert!(failed.contains("could not be read"), "{failed}");
+        assert!(
+            eventually(WAIT, || posted
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|m| m["id"] == "srv-1" && m["error"]["code"] == -32600))
+            .await,
+            "{:?}",
+            posted.lock().unwrap()
+        );
+        toolset.close().await;
+    }
+
     #[tokio::test]
     async fn an_endpoint_on_another_origin_is_refused() {
         let server = sse_fixture(
