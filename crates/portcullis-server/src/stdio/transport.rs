@@ -43,8 +43,8 @@ use portcullis_catalog::log_line::LineSplitter;
 use portcullis_catalog::message_line::{LineEnd, MAX_MESSAGE_LINE_BYTES, MessageLine};
 use rmcp::RoleServer;
 use rmcp::model::{
-    ClientJsonRpcMessage, ClientNotification, ErrorCode, ErrorData, JsonRpcMessage, RequestId,
-    ServerJsonRpcMessage,
+    CallToolRequest, ClientJsonRpcMessage, ClientNotification, ClientRequest, ErrorCode, ErrorData,
+    JsonRpcMessage, RequestId, ServerJsonRpcMessage,
 };
 use rmcp::transport::Transport;
 use rmcp::transport::async_rw::JsonRpcMessageCodec;
@@ -57,6 +57,7 @@ use tokio_util::codec::Decoder;
 use tokio_util::sync::CancellationToken;
 
 use crate::malformed::{error_body, unreadable};
+use crate::tool_call::PlainCall;
 
 /// The longest line (one JSON-RPC message, its newline included) read from
 /// the client: the same 16 MiB as rmcp's transport, which this replaces.
@@ -86,11 +87,31 @@ fn read(line: &[u8]) -> Incoming {
     }
     // rmcp's reading: a byte order mark ignored, then the message.
     let json = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
+    if let Some(call) = PlainCall::read(json) {
+        return Incoming::Message(call_message(call));
+    }
     match serde_json::from_slice::<ClientJsonRpcMessage>(json) {
         Ok(message) => Incoming::Message(message),
         Err(_) if ignored_by_rmcp(line) => Incoming::Skip,
         Err(error) => refuse(json, &error),
     }
+}
+
+/// A `tools/call` read straight into its params, as the message rmcp's
+/// reading makes of the same line (its `_meta` moved to the request's
+/// extensions). Nearly every line is one, and rmcp's reading tries each
+/// kind of message in turn (a `serde_json` error built for each miss)
+/// through buffered, flattened maps: a quarter of a proxied call's
+/// instructions. Any other line, or a call this does not read, is read as
+/// rmcp reads it.
+fn call_message(call: PlainCall) -> ClientJsonRpcMessage {
+    let PlainCall { id, mut params, .. } = call;
+    let meta = params.meta.take();
+    let mut request = CallToolRequest::new(params);
+    if let Some(meta) = meta {
+        request.extensions.insert(meta);
+    }
+    ClientJsonRpcMessage::request(ClientRequest::CallToolRequest(request), id)
 }
 
 /// Whether rmcp skips this unreadable line rather than refusing it (a
@@ -544,6 +565,53 @@ mod tests {
         match read(line) {
             Incoming::Refuse(answer, failed) => (answer, failed),
             other => panic!("{line:?}: expected a refusal, got {other:?}"),
+        }
+    }
+
+    /// A `tools/call` read by its own reading is the message rmcp's
+    /// reading makes of the same line: the same request, id and `_meta`
+    /// (moved to the request's extensions, where rmcp puts it and the
+    /// handler reads it).
+    #[test]
+    fn a_call_is_read_as_rmcp_reads_it() {
+        use rmcp::model::GetExtensions;
+        let lines = [
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": "echo", "arguments": {"message": "hi"}}}),
+            json!({"jsonrpc": "2.0", "id": "call-7", "method": "tools/call",
+                "params": {"name": "echo"}}),
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                "params": {"name": "echo", "arguments": {"message": "m\u{e9}\"\n"},
+                    "_meta": {"progressToken": 7}}}),
+            json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                "params": {"name": "echo", "arguments": {},
+                    "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}},
+                        "io.modelcontextprotocol/clientInfo": {"name": "c", "version": "1"}}}}),
+            json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "extra": true,
+                "params": {"name": "echo", "arguments": {"n": [1, 2.5, null]}}}),
+        ];
+        for line in lines {
+            let line = line.to_string();
+            assert!(PlainCall::read(line.as_bytes()).is_some(), "{line}");
+            let Incoming::Message(ours) = read(line.as_bytes()) else {
+                panic!("{line}: not read as a message");
+            };
+            let rmcps: ClientJsonRpcMessage = serde_json::from_str(&line).unwrap();
+            assert_eq!(
+                serde_json::to_value(&ours).unwrap(),
+                serde_json::to_value(&rmcps).unwrap(),
+                "{line}"
+            );
+            let meta = |m: &ClientJsonRpcMessage| match m {
+                JsonRpcMessage::Request(r) => r
+                    .request
+                    .extensions()
+                    .get::<rmcp::model::RequestMetaObject>()
+                    .cloned(),
+                _ => panic!("not a request"),
+            };
+            assert_eq!(meta(&ours), meta(&rmcps), "{line}");
         }
     }
 
