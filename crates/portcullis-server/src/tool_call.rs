@@ -54,14 +54,27 @@ pub(crate) struct PlainCall {
     pub(crate) id: RequestId,
     pub(crate) method: String,
     pub(crate) params: CallToolRequestParams,
+    /// Whether the message also has a `result` or an `error` member (of any
+    /// value, `null` included): rmcp refuses a message that is both a
+    /// request and an answer, so such a line is left to its reading.
+    #[serde(default, deserialize_with = "present")]
+    result: bool,
+    #[serde(default, deserialize_with = "present")]
+    error: bool,
 }
 
 impl PlainCall {
     /// `body` as a JSON-RPC 2.0 `tools/call`, or `None`.
     pub(crate) fn read(body: &[u8]) -> Option<PlainCall> {
         let call: PlainCall = serde_json::from_slice(body).ok()?;
-        (call.jsonrpc == "2.0" && call.method == "tools/call").then_some(call)
+        (call.jsonrpc == "2.0" && call.method == "tools/call" && !call.result && !call.error)
+            .then_some(call)
     }
+}
+
+/// `true` for a member that is there, whatever its value.
+fn present<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<bool, D::Error> {
+    <serde::de::IgnoredAny as serde::Deserialize>::deserialize(deserializer).map(|_| true)
 }
 
 /// Which protocol era the caller speaks: what rmcp does to a result

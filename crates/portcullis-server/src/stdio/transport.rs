@@ -615,6 +615,32 @@ mod tests {
         }
     }
 
+    /// A `tools/call` that also carries a `result` or an `error` (even
+    /// `null`) is neither a request nor an answer: rmcp refuses it, and so
+    /// does the call's own reading (it does not run the tool).
+    #[test]
+    fn a_call_that_is_also_an_answer_is_refused_as_rmcp_refuses_it() {
+        for extra in [
+            json!({"result": null}),
+            json!({"result": {}}),
+            json!({"error": {}}),
+        ] {
+            let mut line = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": "echo", "arguments": {}}});
+            for (key, value) in extra.as_object().unwrap() {
+                line[key] = value.clone();
+            }
+            let line = line.to_string();
+            assert!(
+                serde_json::from_str::<ClientJsonRpcMessage>(&line).is_err(),
+                "{line}"
+            );
+            assert!(PlainCall::read(line.as_bytes()).is_none(), "{line}");
+            let (answer, _) = refusal(line.as_bytes());
+            assert_eq!(answer["error"]["code"], -32600, "{line}: {answer}");
+        }
+    }
+
     /// Each unreadable line gets the code and id the HTTP surface gives
     /// the same body, and its text never comes back.
     #[test]

@@ -581,3 +581,50 @@ async fn a_call_flooding_progress_holds_a_bounded_amount() {
     }
     server.close().await;
 }
+
+/// A `tools/call` body that also carries a `result` or an `error` (even
+/// `null`) is neither a request nor an answer: rmcp refuses it, and the
+/// direct path leaves it to rmcp rather than running the tool (it used to
+/// run it).
+#[tokio::test]
+async fn a_call_that_is_also_an_answer_runs_no_tool() {
+    let ran = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = ran.clone();
+    let server = serve(ToolServer::builder().tool(
+        ro("count"),
+        move |_: Value, _ctx: CallContext| {
+            let counted = counted.clone();
+            async move {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                Ok::<_, ToolError>(ToolResult::text("ran"))
+            }
+        },
+    ))
+    .await;
+    for extra in [
+        ("result", json!(null)),
+        ("result", json!({})),
+        ("error", json!({})),
+    ] {
+        let mut body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "count", "arguments": {}, "_meta": meta(Asks::Nothing)}});
+        body[extra.0] = extra.1;
+        let mut request = reqwest::Client::new()
+            .post(server.url())
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body.to_string());
+        for (name, value) in call_headers("count") {
+            request = request.header(name, value);
+        }
+        let response = tokio::time::timeout(HANG, request.send())
+            .await
+            .unwrap()
+            .unwrap();
+        let status = response.status();
+        let text = response.text().await.unwrap();
+        assert!(!text.contains("ran"), "{body} answered {status}: {text}");
+    }
+    assert_eq!(ran.load(std::sync::atomic::Ordering::SeqCst), 0);
+    server.close().await;
+}
