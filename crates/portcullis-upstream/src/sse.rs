@@ -14,6 +14,7 @@
 //! the server's that cannot be read is refused by its id.
 
 use std::pin::Pin;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
@@ -25,6 +26,7 @@ use rmcp::transport::Transport;
 use rmcp::transport::streamable_http_client::SseError;
 use sse_stream::Sse;
 use thiserror::Error;
+use tokio::sync::Semaphore;
 use url::Url;
 
 use crate::answers::{Incoming, Reader};
@@ -34,6 +36,14 @@ type Events = Pin<Box<dyn Stream<Item = Result<Sse, SseError>> + Send>>;
 
 /// Largest SSE event accepted from a legacy server.
 const MAX_EVENT_SIZE: usize = 16 << 20;
+
+/// Refusals of the server's unreadable requests on their way at once; more
+/// are dropped (logged at debug), so a server that streams them cannot make
+/// the gateway post without bound.
+pub(crate) const MAX_REFUSALS_IN_FLIGHT: usize = 8;
+
+/// How long one refusal may take to post.
+const REFUSAL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Why the legacy SSE transport failed.
 #[derive(Debug, Error)]
@@ -64,6 +74,7 @@ pub(crate) struct LegacySseTransport {
     post_url: Url,
     events: Events,
     reader: Reader,
+    refusals: Arc<Semaphore>,
 }
 
 impl LegacySseTransport {
@@ -100,6 +111,7 @@ impl LegacySseTransport {
             post_url,
             events,
             reader,
+            refusals: Arc::new(Semaphore::new(MAX_REFUSALS_IN_FLIGHT)),
         })
     }
 }
@@ -144,10 +156,21 @@ impl Transport<RoleClient> for LegacySseTransport {
                         Incoming::Refuse(answer) => {
                             // Posted on its own task: `receive` may be
                             // dropped at any await.
-                            let post = post(self.http.clone(), self.post_url.clone(), answer);
-                            tokio::spawn(async move {
-                                let _ = post.await;
-                            });
+                            match self.refusals.clone().try_acquire_owned() {
+                                Ok(permit) => {
+                                    let post =
+                                        post(self.http.clone(), self.post_url.clone(), answer);
+                                    tokio::spawn(async move {
+                                        let _ = tokio::time::timeout(REFUSAL_TIMEOUT, post).await;
+                                        drop(permit);
+                                    });
+                                }
+                                Err(_) => tracing::debug!(
+                                    server = self.http.server(),
+                                    "dropped the refusal of an unreadable request: \
+                                     {MAX_REFUSALS_IN_FLIGHT} already on their way"
+                                ),
+                            }
                         }
                         Incoming::Skip => {}
                     }

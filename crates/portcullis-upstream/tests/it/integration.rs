@@ -1147,11 +1147,15 @@ mod legacy_sse {
     }
 
     /// A legacy SSE server of its own that answers `initialize` and
-    /// `tools/list` (one tool, `garble`) and every `tools/call` first with a
-    /// request of its own that cannot be read (its params are a number),
-    /// then with an answer nested past what JSON is read to (rmcp cannot
-    /// read either). Every message posted to it is kept.
-    async fn garbling_sse_server() -> (String, Arc<std::sync::Mutex<Vec<serde_json::Value>>>) {
+    /// `tools/list` (one tool, `garble`) and every `tools/call` first with
+    /// `unreadable` requests of its own that cannot be read (their params
+    /// are a number; ids `srv-1`…), then with an answer nested past what
+    /// JSON is read to (rmcp cannot read either). Every message posted to
+    /// it is kept; with `hold_refusals`, a posted error is never answered.
+    async fn garbling_sse_server(
+        unreadable: usize,
+        hold_refusals: bool,
+    ) -> (String, Arc<std::sync::Mutex<Vec<serde_json::Value>>>) {
         use axum::extract::State;
         use axum::response::sse::{Event, Sse};
         use axum::routing::{get, post};
@@ -1162,6 +1166,8 @@ mod legacy_sse {
         struct Garble {
             stream: Stream,
             posted: Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
+            unreadable: usize,
+            hold_refusals: bool,
         }
         async fn open(
             State(state): State<Garble>,
@@ -1177,6 +1183,9 @@ mod legacy_sse {
         async fn message(State(state): State<Garble>, body: String) -> axum::http::StatusCode {
             let message: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
             state.posted.lock().unwrap().push(message.clone());
+            if state.hold_refusals && message.get("error").is_some() {
+                std::future::pending::<()>().await;
+            }
             let id = message["id"].clone();
             let answers = match message["method"].as_str() {
                 Some("initialize") => vec![
@@ -1190,16 +1199,18 @@ mod legacy_sse {
                     "tools": [{"name": "garble", "inputSchema": {"type": "object"}}]}})
                     .to_string(),
                 ],
-                Some("tools/call") => vec![
-                    json!({"jsonrpc": "2.0", "id": "srv-1", "method": "sampling/createMessage",
-                        "params": 5})
-                    .to_string(),
-                    format!(
+                Some("tools/call") => (1..=state.unreadable)
+                    .map(|n| {
+                        json!({"jsonrpc": "2.0", "id": format!("srv-{n}"),
+                            "method": "sampling/createMessage", "params": 5})
+                        .to_string()
+                    })
+                    .chain([format!(
                         r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[],"structuredContent":{}{}}}}}"#,
                         "[".repeat(200),
                         "]".repeat(200)
-                    ),
-                ],
+                    )])
+                    .collect(),
                 Some(_) => vec![json!({"jsonrpc": "2.0", "id": id, "result": {}}).to_string()],
                 None => Vec::new(),
             };
@@ -1214,6 +1225,8 @@ mod legacy_sse {
         let state = Garble {
             stream: Arc::default(),
             posted: posted.clone(),
+            unreadable,
+            hold_refusals,
         };
         let router = axum::Router::new()
             .route("/sse", get(open))
@@ -1233,7 +1246,7 @@ mod legacy_sse {
     /// to be dropped, and the server waited for an answer that never came).
     #[tokio::test]
     async fn a_legacy_sse_servers_unreadable_answer_fails_the_call_and_its_request_is_refused() {
-        let (url, posted) = garbling_sse_server().await;
+        let (url, posted) = garbling_sse_server(1, false).await;
         let toolset = connect(vec![McpServerConfig::sse("old", url)], options())
             .await
             .unwrap();
@@ -1257,6 +1270,36 @@ mod legacy_sse {
             "{:?}",
             posted.lock().unwrap()
         );
+        toolset.close().await;
+    }
+
+    /// A server that streams unreadable requests and never takes the
+    /// refusals gets at most 8 of them at once (the rest are dropped), not
+    /// one open POST per request.
+    #[tokio::test]
+    async fn a_legacy_sse_servers_unreadable_requests_get_a_bounded_number_of_refusals() {
+        let (url, posted) = garbling_sse_server(50, true).await;
+        let toolset = connect(vec![McpServerConfig::sse("old", url)], options())
+            .await
+            .unwrap();
+        let refusals = || {
+            posted
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|m| m.get("error").is_some())
+                .count()
+        };
+        let failed = tokio::time::timeout(
+            Duration::from_secs(20),
+            call(&toolset, "old__garble", json!({})),
+        )
+        .await
+        .expect("the call fails at once");
+        assert!(failed.is_err());
+        assert!(eventually(WAIT, || refusals() == 8).await, "{}", refusals());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(refusals(), 8, "refusals past the cap were posted");
         toolset.close().await;
     }
 
