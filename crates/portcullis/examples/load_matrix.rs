@@ -78,7 +78,8 @@
 //! declare them), `LOAD_MATRIX_PROGRESS_TOKEN=1` (the clients of every era
 //! put a `progressToken` in every call's `_meta`, numbered like rmcp's
 //! client, which sends one on every request), `LOAD_MATRIX_PEERS` (peer
-//! proxies measured beside the gateway in every stdio cell, in the same
+//! proxies measured beside the gateway in every HTTP era's stdio-upstream
+//! cell (they serve HTTP only), in the same
 //! rounds and against the same direct server: `supergateway`,
 //! `ts-mcp-proxy`, `py-mcp-proxy`, or `all`; installed under `.peers/`, or
 //! `LOAD_MATRIX_PEERS_DIR`; `LOAD_MATRIX_NODE` names the Node.js binary;
