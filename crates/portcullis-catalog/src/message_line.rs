@@ -23,6 +23,29 @@
 /// The longest line a stdio transport holds: longer ones are refused.
 pub const MAX_MESSAGE_LINE_BYTES: usize = 16 * 1024 * 1024;
 
+/// Where a message failed to read, for the log, without any of its text
+/// (serde's own messages can quote it).
+///
+/// ```
+/// use portcullis_catalog::message_line::describe_unreadable;
+///
+/// let error = serde_json::from_str::<serde_json::Value>("{\"secret\": ").unwrap_err();
+/// assert_eq!(describe_unreadable(&error), "cut short, at line 1 column 11");
+/// ```
+pub fn describe_unreadable(error: &serde_json::Error) -> String {
+    let what = match error.classify() {
+        serde_json::error::Category::Io => "unreadable",
+        serde_json::error::Category::Syntax => "not JSON, or nested too deep",
+        serde_json::error::Category::Data => "not of the expected shape",
+        serde_json::error::Category::Eof => "cut short",
+    };
+    match error.line() {
+        // serde names no position for a shape it could not take.
+        0 => what.to_owned(),
+        line => format!("{what}, at line {line} column {}", error.column()),
+    }
+}
+
 /// A buffer grown past this by a large message is let go after it.
 const KEEP_CAPACITY: usize = 1024 * 1024;
 

@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError};
 
 use portcullis_catalog::log_line::{DEFAULT_MAX_LINE_BYTES, LineSplitter};
+use portcullis_catalog::message_line::describe_unreadable;
 use rmcp::model::{
     CallToolResult, ClientJsonRpcMessage, ClientNotification, ClientRequest, ErrorData,
     JsonRpcMessage, RequestId, ServerJsonRpcMessage, ServerResult,
@@ -227,7 +228,7 @@ impl Reader {
                 tracing::debug!(
                     server = %self.server,
                     "skipped a line that is not an MCP message ({}): {}",
-                    describe(&error),
+                    describe_unreadable(&error),
                     logged(line),
                 );
                 match request {
@@ -246,7 +247,7 @@ impl Reader {
         tracing::warn!(
             server = %self.server,
             "the answer to request {id} could not be read ({}); the request fails",
-            describe(error),
+            describe_unreadable(error),
         );
         ServerJsonRpcMessage::error(
             ErrorData::internal_error(UNREADABLE_ANSWER, None),
@@ -292,18 +293,6 @@ fn read_result(asked: Asked, result: &str) -> Result<ServerResult, serde_json::E
         },
         Asked::Other => serde_json::from_str::<ServerResult>(result),
     }
-}
-
-/// Where a line failed, without any of the server's text (serde's own
-/// messages can quote it).
-fn describe(error: &serde_json::Error) -> String {
-    let what = match error.classify() {
-        serde_json::error::Category::Io => "unreadable",
-        serde_json::error::Category::Syntax => "not JSON, or nested too deep",
-        serde_json::error::Category::Data => "not of the expected shape",
-        serde_json::error::Category::Eof => "cut short",
-    };
-    format!("{what}, at line {} column {}", error.line(), error.column())
 }
 
 /// The head of `line`, capped and escaped for the log.

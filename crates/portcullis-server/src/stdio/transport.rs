@@ -40,7 +40,9 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use portcullis_catalog::log_line::LineSplitter;
-use portcullis_catalog::message_line::{LineEnd, MAX_MESSAGE_LINE_BYTES, MessageLine};
+use portcullis_catalog::message_line::{
+    LineEnd, MAX_MESSAGE_LINE_BYTES, MessageLine, describe_unreadable,
+};
 use rmcp::RoleServer;
 use rmcp::model::{
     CallToolRequest, ClientJsonRpcMessage, ClientNotification, ClientRequest, ErrorCode, ErrorData,
@@ -143,7 +145,7 @@ fn refuse(line: &[u8], error: &serde_json::Error) -> Incoming {
     tracing::warn!(
         "answered a line on stdin that is not a JSON-RPC message with {} ({}; {} bytes)",
         code.0,
-        describe(error),
+        describe_unreadable(error),
         line.len(),
     );
     tracing::debug!("the unreadable line began: {}", logged(line));
@@ -162,22 +164,6 @@ fn answered_request(line: &[u8]) -> Option<RequestId> {
         return None;
     }
     serde_json::from_value(message.get("id")?.clone()).ok()
-}
-
-/// Where a line failed, without any of its text (serde's own messages can
-/// quote it).
-fn describe(error: &serde_json::Error) -> String {
-    let what = match error.classify() {
-        serde_json::error::Category::Io => "unreadable",
-        serde_json::error::Category::Syntax => "not JSON, or nested too deep",
-        serde_json::error::Category::Data => "not of the expected shape",
-        serde_json::error::Category::Eof => "cut short",
-    };
-    match error.line() {
-        // serde names no position for a shape it could not take.
-        0 => what.to_owned(),
-        line => format!("{what}, at line {line} column {}", error.column()),
-    }
 }
 
 /// The head of `line`, capped and escaped for the log.
