@@ -87,7 +87,9 @@ fn call_headers(name: &str) -> [(&'static str, &str); 3] {
     ]
 }
 
-async fn post(server: &HttpServer, headers: &[(&str, &str)], body: &Value) -> (StatusCode, Value) {
+/// POSTs `body` as JSON with `headers`, accepting JSON or events; the
+/// response once its head has come.
+async fn send(server: &HttpServer, headers: &[(&str, &str)], body: &Value) -> reqwest::Response {
     let mut request = reqwest::Client::new()
         .post(server.url())
         .header("content-type", "application/json")
@@ -96,10 +98,14 @@ async fn post(server: &HttpServer, headers: &[(&str, &str)], body: &Value) -> (S
     for (name, value) in headers {
         request = request.header(*name, *value);
     }
-    let response = tokio::time::timeout(HANG, request.send())
+    tokio::time::timeout(HANG, request.send())
         .await
         .unwrap()
-        .unwrap();
+        .unwrap()
+}
+
+async fn post(server: &HttpServer, headers: &[(&str, &str)], body: &Value) -> (StatusCode, Value) {
+    let response = send(server, headers, body).await;
     let status = response.status();
     let content_type = response
         .headers()
@@ -340,18 +346,7 @@ async fn post_stream(
 ) -> (StatusCode, [String; 3], String) {
     let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
         "params": {"name": name, "arguments": {}, "_meta": meta(asks)}});
-    let mut request = reqwest::Client::new()
-        .post(server.url())
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .body(body.to_string());
-    for (header, value) in call_headers(name) {
-        request = request.header(header, value);
-    }
-    let response = tokio::time::timeout(HANG, request.send())
-        .await
-        .unwrap()
-        .unwrap();
+    let response = send(server, &call_headers(name), &body).await;
     let status = response.status();
     let header = |name: &str| {
         response
@@ -519,18 +514,7 @@ async fn a_client_that_goes_away_mid_stream_cancels_the_call() {
     let server = serve(progress_tools(paths_tx, cancelled_tx)).await;
     let body = json!({"jsonrpc": "2.0", "id": 13, "method": "tools/call",
         "params": {"name": "held", "arguments": {}, "_meta": meta(Asks::Progress)}});
-    let mut request = reqwest::Client::new()
-        .post(server.url())
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .body(body.to_string());
-    for (header, value) in call_headers("held") {
-        request = request.header(header, value);
-    }
-    let response = tokio::time::timeout(HANG, request.send())
-        .await
-        .unwrap()
-        .unwrap();
+    let response = send(&server, &call_headers("held"), &body).await;
     assert_eq!(paths.recv().await, Some(true), "not the direct path");
     assert_eq!(
         response.headers()["content-type"],
@@ -609,18 +593,7 @@ async fn a_call_that_is_also_an_answer_runs_no_tool() {
         let mut body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
             "params": {"name": "count", "arguments": {}, "_meta": meta(Asks::Nothing)}});
         body[extra.0] = extra.1;
-        let mut request = reqwest::Client::new()
-            .post(server.url())
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .body(body.to_string());
-        for (name, value) in call_headers("count") {
-            request = request.header(name, value);
-        }
-        let response = tokio::time::timeout(HANG, request.send())
-            .await
-            .unwrap()
-            .unwrap();
+        let response = send(&server, &call_headers("count"), &body).await;
         let status = response.status();
         let text = response.text().await.unwrap();
         assert!(!text.contains("ran"), "{body} answered {status}: {text}");
