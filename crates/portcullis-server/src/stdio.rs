@@ -6,6 +6,9 @@
 //! rmcp serves both lifecycles on one pipe: legacy `initialize`, or a
 //! 2026-07-28 client's `server/discover` followed by per-request `_meta`.
 //!
+//! A session's plain `tools/call` lines are answered in front of rmcp's
+//! service loop (`stdio/direct.rs`); everything else goes through it.
+//!
 //! Lines are read by this crate's own transport (`stdio/transport.rs`):
 //! every message as rmcp reads it, and every line that is not one answered
 //! with the JSON-RPC error the HTTP surface gives the same body (`-32700`,
@@ -17,8 +20,10 @@
 //! saying the server is shutting down, and so are those still in flight
 //! when the grace runs out.
 
+mod direct;
 mod transport;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::{ServerHandler, ServiceExt};
@@ -26,6 +31,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::ServerError;
+use direct::DirectCalls;
 use transport::{Drain, StdioTransport};
 
 /// Serves `handler` on this process's stdin/stdout until the client closes
@@ -100,7 +106,9 @@ where
     R: AsyncRead + Send + Unpin + 'static,
     W: AsyncWrite + Send + Unpin + 'static,
 {
-    let running = match handler.serve(transport).await {
+    let handler = Arc::new(handler);
+    let (direct, adoption) = DirectCalls::new(handler.clone());
+    let running = match handler.serve(transport.with_direct(direct)).await {
         Ok(running) => running,
         // A 2026-07-28 client never sends `initialize`: it discovers, calls
         // statelessly and closes the pipe, which rmcp reports as a close
@@ -108,6 +116,8 @@ where
         Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => return Ok(()),
         Err(e) => return Err(ServerError::Stdio(e.to_string())),
     };
+    // The handshake is done: plain calls may skip rmcp's service loop.
+    adoption.adopt(running.peer());
     running
         .waiting()
         .await

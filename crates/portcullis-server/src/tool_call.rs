@@ -48,7 +48,7 @@ pub(crate) fn plain_json_post(headers: &HeaderMap) -> bool {
 /// The body of a JSON-RPC `tools/call`, read as exactly that. (rmcp reads
 /// any client message into untagged enums, trying each request type in
 /// turn; each miss builds and drops an error, several per call.)
-#[derive(serde::Deserialize)]
+#[derive(Debug, serde::Deserialize)]
 pub(crate) struct PlainCall {
     pub(crate) jsonrpc: String,
     pub(crate) id: RequestId,

@@ -58,6 +58,7 @@ use tokio::time::Instant;
 use tokio_util::codec::Decoder;
 use tokio_util::sync::CancellationToken;
 
+use super::direct::{DirectCalls, EOF_GRACE};
 use crate::malformed::{error_body, unreadable};
 use crate::tool_call::PlainCall;
 
@@ -71,6 +72,9 @@ const LOGGED_BYTES: usize = 256;
 /// What one line from the client comes to.
 #[derive(Debug)]
 enum Incoming {
+    /// A `tools/call`, read as exactly that: for the direct path
+    /// (`super::direct`) or, made into rmcp's message, for rmcp's service.
+    Call(PlainCall),
     /// A message for rmcp's service.
     Message(ClientJsonRpcMessage),
     /// No message: the error to answer the client with (one JSON-RPC
@@ -90,7 +94,7 @@ fn read(line: &[u8]) -> Incoming {
     // rmcp's reading: a byte order mark ignored, then the message.
     let json = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
     if let Some(call) = PlainCall::read(json) {
-        return Incoming::Message(call_message(call));
+        return Incoming::Call(call);
     }
     match serde_json::from_slice::<ClientJsonRpcMessage>(json) {
         Ok(message) => Incoming::Message(message),
@@ -233,6 +237,37 @@ impl Draining {
     fn lock(&self) -> std::sync::MutexGuard<'_, InFlight> {
         lock(&self.in_flight)
     }
+
+    /// What an answer written away from the transport (a direct call's)
+    /// needs of the drain.
+    fn book(&self) -> DrainBook {
+        DrainBook {
+            in_flight: self.in_flight.clone(),
+            settled: self.settled.clone(),
+        }
+    }
+}
+
+/// The drain's record of the requests in flight, shared with whatever
+/// writes their answers.
+struct DrainBook {
+    in_flight: Arc<std::sync::Mutex<InFlight>>,
+    settled: Arc<Notify>,
+}
+
+impl DrainBook {
+    /// Request `id` is being answered: `false` if the drain cut it off
+    /// already (its answer was given, this one is dropped).
+    fn answered(&self, id: &RequestId) -> bool {
+        let mut in_flight = lock(&self.in_flight);
+        if in_flight.cut.remove(id) {
+            return false;
+        }
+        if in_flight.open.remove(id) && in_flight.open.is_empty() {
+            self.settled.notify_one();
+        }
+        true
+    }
 }
 
 fn lock(in_flight: &std::sync::Mutex<InFlight>) -> std::sync::MutexGuard<'_, InFlight> {
@@ -258,6 +293,9 @@ pub(crate) struct StdioTransport<R, W> {
     failing: Option<ClientJsonRpcMessage>,
     /// Set when the server may stop while the client is connected.
     draining: Option<Draining>,
+    /// Plain calls answered in front of rmcp's service, when the server
+    /// gives a path for them.
+    direct: Option<DirectCalls>,
 }
 
 impl<R, W> StdioTransport<R, W>
@@ -274,7 +312,14 @@ where
             answering: None,
             failing: None,
             draining: None,
+            direct: None,
         }
+    }
+
+    /// This transport, answering plain calls on `direct`.
+    pub(crate) fn with_direct(mut self, direct: DirectCalls) -> Self {
+        self.direct = Some(direct);
+        self
     }
 
     /// This transport, draining as `drain` says when its server stops.
@@ -291,8 +336,15 @@ where
     }
 
     /// Notes a message on its way to rmcp: a request is in flight until
-    /// answered; one the client cancels needs no answer.
+    /// answered; one the client cancels needs no answer (nor does a direct
+    /// call it cancels).
     fn note(&mut self, message: &ClientJsonRpcMessage) {
+        if let (Some(direct), JsonRpcMessage::Notification(notice)) = (&self.direct, message)
+            && let ClientNotification::CancelledNotification(cancelled) = &notice.notification
+            && let Some(id) = &cancelled.params.request_id
+        {
+            direct.cancel(id);
+        }
         let Some(draining) = &self.draining else {
             return;
         };
@@ -403,6 +455,36 @@ where
         }
     }
 
+    /// Refuses request `id` at once: the server is stopping, and takes no
+    /// new work.
+    fn refuse_stopping(&mut self, id: &RequestId) {
+        let mut line = crate::shutdown::cut_off(id).to_vec();
+        line.push(b'\n');
+        self.write_answer(line);
+    }
+
+    /// Runs a direct call on a task of its own, which writes its answer.
+    fn answer_direct(&mut self, started: super::direct::Started) {
+        let super::direct::Started { id, answer } = started;
+        let book = self.draining.as_ref().map(|draining| {
+            draining.lock().open.insert(id.clone());
+            draining.book()
+        });
+        let write = self.write.clone();
+        tokio::spawn(async move {
+            let Some(mut line) = answer.await else {
+                return;
+            };
+            if book.is_some_and(|book| !book.answered(&id)) {
+                return;
+            }
+            line.push(b'\n');
+            if let Err(error) = write_line(&write, &line).await {
+                tracing::debug!(%error, "a call's answer was not written: the client is gone");
+            }
+        });
+    }
+
     /// Writes `answer` as one line, on a task of its own.
     fn answer(&mut self, answer: &Value) {
         let mut bytes = answer.to_string().into_bytes();
@@ -455,14 +537,10 @@ where
                 JsonRpcMessage::Error(error) => error.id.as_ref(),
                 _ => None,
             };
-            if let Some(id) = id {
-                let mut in_flight = draining.lock();
-                if in_flight.cut.remove(id) {
-                    return futures::future::Either::Left(std::future::ready(Ok(())));
-                }
-                if in_flight.open.remove(id) && in_flight.open.is_empty() {
-                    draining.settled.notify_one();
-                }
+            if let Some(id) = id
+                && !draining.book().answered(id)
+            {
+                return futures::future::Either::Left(std::future::ready(Ok(())));
             }
         }
         let write = self.write.clone();
@@ -507,19 +585,35 @@ where
                         draining.eof = true;
                         continue;
                     }
-                    _ => return None,
+                    _ => {
+                        // rmcp's service answers its own calls in flight
+                        // after this; the direct ones are answered first.
+                        if let Some(direct) = &self.direct {
+                            direct.settled(EOF_GRACE).await;
+                        }
+                        return None;
+                    }
                 },
             }
             let incoming = read(self.line.line());
             self.line.reset();
+            let stopping = self.draining.as_ref().is_some_and(|d| d.deadline.is_some());
             match incoming {
-                Incoming::Message(JsonRpcMessage::Request(request))
-                    if self.draining.as_ref().is_some_and(|d| d.deadline.is_some()) =>
-                {
-                    // No new work once the server stops.
-                    let mut line = crate::shutdown::cut_off(&request.id).to_vec();
-                    line.push(b'\n');
-                    self.write_answer(line);
+                Incoming::Call(call) if stopping => self.refuse_stopping(&call.id),
+                Incoming::Message(JsonRpcMessage::Request(request)) if stopping => {
+                    self.refuse_stopping(&request.id);
+                }
+                Incoming::Call(call) => {
+                    if let Some(direct) = &self.direct
+                        && let Some(peer) = direct.takes(&call)
+                    {
+                        let started = direct.start(call, peer);
+                        self.answer_direct(started);
+                        continue;
+                    }
+                    let message = call_message(call);
+                    self.note(&message);
+                    return Some(message);
                 }
                 Incoming::Message(message) => {
                     self.note(&message);
@@ -580,9 +674,10 @@ mod tests {
         for line in lines {
             let line = line.to_string();
             assert!(PlainCall::read(line.as_bytes()).is_some(), "{line}");
-            let Incoming::Message(ours) = read(line.as_bytes()) else {
-                panic!("{line}: not read as a message");
+            let Incoming::Call(call) = read(line.as_bytes()) else {
+                panic!("{line}: not read as a call");
             };
+            let ours = call_message(call);
             let rmcps: ClientJsonRpcMessage = serde_json::from_str(&line).unwrap();
             assert_eq!(
                 serde_json::to_value(&ours).unwrap(),

@@ -213,6 +213,72 @@ async fn progress_sent_just_before_the_result_all_arrives_first() {
     upstream.close().await;
 }
 
+/// The same burst over `portcullis serve --stdio`, where a session's plain
+/// call is answered in front of rmcp's service loop: in each round every
+/// report of the upstream's reaches the client before the call's result,
+/// with the client's own token, in order (read as raw lines, so the order
+/// seen is the order the gateway wrote).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stdio_calls_progress_all_arrives_before_its_result() {
+    let upstream = upstream(Arc::default()).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = config(dir.path(), &upstream.url());
+    let mut client = tokio::task::block_in_place(|| common::RawStdio::start(&path, false));
+    client.send(
+        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "progress", "version": "1"}}}),
+    );
+    let initialized = tokio::task::block_in_place(|| client.answer_to(0, common::PATIENCE));
+    assert!(initialized.is_some(), "initialize was not answered");
+    client.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    for round in 1..=5_u64 {
+        let token = format!("burst-{round}");
+        client.send(
+            json!({"jsonrpc": "2.0", "id": round, "method": "tools/call",
+            "params": {"name": "burst", "arguments": {}, "_meta": {"progressToken": token}}}),
+        );
+        let mut reports = Vec::new();
+        let result = tokio::task::block_in_place(|| {
+            loop {
+                let line = client
+                    .lines
+                    .recv_timeout(common::PATIENCE)
+                    .expect("the gateway answers");
+                if line["id"] == round {
+                    break line;
+                }
+                if line["method"] == "notifications/progress" {
+                    reports.push(line["params"].clone());
+                }
+            }
+        });
+        let text = result["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(text.contains("burst done"), "round {round}: {result}");
+        assert_eq!(
+            reports.len(),
+            BURST,
+            "round {round}: reports before the result"
+        );
+        for (step, report) in reports.iter().enumerate() {
+            assert_eq!(
+                report["progressToken"],
+                token.as_str(),
+                "round {round}: {report}"
+            );
+            assert_eq!(
+                report["progress"],
+                (step + 1) as f64,
+                "round {round}: {report}"
+            );
+        }
+    }
+    drop(client);
+    upstream.close().await;
+}
+
 /// The same burst for a session client whose call carries a
 /// `progressToken` (as rmcp's client puts on every request), by hand so the
 /// stream's bytes can be read: the gateway answers it in front of rmcp's
