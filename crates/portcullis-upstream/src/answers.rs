@@ -91,7 +91,7 @@ pub(crate) struct Reader {
     /// The server's name, for the log.
     pub(crate) server: String,
     pending: BTreeMap<i64, Asked>,
-    /// The answers direct calls wait for (see [`ChildLines`]).
+    /// The answers direct calls wait for ([`expect`]).
     pub(crate) awaited: Arc<std::sync::Mutex<Awaited>>,
     /// Set once rmcp sent `initialize`: the server was opened with the
     /// handshake, not `server/discover`.
@@ -276,6 +276,45 @@ pub(crate) struct Awaited {
 
 pub(crate) fn lock(awaited: &std::sync::Mutex<Awaited>) -> std::sync::MutexGuard<'_, Awaited> {
     awaited.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Starts waiting for the answer to request `id` of a direct call (before
+/// the request is sent, so the answer cannot come first); `None` when the
+/// transport is gone.
+pub(crate) fn expect(awaited: &Arc<std::sync::Mutex<Awaited>>, id: u64) -> Option<AwaitedAnswer> {
+    let (sender, answer) = oneshot::channel();
+    let mut open = lock(awaited);
+    if open.closed {
+        return None;
+    }
+    open.open.insert(id, sender);
+    Some(AwaitedAnswer {
+        answer,
+        id,
+        awaited: awaited.clone(),
+    })
+}
+
+/// A direct call's wait for its answer; dropping it stops waiting (a late
+/// answer is then dropped by the reader).
+pub(crate) struct AwaitedAnswer {
+    answer: oneshot::Receiver<ServerJsonRpcMessage>,
+    id: u64,
+    awaited: Arc<std::sync::Mutex<Awaited>>,
+}
+
+impl AwaitedAnswer {
+    /// The answer (a response or an error); `None` when the transport
+    /// ended first.
+    pub(crate) async fn answer(&mut self) -> Option<ServerJsonRpcMessage> {
+        (&mut self.answer).await.ok()
+    }
+}
+
+impl Drop for AwaitedAnswer {
+    fn drop(&mut self) {
+        lock(&self.awaited).open.remove(&self.id);
+    }
 }
 
 /// Reads a result by what its request asked.

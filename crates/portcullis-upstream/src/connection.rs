@@ -106,6 +106,8 @@ pub(crate) struct Connection {
     /// The direct call path of a stdio server.
     #[cfg(feature = "stdio")]
     stdio_direct: Option<direct::StdioDirect>,
+    /// The direct call path of a legacy HTTP+SSE server.
+    sse_direct: Option<direct::SseDirect>,
     /// Fires when rmcp's service loop lets go of the transport: the
     /// connection ended, whoever ended it.
     ended: CancellationToken,
@@ -194,6 +196,7 @@ async fn open(plan: ConnectPlan, health: Arc<ServerHealth>) -> Result<Connected,
     #[cfg(feature = "stdio")]
     let mut lines = None;
     let mut standalone = None;
+    let mut sse_messages = None;
     let ended = CancellationToken::new();
     let (client, pid, ended) = match &plan.config {
         McpServerConfig::StreamableHttp(remote) => {
@@ -231,6 +234,7 @@ async fn open(plan: ConnectPlan, health: Arc<ServerHealth>) -> Result<Connected,
                 let e = urls_in_text(&e.to_string()).into_owned();
                 format!("MCP server \"{name}\" could not be connected: {e}")
             })?;
+            sse_messages = Some(transport.messages());
             // 2024-11-05 servers only know the handshake.
             let client = handler
                 .clone()
@@ -263,6 +267,17 @@ async fn open(plan: ConnectPlan, health: Arc<ServerHealth>) -> Result<Connected,
             info.capabilities,
         )
     });
+    let sse_direct = sse_messages
+        .zip(peer.peer_info())
+        .map(|(messages, server)| {
+            let info = rmcp::ClientHandler::get_info(&handler);
+            direct::SseDirect::new(
+                messages,
+                &server.protocol_version,
+                info.client_info,
+                info.capabilities,
+            )
+        });
     // rmcp's response cache would hand back a stale listing when the server
     // fails; a gateway must see the failure.
     peer.set_response_cache_config(ClientCacheConfig::disabled())
@@ -301,6 +316,7 @@ async fn open(plan: ConnectPlan, health: Arc<ServerHealth>) -> Result<Connected,
             direct,
             #[cfg(feature = "stdio")]
             stdio_direct,
+            sse_direct,
             ended,
             closing: AtomicBool::new(false),
         },
@@ -688,6 +704,18 @@ impl Connection {
                     // stdio call's future would otherwise be as large.
                     Box::pin(self.call_direct(
                         direct.as_ref(),
+                        tool,
+                        server,
+                        &mut params,
+                        context,
+                        relay.as_ref(),
+                        token.as_deref(),
+                    ))
+                    .await?
+                } else if let Some(direct) = &self.sse_direct {
+                    // Boxed for the reason an HTTP round is.
+                    Box::pin(self.call_direct(
+                        direct,
                         tool,
                         server,
                         &mut params,

@@ -11,10 +11,12 @@
 //! send our credentials elsewhere. A re-sent `endpoint` event updates the
 //! POST URL under the same rule. Each `message` event is read by the
 //! request it answers (`crate::answers`), as stdio lines are; a request of
-//! the server's that cannot be read is refused by its id.
+//! the server's that cannot be read is refused by its id. A `tools/call`
+//! is posted, and its answer handed back, by the direct call path
+//! ([`SseMessages`], `connection/direct/sse.rs`).
 
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
@@ -29,7 +31,7 @@ use thiserror::Error;
 use tokio::sync::Semaphore;
 use url::Url;
 
-use crate::answers::{Incoming, Reader};
+use crate::answers::{Awaited, AwaitedAnswer, Incoming, Reader};
 use crate::http::{CallCredential, GuardedHttp, HttpFailure, sse_events};
 
 type Events = Pin<Box<dyn Stream<Item = Result<Sse, SseError>> + Send>>;
@@ -71,7 +73,8 @@ pub(crate) struct LegacySseTransport {
     /// The URL the event stream answered from (after redirects): endpoints
     /// must share its origin.
     stream_url: Url,
-    post_url: Url,
+    /// Where messages are posted: the latest `endpoint` event's URL.
+    post_url: Arc<Mutex<Url>>,
     events: Events,
     reader: Reader,
     refusals: Arc<Semaphore>,
@@ -108,12 +111,63 @@ impl LegacySseTransport {
         Ok(LegacySseTransport {
             http,
             stream_url,
-            post_url,
+            post_url: Arc::new(Mutex::new(post_url)),
             events,
             reader,
             refusals: Arc::new(Semaphore::new(MAX_REFUSALS_IN_FLIGHT)),
         })
     }
+}
+
+impl LegacySseTransport {
+    /// The session as the direct call path uses it ([`SseMessages`]).
+    pub(crate) fn messages(&self) -> SseMessages {
+        SseMessages {
+            http: self.http.clone(),
+            post_url: self.post_url.clone(),
+            awaited: self.reader.awaited.clone(),
+        }
+    }
+
+    fn post_url(&self) -> Url {
+        lock(&self.post_url).clone()
+    }
+}
+
+/// A legacy SSE session as the direct call path uses it: a request is
+/// posted by its call, and its answer (a `message` event) handed to that
+/// call by the transport's reader, never reaching rmcp (the direct path's
+/// ids are from a range rmcp's never reach). Everything else on the
+/// stream stays rmcp's.
+#[derive(Clone)]
+pub(crate) struct SseMessages {
+    http: GuardedHttp,
+    post_url: Arc<Mutex<Url>>,
+    awaited: Arc<Mutex<Awaited>>,
+}
+
+impl SseMessages {
+    /// Starts waiting for the answer to request `id` (before it is
+    /// posted, so the answer cannot come first); `None` when the
+    /// transport is gone.
+    pub(crate) fn expect(&self, id: u64) -> Option<AwaitedAnswer> {
+        crate::answers::expect(&self.awaited, id)
+    }
+
+    /// Posts one serialised message to the session's current endpoint,
+    /// with `token` as the call's credential when given.
+    pub(crate) async fn post(
+        &self,
+        body: Vec<u8>,
+        token: Option<&str>,
+    ) -> Result<(), LegacySseError> {
+        let url = lock(&self.post_url).clone();
+        post_bytes(&self.http, url, Bytes::from(body), token).await
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Resolves an `endpoint` event's data against the stream URL, refusing
@@ -141,7 +195,7 @@ impl Transport<RoleClient> for LegacySseTransport {
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
         // Noted before it is posted, so its answer cannot arrive first.
         self.reader.sent(&item);
-        post(self.http.clone(), self.post_url.clone(), item)
+        post(self.http.clone(), self.post_url(), item)
     }
 
     async fn receive(&mut self) -> Option<ServerJsonRpcMessage> {
@@ -158,8 +212,7 @@ impl Transport<RoleClient> for LegacySseTransport {
                             // dropped at any await.
                             match self.refusals.clone().try_acquire_owned() {
                                 Ok(permit) => {
-                                    let post =
-                                        post(self.http.clone(), self.post_url.clone(), answer);
+                                    let post = post(self.http.clone(), self.post_url(), answer);
                                     tokio::spawn(async move {
                                         let _ = tokio::time::timeout(REFUSAL_TIMEOUT, post).await;
                                         drop(permit);
@@ -178,7 +231,7 @@ impl Transport<RoleClient> for LegacySseTransport {
                 Some("endpoint") => {
                     let data = event.data.unwrap_or_default();
                     match endpoint_url(&self.http, &self.stream_url, &data) {
-                        Ok(url) => self.post_url = url,
+                        Ok(url) => *lock(&self.post_url) = url,
                         // A moved endpoint on another origin ends the session
                         // rather than silently keeping the old one.
                         Err(e) => {
@@ -218,23 +271,25 @@ fn post(
         _ => None,
     };
     let body = serde_json::to_vec(&item).map(Bytes::from);
-    async move {
-        let (response, _) = http
-            .send_exchange(
-                Method::POST,
-                url,
-                HeaderMap::new(),
-                Some(body?),
-                token.as_deref(),
-            )
-            .await?;
-        if response.status().is_success() {
-            Ok(())
-        } else {
-            Err(LegacySseError::Status {
-                server: http.server().to_owned(),
-                status: response.status().as_u16(),
-            })
-        }
+    async move { post_bytes(&http, url, body?, token.as_deref()).await }
+}
+
+/// Posts `body` (one serialised message) to `url`.
+async fn post_bytes(
+    http: &GuardedHttp,
+    url: Url,
+    body: Bytes,
+    token: Option<&str>,
+) -> Result<(), LegacySseError> {
+    let (response, _) = http
+        .send_exchange(Method::POST, url, HeaderMap::new(), Some(body), token)
+        .await?;
+    if response.status().is_success() {
+        Ok(())
+    } else {
+        Err(LegacySseError::Status {
+            server: http.server().to_owned(),
+            status: response.status().as_u16(),
+        })
     }
 }

@@ -158,10 +158,11 @@ impl DirectCalls {
     /// docs); `None` leaves the call to rmcp.
     pub(crate) fn takes(&self, call: &PlainCall) -> Option<Peer<RoleServer>> {
         let peer = self.peer.get()?;
-        let protocol_keys = call.params.meta.as_ref().is_some_and(|meta| {
-            meta.keys()
-                .any(|key| key.starts_with(PROTOCOL_META_PREFIX))
-        });
+        let protocol_keys = call
+            .params
+            .meta
+            .as_ref()
+            .is_some_and(|meta| meta.keys().any(|key| key.starts_with(PROTOCOL_META_PREFIX)));
         let in_flight = self.calls.lock().calls.contains_key(&call.id);
         (!protocol_keys && !in_flight).then(|| peer.clone())
     }

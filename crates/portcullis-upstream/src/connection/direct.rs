@@ -38,9 +38,11 @@
 //! answer with its notifications delivered — is as on rmcp's path.
 
 mod events;
+mod sse;
 #[cfg(feature = "stdio")]
 mod stdio;
 
+pub(crate) use sse::SseDirect;
 #[cfg(feature = "stdio")]
 pub(crate) use stdio::StdioDirect;
 
@@ -471,11 +473,7 @@ impl Direct {
         if !self.keeps_session() {
             return;
         }
-        let mut param = CancelledNotificationParam::new(Some(RequestId::Number(id as i64)), None);
-        param.reason = Some(reason.to_owned());
-        let message = ClientJsonRpcMessage::notification(
-            ClientNotification::CancelledNotification(CancelledNotification::new(param)),
-        );
+        let message = cancelled(id, reason);
         let replier = self.replier(self.http.session(), token);
         tokio::spawn(async move { replier.post(&message).await });
     }
@@ -622,6 +620,31 @@ fn transport(failure: HttpFailure) -> ServiceError {
         "streamable-http",
         std::any::TypeId::of::<Direct>(),
         Box::new(failure),
+    ))
+}
+
+/// Reads the answer a message transport (stdio, legacy SSE) handed a
+/// direct call: `None` is a transport that ended first.
+fn message_answer(message: Option<ServerJsonRpcMessage>) -> Result<Answer, ServiceError> {
+    match message {
+        Some(JsonRpcMessage::Response(response)) => match response.result {
+            ServerResult::CallToolResult(result) => crate::connection::tool_result(result)
+                .map(Answer::Result)
+                .map_err(|e| unexpected(format!("unreadable tool result: {e}"))),
+            other => Ok(Answer::Other(Box::new(other))),
+        },
+        Some(JsonRpcMessage::Error(error)) => Err(ServiceError::McpError(error.error)),
+        Some(_) => Err(ServiceError::UnexpectedResponse),
+        None => Err(ServiceError::TransportClosed),
+    }
+}
+
+/// `notifications/cancelled` for direct request `id`.
+fn cancelled(id: u64, reason: &str) -> ClientJsonRpcMessage {
+    let mut param = CancelledNotificationParam::new(Some(RequestId::Number(id as i64)), None);
+    param.reason = Some(reason.to_owned());
+    ClientJsonRpcMessage::notification(ClientNotification::CancelledNotification(
+        CancelledNotification::new(param),
     ))
 }
 

@@ -17,9 +17,9 @@ use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 use rmcp::transport::Transport;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{ChildStdin, ChildStdout};
-use tokio::sync::{Mutex, oneshot};
+use tokio::sync::Mutex;
 
-use crate::answers::{Awaited, Incoming, Reader, lock};
+use crate::answers::{Awaited, AwaitedAnswer, Incoming, Reader};
 
 /// The longest line (one JSON-RPC message, its newline included) read from
 /// a child: a longer one is dropped as it arrives, so a server that never
@@ -46,28 +46,6 @@ pub(crate) struct ChildLines {
     handshook: Arc<AtomicBool>,
 }
 
-/// A direct call's wait for its answer; dropping it stops waiting (a late
-/// answer is then dropped by the reader).
-pub(crate) struct AwaitedAnswer {
-    answer: oneshot::Receiver<ServerJsonRpcMessage>,
-    id: u64,
-    awaited: Arc<std::sync::Mutex<Awaited>>,
-}
-
-impl AwaitedAnswer {
-    /// The answer (a response or an error); `None` when the transport
-    /// ended first.
-    pub(crate) async fn answer(&mut self) -> Option<ServerJsonRpcMessage> {
-        (&mut self.answer).await.ok()
-    }
-}
-
-impl Drop for AwaitedAnswer {
-    fn drop(&mut self) {
-        lock(&self.awaited).open.remove(&self.id);
-    }
-}
-
 impl ChildLines {
     /// Whether rmcp opened the server with the `initialize` handshake.
     pub(crate) fn handshook(&self) -> bool {
@@ -78,17 +56,7 @@ impl ChildLines {
     /// written, so the answer cannot come first); `None` when the
     /// transport is gone.
     pub(crate) fn expect(&self, id: u64) -> Option<AwaitedAnswer> {
-        let (sender, answer) = oneshot::channel();
-        let mut awaited = lock(&self.awaited);
-        if awaited.closed {
-            return None;
-        }
-        awaited.open.insert(id, sender);
-        Some(AwaitedAnswer {
-            answer,
-            id,
-            awaited: self.awaited.clone(),
-        })
+        crate::answers::expect(&self.awaited, id)
     }
 
     /// Writes `message` as a line to the child's stdin. The line is

@@ -1109,6 +1109,90 @@ mod legacy_sse {
         );
     }
 
+    /// Calls to a legacy SSE server are posted by the direct path: each
+    /// with an id of its own from the direct range (past every id rmcp
+    /// gives), answered by the event carrying that id.
+    #[tokio::test]
+    async fn calls_to_a_legacy_sse_server_take_the_direct_path() {
+        let server = sse_fixture(FixtureConfig::default(), None).await;
+        let toolset = connect(
+            vec![McpServerConfig::sse("old", server.sse_url())],
+            options(),
+        )
+        .await
+        .unwrap();
+        let calls = (0..4).map(|n| {
+            let toolset = toolset.clone();
+            async move {
+                let message = format!("call {n}");
+                let result = call(&toolset, "old__echo", json!({"message": message}))
+                    .await
+                    .unwrap();
+                assert_eq!(text(&result), message);
+            }
+        });
+        futures::future::join_all(calls).await;
+        let ids = server.calls.lock().unwrap().clone();
+        assert_eq!(ids.len(), 4, "{ids:?}");
+        let mut numbers: Vec<i64> = ids
+            .iter()
+            .map(|id| match id {
+                rmcp::model::RequestId::Number(n) => *n,
+                other => panic!("not a number: {other:?}"),
+            })
+            .collect();
+        numbers.sort_unstable();
+        numbers.dedup();
+        assert_eq!(numbers.len(), 4, "{ids:?}");
+        assert!(numbers.iter().all(|n| *n >= 1 << 48), "{ids:?}");
+        toolset.close().await;
+    }
+
+    /// A server that names a new endpoint mid-session gets the next call
+    /// posted there.
+    #[tokio::test]
+    async fn a_call_after_a_moved_endpoint_is_posted_to_it() {
+        let server = sse_fixture(FixtureConfig::default(), None).await;
+        let toolset = connect(
+            vec![McpServerConfig::sse("old", server.sse_url())],
+            options(),
+        )
+        .await
+        .unwrap();
+        let posted_to_moved = || {
+            server
+                .server
+                .seen
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|seen| seen.method == "POST" && seen.path.contains("moved=1"))
+                .count()
+        };
+        call(&toolset, "old__echo", json!({"message": "before"}))
+            .await
+            .unwrap();
+        assert_eq!(posted_to_moved(), 0);
+        server.move_endpoint("moved=1");
+        // The event is read on the stream; calls before that still go to
+        // the old endpoint, which the fixture also serves.
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            call(&toolset, "old__echo", json!({"message": "after"}))
+                .await
+                .unwrap();
+            if posted_to_moved() > 0 {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no call was posted to the new endpoint"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        toolset.close().await;
+    }
+
     #[tokio::test]
     async fn cancellation_reaches_a_legacy_sse_server() {
         let server = sse_fixture(FixtureConfig::default(), None).await;

@@ -279,6 +279,61 @@ async fn a_stdio_calls_progress_all_arrives_before_its_result() {
     upstream.close().await;
 }
 
+/// A legacy HTTP+SSE upstream that asks the caller's model mid-call, in
+/// front of a desktop client on `portcullis serve --stdio`: both ends take
+/// their direct call paths, and the upstream's request still reaches the
+/// client on its pipe, its answer goes back to the upstream, and the call
+/// completes with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_legacy_sse_upstreams_request_mid_call_reaches_a_stdio_client() {
+    let seen = Arc::new(Sampled::default());
+    let upstream = common::legacy_sse(SamplesAModel(seen.clone())).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = common::write_config(
+        dir.path(),
+        &format!(
+            "[gateway]\nstore = \"memory\"\n\n[upstreams.up]\ntype = \"sse\"\nurl = \"{}\"\ntimeout_ms = 60000\n",
+            upstream.url()
+        ),
+    );
+    let mut client = tokio::task::block_in_place(|| common::RawStdio::start(&path, false));
+    client.send(
+        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {"sampling": {}},
+        "clientInfo": {"name": "desktop", "version": "1"}}}),
+    );
+    let initialized = tokio::task::block_in_place(|| client.answer_to(0, common::PATIENCE));
+    assert!(initialized.is_some(), "initialize was not answered");
+    client.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    for round in 1..=3_u64 {
+        client.send(
+            json!({"jsonrpc": "2.0", "id": round, "method": "tools/call",
+            "params": {"name": "poem", "arguments": {}}}),
+        );
+        let asked = tokio::task::block_in_place(|| {
+            client
+                .lines
+                .recv_timeout(common::PATIENCE)
+                .expect("the upstream's request")
+        });
+        assert_eq!(asked["method"], "sampling/createMessage", "{asked}");
+        client.send(json!({"jsonrpc": "2.0", "id": asked["id"], "result": {
+            "role": "assistant", "model": "test",
+            "content": {"type": "text", "text": format!("line {round}")}}}));
+        let answer = tokio::task::block_in_place(|| client.answer_to(round, common::PATIENCE))
+            .expect("the call is answered");
+        let text = answer["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            text.contains(&format!("The model said: line {round}")),
+            "round {round}: {answer}"
+        );
+    }
+    assert_eq!(seen.calls.load(Ordering::SeqCst), 3);
+    drop(client);
+}
+
 /// The same burst for a session client whose call carries a
 /// `progressToken` (as rmcp's client puts on every request), by hand so the
 /// stream's bytes can be read: the gateway answers it in front of rmcp's

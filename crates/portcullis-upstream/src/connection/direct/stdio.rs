@@ -17,14 +17,13 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use rmcp::model::{
-    CallToolRequestParams, CancelledNotification, CancelledNotificationParam, ClientCapabilities,
-    ClientJsonRpcMessage, ClientNotification, Implementation, JsonRpcMessage, ProtocolVersion,
-    RequestId, ServerResult,
-};
+use rmcp::model::{CallToolRequestParams, ClientCapabilities, Implementation, ProtocolVersion};
 use rmcp::service::ServiceError;
 
-use super::{Answer, DirectRoute, Era, FIRST_DIRECT_ID, Lifecycle, Round, unexpected};
+use super::{
+    Answer, DirectRoute, Era, FIRST_DIRECT_ID, Lifecycle, Round, cancelled, message_answer,
+    unexpected,
+};
 use crate::stdio::ChildLines;
 
 /// A stdio server's direct call path.
@@ -83,25 +82,11 @@ impl DirectRoute for StdioDirect {
             .send_line(line)
             .await
             .map_err(|_| ServiceError::TransportClosed)?;
-        match answer.answer().await {
-            Some(JsonRpcMessage::Response(response)) => match response.result {
-                ServerResult::CallToolResult(result) => crate::connection::tool_result(result)
-                    .map(Answer::Result)
-                    .map_err(|e| unexpected(format!("unreadable tool result: {e}"))),
-                other => Ok(Answer::Other(Box::new(other))),
-            },
-            Some(JsonRpcMessage::Error(error)) => Err(ServiceError::McpError(error.error)),
-            Some(_) => Err(ServiceError::UnexpectedResponse),
-            None => Err(ServiceError::TransportClosed),
-        }
+        message_answer(answer.answer().await)
     }
 
     fn cancel(&self, id: u64, reason: &str, _token: Option<&str>) {
-        let mut param = CancelledNotificationParam::new(Some(RequestId::Number(id as i64)), None);
-        param.reason = Some(reason.to_owned());
-        let message = ClientJsonRpcMessage::notification(
-            ClientNotification::CancelledNotification(CancelledNotification::new(param)),
-        );
+        let message = cancelled(id, reason);
         let lines = self.lines.clone();
         tokio::spawn(async move {
             if let Err(error) = lines.send(message).await {

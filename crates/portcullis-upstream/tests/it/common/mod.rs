@@ -306,6 +306,9 @@ struct SseState {
     next: Arc<AtomicUsize>,
     endpoint: Option<String>,
     posts: Arc<AtomicUsize>,
+    calls: Arc<Mutex<Vec<rmcp::model::RequestId>>>,
+    /// Each open stream's channel for `endpoint` events after its first.
+    moves: Arc<Mutex<Vec<futures::channel::mpsc::UnboundedSender<String>>>>,
 }
 
 async fn sse_open(State(state): State<SseState>) -> impl IntoResponse {
@@ -329,11 +332,25 @@ async fn sse_open(State(state): State<SseState>) -> impl IntoResponse {
     let first = futures::stream::once(async move {
         Ok::<_, Infallible>(Event::default().event("endpoint").data(endpoint))
     });
-    let messages = from_server.map(|message: rmcp::model::ServerJsonRpcMessage| {
-        let data = serde_json::to_string(&message).unwrap_or_default();
-        Ok::<_, Infallible>(Event::default().event("message").data(data))
-    });
-    Sse::new(first.chain(messages))
+    // `None` marks the end of the server's messages, which ends the
+    // stream (moved endpoints may still be pending: they end with it).
+    let messages = from_server
+        .map(|message: rmcp::model::ServerJsonRpcMessage| {
+            let data = serde_json::to_string(&message).unwrap_or_default();
+            Some(Ok::<_, Infallible>(
+                Event::default().event("message").data(data),
+            ))
+        })
+        .chain(futures::stream::once(async { None }));
+    let (moved, moves) = futures::channel::mpsc::unbounded::<String>();
+    if let Ok(mut open) = state.moves.lock() {
+        open.push(moved);
+    }
+    let moves = moves.map(|endpoint| Some(Ok(Event::default().event("endpoint").data(endpoint))));
+    let events = futures::stream::select(messages, moves)
+        .take_while(|event| std::future::ready(event.is_some()))
+        .filter_map(std::future::ready);
+    Sse::new(first.chain(events))
 }
 
 async fn sse_post(
@@ -348,6 +365,15 @@ async fn sse_post(
     let Ok(message) = serde_json::from_str::<ClientJsonRpcMessage>(&body) else {
         return StatusCode::BAD_REQUEST;
     };
+    if let rmcp::model::JsonRpcMessage::Request(request) = &message
+        && matches!(
+            request.request,
+            rmcp::model::ClientRequest::CallToolRequest(_)
+        )
+        && let Ok(mut calls) = state.calls.lock()
+    {
+        calls.push(request.id.clone());
+    }
     let sender = state.sessions.lock().ok().and_then(|s| s.get(id).cloned());
     match sender {
         Some(sender) if sender.unbounded_send(message).is_ok() => StatusCode::ACCEPTED,
@@ -359,6 +385,9 @@ async fn sse_post(
 pub struct SseServer {
     pub server: Server,
     pub posts: Arc<AtomicUsize>,
+    /// The id of every `tools/call` posted, in order.
+    pub calls: Arc<Mutex<Vec<rmcp::model::RequestId>>>,
+    moves: Arc<Mutex<Vec<futures::channel::mpsc::UnboundedSender<String>>>>,
     sessions: Arc<Mutex<HashMap<String, ToServer>>>,
     opened: Arc<AtomicUsize>,
 }
@@ -373,6 +402,16 @@ impl SseServer {
     pub fn end_streams(&self) {
         if let Ok(mut sessions) = self.sessions.lock() {
             sessions.clear();
+        }
+    }
+
+    /// Names a new endpoint on every open stream: session `N` is told to
+    /// post to `/message?sessionId=N&{query}` from now on.
+    pub fn move_endpoint(&self, query: &str) {
+        if let Ok(open) = self.moves.lock() {
+            for (n, stream) in open.iter().enumerate() {
+                let _ = stream.unbounded_send(format!("/message?sessionId={n}&{query}"));
+            }
         }
     }
 
@@ -393,7 +432,11 @@ pub async fn sse_fixture(config: FixtureConfig, endpoint: Option<String>) -> Sse
         next: Arc::default(),
         endpoint,
         posts: posts.clone(),
+        calls: Arc::default(),
+        moves: Arc::default(),
     };
+    let moves = state.moves.clone();
+    let calls = state.calls.clone();
     let (sessions, opened) = (state.sessions.clone(), state.next.clone());
     let seen = Arc::new(Mutex::new(Vec::new()));
     let recorder = Recorder {
@@ -417,6 +460,8 @@ pub async fn sse_fixture(config: FixtureConfig, endpoint: Option<String>) -> Sse
             stop,
         },
         posts,
+        calls,
+        moves,
         sessions,
         opened,
     }
