@@ -309,6 +309,11 @@ impl AwaitedAnswer {
     pub(crate) async fn answer(&mut self) -> Option<ServerJsonRpcMessage> {
         (&mut self.answer).await.ok()
     }
+
+    /// The answer, if it has come already.
+    pub(crate) fn arrived(&mut self) -> Option<ServerJsonRpcMessage> {
+        self.answer.try_recv().ok()
+    }
 }
 
 impl Drop for AwaitedAnswer {

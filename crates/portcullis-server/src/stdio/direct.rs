@@ -13,21 +13,27 @@
 //!
 //! Only the plain case is taken; anything else goes to rmcp as before:
 //! - the session began with `initialize` at an initialize-era version:
-//!   rmcp's peer for it is handed over once the handshake is done
-//!   ([`Adoption::adopt`]); until then calls go to rmcp;
+//!   rmcp's peer for it is handed over as soon as rmcp has answered
+//!   `initialize` ([`Adoption::adopt`]), and the transport reads no line
+//!   past `initialize` before that is decided;
 //! - the call's `_meta` carries no protocol keys (a progress token is no
 //!   such key);
-//! - no call with the same id is in flight on this path.
+//! - no request with the same id is in flight, on either path (the
+//!   transport's record). A client that reuses an id in flight gets one
+//!   answer for it, as from rmcp alone: the new request goes to rmcp, and
+//!   a direct call with that id is no longer answered.
 //!
 //! What rmcp gives a call, this path gives too: the session's peer (so
 //! progress reports, an approval's question to the client and its answer
 //! travel on the pipe as before, through rmcp), the call's `_meta`, and a
 //! cancellation token, cancelled by the client's `notifications/cancelled`
 //! (the call's answer is then dropped, as rmcp drops it) and when the
-//! transport goes. When the client closes its end of the pipe, the calls
-//! in flight are still answered for up to [`EOF_GRACE`], as rmcp's loop
-//! waits for its own. A call that panics is answered with an internal
-//! error (on rmcp's path its client would wait forever).
+//! transport goes. When the client closes its end of the pipe, the
+//! transport ends once every direct call has been answered (written), or
+//! [`EOF_GRACE`] after the close, whichever comes first; rmcp then waits
+//! for its own calls as it always does, and the calls left are cancelled
+//! when the transport goes. A call that panics is answered with an
+//! internal error (on rmcp's path its client would wait forever).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -43,6 +49,7 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::{Peer, RoleServer, ServerHandler};
 use tokio::sync::Notify;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::tool_call::{Era, PlainCall, call_tool};
@@ -62,27 +69,54 @@ type Answer = Pin<Box<dyn Future<Output = Result<ServerResult, ErrorData>> + Sen
 type CallTool =
     Arc<dyn Fn(CallToolRequestParams, RequestContext<RoleServer>) -> Answer + Send + Sync>;
 
+/// How long the transport waits, after handing rmcp `initialize`, for the
+/// session's adoption to be decided. rmcp decides it as soon as it has
+/// answered; the bound only keeps an unforeseen order of events from
+/// stalling the session.
+pub(crate) const ADOPTION_WAIT: Duration = Duration::from_secs(2);
+
 /// The direct path of one stdio session (see the module docs).
 pub(crate) struct DirectCalls {
     call: CallTool,
-    peer: Arc<OnceLock<Peer<RoleServer>>>,
+    adoption: Arc<Adopted>,
     calls: Arc<Calls>,
     /// Cancelled when the transport goes: every call's token is its child.
     ended: CancellationToken,
 }
 
-/// Hands rmcp's peer of a session over to its [`DirectCalls`].
-pub(crate) struct Adoption(Arc<OnceLock<Peer<RoleServer>>>);
+/// Hands rmcp's peer of a session over to its [`DirectCalls`]; dropped
+/// without adopting, it decides that the session is not adopted.
+pub(crate) struct Adoption(Arc<Adopted>);
+
+/// Whether the session is adopted: unset until decided.
+#[derive(Default)]
+struct Adopted {
+    peer: OnceLock<Option<Peer<RoleServer>>>,
+    decided: Notify,
+}
+
+impl Adopted {
+    fn decide(&self, peer: Option<Peer<RoleServer>>) {
+        let _ = self.peer.set(peer);
+        self.decided.notify_waiters();
+    }
+}
 
 impl Adoption {
-    /// Offers the session's peer, once its handshake is done: taken if
-    /// the client negotiated an initialize-era version.
-    pub(crate) fn adopt(&self, peer: &Peer<RoleServer>) {
-        if peer
+    /// Offers the session's peer once rmcp has answered `initialize`:
+    /// taken if the client negotiated an initialize-era version.
+    pub(crate) fn adopt(self, peer: &Peer<RoleServer>) {
+        let initialize_era = peer
             .peer_info()
-            .is_some_and(|info| info.protocol_version.has_initialize())
-        {
-            let _ = self.0.set(peer.clone());
+            .is_some_and(|info| info.protocol_version.has_initialize());
+        self.0.decide(initialize_era.then(|| peer.clone()));
+    }
+}
+
+impl Drop for Adoption {
+    fn drop(&mut self) {
+        if self.0.peer.get().is_none() {
+            self.0.decide(None);
         }
     }
 }
@@ -91,7 +125,7 @@ impl Adoption {
 #[derive(Default)]
 struct Calls {
     open: Mutex<Open>,
-    /// Told when the last call in flight ends.
+    /// Told when the last call still to be answered is.
     emptied: Notify,
 }
 
@@ -101,6 +135,9 @@ struct Open {
     /// reuses its id.
     calls: HashMap<RequestId, (u64, CancellationToken)>,
     next: u64,
+    /// Calls started whose task has not ended yet (answer written or
+    /// dropped).
+    unanswered: usize,
 }
 
 impl Calls {
@@ -118,19 +155,32 @@ impl Calls {
             // left running under its token stops.
             token.cancel();
         }
-        if open.calls.is_empty() {
-            self.emptied.notify_waiters();
-        }
         ours
     }
 }
 
-/// A call taken by the direct path: its id, and the future that runs it
-/// and gives the answer's line (without its newline), or `None` when the
-/// client cancelled it.
+/// A call taken by the direct path: its id, the future that runs it and
+/// gives the answer's line (without its newline), or `None` when it is not
+/// to be answered (the client cancelled it, or sent another request with
+/// its id), and what to drop once that line is written (or dropped).
 pub(crate) struct Started {
     pub(crate) id: RequestId,
     pub(crate) answer: Pin<Box<dyn Future<Output = Option<Vec<u8>>> + Send>>,
+    pub(crate) done: Unanswered,
+}
+
+/// One call not answered yet; dropped once its answer is written or
+/// dropped, which is what the end of the client's pipe waits for.
+pub(crate) struct Unanswered(Arc<Calls>);
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        let mut open = self.0.lock();
+        open.unanswered = open.unanswered.saturating_sub(1);
+        if open.unanswered == 0 {
+            self.0.emptied.notify_waiters();
+        }
+    }
 }
 
 impl DirectCalls {
@@ -144,27 +194,51 @@ impl DirectCalls {
             let handler = handler.clone();
             Box::pin(async move { call_tool(&*handler, params, context, Era::Session).await })
         });
-        let peer = Arc::new(OnceLock::new());
+        let adoption = Arc::new(Adopted::default());
         let direct = DirectCalls {
             call,
-            peer: peer.clone(),
+            adoption: adoption.clone(),
             calls: Arc::default(),
             ended: CancellationToken::new(),
         };
-        (direct, Adoption(peer))
+        (direct, Adoption(adoption))
     }
 
-    /// The session's peer if this path takes `call` (see the module
-    /// docs); `None` leaves the call to rmcp.
+    /// Waits until the session's adoption is decided, at most until
+    /// `deadline`.
+    pub(crate) async fn decided(&self, deadline: Instant) {
+        loop {
+            let decided = self.adoption.decided.notified();
+            tokio::pin!(decided);
+            // Registered before the check, so a decision in between wakes it.
+            decided.as_mut().enable();
+            if self.adoption.peer.get().is_some() {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, decided).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// The session's peer if this path may take `call` (see the module
+    /// docs; whether its id is in flight is the transport's to say);
+    /// `None` leaves the call to rmcp.
     pub(crate) fn takes(&self, call: &PlainCall) -> Option<Peer<RoleServer>> {
-        let peer = self.peer.get()?;
+        let peer = self.adoption.peer.get()?.as_ref()?;
         let protocol_keys = call
             .params
             .meta
             .as_ref()
             .is_some_and(|meta| meta.keys().any(|key| key.starts_with(PROTOCOL_META_PREFIX)));
-        let in_flight = self.calls.lock().calls.contains_key(&call.id);
-        (!protocol_keys && !in_flight).then(|| peer.clone())
+        (!protocol_keys).then(|| peer.clone())
+    }
+
+    /// The client sent another request with id `id` while a call of this
+    /// path with that id is in flight: that call is no longer answered
+    /// (rmcp answers the new request).
+    pub(crate) fn supersede(&self, id: &RequestId) {
+        self.calls.lock().calls.remove(id);
     }
 
     /// Starts `call`, which this path [takes](Self::takes) for `peer`.
@@ -174,6 +248,7 @@ impl DirectCalls {
             let mut open = self.calls.lock();
             let number = open.next;
             open.next += 1;
+            open.unanswered += 1;
             // Replaces nothing: the call's id was not in flight.
             open.calls.insert(call.id.clone(), (number, token.clone()));
             number
@@ -189,7 +264,7 @@ impl DirectCalls {
         let answer = Box::pin(async move {
             let outcome = AssertUnwindSafe(running).catch_unwind().await;
             if !calls.finish(&answered, number) {
-                tracing::debug!(id = %answered, "the client cancelled the call: no answer");
+                tracing::debug!(id = %answered, "the call is not answered: cancelled or superseded");
                 return None;
             }
             let message = match outcome {
@@ -203,40 +278,40 @@ impl DirectCalls {
             };
             Some(serialised(&message))
         });
-        Started { id, answer }
+        Started {
+            id,
+            answer,
+            done: Unanswered(self.calls.clone()),
+        }
     }
 
     /// The client cancelled request `id`: a call of this path with that id
     /// stops, and is not answered.
     pub(crate) fn cancel(&self, id: &RequestId) {
-        let mut open = self.calls.lock();
-        if let Some((_, token)) = open.calls.remove(id) {
+        if let Some((_, token)) = self.calls.lock().calls.remove(id) {
             token.cancel();
-            if open.calls.is_empty() {
-                self.calls.emptied.notify_waiters();
-            }
         }
     }
 
-    /// Waits until no call is in flight on this path, at most `within`.
-    pub(crate) async fn settled(&self, within: Duration) {
-        let emptied = async {
-            loop {
-                let notified = self.calls.emptied.notified();
-                tokio::pin!(notified);
-                // Registered before the check, so an end in between wakes it.
-                notified.as_mut().enable();
-                if self.calls.lock().calls.is_empty() {
-                    return;
-                }
-                notified.await;
+    /// Waits until every call of this path is answered (its answer written
+    /// or dropped), at most until `deadline`.
+    pub(crate) async fn settled(&self, deadline: Instant) {
+        loop {
+            let emptied = self.calls.emptied.notified();
+            tokio::pin!(emptied);
+            // Registered before the check, so an end in between wakes it.
+            emptied.as_mut().enable();
+            if self.calls.lock().unanswered == 0 {
+                return;
             }
-        };
-        if tokio::time::timeout(within, emptied).await.is_err() {
-            tracing::warn!(
-                "the client closed stdin; calls still running {} s later were left unanswered",
-                within.as_secs()
-            );
+            if tokio::time::timeout_at(deadline, emptied).await.is_err() {
+                tracing::warn!(
+                    "the client closed stdin; tool calls still running {} s later are not \
+                     answered",
+                    EOF_GRACE.as_secs()
+                );
+                return;
+            }
         }
     }
 }
@@ -263,7 +338,7 @@ fn serialised(message: &ServerJsonRpcMessage) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::transport::StdioTransport;
+    use super::super::transport::{Drain, StdioTransport};
     use super::*;
     use rmcp::model::{
         CallToolResponse, CallToolResult, ClientCapabilities, ClientJsonRpcMessage, ContentBlock,
@@ -348,6 +423,11 @@ mod tests {
     /// A transport with a direct path, its session adopted at `version`
     /// (`None`: not adopted).
     fn pipe(version: Option<ProtocolVersion>) -> Pipe {
+        pipe_draining(version, None)
+    }
+
+    /// [`pipe`], draining as `drain` says.
+    fn pipe_draining(version: Option<ProtocolVersion>, drain: Option<Drain>) -> Pipe {
         let (stopped_tx, stopped) = mpsc::unbounded_channel();
         let tools = Tools {
             stopped: stopped_tx,
@@ -359,7 +439,12 @@ mod tests {
         let (server_in, to_server) = tokio::io::duplex(64 * 1024);
         let (from_server, server_out) = tokio::io::duplex(64 * 1024);
         Pipe {
-            transport: StdioTransport::new(server_in, server_out).with_direct(direct),
+            transport: match drain {
+                Some(drain) => StdioTransport::new(server_in, server_out)
+                    .with_drain(drain)
+                    .with_direct(direct),
+                None => StdioTransport::new(server_in, server_out).with_direct(direct),
+            },
             to_server,
             from_server: BufReader::new(from_server).lines(),
             stopped,
@@ -379,7 +464,10 @@ mod tests {
             let line = tokio::time::timeout(Duration::from_secs(10), async {
                 tokio::select! {
                     line = self.from_server.next_line() => line,
-                    message = self.transport.receive() => panic!("handed to rmcp: {message:?}"),
+                    // The transport ending (a drain's) is no message.
+                    Some(message) = self.transport.receive() => {
+                        panic!("handed to rmcp: {message:?}")
+                    }
                 }
             });
             let line = line
@@ -541,5 +629,120 @@ mod tests {
         drop(transport);
         let stopped = tokio::time::timeout(Duration::from_secs(10), stopped.recv()).await;
         assert_eq!(stopped.unwrap(), Some(RequestId::Number(2)));
+    }
+
+    /// A client that sends another request with the id of a direct call
+    /// in flight gets one answer for that id, as from rmcp alone: the new
+    /// request goes to rmcp, and the direct call, when it ends, is not
+    /// answered.
+    #[tokio::test]
+    async fn a_direct_calls_id_reused_in_flight_is_answered_once() {
+        let mut pipe = pipe(Some(ProtocolVersion::V_2025_11_25));
+        pipe.send(call(5, "wait")).await;
+        pipe.send(ping(5)).await;
+        assert_eq!(request_id(&pipe.for_rmcp().await), json!(5));
+        let Pipe {
+            transport,
+            mut from_server,
+            mut stopped,
+            ..
+        } = pipe;
+        // The transport goes: `wait` ends, and its answer is dropped.
+        drop(transport);
+        let stopped = tokio::time::timeout(Duration::from_secs(10), stopped.recv()).await;
+        assert_eq!(stopped.unwrap(), Some(RequestId::Number(5)));
+        let next = tokio::time::timeout(Duration::from_secs(10), from_server.next_line()).await;
+        assert_eq!(
+            next.unwrap().unwrap(),
+            None,
+            "the superseded call was answered"
+        );
+    }
+
+    /// Stopped with a direct call that outlives the grace: the call is
+    /// answered with the shutdown's error once, the transport ends, and
+    /// the answer the call gives later is dropped.
+    #[tokio::test]
+    async fn a_direct_call_cut_off_by_the_drain_is_answered_once() {
+        let stop = CancellationToken::new();
+        let gave_up = CancellationToken::new();
+        let drain = Drain {
+            stop: stop.clone(),
+            grace: Duration::from_millis(200),
+            gave_up: gave_up.clone(),
+        };
+        let mut pipe = pipe_draining(Some(ProtocolVersion::V_2025_11_25), Some(drain));
+        pipe.send(call(1, "wait")).await;
+        pipe.send(ping(2)).await;
+        assert_eq!(request_id(&pipe.for_rmcp().await), json!(2));
+        stop.cancel();
+        // Until the grace runs out the transport waits for the two
+        // requests in flight (the ping is rmcp's, which this test never
+        // answers); then it answers both with the shutdown's error.
+        let mut cut = Vec::new();
+        for _ in 0..2 {
+            let answer = pipe.answer().await;
+            assert_eq!(answer["error"]["code"], -32000, "{answer}");
+            cut.push(answer["id"].as_u64().unwrap());
+        }
+        cut.sort_unstable();
+        assert_eq!(cut, [1, 2]);
+        let Pipe {
+            mut transport,
+            mut from_server,
+            mut stopped,
+            ..
+        } = pipe;
+        let ended = tokio::time::timeout(Duration::from_secs(10), transport.receive()).await;
+        assert!(ended.unwrap().is_none(), "the transport ends");
+        assert!(gave_up.is_cancelled());
+        drop(transport);
+        let stopped = tokio::time::timeout(Duration::from_secs(10), stopped.recv()).await;
+        assert_eq!(stopped.unwrap(), Some(RequestId::Number(1)));
+        let next = tokio::time::timeout(Duration::from_secs(10), from_server.next_line()).await;
+        assert_eq!(next.unwrap().unwrap(), None, "a second answer for id 1");
+    }
+
+    /// Past `initialize`, the transport reads no line until the adoption
+    /// is decided: a call sent right behind `initialize` takes the direct
+    /// path once the session is adopted.
+    #[tokio::test]
+    async fn no_line_past_initialize_is_read_before_the_adoption_is_decided() {
+        let (stopped_tx, _stopped) = mpsc::unbounded_channel();
+        let tools = Tools {
+            stopped: stopped_tx,
+        };
+        let (direct, adoption) = DirectCalls::new(Arc::new(tools.clone()));
+        let (server_in, mut to_server) = tokio::io::duplex(64 * 1024);
+        let (from_server, server_out) = tokio::io::duplex(64 * 1024);
+        let mut transport = StdioTransport::new(server_in, server_out).with_direct(direct);
+        let mut from_server = BufReader::new(from_server).lines();
+        let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}});
+        for line in [initialize, call(1, "echo"), ping(2)] {
+            to_server
+                .write_all(format!("{line}\n").as_bytes())
+                .await
+                .unwrap();
+        }
+        let first = tokio::time::timeout(Duration::from_secs(10), transport.receive()).await;
+        assert_eq!(request_id(&first.unwrap().unwrap()), json!(0));
+        // Undecided: the call behind `initialize` waits.
+        let early = tokio::time::timeout(Duration::from_millis(200), transport.receive()).await;
+        assert!(
+            early.is_err(),
+            "a line was read before the adoption: {early:?}"
+        );
+        adoption.adopt(&peer(&tools, ProtocolVersion::V_2025_11_25));
+        let next = tokio::time::timeout(Duration::from_secs(10), transport.receive()).await;
+        assert_eq!(
+            request_id(&next.unwrap().unwrap()),
+            json!(2),
+            "the call went to rmcp"
+        );
+        let answer = tokio::time::timeout(Duration::from_secs(10), from_server.next_line()).await;
+        let answer: Value = serde_json::from_str(&answer.unwrap().unwrap().unwrap()).unwrap();
+        assert_eq!(answer["id"], 1, "{answer}");
     }
 }

@@ -58,7 +58,7 @@ use tokio::time::Instant;
 use tokio_util::codec::Decoder;
 use tokio_util::sync::CancellationToken;
 
-use super::direct::{DirectCalls, EOF_GRACE};
+use super::direct::{ADOPTION_WAIT, DirectCalls, EOF_GRACE};
 use crate::malformed::{error_body, unreadable};
 use crate::tool_call::PlainCall;
 
@@ -210,56 +210,42 @@ pub(crate) struct Drain {
     pub(crate) gave_up: CancellationToken,
 }
 
-/// The client's requests in flight, while a [`Drain`] may need them.
+/// The client's requests in flight, answered by rmcp or by the direct
+/// path.
 #[derive(Debug, Default)]
 struct InFlight {
     /// Not answered yet.
     open: HashSet<RequestId>,
-    /// Answered with the shutdown's error: rmcp's own answer is dropped.
+    /// Answered with the shutdown's error: the answer given later is
+    /// dropped.
     cut: HashSet<RequestId>,
 }
 
-/// Where a draining transport is.
-struct Draining {
-    drain: Drain,
+/// The record of the client's requests in flight, shared with whatever
+/// writes their answers (rmcp's sends, the direct calls' tasks): one
+/// answer an id, and what the drain waits for.
+#[derive(Clone, Default)]
+struct Book {
     in_flight: Arc<std::sync::Mutex<InFlight>>,
     /// Told when the last open request is answered.
     settled: Arc<Notify>,
-    /// When the grace runs out; `None` until `stop` is seen.
-    deadline: Option<Instant>,
-    /// The client closed its pipe during the drain.
-    eof: bool,
-    /// The grace ran out: the transport is at its end.
-    ended: bool,
 }
 
-impl Draining {
+impl Book {
     fn lock(&self) -> std::sync::MutexGuard<'_, InFlight> {
-        lock(&self.in_flight)
+        self.in_flight.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// What an answer written away from the transport (a direct call's)
-    /// needs of the drain.
-    fn book(&self) -> DrainBook {
-        DrainBook {
-            in_flight: self.in_flight.clone(),
-            settled: self.settled.clone(),
-        }
+    /// Request `id` is now in flight: `false` if one with that id
+    /// already was.
+    fn opened(&self, id: &RequestId) -> bool {
+        self.lock().open.insert(id.clone())
     }
-}
 
-/// The drain's record of the requests in flight, shared with whatever
-/// writes their answers.
-struct DrainBook {
-    in_flight: Arc<std::sync::Mutex<InFlight>>,
-    settled: Arc<Notify>,
-}
-
-impl DrainBook {
     /// Request `id` is being answered: `false` if the drain cut it off
     /// already (its answer was given, this one is dropped).
     fn answered(&self, id: &RequestId) -> bool {
-        let mut in_flight = lock(&self.in_flight);
+        let mut in_flight = self.lock();
         if in_flight.cut.remove(id) {
             return false;
         }
@@ -268,10 +254,25 @@ impl DrainBook {
         }
         true
     }
+
+    /// The client cancelled request `id`: it needs no answer.
+    fn cancelled(&self, id: &RequestId) {
+        let mut in_flight = self.lock();
+        if in_flight.open.remove(id) && in_flight.open.is_empty() {
+            self.settled.notify_one();
+        }
+    }
 }
 
-fn lock(in_flight: &std::sync::Mutex<InFlight>) -> std::sync::MutexGuard<'_, InFlight> {
-    in_flight.lock().unwrap_or_else(|e| e.into_inner())
+/// Where a draining transport is.
+struct Draining {
+    drain: Drain,
+    /// When the grace runs out; `None` until `stop` is seen.
+    deadline: Option<Instant>,
+    /// The client closed its pipe during the drain.
+    eof: bool,
+    /// The grace ran out: the transport is at its end.
+    ended: bool,
 }
 
 /// The stdio transport (see the module docs), over any byte pipe.
@@ -291,11 +292,19 @@ pub(crate) struct StdioTransport<R, W> {
     /// not be read, handed on once the client's answer is written (so the
     /// client hears of its line before the call's outcome).
     failing: Option<ClientJsonRpcMessage>,
+    /// The client's requests in flight.
+    book: Book,
     /// Set when the server may stop while the client is connected.
     draining: Option<Draining>,
     /// Plain calls answered in front of rmcp's service, when the server
     /// gives a path for them.
     direct: Option<DirectCalls>,
+    /// Set once `initialize` went to rmcp: no further line is read until
+    /// the session's adoption is decided, or this passes.
+    adopting_until: Option<Instant>,
+    /// When the client's closing of the pipe stops waiting for the direct
+    /// calls' answers (set at the close).
+    eof_until: Option<Instant>,
 }
 
 impl<R, W> StdioTransport<R, W>
@@ -311,8 +320,11 @@ where
             write: Arc::new(Mutex::new(Some(write))),
             answering: None,
             failing: None,
+            book: Book::default(),
             draining: None,
             direct: None,
+            adopting_until: None,
+            eof_until: None,
         }
     }
 
@@ -326,8 +338,6 @@ where
     pub(crate) fn with_drain(mut self, drain: Drain) -> Self {
         self.draining = Some(Draining {
             drain,
-            in_flight: Arc::default(),
-            settled: Arc::new(Notify::new()),
             deadline: None,
             eof: false,
             ended: false,
@@ -336,30 +346,32 @@ where
     }
 
     /// Notes a message on its way to rmcp: a request is in flight until
-    /// answered; one the client cancels needs no answer (nor does a direct
-    /// call it cancels).
+    /// answered (and `initialize` starts the adoption's wait); one the
+    /// client cancels needs no answer (nor does a direct call it cancels).
+    /// A request reusing the id of one in flight is answered by rmcp
+    /// alone: a direct call with that id is no longer answered.
     fn note(&mut self, message: &ClientJsonRpcMessage) {
-        if let (Some(direct), JsonRpcMessage::Notification(notice)) = (&self.direct, message)
-            && let ClientNotification::CancelledNotification(cancelled) = &notice.notification
-            && let Some(id) = &cancelled.params.request_id
-        {
-            direct.cancel(id);
-        }
-        let Some(draining) = &self.draining else {
-            return;
-        };
         match message {
             JsonRpcMessage::Request(request) => {
-                draining.lock().open.insert(request.id.clone());
+                if !self.book.opened(&request.id)
+                    && let Some(direct) = &self.direct
+                {
+                    direct.supersede(&request.id);
+                }
+                if self.direct.is_some()
+                    && matches!(request.request, ClientRequest::InitializeRequest(_))
+                {
+                    self.adopting_until = Some(Instant::now() + ADOPTION_WAIT);
+                }
             }
             JsonRpcMessage::Notification(notice) => {
                 if let ClientNotification::CancelledNotification(cancelled) = &notice.notification
                     && let Some(id) = &cancelled.params.request_id
                 {
-                    let mut in_flight = draining.lock();
-                    if in_flight.open.remove(id) && in_flight.open.is_empty() {
-                        draining.settled.notify_one();
+                    if let Some(direct) = &self.direct {
+                        direct.cancel(id);
                     }
+                    self.book.cancelled(id);
                 }
             }
             _ => {}
@@ -389,10 +401,10 @@ where
                 }
             };
         };
-        if draining.lock().open.is_empty() {
+        if self.book.lock().open.is_empty() {
             return None;
         }
-        let settled = draining.settled.clone();
+        let settled = self.book.settled.clone();
         let eof = draining.eof;
         tokio::select! {
             read = self.read_line(), if !eof => Some(read),
@@ -412,7 +424,7 @@ where
         };
         draining.ended = true;
         let mut lines = Vec::new();
-        let mut in_flight = lock(&draining.in_flight);
+        let mut in_flight = self.book.lock();
         let open: Vec<RequestId> = in_flight.open.drain().collect();
         for id in open {
             lines.extend_from_slice(&crate::shutdown::cut_off(&id));
@@ -464,24 +476,24 @@ where
     }
 
     /// Runs a direct call on a task of its own, which writes its answer.
+    /// Its id is in the book already.
     fn answer_direct(&mut self, started: super::direct::Started) {
-        let super::direct::Started { id, answer } = started;
-        let book = self.draining.as_ref().map(|draining| {
-            draining.lock().open.insert(id.clone());
-            draining.book()
-        });
+        let super::direct::Started { id, answer, done } = started;
+        let book = self.book.clone();
         let write = self.write.clone();
         tokio::spawn(async move {
             let Some(mut line) = answer.await else {
                 return;
             };
-            if book.is_some_and(|book| !book.answered(&id)) {
+            if !book.answered(&id) {
                 return;
             }
             line.push(b'\n');
             if let Err(error) = write_line(&write, &line).await {
                 tracing::debug!(%error, "a call's answer was not written: the client is gone");
             }
+            // Only now: the end of the client's pipe waits for this.
+            drop(done);
         });
     }
 
@@ -529,19 +541,15 @@ where
         item: ServerJsonRpcMessage,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
         // An answer to a request cut off by the drain was given already.
-        if let Some(draining) = &self.draining
-            && let JsonRpcMessage::Response(_) | JsonRpcMessage::Error(_) = &item
+        let id = match &item {
+            JsonRpcMessage::Response(response) => Some(&response.id),
+            JsonRpcMessage::Error(error) => error.id.as_ref(),
+            _ => None,
+        };
+        if let Some(id) = id
+            && !self.book.answered(id)
         {
-            let id = match &item {
-                JsonRpcMessage::Response(response) => Some(&response.id),
-                JsonRpcMessage::Error(error) => error.id.as_ref(),
-                _ => None,
-            };
-            if let Some(id) = id
-                && !draining.book().answered(id)
-            {
-                return futures::future::Either::Left(std::future::ready(Ok(())));
-            }
+            return futures::future::Either::Left(std::future::ready(Ok(())));
         }
         let write = self.write.clone();
         futures::future::Either::Right(async move {
@@ -552,6 +560,15 @@ where
     }
 
     async fn receive(&mut self) -> Option<ClientJsonRpcMessage> {
+        // Past `initialize`, a call is read only once rmcp's answer has
+        // decided whether it may take the direct path. One deadline,
+        // however often rmcp's loop drops this and asks again.
+        if let Some(until) = self.adopting_until {
+            if let Some(direct) = &self.direct {
+                direct.decided(until).await;
+            }
+            self.adopting_until = None;
+        }
         loop {
             if let Some(answering) = self.answering.as_mut() {
                 // A client that can no longer be answered is gone.
@@ -586,10 +603,15 @@ where
                         continue;
                     }
                     _ => {
-                        // rmcp's service answers its own calls in flight
-                        // after this; the direct ones are answered first.
+                        // The direct calls' answers are written before the
+                        // transport ends (rmcp then waits for its own, and
+                        // closes it). One deadline, however often rmcp's
+                        // loop drops this and asks again.
                         if let Some(direct) = &self.direct {
-                            direct.settled(EOF_GRACE).await;
+                            let until = *self
+                                .eof_until
+                                .get_or_insert_with(|| Instant::now() + EOF_GRACE);
+                            direct.settled(until).await;
                         }
                         return None;
                     }
@@ -604,8 +626,10 @@ where
                     self.refuse_stopping(&request.id);
                 }
                 Incoming::Call(call) => {
+                    // An id in flight goes to rmcp (`note`).
                     if let Some(direct) = &self.direct
                         && let Some(peer) = direct.takes(&call)
+                        && self.book.opened(&call.id)
                     {
                         let started = direct.start(call, peer);
                         self.answer_direct(started);

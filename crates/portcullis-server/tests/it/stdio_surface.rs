@@ -166,3 +166,59 @@ async fn a_stopped_pipe_answers_the_calls_in_flight_and_refuses_new_ones() {
     let rest = lines.next_line().await.unwrap_or_default();
     assert!(rest.is_none(), "{rest:?}");
 }
+
+/// A client that sends its calls and closes its end of the pipe at once
+/// (a script piping requests in) still gets every answer before the
+/// session ends, on the multi-threaded runtime the gateway runs on:
+/// plain calls (answered in front of rmcp's service loop) and a request
+/// rmcp answers alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_sent_before_the_client_closes_the_pipe_are_all_answered() {
+    use std::time::Duration;
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+    for round in 0..5 {
+        let server = crate::session_call::slow_tool(Duration::from_millis(100 * round))
+            .build()
+            .unwrap();
+        let (server_io, client_io) = tokio::io::duplex(64 * 1024);
+        let (server_read, server_write) = tokio::io::split(server_io);
+        let serving = tokio::spawn(serve_io(server, (server_read, server_write)));
+        let (client_read, mut client_write) = tokio::io::split(client_io);
+        let mut script = String::new();
+        for line in [
+            json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": {},
+                "clientInfo": {"name": "script", "version": "1"}}}),
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": "slow", "arguments": {}}}),
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+            json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                "params": {"name": "slow", "arguments": {}}}),
+        ] {
+            script.push_str(&format!("{line}\n"));
+        }
+        client_write.write_all(script.as_bytes()).await.unwrap();
+        client_write.shutdown().await.unwrap();
+        let mut lines = BufReader::new(client_read).lines();
+        let mut ids = Vec::new();
+        while let Some(line) = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+            .await
+            .expect("the session ends within 20 s")
+            .unwrap()
+        {
+            let answer: Value = serde_json::from_str(&line).unwrap();
+            if answer["id"] == 1 || answer["id"] == 3 {
+                let text = answer["result"]["content"][0]["text"]
+                    .as_str()
+                    .unwrap_or("");
+                assert!(text.contains("late answer"), "round {round}: {answer}");
+            }
+            ids.push(answer["id"].as_u64().expect("an answer"));
+        }
+        ids.sort_unstable();
+        assert_eq!(ids, [0, 1, 2, 3], "round {round}");
+        serving.await.unwrap().unwrap();
+    }
+}

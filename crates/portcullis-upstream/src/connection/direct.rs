@@ -79,7 +79,7 @@ pub(crate) const FIRST_DIRECT_ID: u64 = 1 << 48;
 
 /// A way of sending a connection's `tools/call` without rmcp's client
 /// service: [`Direct`] for Streamable HTTP, `stdio::StdioDirect` for a
-/// child's pipes. `Connection::call_direct` puts the timeout,
+/// child's pipes, [`SseDirect`] for a legacy HTTP+SSE session. `Connection::call_direct` puts the timeout,
 /// cancellation, relay slot and progress route around a round.
 pub(crate) trait DirectRoute: Send + Sync {
     /// The id of the next direct request.

@@ -1193,6 +1193,42 @@ mod legacy_sse {
         toolset.close().await;
     }
 
+    /// A call waiting on a legacy SSE server whose stream ends fails as a
+    /// lost connection, long before its timeout (60 s here).
+    #[tokio::test]
+    async fn a_call_waiting_when_the_stream_ends_fails_long_before_its_timeout() {
+        let server = sse_fixture(FixtureConfig::default(), None).await;
+        let toolset = connect(
+            vec![McpServerConfig::sse("old", server.sse_url())],
+            options(),
+        )
+        .await
+        .unwrap();
+        let pending = {
+            let toolset = toolset.clone();
+            tokio::spawn(async move {
+                toolset
+                    .call("old__hang", None, &CallContext::default())
+                    .await
+            })
+        };
+        assert!(
+            eventually(WAIT, || server.server.state.hanging.load(Ordering::SeqCst)
+                == 1)
+            .await
+        );
+        server.end_streams();
+        let failed = tokio::time::timeout(Duration::from_secs(20), pending)
+            .await
+            .expect("the call fails within 20 s")
+            .unwrap();
+        assert!(
+            matches!(failed, Err(CallError::ConnectionLost { .. })),
+            "{failed:?}"
+        );
+        toolset.close().await;
+    }
+
     #[tokio::test]
     async fn cancellation_reaches_a_legacy_sse_server() {
         let server = sse_fixture(FixtureConfig::default(), None).await;

@@ -15,11 +15,12 @@
 //! (`crate::answers`), requests the server sends during the call (rmcp's
 //! handler, which finds the call by its relay slot), and cancellation by
 //! `notifications/cancelled`. A stream that ends fails every call waiting
-//! on it at once, as rmcp does.
+//! on it when the transport goes, as rmcp's pending requests fail.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use portcullis_catalog::redact::urls_in_text;
 use rmcp::model::{CallToolRequestParams, ClientCapabilities, Implementation, ProtocolVersion};
 use rmcp::service::ServiceError;
 use rmcp::transport::DynamicTransportError;
@@ -80,10 +81,14 @@ impl DirectRoute for SseDirect {
         let Some(mut answer) = self.messages.expect(round.id) else {
             return Err(ServiceError::TransportClosed);
         };
-        self.messages
-            .post(body, round.token)
-            .await
-            .map_err(transport)?;
+        if let Err(failure) = self.messages.post(body, round.token).await {
+            // A server may answer on the stream before its POST fails (a
+            // reset, a 5xx): the answer counts, as on rmcp's path.
+            return match answer.arrived() {
+                Some(message) => message_answer(Some(message)),
+                None => Err(transport(failure)),
+            };
+        }
         message_answer(answer.answer().await)
     }
 
@@ -103,6 +108,8 @@ impl DirectRoute for SseDirect {
             match tokio::time::timeout(CANCEL_TIMEOUT, post).await {
                 Ok(Ok(())) => {}
                 Ok(Err(error)) => {
+                    // The endpoint's query (a session id) stays out of the log.
+                    let error = urls_in_text(&error.to_string()).into_owned();
                     tracing::debug!("a cancellation could not be posted to the server: {error}");
                 }
                 Err(_) => tracing::debug!("a cancellation was not taken within 10 s"),
