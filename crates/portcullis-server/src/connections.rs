@@ -521,6 +521,11 @@ mod tests {
         stop.cancel();
         drop(client);
         served.await.unwrap();
-        assert_eq!(counting.self_wakes.load(Ordering::SeqCst), 0);
+        // The fault this guards against wakes the task once for every
+        // request with a body at least (three here). One stray wake is
+        // allowed: under a loaded machine the runtime's cooperative budget
+        // can make a resource yield by waking its task (seen once in CI).
+        let self_wakes = counting.self_wakes.load(Ordering::SeqCst);
+        assert!(self_wakes <= 1, "{self_wakes} self-wakes over 6 requests");
     }
 }
