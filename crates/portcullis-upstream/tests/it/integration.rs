@@ -1068,8 +1068,8 @@ mod auth {
 mod legacy_sse {
     use super::*;
 
-    #[tokio::test]
-    async fn list_call_and_progress_over_http_sse() {
+    /// The tests' legacy SSE server, and a toolset connected to it as `old`.
+    async fn old_server() -> (SseServer, Toolset) {
         let server = sse_fixture(FixtureConfig::default(), None).await;
         let toolset = connect(
             vec![McpServerConfig::sse("old", server.sse_url())],
@@ -1077,6 +1077,12 @@ mod legacy_sse {
         )
         .await
         .unwrap();
+        (server, toolset)
+    }
+
+    #[tokio::test]
+    async fn list_call_and_progress_over_http_sse() {
+        let (_server, toolset) = old_server().await;
         assert!(
             toolset.diagnostics().is_empty(),
             "{:?}",
@@ -1114,13 +1120,7 @@ mod legacy_sse {
     /// gives), answered by the event carrying that id.
     #[tokio::test]
     async fn calls_to_a_legacy_sse_server_take_the_direct_path() {
-        let server = sse_fixture(FixtureConfig::default(), None).await;
-        let toolset = connect(
-            vec![McpServerConfig::sse("old", server.sse_url())],
-            options(),
-        )
-        .await
-        .unwrap();
+        let (server, toolset) = old_server().await;
         let calls = (0..4).map(|n| {
             let toolset = toolset.clone();
             async move {
@@ -1152,13 +1152,7 @@ mod legacy_sse {
     /// posted there.
     #[tokio::test]
     async fn a_call_after_a_moved_endpoint_is_posted_to_it() {
-        let server = sse_fixture(FixtureConfig::default(), None).await;
-        let toolset = connect(
-            vec![McpServerConfig::sse("old", server.sse_url())],
-            options(),
-        )
-        .await
-        .unwrap();
+        let (server, toolset) = old_server().await;
         let posted_to_moved = || {
             server
                 .server
@@ -1197,13 +1191,7 @@ mod legacy_sse {
     /// lost connection, long before its timeout (60 s here).
     #[tokio::test]
     async fn a_call_waiting_when_the_stream_ends_fails_long_before_its_timeout() {
-        let server = sse_fixture(FixtureConfig::default(), None).await;
-        let toolset = connect(
-            vec![McpServerConfig::sse("old", server.sse_url())],
-            options(),
-        )
-        .await
-        .unwrap();
+        let (server, toolset) = old_server().await;
         let pending = {
             let toolset = toolset.clone();
             tokio::spawn(async move {
@@ -1231,13 +1219,7 @@ mod legacy_sse {
 
     #[tokio::test]
     async fn cancellation_reaches_a_legacy_sse_server() {
-        let server = sse_fixture(FixtureConfig::default(), None).await;
-        let toolset = connect(
-            vec![McpServerConfig::sse("old", server.sse_url())],
-            options(),
-        )
-        .await
-        .unwrap();
+        let (server, toolset) = old_server().await;
         let cancel = CancellationToken::new();
         let context = CallContext::default().with_cancel(cancel.clone());
         let pending = {
