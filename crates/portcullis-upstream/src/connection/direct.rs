@@ -138,6 +138,38 @@ pub(crate) enum Answer {
     Unserved,
 }
 
+/// What a direct path over a message transport (stdio lines, legacy SSE
+/// events) keeps: how its calls are written, and the next request id.
+struct MessageCalls {
+    era: Era,
+    next_id: AtomicU64,
+}
+
+impl MessageCalls {
+    /// Calls written as `era` says, numbered from [`FIRST_DIRECT_ID`].
+    fn new(era: Era) -> MessageCalls {
+        MessageCalls {
+            era,
+            next_id: AtomicU64::new(FIRST_DIRECT_ID),
+        }
+    }
+
+    fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The round's `tools/call` as one serialised message.
+    fn encode(
+        &self,
+        params: &mut CallToolRequestParams,
+        round: &Round<'_>,
+    ) -> Result<Vec<u8>, ServiceError> {
+        self.era
+            .encode_call(round.id, params, round.progress.as_ref())
+            .map_err(|e| unexpected(format!("cannot encode the request: {e}")))
+    }
+}
+
 /// How rmcp opened the connection.
 pub(crate) enum Lifecycle {
     /// `initialize`: the calls belong to the session it opened (if the

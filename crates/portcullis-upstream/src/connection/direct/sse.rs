@@ -17,7 +17,6 @@
 //! `notifications/cancelled`. A stream that ends fails every call waiting
 //! on it when the transport goes, as rmcp's pending requests fail.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use portcullis_catalog::redact::urls_in_text;
@@ -25,10 +24,7 @@ use rmcp::model::{CallToolRequestParams, ClientCapabilities, Implementation, Pro
 use rmcp::service::ServiceError;
 use rmcp::transport::DynamicTransportError;
 
-use super::{
-    Answer, DirectRoute, Era, FIRST_DIRECT_ID, Lifecycle, Round, cancelled, message_answer,
-    unexpected,
-};
+use super::{Answer, DirectRoute, Era, Lifecycle, MessageCalls, Round, cancelled, message_answer};
 use crate::sse::{LegacySseError, SseMessages};
 
 /// How long a cancellation may take to post: the caller does not wait for
@@ -38,8 +34,7 @@ const CANCEL_TIMEOUT: Duration = Duration::from_secs(10);
 /// A legacy SSE server's direct call path.
 pub(crate) struct SseDirect {
     messages: SseMessages,
-    era: Era,
-    next_id: AtomicU64,
+    calls: MessageCalls,
 }
 
 impl SseDirect {
@@ -52,17 +47,17 @@ impl SseDirect {
         client: Implementation,
         capabilities: ClientCapabilities,
     ) -> SseDirect {
+        let era = Era::new(version, Lifecycle::Handshake, client, capabilities);
         SseDirect {
             messages,
-            era: Era::new(version, Lifecycle::Handshake, client, capabilities),
-            next_id: AtomicU64::new(FIRST_DIRECT_ID),
+            calls: MessageCalls::new(era),
         }
     }
 }
 
 impl DirectRoute for SseDirect {
     fn next_id(&self) -> u64 {
-        self.next_id.fetch_add(1, Ordering::Relaxed)
+        self.calls.next_id()
     }
 
     fn relays_through_handler(&self) -> bool {
@@ -74,10 +69,7 @@ impl DirectRoute for SseDirect {
         params: &mut CallToolRequestParams,
         round: Round<'_>,
     ) -> Result<Answer, ServiceError> {
-        let body = self
-            .era
-            .encode_call(round.id, params, round.progress.as_ref())
-            .map_err(|e| unexpected(format!("cannot encode the request: {e}")))?;
+        let body = self.calls.encode(params, &round)?;
         let Some(mut answer) = self.messages.expect(round.id) else {
             return Err(ServiceError::TransportClosed);
         };

@@ -15,22 +15,16 @@
 //! cancellation by `notifications/cancelled`. A child that exits fails
 //! every call waiting on it at once, as rmcp does.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use rmcp::model::{CallToolRequestParams, ClientCapabilities, Implementation, ProtocolVersion};
 use rmcp::service::ServiceError;
 
-use super::{
-    Answer, DirectRoute, Era, FIRST_DIRECT_ID, Lifecycle, Round, cancelled, message_answer,
-    unexpected,
-};
+use super::{Answer, DirectRoute, Era, Lifecycle, MessageCalls, Round, cancelled, message_answer};
 use crate::stdio::ChildLines;
 
 /// A stdio server's direct call path.
 pub(crate) struct StdioDirect {
     lines: ChildLines,
-    era: Era,
-    next_id: AtomicU64,
+    calls: MessageCalls,
 }
 
 impl StdioDirect {
@@ -49,15 +43,14 @@ impl StdioDirect {
         };
         StdioDirect {
             lines,
-            era: Era::new(version, lifecycle, client, capabilities),
-            next_id: AtomicU64::new(FIRST_DIRECT_ID),
+            calls: MessageCalls::new(Era::new(version, lifecycle, client, capabilities)),
         }
     }
 }
 
 impl DirectRoute for StdioDirect {
     fn next_id(&self) -> u64 {
-        self.next_id.fetch_add(1, Ordering::Relaxed)
+        self.calls.next_id()
     }
 
     fn relays_through_handler(&self) -> bool {
@@ -69,10 +62,7 @@ impl DirectRoute for StdioDirect {
         params: &mut CallToolRequestParams,
         round: Round<'_>,
     ) -> Result<Answer, ServiceError> {
-        let mut line = self
-            .era
-            .encode_call(round.id, params, round.progress.as_ref())
-            .map_err(|e| unexpected(format!("cannot encode the request: {e}")))?;
+        let mut line = self.calls.encode(params, &round)?;
         line.push(b'\n');
         let Some(mut answer) = self.lines.expect(round.id) else {
             return Err(ServiceError::TransportClosed);
