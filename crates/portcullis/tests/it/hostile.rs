@@ -2144,6 +2144,42 @@ mod stdio {
         raw.still_serving();
     }
 
+    /// A client that sends a second call with the id of a call still in
+    /// flight gets exactly one answer for that id (as from rmcp alone),
+    /// whichever path each call takes, and the session goes on.
+    #[test]
+    fn a_call_reusing_an_id_in_flight_gets_one_answer() {
+        let mut raw = Raw::start();
+        // `count` with a token takes 20 ms a step: ~0.5 s in flight.
+        raw.write(
+            json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+                "name": "count", "arguments": {"n": 25}, "_meta": {"progressToken": "t"}}})
+            .to_string()
+            .as_bytes(),
+        );
+        raw.write(
+            json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+                "name": "echo", "arguments": {"text": "second"}}})
+            .to_string()
+            .as_bytes(),
+        );
+        // Both calls are over well within this; then the session still
+        // answers, and everything before that answer is counted.
+        std::thread::sleep(Duration::from_millis(1500));
+        raw.write(
+            json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {
+                "name": "echo", "arguments": {"text": "after"}}})
+            .to_string()
+            .as_bytes(),
+        );
+        let seen = raw.until(8);
+        let answers: Vec<&Value> = seen.iter().filter(|m| m["id"] == 7).collect();
+        assert_eq!(answers.len(), 1, "answers to id 7: {answers:?}");
+        assert!(answers[0].get("result").is_some(), "{}", answers[0]);
+        let after = seen.last().expect("the answer to id 8");
+        assert!(after["result"].is_object(), "{after}");
+    }
+
     /// Blank lines between messages are no messages: nothing answers them.
     #[test]
     fn blank_lines_are_ignored() {
