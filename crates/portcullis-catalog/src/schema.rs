@@ -18,8 +18,8 @@ use std::ops::Deref;
 use std::sync::OnceLock;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use serde_json::Value;
 use serde_json::value::RawValue;
+use serde_json::{Map, Value};
 
 /// One JSON Schema of a tool (`inputSchema`, `outputSchema`). Reads as a
 /// [`Value`] (it dereferences to one); see the module documentation for
@@ -67,6 +67,20 @@ impl Schema {
         match &mut self.0 {
             Repr::Value(value) => value,
             Repr::Compact { .. } => unreachable!("made a value just above"),
+        }
+    }
+
+    /// A copy of the schema as a JSON object, `None` when it is not one.
+    /// A schema held as text is parsed straight into the copy and stays
+    /// text: a caller that needs an object of its own (an MCP tool's
+    /// `inputSchema`) does not leave a second parse behind in this one.
+    pub fn to_object(&self) -> Option<Map<String, Value>> {
+        match &self.0 {
+            Repr::Value(value) => value.as_object().cloned(),
+            Repr::Compact { text, parsed, .. } => match parsed.get() {
+                Some(value) => value.as_object().cloned(),
+                None => serde_json::from_str(text.get()).ok(),
+            },
         }
     }
 
@@ -597,6 +611,25 @@ mod tests {
             assert_eq!(serde_json::to_string(&schema).unwrap(), text);
             assert_eq!(schema.into_value(), value);
         }
+    }
+
+    #[test]
+    fn an_object_copy_leaves_a_schema_held_as_text_unparsed() {
+        let value = json!({"type": "object", "properties": {"q": {"type": "string"}}});
+        let text = serde_json::to_string(&value).unwrap();
+        let schema = Schema::from_json_text(RawValue::from_string(text).unwrap()).unwrap();
+        assert_eq!(schema.to_object().map(Value::Object), Some(value.clone()));
+        let Repr::Compact { parsed, .. } = &schema.0 else {
+            panic!("held as text");
+        };
+        assert!(parsed.get().is_none(), "parsed into the schema itself");
+        assert_eq!(
+            Schema::from(value.clone()).to_object().map(Value::Object),
+            Some(value)
+        );
+        let boolean = Schema::from_json_text(RawValue::from_string("true".into()).unwrap());
+        assert_eq!(boolean.unwrap().to_object(), None);
+        assert_eq!(Schema::from(json!([1])).to_object(), None);
     }
 
     #[test]

@@ -375,8 +375,9 @@ impl Live {
         true
     }
 
-    /// Makes `generation` the one serving new requests.
-    fn swap(&self, generation: Generation) {
+    /// Makes `generation` the one serving new requests; returns whether
+    /// the listed tools changed.
+    fn swap(&self, generation: Generation) -> bool {
         // A gateway built on another store (the config's `store` changed)
         // takes the audit trail with it.
         self.recorder.follow_store(&generation.gateway.store);
@@ -384,10 +385,12 @@ impl Live {
         // The tools are served before the generation is current: what
         // `/healthz` reads of it is never ahead of what a call finds.
         // Clients hear of it when the listed tools changed.
-        self.served
+        let changed = self
+            .served
             .replace(&generation.gateway.tools, Some(generation.clone()));
         *self.current.write().unwrap_or_else(PoisonError::into_inner) = generation;
         self.swaps.send_modify(|n| *n = n.wrapping_add(1));
+        changed
     }
 
     /// The upstreams' catalogue changed under the current generation (a
@@ -404,13 +407,11 @@ impl Live {
                 return false;
             }
         };
-        let tools_changed =
-            old.gateway.tools.listed_tools() != generation.gateway.tools.listed_tools();
         // A server that joined late is heard from now on.
         generation.gateway.proxy.take_over(&old.gateway.proxy).await;
         drop(old);
+        let tools_changed = self.swap(generation);
         tracing::info!(tools_changed, "upstream catalogue changed; tools rebuilt");
-        self.swap(generation);
         true
     }
 

@@ -103,6 +103,7 @@ pub mod stdio;
 mod throttle;
 mod tool_call;
 pub mod tool_server;
+mod wire_tool;
 
 pub use approval::DEFAULT_APPROVAL_TIMEOUT;
 pub use error::ServerError;

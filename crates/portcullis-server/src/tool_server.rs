@@ -4,8 +4,9 @@
 //! On every call, in order: the tool is looked up in a map built once (an
 //! unknown or withheld name is a protocol error, `-32602`); the catalogue's
 //! [`Gate`] rules once — the identity backstop, the arguments normalised and
-//! validated against the schema compiled at registration (a failure is an
-//! `isError` result the model can act on), the policy if one is set (a
+//! validated against the schema compiled at registration, or at the first
+//! call for a schema another server published (a failure is an `isError`
+//! result the model can act on), the policy if one is set (a
 //! denial is a [`DeniedResult`]; `ask` asks the person at the client first,
 //! see [`crate::approval`]); the handler runs, with a panic caught and turned into
 //! `ERR_TOOL_FAILED`; an error is mapped (`ERR_…` passes, anything else
@@ -33,7 +34,7 @@
 use std::any::Any;
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use futures::FutureExt;
@@ -44,7 +45,7 @@ use portcullis_catalog::framing::{
 use portcullis_catalog::gate::{CallDecision, CallOutcome, CallReport, Gate, GateCall, Ruling};
 use portcullis_catalog::policy::{DeniedResult, Policy};
 use portcullis_catalog::validation::normalize_arguments;
-use portcullis_catalog::{ArgumentValidator, CatalogError, Tool, ToolResult};
+use portcullis_catalog::{ArgumentValidator, Tool, ToolResult};
 use rmcp::model::JsonObject;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
@@ -67,6 +68,7 @@ use crate::handler::{CallContext, ToolError, ToolHandler, typed};
 // this server; re-exported so this module's paths keep working.
 use crate::input;
 use crate::passthrough::PassthroughProvider;
+use crate::wire_tool::to_wire_tool;
 pub use portcullis_handler::registration::{IN_PROCESS_SOURCE, Registration};
 
 /// How long a handler may keep running after its call was cancelled before
@@ -195,8 +197,9 @@ impl ToolServerBuilder {
         self
     }
 
-    /// Checks ids, applies the exposure gate and compiles every exposed
-    /// tool's validator.
+    /// Checks ids, applies the exposure gate and compiles the validator of
+    /// every exposed tool whose schema the registration owns (a foreign
+    /// schema's is compiled on the tool's first call).
     ///
     /// Fails on a duplicate id (`ERR_PLUGIN_TOOL_DUPLICATE_ID` naming both
     /// sources, withheld tools included: ids are unique across the whole
@@ -233,17 +236,18 @@ impl ToolServerBuilder {
                 });
                 continue;
             }
-            let schema = registration.tool.input_schema_or_default();
-            let validator = match ArgumentValidator::compile(&registration.tool.name, &schema) {
-                Ok(validator) => Some(validator),
-                Err(error) if registration.foreign_schema => {
-                    tracing::warn!(%error, "its arguments are passed on unchecked");
-                    None
-                }
-                Err(error) => return Err(error.into()),
-            };
-            let wire = to_wire_tool(&registration.tool)?;
-            listed.push(wire.clone());
+            // A schema the registration owns is compiled now (one that
+            // cannot be fails the build); one another server published is
+            // compiled on its first call: a gateway serves thousands of
+            // upstream tools, most never called, and builds again on every
+            // catalogue change.
+            let validator = OnceLock::new();
+            if !registration.foreign_schema {
+                let schema = registration.tool.input_schema_or_default();
+                let compiled = ArgumentValidator::compile(&registration.tool.name, &schema)?;
+                let _ = validator.set(Some(compiled));
+            }
+            listed.push(to_wire_tool(&registration.tool)?);
             let name: Arc<str> = registration.tool.name.as_str().into();
             entries.insert(
                 registration.tool.name.clone(),
@@ -251,7 +255,6 @@ impl ToolServerBuilder {
                     name,
                     source: registration.source.as_str().into(),
                     def: registration.tool,
-                    wire,
                     validator,
                     access: registration.access,
                     handler: registration.handler,
@@ -301,38 +304,42 @@ pub fn schema_of<A: JsonSchema>() -> Value {
     schema
 }
 
-fn to_wire_tool(tool: &Tool) -> Result<rmcp::model::Tool, ServerError> {
-    let invalid = |reason: String| {
-        ServerError::InvalidSchema(CatalogError::InvalidSchema {
-            tool: tool.name.clone(),
-            reason,
-        })
-    };
-    let mut value = serde_json::to_value(tool).map_err(|e| invalid(e.to_string()))?;
-    // A published schema is in `value` already (read once: a schema held
-    // as stored text is parsed here, not twice); none is `{"type":"object"}`.
-    if let Some(object) = value.as_object_mut() {
-        object
-            .entry("inputSchema")
-            .or_insert_with(|| tool.input_schema_or_default());
-    }
-    serde_json::from_value(value).map_err(|e| invalid(format!("not an MCP tool definition: {e}")))
-}
-
 struct Entry {
     name: Arc<str>,
     /// Where it came from ([`Registration::source`]).
     source: Arc<str>,
     def: Tool,
-    wire: rmcp::model::Tool,
-    /// `None` for a foreign schema that could not be compiled.
-    validator: Option<ArgumentValidator>,
+    /// Set at the build for a schema the registration owns, on the first
+    /// call for a foreign one ([`Entry::validator`]).
+    validator: OnceLock<Option<ArgumentValidator>>,
     access: Access,
     handler: Arc<dyn ToolHandler>,
 }
 
+impl Entry {
+    /// The arguments' validator, compiled now if this is the first call of
+    /// a tool with a foreign schema; `None` when a foreign schema cannot be
+    /// compiled (said once, as a warning): its server checks its own
+    /// arguments.
+    fn validator(&self) -> Option<&ArgumentValidator> {
+        self.validator
+            .get_or_init(|| {
+                let schema = self.def.input_schema_or_default();
+                match ArgumentValidator::compile(&self.def.name, &schema) {
+                    Ok(validator) => Some(validator),
+                    Err(error) => {
+                        tracing::warn!(%error, "its arguments are passed on unchecked");
+                        None
+                    }
+                }
+            })
+            .as_ref()
+    }
+}
+
 struct Inner {
     entries: HashMap<String, Entry>,
+    /// The exposed tools as MCP lists them, sorted by name.
     listed: Vec<rmcp::model::Tool>,
     withheld: Vec<Withheld>,
     identity: Option<Arc<Identity>>,
@@ -768,7 +775,7 @@ impl Inner {
             tool: &entry.name,
             definition: &entry.def,
             arguments: &args,
-            validator: entry.validator.as_ref(),
+            validator: entry.validator(),
             // The caller's own identity when the surface authenticated one.
             backstop: check_call(&entry.access, ctx.identity()),
         };
@@ -1026,7 +1033,12 @@ impl ServerHandler for ToolServer {
     fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {
         let snapshot = self.snapshot();
         let inner = &snapshot.inner;
-        inner.entries.get(name).map(|e| e.wire.clone())
+        // The listed tools are sorted by name, and each is listed once.
+        let at = inner
+            .listed
+            .binary_search_by(|tool| tool.name.as_ref().cmp(name))
+            .ok()?;
+        inner.listed.get(at).cloned()
     }
 
     /// A request rmcp could not read as any method it knows. rmcp reads a
@@ -1423,6 +1435,49 @@ mod tests {
             .map(|t| t.name.to_string())
             .collect();
         assert_eq!(names, ["bad", "good"]);
+        let unchecked = server.call("bad", json!({"x": 5}), None).await.unwrap();
+        assert!(!unchecked.is_error, "{unchecked:?}");
+    }
+
+    #[tokio::test]
+    async fn a_foreign_schema_is_compiled_on_its_first_call_and_holds_it() {
+        let schema =
+            json!({"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]});
+        let server = ToolServer::builder()
+            .register(
+                Registration::new(ro("upstream").with_input_schema(schema.clone()), ok)
+                    .with_foreign_schema(),
+            )
+            .tool(ro("own").with_input_schema(schema), ok)
+            .build()
+            .unwrap();
+        let compiled = |name: &str| {
+            let snapshot = server.snapshot();
+            snapshot.inner.entries[name].validator.get().is_some()
+        };
+        assert!(
+            compiled("own"),
+            "a schema the registration owns: at the build"
+        );
+        assert!(
+            !compiled("upstream"),
+            "a foreign schema: not before its first call"
+        );
+        let refused = server.call("upstream", json!({}), None).await.unwrap();
+        assert!(compiled("upstream"));
+        assert!(refused.is_error);
+        let text = refused.text_blocks().next().unwrap_or_default().to_owned();
+        assert!(text.starts_with("ERR_INVALID_ARGUMENTS"), "{text}");
+        let answered = server
+            .call("upstream", json!({"q": "x"}), None)
+            .await
+            .unwrap();
+        assert!(!answered.is_error, "{answered:?}");
+        for name in ["own", "upstream"] {
+            let listed = server.get_tool(name).map(|tool| tool.name.to_string());
+            assert_eq!(listed.as_deref(), Some(name));
+        }
+        assert!(server.get_tool("other").is_none());
     }
 
     #[tokio::test]
