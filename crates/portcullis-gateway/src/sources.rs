@@ -460,7 +460,7 @@ impl SourceCatalogue {
             // only while none is recorded for this endpoint, and the one
             // the store returns is enforced.
             let row = store
-                .get(&id)
+                .get_for_trust(&id)
                 .await
                 .context("cannot read the trust baselines")?;
             let proposal = trust::proposal(row.as_ref(), &identity, &listed);

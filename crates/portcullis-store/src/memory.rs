@@ -102,6 +102,26 @@ impl Store for MemoryStore {
         Ok(self.state().servers.get(id).cloned())
     }
 
+    async fn get_for_trust(&self, id: &str) -> Result<Option<PersistedServer>, StoreError> {
+        let state = self.state();
+        let Some(row) = state.servers.get(id) else {
+            return Ok(None);
+        };
+        if row.tool_fingerprints.is_none() {
+            return Ok(Some(row.clone()));
+        }
+        let trust = PersistedServer::from_columns(
+            row.id.clone(),
+            row.name.clone(),
+            row.kind,
+            row.url.clone(),
+            None,
+            row.tool_fingerprints.clone(),
+            None,
+        );
+        Ok(Some(trust))
+    }
+
     async fn save(&self, row: &PersistedServer) -> Result<Option<Fingerprints>, StoreError> {
         if let Some(reason) = row.refusal() {
             return Err(StoreError::InvalidRow {

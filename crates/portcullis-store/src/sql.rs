@@ -90,6 +90,11 @@ fn numbered_placeholders(sql: &str) -> String {
 
 /// The columns a server row is selected with, in `RawRow` order.
 const SERVER_COLUMNS: &str = "id, name, type, url, tools, tool_fingerprints, tool_digests";
+/// [`SERVER_COLUMNS`] with the cache and its digests read only when no
+/// baseline is recorded.
+const TRUST_COLUMNS: &str = "id, name, type, url, \
+     CASE WHEN tool_fingerprints IS NULL THEN tools END, tool_fingerprints, \
+     CASE WHEN tool_fingerprints IS NULL THEN tool_digests END";
 
 /// The cached listings' text in one read past which half of it is decoded
 /// on another thread: well above a handful of small servers, for which a
@@ -272,11 +277,28 @@ where
     }
 
     pub(crate) async fn get(&self, id: &str) -> Result<Option<PersistedServer>, StoreError> {
+        self.get_columns(id, SERVER_COLUMNS).await
+    }
+
+    /// [`crate::Store::get_for_trust`]: the cache is read only for a row
+    /// without a baseline, in the same statement.
+    pub(crate) async fn get_for_trust(
+        &self,
+        id: &str,
+    ) -> Result<Option<PersistedServer>, StoreError> {
+        self.get_columns(id, TRUST_COLUMNS).await
+    }
+
+    /// The row with this id, read as `columns` (the seven of
+    /// [`SERVER_COLUMNS`], in their order).
+    async fn get_columns(
+        &self,
+        id: &str,
+        columns: &str,
+    ) -> Result<Option<PersistedServer>, StoreError> {
         let op = || StoreError::database(DB::BACKEND, format!("read mcp server {id:?}"));
-        let sql = DB::render(&format!(
-            "SELECT {SERVER_COLUMNS} FROM mcp_servers WHERE id = ?"
-        ))
-        .into_owned();
+        let sql =
+            DB::render(&format!("SELECT {columns} FROM mcp_servers WHERE id = ?")).into_owned();
         let row = sqlx::query(&sql)
             .bind(id.to_owned())
             .fetch_optional(&self.pool)
@@ -688,6 +710,13 @@ macro_rules! sql_store {
                 id: &str,
             ) -> Result<Option<$crate::row::PersistedServer>, $crate::error::StoreError> {
                 self.sql.get(id).await
+            }
+
+            async fn get_for_trust(
+                &self,
+                id: &str,
+            ) -> Result<Option<$crate::row::PersistedServer>, $crate::error::StoreError> {
+                self.sql.get_for_trust(id).await
             }
 
             async fn save(

@@ -29,6 +29,16 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         Ok(self.list().await?.into_iter().find(|row| row.id == id))
     }
 
+    /// The row with this id as a trust decision needs it
+    /// ([`crate::trust::proposal`]): its cached listing (and the digests
+    /// beside it) left out when a baseline is recorded, kept when none is
+    /// (a row from before baselines, whose baseline is derived from that
+    /// listing). A cold start asks this of every server it connects: a
+    /// cached listing can be megabytes, and this default reads it whole.
+    async fn get_for_trust(&self, id: &str) -> Result<Option<PersistedServer>, StoreError> {
+        self.get(id).await
+    }
+
     /// Inserts or updates `row` and returns the baseline **now in force**,
     /// which the caller must enforce instead of its own.
     ///

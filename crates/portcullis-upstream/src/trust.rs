@@ -87,7 +87,7 @@ pub(crate) async fn settle_cold(
     listing: &[Tool],
     connection: &Connection,
 ) -> Result<Option<Fingerprints>, String> {
-    let row = store.get(id).await.map_err(|e| e.to_string())?;
+    let row = store.get_for_trust(id).await.map_err(|e| e.to_string())?;
     let proposal = cold_proposal(row.as_ref(), identity, listing, connection).await;
     save(store, id, identity, listing, proposal).await
 }

@@ -215,6 +215,7 @@ macro_rules! suite {
             the_cache_keeps_the_digests_of_what_it_holds,
             a_baseline_with_pins_keeps_its_tools_and_pins,
             a_save_without_baseline_never_erases_it,
+            trust_reads_carry_the_cache_only_without_a_baseline,
             save_all_saves_each_row_as_save_does_in_one_go,
             concurrent_first_saves_record_one_baseline,
             retrust_then_save_rebaselines,

@@ -220,6 +220,41 @@ pub async fn a_save_without_baseline_never_erases_it(h: Harness) {
     assert_eq!(row(&*h.twin, "docs").await.tool_fingerprints, recorded);
 }
 
+pub async fn trust_reads_carry_the_cache_only_without_a_baseline(h: Harness) {
+    let store = &*h.store;
+    assert_eq!(ok(store.get_for_trust("docs").await), None);
+    // A row with a cache and no baseline (as from before baselines): the
+    // baseline is derived from the cache, so the cache comes with it.
+    let v0 = listing("v0");
+    let bare = PersistedServer::new("docs", &docs()).with_tools(v0.clone());
+    assert_eq!(ok(store.save(&bare).await), None);
+    let legacy = ok(store.get_for_trust("docs").await).unwrap_or_else(|| panic!("no row"));
+    assert_eq!(legacy, row(store, "docs").await);
+    assert_eq!(legacy.baseline_or_derived(), Some(fingerprint_listing(&v0)));
+    // Once one is recorded, the cache stays in the store.
+    let v1 = listing("v1");
+    let recorded = ok(store.save(&trusting(&v1)).await);
+    assert_eq!(recorded, Some(fingerprint_listing(&v1)));
+    let trust = ok(h.twin.get_for_trust("docs").await).unwrap_or_else(|| panic!("no row"));
+    assert_eq!(trust.tools, None);
+    assert_eq!(trust.cached_digests(), None);
+    assert_eq!(trust.tool_fingerprints, recorded);
+    let full = row(store, "docs").await;
+    assert_eq!(full.tools.as_deref(), Some(v1.as_slice()));
+    assert_eq!(
+        (&trust.id, &trust.name, trust.kind, &trust.url),
+        (&full.id, &full.name, full.kind, &full.url)
+    );
+    assert!(trust_proposal_matches(&trust, &full, &listing("v2")));
+}
+
+/// The store's trust rule decides the same on the row read for trust as
+/// on the whole row.
+fn trust_proposal_matches(trust: &PersistedServer, full: &PersistedServer, live: &[Tool]) -> bool {
+    use portcullis_store::trust::proposal;
+    proposal(Some(trust), &docs(), live) == proposal(Some(full), &docs(), live)
+}
+
 pub async fn concurrent_first_saves_record_one_baseline(h: Harness) {
     let proposals: Vec<Vec<Tool>> = (0..8).map(|i| listing(&format!("replica {i}"))).collect();
     let mut tasks = Vec::new();
