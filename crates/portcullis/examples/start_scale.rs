@@ -29,6 +29,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+mod gateway_process;
+
 const SERVER_SH: &str = r#"#!/bin/sh
 tools=$1
 while IFS= read -r line; do
@@ -53,17 +55,6 @@ fn env_number(name: &str, default: usize) -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-fn binary() -> Result<PathBuf, String> {
-    if let Some(bin) = std::env::var_os("PORTCULLIS_BIN") {
-        return Ok(PathBuf::from(bin));
-    }
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    exe.parent()
-        .and_then(|examples| examples.parent())
-        .map(|dir| dir.join("portcullis"))
-        .ok_or_else(|| "cannot find the portcullis binary; set PORTCULLIS_BIN".to_owned())
 }
 
 /// Writes the script, the listing and the config into `dir`.
@@ -202,7 +193,7 @@ fn main() -> Result<(), String> {
         .unwrap_or(5);
     let servers = env_number("START_SCALE_SERVERS", 50);
     let tools = env_number("START_SCALE_TOOLS", 100);
-    let bin = binary()?;
+    let bin = gateway_process::binary()?;
     let dir = std::env::temp_dir().join(format!("portcullis-start-scale-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let config = prepare(&dir, servers, tools)?;
