@@ -16,6 +16,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 
 use crate::config::StdioConfig;
 
+mod program;
 mod request_line;
 mod transport;
 
@@ -33,7 +34,21 @@ pub(crate) struct Spawned {
 /// Spawns `config`'s command. Its stderr is drained into `tracing` at debug
 /// level (a full pipe would block the child).
 pub(crate) fn spawn(config: &StdioConfig) -> std::io::Result<Spawned> {
-    let mut command = tokio::process::Command::new(&config.command);
+    // The PATH the child gets: its config's, else the host's.
+    let child_path = match config.env.get("PATH") {
+        Some(path) => Some(std::ffi::OsString::from(path)),
+        None => std::env::var_os("PATH"),
+    };
+    let mut command = match program::locate(&config.command, child_path.as_deref()) {
+        Some(found) => {
+            let mut command = tokio::process::Command::new(found);
+            // The child sees the name it was configured with, as before.
+            #[cfg(unix)]
+            command.arg0(&config.command);
+            command
+        }
+        None => tokio::process::Command::new(&config.command),
+    };
     command.args(&config.args).env_clear();
     for key in AMBIENT_ALLOWLIST {
         if let Some(value) = std::env::var_os(key) {

@@ -1490,6 +1490,32 @@ mod stdio {
     }
 
     #[tokio::test]
+    async fn a_command_given_by_name_is_found_on_the_childs_path_and_keeps_its_name() {
+        // Only on the PATH the config gives the child, not on ours.
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::os::unix::fs::symlink(fixture_bin(), dir.path().join("kid-server")).expect("symlink");
+        let path = format!("{}:/usr/bin:/bin", dir.path().display());
+        let toolset = connect(
+            vec![
+                McpServerConfig::stdio("kid", "kid-server", Vec::<String>::new())
+                    .with_env("PATH", path),
+            ],
+            options(),
+        )
+        .await
+        .unwrap();
+        let answer = call(&toolset, "kid__whoami", json!({})).await.unwrap();
+        assert!(!answer.is_error, "{answer:?}");
+        // The child's argv[0] is the configured name, not the path it was
+        // found at.
+        let pid = toolset.child_pid("kid").expect("a child pid");
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).expect("cmdline");
+        let argv0 = cmdline.split(|b| *b == 0).next().unwrap_or_default();
+        assert_eq!(String::from_utf8_lossy(argv0), "kid-server");
+        toolset.close().await;
+    }
+
+    #[tokio::test]
     async fn a_stdio_child_gets_a_minimal_environment() {
         // Some variable of ours that is not on the allow-list.
         let (leaked, _) = std::env::vars()
