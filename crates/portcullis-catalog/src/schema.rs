@@ -84,6 +84,15 @@ impl Schema {
         }
     }
 
+    /// Whether the schema is JSON `null` (read without parsing a schema
+    /// held as text: compact text of `null` is exactly `null`).
+    pub fn is_null(&self) -> bool {
+        match &self.0 {
+            Repr::Value(value) => value.is_null(),
+            Repr::Compact { text, .. } => text.get() == "null",
+        }
+    }
+
     /// The schema as an owned value.
     pub fn into_value(self) -> Value {
         match self.0 {
@@ -627,6 +636,8 @@ mod tests {
             Schema::from(value.clone()).to_object().map(Value::Object),
             Some(value)
         );
+        let null = Schema::from_json_text(RawValue::from_string("null".into()).unwrap()).unwrap();
+        assert!(null.is_null() && Schema::from(Value::Null).is_null() && !schema.is_null());
         let boolean = Schema::from_json_text(RawValue::from_string("true".into()).unwrap());
         assert_eq!(boolean.unwrap().to_object(), None);
         assert_eq!(Schema::from(json!([1])).to_object(), None);

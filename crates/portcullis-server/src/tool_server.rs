@@ -319,8 +319,8 @@ struct Entry {
 impl Entry {
     /// The arguments' validator, compiled now if this is the first call of
     /// a tool with a foreign schema; `None` when a foreign schema cannot be
-    /// compiled (said once, as a warning): its server checks its own
-    /// arguments.
+    /// compiled (a warning at its first call after each build of the tool
+    /// set): its server checks its own arguments.
     fn validator(&self) -> Option<&ArgumentValidator> {
         self.validator
             .get_or_init(|| {

@@ -29,6 +29,8 @@ pub(crate) fn to_wire_tool(tool: &Tool) -> Result<rmcp::model::Tool, ServerError
         None => JsonObject::from_iter([("type".to_owned(), "object".into())]),
     };
     let output_schema = match &tool.output_schema {
+        // `null` there reads as no output schema, as MCP's own parse has it.
+        Some(schema) if schema.is_null() => None,
         Some(schema) => Some(Arc::new(object(schema, "outputSchema")?)),
         None => None,
     };
@@ -97,6 +99,7 @@ mod tests {
         let mut listed = vec![
             full,
             with_meta,
+            Tool::new("null_output").with_output_schema(Value::Null),
             Tool::new("bare"),
             Tool::new("empty_hints").with_annotations(Hints::default()),
             Tool::new("ünïcode").with_description("«quotes» \"and\" \\ \u{1f}"),

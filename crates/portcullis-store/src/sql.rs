@@ -281,12 +281,21 @@ where
     }
 
     /// [`crate::Store::get_for_trust`]: the cache is read only for a row
-    /// without a baseline, in the same statement.
+    /// without a baseline, in the same statement. A baseline that is stored
+    /// but no longer parses reads as none, like an absent one, so such a
+    /// row is read again whole: its baseline is then derived from its cache,
+    /// as [`Sql::get`] would have it, never proposed afresh from what the
+    /// server lists now.
     pub(crate) async fn get_for_trust(
         &self,
         id: &str,
     ) -> Result<Option<PersistedServer>, StoreError> {
-        self.get_columns(id, TRUST_COLUMNS).await
+        match self.get_columns(id, TRUST_COLUMNS).await? {
+            Some(row) if row.tool_fingerprints.is_none() && row.tools.is_none() => {
+                self.get(id).await
+            }
+            row => Ok(row),
+        }
     }
 
     /// The row with this id, read as `columns` (the seven of

@@ -236,8 +236,8 @@ macro_rules! suite {
 
 // Memory holds parsed rows, so it has no column to corrupt.
 suite!(memory);
-suite!(sqlite + corrupt_cache_is_dropped);
-suite!(postgres + corrupt_cache_is_dropped);
+suite!(sqlite + corrupt_cache_is_dropped + a_trust_read_of_a_corrupt_baseline_keeps_the_cache);
+suite!(postgres + corrupt_cache_is_dropped + a_trust_read_of_a_corrupt_baseline_keeps_the_cache);
 
 // ---------------------------------------------------------------- migration
 

@@ -619,6 +619,32 @@ pub async fn corrupt_cache_is_dropped(h: Harness) {
     assert_eq!(ok(store.trusted_tools("nameless").await), Some(v2));
 }
 
+pub async fn a_trust_read_of_a_corrupt_baseline_keeps_the_cache(h: Harness) {
+    let Some(raw) = &h.raw else {
+        panic!("a_trust_read_of_a_corrupt_baseline_keeps_the_cache needs raw SQL access")
+    };
+    let store = &*h.store;
+    let v1 = listing("v1");
+    save_trusted(store, "docs", &v1).await;
+    raw.exec("UPDATE mcp_servers SET tool_fingerprints = '{\"search\":' WHERE id = 'docs'")
+        .await;
+    // The baseline reads as none, as everywhere; the cache comes with it,
+    // so the baseline is derived from what was cached, not from what the
+    // server lists now.
+    let trust = ok(store.get_for_trust("docs").await).unwrap_or_else(|| panic!("no row"));
+    assert_eq!(trust.tool_fingerprints, None);
+    assert_eq!(trust.tools.as_deref(), Some(v1.as_slice()));
+    let server = ServerIdentity::streamable_http("docs", "https://docs.example/mcp");
+    let drifted = listing("drifted");
+    let proposal = portcullis_store::trust::proposal(Some(&trust), &server, &drifted);
+    assert_eq!(proposal, Some(fingerprint_listing(&v1)));
+    let whole = ok(store.get("docs").await);
+    assert_eq!(
+        proposal,
+        portcullis_store::trust::proposal(whole.as_ref(), &server, &drifted)
+    );
+}
+
 /// A listing of 60 tools with ~2 kB descriptions (~130 kB stored), told
 /// apart by `label`.
 fn large_listing(label: usize) -> Vec<Tool> {
