@@ -1516,6 +1516,31 @@ mod stdio {
     }
 
     #[tokio::test]
+    async fn a_relative_path_entry_is_searched_from_the_childs_directory() {
+        // `bin` on the child's PATH means `bin` in the child's working
+        // directory, where only the child's own program is; the gateway's
+        // directory has none. The search is then left to execvp in the
+        // child, after it changed directory.
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir(dir.path().join("bin")).expect("bin");
+        std::os::unix::fs::symlink(fixture_bin(), dir.path().join("bin").join("kid-server"))
+            .expect("symlink");
+        let McpServerConfig::Stdio(mut config) =
+            McpServerConfig::stdio("kid", "kid-server", Vec::<String>::new())
+                .with_env("PATH", "bin:/usr/bin:/bin")
+        else {
+            unreachable!("a stdio config")
+        };
+        config.cwd = Some(dir.path().to_path_buf());
+        let toolset = connect(vec![McpServerConfig::Stdio(config)], options())
+            .await
+            .unwrap();
+        let answer = call(&toolset, "kid__whoami", json!({})).await.unwrap();
+        assert!(!answer.is_error, "{answer:?}");
+        toolset.close().await;
+    }
+
+    #[tokio::test]
     async fn a_stdio_child_gets_a_minimal_environment() {
         // Some variable of ours that is not on the allow-list.
         let (leaked, _) = std::env::vars()
