@@ -12,9 +12,11 @@
 //! ROUNDS starts after it is timed from the spawn of the gateway to its
 //! answer to `initialize` (every server connected, listed and checked
 //! against its baseline, the tool server built) and to its first
-//! `tools/list` answer, then a second `tools/list` alone; the gateway's
-//! `VmRSS` and `VmHWM` are read right after the first list and its `VmRSS`
-//! and `RssAnon` again after 2 s idle. Medians printed last.
+//! `tools/list` answer, then a second `tools/list` alone; the gateway's own
+//! CPU (user + system of its process from `/proc/PID/stat`, its children
+//! not counted, 10 ms ticks), `VmRSS` and `VmHWM` are read right after the
+//! first list and its `VmRSS` and `RssAnon` again after 2 s idle. Medians
+//! printed last.
 //!
 //! Each server is a small `sh` script answering `initialize`, `tools/list`
 //! (the same listing for every server) and `tools/call`. `START_SCALE_SERVERS`
@@ -105,9 +107,27 @@ fn status_kb(pid: u32, fields: &[&str]) -> Vec<u64> {
         .collect()
 }
 
+/// The user + system CPU of process `pid` so far, itself only.
+fn cpu(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // After the parenthesised command name: state, ppid, …; utime and
+    // stime are the 14th and 15th fields overall, in clock ticks (100 a
+    // second on Linux).
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    Duration::from_millis((ticks(11) + ticks(12)) * 10)
+}
+
 struct Start {
     initialized: Duration,
     listed: Duration,
+    cpu_listed: Duration,
     tools: usize,
     second_list: Duration,
     rss_listed: u64,
@@ -151,6 +171,7 @@ fn start(bin: &Path, config: &Path) -> Result<Start, String> {
     let list = answer()?;
     let listed = began.elapsed();
     let tools = list["result"]["tools"].as_array().map_or(0, Vec::len);
+    let cpu_listed = cpu(pid);
     let at_list = status_kb(pid, &["VmRSS", "VmHWM"]);
     let again = Instant::now();
     send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}))?;
@@ -164,6 +185,7 @@ fn start(bin: &Path, config: &Path) -> Result<Start, String> {
     Ok(Start {
         initialized,
         listed,
+        cpu_listed,
         tools,
         second_list,
         rss_listed: at_list[0],
@@ -205,11 +227,12 @@ fn main() -> Result<(), String> {
     for _ in 0..rounds {
         let s = start(&bin, &config)?;
         println!(
-            "  initialize {:7.1} ms  first tools/list {:7.1} ms ({} tools)  second {:6.1} ms  \
+            "  initialize {:7.1} ms  first tools/list {:7.1} ms ({} tools, gateway CPU {:6.1} ms)  second {:6.1} ms  \
              RSS {:6.1} MiB (peak {:6.1})  after 2 s idle {:6.1} MiB ({:6.1} anonymous)",
             ms(s.initialized),
             ms(s.listed),
             s.tools,
+            ms(s.cpu_listed),
             ms(s.second_list),
             mib(s.rss_listed),
             mib(s.hwm_listed),
@@ -221,10 +244,11 @@ fn main() -> Result<(), String> {
     let _ = std::fs::remove_dir_all(&dir);
     let of = |f: fn(&Start) -> f64| median(starts.iter().map(f).collect());
     println!(
-        "medians: initialize {:.1} ms, first tools/list {:.1} ms, second {:.1} ms, \
+        "medians: initialize {:.1} ms, first tools/list {:.1} ms (gateway CPU {:.1} ms), second {:.1} ms, \
          RSS {:.1} MiB (peak {:.1}), idle {:.1} MiB ({:.1} anonymous)",
         of(|s| ms(s.initialized)),
         of(|s| ms(s.listed)),
+        of(|s| ms(s.cpu_listed)),
         of(|s| ms(s.second_list)),
         of(|s| mib(s.rss_listed)),
         of(|s| mib(s.hwm_listed)),
