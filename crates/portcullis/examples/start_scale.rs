@@ -32,6 +32,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 mod gateway_process;
+#[path = "../../portcullis-server/examples/load_driver/mod.rs"]
+mod load_driver;
 
 const SERVER_SH: &str = r#"#!/bin/sh
 tools=$1
@@ -107,23 +109,6 @@ fn status_kb(pid: u32, fields: &[&str]) -> Vec<u64> {
         .collect()
 }
 
-/// The user + system CPU of process `pid` so far, itself only.
-fn cpu(pid: u32) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // After the parenthesised command name: state, ppid, …; utime and
-    // stime are the 14th and 15th fields overall, in clock ticks (100 a
-    // second on Linux).
-    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    Duration::from_millis((ticks(11) + ticks(12)) * 10)
-}
-
 struct Start {
     initialized: Duration,
     listed: Duration,
@@ -171,7 +156,7 @@ fn start(bin: &Path, config: &Path) -> Result<Start, String> {
     let list = answer()?;
     let listed = began.elapsed();
     let tools = list["result"]["tools"].as_array().map_or(0, Vec::len);
-    let cpu_listed = cpu(pid);
+    let cpu_listed = Duration::from_secs_f64(load_driver::cpu_seconds(pid));
     let at_list = status_kb(pid, &["VmRSS", "VmHWM"]);
     let again = Instant::now();
     send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}))?;
