@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::diagnostic::{Diagnostic, Rule};
-use crate::schema::Schema;
+use crate::schema::{BARE_SCHEMA, Schema};
 use crate::tool::Tool;
 
 /// The default budget: about 10% of a 200k-token context window.
@@ -237,10 +237,6 @@ impl Measured {
         .div_ceil(4)
     }
 }
-
-/// `{"type":"object"}`, the schema of a tool that published none and of
-/// the bare tier.
-const BARE_SCHEMA: &str = r#"{"type":"object"}"#;
 
 // The note is counted as its byte length: it is ASCII.
 const _: () = assert!(DEFERRED_NOTE.is_ascii());
@@ -489,13 +485,18 @@ pub fn deferred_schema(schema: Option<&Value>) -> Value {
     Value::Object(out)
 }
 
-/// The deferred schema of `schema` ([`deferred_schema`]); written as
-/// compact text, without a `Value` tree, when `schema` is held as text.
+/// The deferred schema of `schema` ([`deferred_schema`]): the one written
+/// as `schema` was read from stored text, else written as compact text
+/// from a schema held as text, else built as a value.
 fn deferred(schema: Option<&Schema>) -> Schema {
+    // Written as the stored text was read: shared, not written again.
+    if let Some(written) = schema.and_then(Schema::deferred_form) {
+        return written;
+    }
     if let Some(built) = schema
         .and_then(Schema::compact)
         .and_then(|(text, _)| Outline::of(text))
-        .and_then(|outline| Schema::from_built_text(outline.text(), outline.units()))
+        .map(|outline| Schema::from_built_text(outline.text(), outline.units()))
     {
         return built;
     }
@@ -1070,6 +1071,12 @@ mod tests {
             let shown = deferred(Some(&stored));
             assert!(shown.compact().is_some());
             assert_eq!(serde_json::to_string(&shown).unwrap(), built);
+            assert_eq!(shown, Schema::from(deferred_schema(Some(schema))));
+            // A deferred schema is its own deferred form, written from its
+            // text (no form was written with it).
+            let again = deferred(Some(&shown));
+            assert!(shown.deferred_units().is_none());
+            assert_eq!(serde_json::to_string(&again).unwrap(), built);
         }
     }
 

@@ -11,11 +11,17 @@
 //! schema means the same whichever way it is held: it serialises to the
 //! same bytes, compares equal by value, and its length (the disclosure
 //! estimate) is the text's.
+//!
+//! The same pass over a stored input schema writes its deferred form (each
+//! property's name and type, and `required`), which a deferred tier then
+//! shows by sharing that text: writing it again from the stored text, and
+//! serde_json's check of it as a `RawValue`, were half a wake's projection.
 
 use std::collections::HashSet;
 use std::fmt;
 use std::ops::Deref;
-use std::sync::OnceLock;
+use std::ops::Range;
+use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::value::RawValue;
@@ -37,36 +43,56 @@ enum Repr {
         text: Box<RawValue>,
         /// Its UTF-16 length, counted while checking it.
         units: usize,
-        /// The UTF-16 length of its deferred form, measured in the same
-        /// pass (the tier decision reads it for every tool); `None` for a
-        /// text the catalogue built itself.
-        deferred_units: Option<usize>,
+        /// Its deferred form, written in the same pass (the tier decision
+        /// reads its length for every tool, a deferred tier shows it);
+        /// `None` for a schema read without it (an output schema).
+        deferred: Option<Deferred>,
         parsed: OnceLock<Value>,
     },
+    /// Compact text the catalogue wrote itself (a deferred schema), shared
+    /// with the schema it was written from. Not a `RawValue`: serde_json
+    /// would scan it again to make one, and only serialising needs one.
+    Built {
+        text: Arc<str>,
+        /// Its UTF-16 length.
+        units: usize,
+        parsed: OnceLock<Value>,
+    },
+}
+
+/// A schema's deferred form (`disclosure::deferred_schema`) as compact
+/// JSON text, with its UTF-16 length.
+#[derive(Clone)]
+struct Deferred {
+    text: Arc<str>,
+    units: usize,
 }
 
 impl Schema {
     /// The schema as a value (parsed now if it is held as text).
     pub fn value(&self) -> &Value {
-        match &self.0 {
-            Repr::Value(value) => value,
-            Repr::Compact { text, parsed, .. } => parsed.get_or_init(|| {
-                // Checked as compact JSON of at most `MAX_DEPTH` levels
-                // when it was stored, so it parses; were it ever not to, a
-                // schema that admits nothing fails closed.
-                serde_json::from_str(text.get()).unwrap_or(Value::Bool(false))
-            }),
-        }
+        let (text, parsed) = match &self.0 {
+            Repr::Value(value) => return value,
+            Repr::Compact { text, parsed, .. } => (text.get(), parsed),
+            Repr::Built { text, parsed, .. } => (&**text, parsed),
+        };
+        parsed.get_or_init(|| {
+            // Checked as compact JSON of at most `MAX_DEPTH` levels when
+            // it was stored (or written so by the catalogue, as tests
+            // hold), so it parses; were it ever not to, a schema that
+            // admits nothing fails closed.
+            serde_json::from_str(text).unwrap_or(Value::Bool(false))
+        })
     }
 
     /// The schema as a value to change (no longer held as text).
     pub fn value_mut(&mut self) -> &mut Value {
-        if let Repr::Compact { .. } = self.0 {
+        if !matches!(self.0, Repr::Value(_)) {
             *self = Schema(Repr::Value(self.value().clone()));
         }
         match &mut self.0 {
             Repr::Value(value) => value,
-            Repr::Compact { .. } => unreachable!("made a value just above"),
+            Repr::Compact { .. } | Repr::Built { .. } => unreachable!("made a value just above"),
         }
     }
 
@@ -75,12 +101,14 @@ impl Schema {
     /// text: a caller that needs an object of its own (an MCP tool's
     /// `inputSchema`) does not leave a second parse behind in this one.
     pub fn to_object(&self) -> Option<Map<String, Value>> {
-        match &self.0 {
-            Repr::Value(value) => value.as_object().cloned(),
-            Repr::Compact { text, parsed, .. } => match parsed.get() {
-                Some(value) => value.as_object().cloned(),
-                None => serde_json::from_str(text.get()).ok(),
-            },
+        let (text, parsed) = match &self.0 {
+            Repr::Value(value) => return value.as_object().cloned(),
+            Repr::Compact { text, parsed, .. } => (text.get(), parsed),
+            Repr::Built { text, parsed, .. } => (&**text, parsed),
+        };
+        match parsed.get() {
+            Some(value) => value.as_object().cloned(),
+            None => serde_json::from_str(text).ok(),
         }
     }
 
@@ -90,6 +118,7 @@ impl Schema {
         match &self.0 {
             Repr::Value(value) => value.is_null(),
             Repr::Compact { text, .. } => text.get() == "null",
+            Repr::Built { text, .. } => &**text == "null",
         }
     }
 
@@ -97,7 +126,7 @@ impl Schema {
     pub fn into_value(self) -> Value {
         match self.0 {
             Repr::Value(value) => value,
-            Repr::Compact { .. } => self.value().clone(),
+            Repr::Compact { .. } | Repr::Built { .. } => self.value().clone(),
         }
     }
 
@@ -105,13 +134,30 @@ impl Schema {
     /// serde_json writes for its own parse, else parsed now (an error is
     /// the parse's).
     pub fn from_json_text(text: Box<RawValue>) -> serde_json::Result<Schema> {
-        match measure_compact(text.get()) {
-            Some(measure) => Ok(Schema(Repr::Compact {
-                text,
-                units: measure.units,
-                deferred_units: Some(measure.deferred_units),
-                parsed: OnceLock::new(),
-            })),
+        Schema::read(text, Some(&mut String::new()))
+    }
+
+    /// [`Schema::from_json_text`], writing the schema's deferred form in
+    /// the same pass when `outline` is given (a scratch buffer, reused
+    /// across schemas), for a tool's input schema.
+    pub(crate) fn read(
+        text: Box<RawValue>,
+        outline: Option<&mut String>,
+    ) -> serde_json::Result<Schema> {
+        let mut outline = outline;
+        match measure_compact(text.get(), outline.as_deref_mut()) {
+            Some(measure) => {
+                let deferred = outline.map(|written| Deferred {
+                    text: Arc::from(written.as_str()),
+                    units: measure.deferred_units,
+                });
+                Ok(Schema(Repr::Compact {
+                    text,
+                    units: measure.units,
+                    deferred,
+                    parsed: OnceLock::new(),
+                }))
+            }
             None => serde_json::from_str(text.get()).map(|v| Schema(Repr::Value(v))),
         }
     }
@@ -123,31 +169,48 @@ impl Schema {
         match &self.0 {
             Repr::Value(_) => None,
             Repr::Compact { text, units, .. } => Some((text.get(), *units)),
+            Repr::Built { text, units, .. } => Some((text, *units)),
         }
     }
 
     /// The UTF-16 length of this schema's deferred form as compact JSON
-    /// (`disclosure::deferred_schema`), when it was measured as the schema
+    /// (`disclosure::deferred_schema`), when it was written as the schema
     /// was read from stored text.
     pub(crate) fn deferred_units(&self) -> Option<usize> {
         match &self.0 {
-            Repr::Value(_) => None,
-            Repr::Compact { deferred_units, .. } => *deferred_units,
+            Repr::Compact {
+                deferred: Some(deferred),
+                ..
+            } => Some(deferred.units),
+            _ => None,
+        }
+    }
+
+    /// This schema's deferred form, when it was written as the schema was
+    /// read from stored text: shares that text, copies nothing.
+    pub(crate) fn deferred_form(&self) -> Option<Schema> {
+        match &self.0 {
+            Repr::Compact {
+                deferred: Some(Deferred { text, units }),
+                ..
+            } => Some(Schema::built(Arc::clone(text), *units)),
+            _ => None,
         }
     }
 
     /// A schema the catalogue wrote as compact JSON text itself (a
     /// deferred schema, from slices of a schema held as text: tests hold it
-    /// to serde_json's output), with its UTF-16 length; `None` if it is not
-    /// JSON.
-    pub(crate) fn from_built_text(text: String, units: usize) -> Option<Schema> {
-        let text = RawValue::from_string(text).ok()?;
-        Some(Schema(Repr::Compact {
+    /// to serde_json's output), with its UTF-16 length.
+    pub(crate) fn from_built_text(text: String, units: usize) -> Schema {
+        Schema::built(Arc::from(text), units)
+    }
+
+    fn built(text: Arc<str>, units: usize) -> Schema {
+        Schema(Repr::Built {
             text,
             units,
-            deferred_units: None,
             parsed: OnceLock::new(),
-        }))
+        })
     }
 }
 
@@ -208,6 +271,13 @@ impl Serialize for Schema {
             Repr::Value(value) => value.serialize(serializer),
             // The same bytes the value would serialise to.
             Repr::Compact { text, .. } => text.serialize(serializer),
+            // Checked only here, borrowed: most built texts are never
+            // serialised (MCP's copy of a tool is made from the value).
+            Repr::Built { text, .. } => {
+                let raw: &RawValue =
+                    serde_json::from_str(text).map_err(serde::ser::Error::custom)?;
+                raw.serialize(serializer)
+            }
         }
     }
 }
@@ -236,11 +306,15 @@ pub(crate) struct Measure {
 
 /// The lengths of the deferred form's fixed parts (its shape is
 /// `disclosure::deferred_schema`'s; a test there holds the two together).
-const BARE_LEN: usize = r#"{"type":"object"}"#.len();
+const BARE_LEN: usize = BARE_SCHEMA.len();
 const OUTLINE_LEN: usize = r#"{"type":"object","properties":{}}"#.len();
 const PROPERTY_LEN: usize = r#":{"type":}"#.len();
 const REQUIRED_LEN: usize = r#","required":"#.len();
-const STRING_TYPE_LEN: usize = r#""string""#.len();
+/// The type kept for a property that names none usable.
+const STRING_TYPE: &str = r#""string""#;
+/// `{"type":"object"}`: the schema of a tool that published none, of the
+/// bare tier, and the deferred form of a schema without `properties`.
+pub(crate) const BARE_SCHEMA: &str = r#"{"type":"object"}"#;
 
 /// `text`'s lengths ([`Measure`]) when it is exactly what
 /// `serde_json::to_string` writes for `serde_json::from_str(text)` (with
@@ -250,12 +324,15 @@ const STRING_TYPE_LEN: usize = r#""string""#.len();
 /// object (a parse keeps one), integers of at most 18 digits and not `-0`
 /// (no fraction or exponent: those may print differently), at most
 /// [`MAX_DEPTH`] levels. `None` for anything else, including text that is
-/// not JSON.
-pub(crate) fn measure_compact(text: &str) -> Option<Measure> {
+/// not JSON. With `outline`, the deferred form is written there too (its
+/// contents are then meaningful only when this returns `Some`).
+pub(crate) fn measure_compact(text: &str, outline: Option<&mut String>) -> Option<Measure> {
     let mut scan = Scan {
+        text,
         bytes: text.as_bytes(),
         at: 0,
         units: 0,
+        outline,
     };
     let deferred_units = scan.schema()?;
     (scan.at == scan.bytes.len()).then_some(Measure {
@@ -264,13 +341,18 @@ pub(crate) fn measure_compact(text: &str) -> Option<Measure> {
     })
 }
 
-struct Scan<'t> {
+struct Scan<'t, 'o> {
+    text: &'t str,
     bytes: &'t [u8],
     at: usize,
     units: usize,
+    /// Where the deferred form is written, when it is wanted: slices of
+    /// `text` (each already what serde_json writes for the part it holds)
+    /// between the form's fixed parts.
+    outline: Option<&'o mut String>,
 }
 
-impl<'t> Scan<'t> {
+impl<'t> Scan<'t, '_> {
     fn peek(&self) -> Option<u8> {
         self.bytes.get(self.at).copied()
     }
@@ -289,68 +371,115 @@ impl<'t> Scan<'t> {
     fn schema(&mut self) -> Option<usize> {
         if self.peek()? != b'{' {
             self.value(0)?;
+            self.write_bare();
             return Some(BARE_LEN);
         }
         let mut properties = None;
-        let mut required = 0;
+        let mut required = None;
         self.object(1, |scan, key, _| {
             match key {
-                br#""properties""# if scan.peek() == Some(b'{') => {
+                r#""properties""# if scan.peek() == Some(b'{') => {
                     properties = Some(scan.properties()?);
                 }
-                br#""required""# => {
+                r#""required""# => {
                     let (start, before) = (scan.at, scan.units);
                     scan.value(1)?;
                     // A non-empty array (compact: longer than `[]`).
                     if scan.bytes.get(start) == Some(&b'[') && scan.at - start > 2 {
-                        required = REQUIRED_LEN + scan.units - before;
+                        required = Some((start..scan.at, scan.units - before));
                     }
                 }
                 _ => scan.value(1)?,
             }
             Some(())
         })?;
-        Some(properties.map_or(BARE_LEN, |kept| OUTLINE_LEN + kept + required))
+        let Some(kept) = properties else {
+            self.write_bare();
+            return Some(BARE_LEN);
+        };
+        let text = self.text;
+        if let Some(out) = self.outline.as_deref_mut() {
+            // `properties` wrote the form up to the end of its own map.
+            if let Some((span, _)) = &required {
+                out.push_str(r#","required":"#);
+                out.push_str(text.get(span.clone())?);
+            }
+            out.push('}');
+        }
+        let required = required.map_or(0, |(_, units)| REQUIRED_LEN + units);
+        Some(OUTLINE_LEN + kept + required)
+    }
+
+    fn write_bare(&mut self) {
+        if let Some(out) = self.outline.as_deref_mut() {
+            out.clear();
+            out.push_str(BARE_SCHEMA);
+        }
     }
 
     /// The top object's `properties`; returns the length of what the
-    /// deferred form keeps of them, separators included.
+    /// deferred form keeps of them, separators included, and writes the
+    /// form up to their end.
     fn properties(&mut self) -> Option<usize> {
+        if let Some(out) = self.outline.as_deref_mut() {
+            out.clear();
+            out.push_str(r#"{"type":"object","properties":{"#);
+        }
         let mut units = 0;
         let mut count = 0;
-        self.object(2, |scan, _, name_units| {
-            units += usize::from(count > 0) + name_units + PROPERTY_LEN + scan.kept_type()?;
+        self.object(2, |scan, name, name_units| {
+            let (kept_units, kept) = scan.kept_type()?;
+            units += usize::from(count > 0) + name_units + PROPERTY_LEN + kept_units;
+            let text = scan.text;
+            if let Some(out) = scan.outline.as_deref_mut() {
+                if count > 0 {
+                    out.push(',');
+                }
+                out.push_str(name);
+                out.push_str(r#":{"type":"#);
+                out.push_str(match kept {
+                    Some(span) => text.get(span)?,
+                    None => STRING_TYPE,
+                });
+                out.push('}');
+            }
             count += 1;
             Some(())
         })?;
+        if let Some(out) = self.outline.as_deref_mut() {
+            out.push('}');
+        }
         Some(units)
     }
 
     /// One property's schema; returns the length of the type the deferred
-    /// form keeps for it: its `type` string, the first item of a `type`
-    /// array when that is a string, else `"string"`.
-    fn kept_type(&mut self) -> Option<usize> {
+    /// form keeps for it and where it is in the text (`None`: `"string"`):
+    /// its `type` string, the first item of a `type` array when that is a
+    /// string, else `"string"`.
+    fn kept_type(&mut self) -> Option<(usize, Option<Range<usize>>)> {
         if self.peek()? != b'{' {
             self.value(2)?;
-            return Some(STRING_TYPE_LEN);
+            return Some((STRING_TYPE.len(), None));
         }
-        let mut kept = STRING_TYPE_LEN;
+        let mut kept = (STRING_TYPE.len(), None);
         self.object(3, |scan, key, _| {
             let (start, before) = (scan.at, scan.units);
             scan.value(3)?;
-            if key == br#""type""# {
+            if key == r#""type""# {
                 kept = match scan.bytes.get(start..start.checked_add(2)?) {
-                    Some([b'"', _]) => scan.units - before,
+                    Some([b'"', _]) => (scan.units - before, Some(start..scan.at)),
                     Some([b'[', b'"']) => {
                         let mut first = Scan {
+                            text: scan.text,
                             bytes: scan.bytes,
                             at: start + 1,
                             units: 0,
+                            outline: None,
                         };
                         first.string()?;
-                        first.units
+                        (first.units, Some(start + 1..first.at))
                     }
-                    _ => STRING_TYPE_LEN,
+                    _ => (STRING_TYPE.len(), None),
                 };
             }
             Some(())
@@ -376,7 +505,7 @@ impl<'t> Scan<'t> {
     fn object(
         &mut self,
         depth: usize,
-        mut entry: impl FnMut(&mut Self, &'t [u8], usize) -> Option<()>,
+        mut entry: impl FnMut(&mut Self, &'t str, usize) -> Option<()>,
     ) -> Option<()> {
         if depth > MAX_DEPTH {
             return None;
@@ -388,13 +517,13 @@ impl<'t> Scan<'t> {
         // Keys as written: escapes are canonical here, so equal text is
         // equal keys and different text different ones. A schema's maps
         // are small: the first few are compared, not hashed or allocated.
-        let mut few: [&[u8]; FEW_KEYS] = [&[]; FEW_KEYS];
+        let mut few: [&str; FEW_KEYS] = [""; FEW_KEYS];
         let mut count = 0;
-        let mut many: Option<HashSet<&[u8]>> = None;
+        let mut many: Option<HashSet<&str>> = None;
         loop {
             let (start, before) = (self.at, self.units);
             self.string()?;
-            let key = self.bytes.get(start..self.at)?;
+            let key = self.text.get(start..self.at)?;
             if count < FEW_KEYS {
                 if few[..count].contains(&key) {
                     return None;
@@ -609,7 +738,7 @@ mod tests {
         ] {
             let text = serde_json::to_string(&value).unwrap();
             assert_eq!(
-                measure_compact(&text).map(|m| m.units),
+                measure_compact(&text, None).map(|m| m.units),
                 Some(text.encode_utf16().count()),
                 "{text}"
             );
@@ -713,11 +842,41 @@ mod tests {
                 .encode_utf16()
                 .count();
             assert_eq!(
-                measure_compact(&text).map(|m| m.deferred_units),
+                measure_compact(&text, None).map(|m| m.deferred_units),
                 Some(expected),
                 "{text}"
             );
+            // Written in the same pass: exactly serde_json's text of it.
+            let mut outline = "left over".to_owned();
+            measure_compact(&text, Some(&mut outline));
+            assert_eq!(outline, serde_json::to_string(&deferred).unwrap());
         }
+    }
+
+    #[test]
+    fn a_deferred_form_written_on_reading_is_shared_not_copied() {
+        let text = r#"{"type":"object","properties":{"q":{"type":"string","description":"d"}},"required":["q"]}"#;
+        let schema = Schema::from_json_text(RawValue::from_string(text.into()).unwrap()).unwrap();
+        let Repr::Compact {
+            deferred: Some(Deferred { text: written, .. }),
+            ..
+        } = &schema.0
+        else {
+            panic!("read without its deferred form");
+        };
+        let form = schema.deferred_form().unwrap();
+        let Repr::Built { text: shown, .. } = &form.0 else {
+            panic!("not held as the written text");
+        };
+        assert!(Arc::ptr_eq(written, shown));
+        assert_eq!(
+            serde_json::to_string(&form).unwrap(),
+            r#"{"type":"object","properties":{"q":{"type":"string"}},"required":["q"]}"#
+        );
+        assert_eq!(form.value()["required"], json!(["q"]));
+        // An output schema is read without one.
+        let output = Schema::read(RawValue::from_string(text.into()).unwrap(), None).unwrap();
+        assert!(output.compact().is_some() && output.deferred_form().is_none());
     }
 
     #[test]

@@ -146,17 +146,19 @@ fn none<S>() -> Option<S> {
 }
 
 impl<S> ToolWire<S> {
-    /// The tool, each schema made a [`Schema`] by `schema`.
+    /// The tool, its input schema made a [`Schema`] by `input` and its
+    /// output schema by `output`.
     pub(crate) fn into_tool<E>(
         self,
-        mut schema: impl FnMut(S) -> Result<Schema, E>,
+        input: impl FnOnce(S) -> Result<Schema, E>,
+        output: impl FnOnce(S) -> Result<Schema, E>,
     ) -> Result<Tool, E> {
         Ok(Tool {
             name: self.name,
             title: self.title,
             description: self.description,
-            input_schema: self.input_schema.map(&mut schema).transpose()?,
-            output_schema: self.output_schema.map(&mut schema).transpose()?,
+            input_schema: self.input_schema.map(input).transpose()?,
+            output_schema: self.output_schema.map(output).transpose()?,
             annotations: self.annotations,
             meta: self.meta,
         })
@@ -165,7 +167,10 @@ impl<S> ToolWire<S> {
 
 impl From<ToolWire<Schema>> for Tool {
     fn from(wire: ToolWire<Schema>) -> Self {
-        match wire.into_tool(Ok::<Schema, std::convert::Infallible>) {
+        match wire.into_tool(
+            Ok::<Schema, std::convert::Infallible>,
+            Ok::<Schema, std::convert::Infallible>,
+        ) {
             Ok(tool) => tool,
             Err(never) => match never {},
         }
@@ -218,10 +223,14 @@ impl<'de> Deserialize<'de> for CachedTools {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let wire: Vec<ToolWire<Box<RawValue>>> = Vec::deserialize(deserializer)?;
         let mut tools = Vec::with_capacity(wire.len());
+        // An input schema's deferred form is written as it is checked (a
+        // deferred tier then shares it); an output schema is never deferred.
+        let mut outline = String::new();
         for tool in wire {
-            tools.push(tool.into_tool(|text| {
-                Schema::from_json_text(text).map_err(serde::de::Error::custom)
-            })?);
+            tools.push(tool.into_tool(
+                |text| Schema::read(text, Some(&mut outline)).map_err(serde::de::Error::custom),
+                |text| Schema::read(text, None).map_err(serde::de::Error::custom),
+            )?);
         }
         Ok(CachedTools(tools))
     }
