@@ -266,6 +266,27 @@ struct Admission<'a> {
     diagnostics: &'a mut Vec<Diagnostic>,
 }
 
+/// Sorts `entries` by name. The order is found on their positions and then
+/// applied in place, one cycle of the permutation at a time: an entry is
+/// large, and sorting the entries themselves moved each through a merge
+/// buffer as large as the map once per merge.
+fn sort_by_name(entries: &mut [CatalogueEntry]) {
+    let mut order: Vec<usize> = (0..entries.len()).collect();
+    order.sort_by(|&a, &b| entries[a].name.cmp(&entries[b].name));
+    // Position `at` takes the entry now at `order[at]`; a placed position
+    // is marked by pointing at itself.
+    for start in 0..order.len() {
+        let mut at = start;
+        while order[at] != start && order[at] != at {
+            let from = order[at];
+            entries.swap(at, from);
+            order[at] = at;
+            at = from;
+        }
+        order[at] = at;
+    }
+}
+
 impl Admission<'_> {
     /// Whether the tool `remote` (projected as `name`) joins the map;
     /// records why not otherwise.
@@ -646,7 +667,7 @@ impl Catalogue {
         }
         // Sorted by name, unique by the name-taken rule: `get` searches
         // them, so no index repeats every name.
-        entries.sort_by(|a, b| a.name.cmp(&b.name));
+        sort_by_name(&mut entries);
         Catalogue {
             entries,
             withheld,
@@ -777,6 +798,42 @@ mod tests {
     use crate::disclosure::Budget;
     use crate::fingerprint::fingerprint_listing;
     use serde_json::json;
+
+    #[test]
+    fn entries_are_sorted_by_name_with_everything_they_carry() {
+        // A permutation of several cycles, fixed points and a long cycle.
+        let names: Vec<String> = (0..97).map(|i| format!("t{:03}", (i * 37) % 97)).collect();
+        let mut entries: Vec<CatalogueEntry> = names
+            .iter()
+            .enumerate()
+            .map(|(at, name)| CatalogueEntry {
+                definition: Tool::new(name.clone()),
+                name: name.clone(),
+                server: format!("from {at}"),
+                remote_name: name.clone(),
+                kind: EntryKind::Remote,
+                tier: Tier::Inline,
+                full_input_schema: None,
+                classified_by: None,
+            })
+            .collect();
+        entries.swap(3, 4);
+        let mut expected: Vec<(String, String)> = entries
+            .iter()
+            .map(|e| (e.name.clone(), e.server.clone()))
+            .collect();
+        expected.sort();
+        sort_by_name(&mut entries);
+        let sorted: Vec<(String, String)> = entries
+            .iter()
+            .map(|e| (e.name.clone(), e.server.clone()))
+            .collect();
+        assert_eq!(sorted, expected);
+        assert!(entries.iter().all(|e| e.definition.name == e.name));
+        sort_by_name(&mut entries[..0]);
+        sort_by_name(&mut entries);
+        assert_eq!(entries.len(), 97);
+    }
 
     fn tool(name: &str) -> Tool {
         Tool::new(name)
