@@ -516,8 +516,8 @@ struct Outline<'t> {
 
 impl<'t> Outline<'t> {
     /// Read in one pass over `text`, which must be compact text that
-    /// [`Schema`] holds (checked when it was read); `None` if it is not
-    /// (the caller then parses it).
+    /// [`Schema`] holds (checked when it was read, or written so by the
+    /// catalogue); `None` if it is not (the caller then parses it).
     fn of(text: &'t str) -> Option<Outline<'t>> {
         let mut outline = Outline {
             properties: None,

@@ -19,8 +19,7 @@
 
 use std::collections::HashSet;
 use std::fmt;
-use std::ops::Deref;
-use std::ops::Range;
+use std::ops::{Deref, Range};
 use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -49,9 +48,11 @@ enum Repr {
         deferred: Option<Deferred>,
         parsed: OnceLock<Value>,
     },
-    /// Compact text the catalogue wrote itself (a deferred schema), shared
-    /// with the schema it was written from. Not a `RawValue`: serde_json
-    /// would scan it again to make one, and only serialising needs one.
+    /// Compact text the catalogue wrote itself (a deferred schema, from
+    /// slices of checked text: tests hold it to serde_json's output),
+    /// shared with the stored schema it was written from when it was
+    /// written as that was read. Not a `RawValue`: serde_json would scan it
+    /// again to make one, and only serialising needs one.
     Built {
         text: Arc<str>,
         /// Its UTF-16 length.
@@ -132,19 +133,19 @@ impl Schema {
 
     /// A schema read from JSON text: kept as that text when it is what
     /// serde_json writes for its own parse, else parsed now (an error is
-    /// the parse's).
+    /// the parse's). Read as a tool's input schema: its deferred form is
+    /// written in the same pass.
     pub fn from_json_text(text: Box<RawValue>) -> serde_json::Result<Schema> {
         Schema::read(text, Some(&mut String::new()))
     }
 
     /// [`Schema::from_json_text`], writing the schema's deferred form in
-    /// the same pass when `outline` is given (a scratch buffer, reused
-    /// across schemas), for a tool's input schema.
+    /// the same pass only when `outline` is given (a scratch buffer, reused
+    /// across schemas): for an input schema, not an output schema.
     pub(crate) fn read(
         text: Box<RawValue>,
-        outline: Option<&mut String>,
+        mut outline: Option<&mut String>,
     ) -> serde_json::Result<Schema> {
-        let mut outline = outline;
         match measure_compact(text.get(), outline.as_deref_mut()) {
             Some(measure) => {
                 let deferred = outline.map(|written| Deferred {
@@ -164,7 +165,8 @@ impl Schema {
 
     /// The compact JSON text the schema is held as, and its UTF-16 length,
     /// when it is held as text (which is then exactly what serde_json
-    /// writes for [`Schema::value`]).
+    /// writes for [`Schema::value`]: checked when stored text was read,
+    /// built so by the catalogue otherwise).
     pub(crate) fn compact(&self) -> Option<(&str, usize)> {
         match &self.0 {
             Repr::Value(_) => None,
@@ -206,6 +208,10 @@ impl Schema {
     }
 
     fn built(text: Arc<str>, units: usize) -> Schema {
+        debug_assert!(
+            serde_json::from_str::<&RawValue>(&text).is_ok(),
+            "the catalogue wrote a schema that is not JSON: {text}"
+        );
         Schema(Repr::Built {
             text,
             units,
@@ -834,6 +840,8 @@ mod tests {
             json!({"properties": {"t\"ype": {"type\"": "x", "type": ["nul\u{1}l", 3]}, "é": "x"}, "required": [[]]}),
             json!({"properties": {}, "required": []}),
             json!([{"properties": {"a": {"type": "string"}}}]),
+            json!({"required": ["b", "a"], "title": "x", "properties": {"a": 1, "b": {"type": [null, "x"]}, "c": {"type": ["y", 2]}}}),
+            json!({"properties": "no", "required": ["a"]}),
         ] {
             let text = serde_json::to_string(&value).unwrap();
             let deferred = crate::disclosure::deferred_schema(Some(&value));
@@ -876,6 +884,31 @@ mod tests {
         assert_eq!(form.value()["required"], json!(["q"]));
         // An output schema is read without one.
         let output = Schema::read(RawValue::from_string(text.into()).unwrap(), None).unwrap();
+        assert!(output.compact().is_some() && output.deferred_form().is_none());
+    }
+
+    #[test]
+    fn a_cached_listing_writes_each_input_schemas_own_deferred_form() {
+        // The first input schema fails the check after its `properties`
+        // (a fraction): parsed, no form; the scratch it wrote to must not
+        // reach the next tool's form.
+        let text = r#"[{"name":"a","inputSchema":{"properties":{"long_name_first":{"type":"integer"}},"maximum":1.5}},
+            {"name":"b","inputSchema":{"required":["q"],"properties":{"q":{"type":"string"}}},"outputSchema":{"properties":{"r":{"type":"number"}}}},
+            {"name":"c","inputSchema":{"type":"object"}}]"#;
+        let cached: CachedTools = serde_json::from_str(text).unwrap();
+        let [a, b, c] = &cached.0[..] else {
+            panic!("three tools: {cached:?}");
+        };
+        let input = |tool: &Tool| tool.input_schema.clone().unwrap();
+        assert!(input(a).compact().is_none() && input(a).deferred_form().is_none());
+        let form =
+            |tool: &Tool| serde_json::to_string(&input(tool).deferred_form().unwrap()).unwrap();
+        assert_eq!(
+            form(b),
+            r#"{"type":"object","properties":{"q":{"type":"string"}},"required":["q"]}"#
+        );
+        assert_eq!(form(c), r#"{"type":"object"}"#);
+        let output = b.output_schema.as_ref().unwrap();
         assert!(output.compact().is_some() && output.deferred_form().is_none());
     }
 
