@@ -9,7 +9,9 @@
 use crate::drift_support;
 
 use drift_support::*;
+use portcullis_catalog::Catalogue;
 use portcullis_catalog::catalogue::EntryKind;
+use portcullis_catalog::disclosure::{Budget, Tier};
 use portcullis_catalog::fingerprint::{fingerprint, fingerprint_listing};
 use portcullis_catalog::{Diagnostic, Rule};
 use portcullis_upstream::{
@@ -43,6 +45,68 @@ fn rug_pull() -> serde_json::Value {
         );
     }
     tools
+}
+
+/// Schemas a server may publish, deferred to the names tier: a wake shows
+/// each tool's deferred form as written while the stored text was read,
+/// and that must be, byte for byte, what the live listing's projection
+/// shows (names with quotes and non-ASCII, `required` before `properties`,
+/// odd `type`s, a `properties` that is not an object, nested properties,
+/// a schema the store's text check refuses, an empty one).
+#[tokio::test(flavor = "current_thread")]
+async fn a_wake_shows_the_deferred_definitions_a_live_listing_shows() {
+    let schemas = [
+        json!({"required": ["q\"é"], "type": "object", "properties": {
+            "q\"é": {"type": ["string", "null"], "description": "</x> \u{202e}"},
+            "n": {"type": [3, "x"]}, "o": 7, "p": {"type": []}, "😀": {"type": "integer"}}}),
+        json!({"type": "object", "properties": "not an object", "required": ["a"]}),
+        json!({"type": "object", "properties": {"x": {"type": "number"}}, "maximum": 1.5}),
+        json!({"type": "object", "properties": {"o": {"type": "object",
+            "properties": {"deep": {"type": "integer"}}, "required": ["deep"]}}, "required": []}),
+        json!({}),
+    ];
+    // Long descriptions keep the inline tier out of reach of the budget;
+    // the names tier fits it.
+    let padding = "Only the inline tier would show this. ".repeat(40);
+    let tools: Vec<serde_json::Value> = schemas
+        .iter()
+        .enumerate()
+        .map(|(i, schema)| json!({"name": format!("t{i}"), "description": padding, "inputSchema": schema}))
+        .collect();
+    let fixture = Fixture::new(&serde_json::Value::from(tools));
+    let options = || async {
+        let mut options = fixture.options().await;
+        options.projection.disclosure.budget = Budget::Tokens(200);
+        options
+    };
+    let shown = |catalogue: &Catalogue| -> Vec<String> {
+        catalogue
+            .entries()
+            .iter()
+            .map(|e| serde_json::to_string(&e.definition).unwrap_or_default())
+            .collect()
+    };
+    let live = portcullis_upstream::connect(vec![fixture.config()], options().await)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let listed = live.catalogue();
+    assert_eq!(
+        listed.servers().iter().map(|s| s.tier).collect::<Vec<_>>(),
+        [Tier::Names]
+    );
+    assert_eq!(
+        listed.entries().len(),
+        schemas.len() + 1,
+        "and mcp__describe_tool"
+    );
+    live.close().await;
+
+    let woken = rebuild_from_store(vec![fixture.config()], options().await)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(fixture.lists(), 1, "the wake's map is the stored listing's");
+    assert_eq!(shown(&woken.catalogue()), shown(&listed));
+    woken.close().await;
 }
 
 // A current-thread runtime: the background connect is spawned onto this
