@@ -771,13 +771,21 @@ impl Inner {
         // context handed in by an in-process caller never arrives approved.
         ctx = ctx.with_approved(false);
         let args = normalize_arguments(args);
+        // The caller's own identity when the surface authenticated one.
+        let backstop = check_call(&entry.access, ctx.identity());
         let call = GateCall {
             tool: &entry.name,
             definition: &entry.def,
             arguments: &args,
-            validator: entry.validator(),
-            // The caller's own identity when the surface authenticated one.
-            backstop: check_call(&entry.access, ctx.identity()),
+            // The gate refuses a caller the backstop refuses before it
+            // validates anything: such a call does not compile a foreign
+            // schema's validator (its first call's work) for nothing.
+            validator: if backstop.is_ok() {
+                entry.validator()
+            } else {
+                None
+            },
+            backstop,
         };
         let ruling = Gate::new(self.policy.as_deref()).rule(&call);
         if let Ruling::Refuse { decision, answer } = ruling {
@@ -1478,6 +1486,56 @@ mod tests {
             assert_eq!(listed.as_deref(), Some(name));
         }
         assert!(server.get_tool("other").is_none());
+    }
+
+    #[tokio::test]
+    async fn a_caller_the_backstop_refuses_does_not_compile_a_foreign_schema() {
+        // Every caller authenticated; an in-process call acts as the
+        // configured identity, with or without the permission.
+        let server = |perms: &[&str]| {
+            let schema = json!({"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]});
+            ToolServer::builder()
+                .exposure(Exposure {
+                    authenticated_callers: true,
+                    identity: Some(Identity::new(Value::Null, perms.iter().copied())),
+                    ..Exposure::default()
+                })
+                .register(
+                    Registration::new(ro("upstream").with_input_schema(schema), ok)
+                        .with_foreign_schema()
+                        .with_access(Access::authenticated(["admin"])),
+                )
+                .build()
+                .unwrap()
+        };
+        let compiled = |server: &ToolServer| {
+            server.snapshot().inner.entries["upstream"]
+                .validator
+                .get()
+                .is_some()
+        };
+        let first_text =
+            |result: &ToolResult| result.text_blocks().next().unwrap_or_default().to_owned();
+
+        let reader = server(&["read"]);
+        let refused = reader.call("upstream", json!({}), None).await.unwrap();
+        assert!(
+            first_text(&refused).starts_with("ERR_MCP_PERM_DENIED"),
+            "{refused:?}"
+        );
+        assert!(
+            !compiled(&reader),
+            "compiled for a caller the backstop refused"
+        );
+
+        // An admitted caller's first call compiles it, as any first call.
+        let admin = server(&["admin"]);
+        let checked = admin.call("upstream", json!({}), None).await.unwrap();
+        assert!(
+            first_text(&checked).starts_with("ERR_INVALID_ARGUMENTS"),
+            "{checked:?}"
+        );
+        assert!(compiled(&admin));
     }
 
     #[tokio::test]
