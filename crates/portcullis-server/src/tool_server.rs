@@ -310,7 +310,8 @@ struct Entry {
     source: Arc<str>,
     def: Tool,
     /// Set at the build for a schema the registration owns, on the first
-    /// call for a foreign one ([`Entry::validator`]).
+    /// call the identity backstop admits for a foreign one
+    /// ([`Entry::validator`]).
     validator: OnceLock<Option<ArgumentValidator>>,
     access: Access,
     handler: Arc<dyn ToolHandler>,
