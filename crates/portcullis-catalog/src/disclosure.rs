@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::diagnostic::{Diagnostic, Rule};
-use crate::schema::{BARE_SCHEMA, Schema};
+use crate::schema::{BARE_SCHEMA, Schema, measure_compact};
 use crate::tool::Tool;
 
 /// The default budget: about 10% of a 200k-token context window.
@@ -291,11 +291,12 @@ fn deferred_schema_utf16_len(schema: Option<&Schema>) -> usize {
     if let Some(units) = schema.and_then(Schema::deferred_units) {
         return units;
     }
-    if let Some(outline) = schema
+    // Held as text without a form: measured by the same pass.
+    if let Some(measure) = schema
         .and_then(Schema::compact)
-        .and_then(|(text, _)| Outline::of(text))
+        .and_then(|(text, _)| measure_compact(text, None))
     {
-        return outline.units();
+        return measure.deferred_units;
     }
     let schema = schema.map(Schema::value);
     let Some(properties) = schema
@@ -485,256 +486,14 @@ pub fn deferred_schema(schema: Option<&Value>) -> Value {
     Value::Object(out)
 }
 
-/// The deferred schema of `schema` ([`deferred_schema`]): the one written
-/// as `schema` was read from stored text, else written as compact text
-/// from a schema held as text, else built as a value.
+/// The deferred schema of `schema` ([`deferred_schema`]): written as
+/// compact text when `schema` is held as text (shared when it was written
+/// as the stored text was read), else built as a value.
 fn deferred(schema: Option<&Schema>) -> Schema {
-    // Written as the stored text was read: shared, not written again.
-    if let Some(written) = schema.and_then(Schema::deferred_form) {
+    if let Some(written) = schema.and_then(Schema::write_deferred_form) {
         return written;
     }
-    if let Some(built) = schema
-        .and_then(Schema::compact)
-        .and_then(|(text, _)| Outline::of(text))
-        .map(|outline| Schema::from_built_text(outline.text(), outline.units()))
-    {
-        return built;
-    }
     Schema::from(deferred_schema(schema.map(Schema::value)))
-}
-
-/// What [`deferred_schema`] keeps of a schema held as compact text, as
-/// slices of that text: serde_json wrote it, so each slice is already
-/// what serde_json writes for the part it holds, and is copied as it is.
-struct Outline<'t> {
-    /// Each property's name and kept type, as JSON strings; `None` when
-    /// the schema has no `properties` object (the bare schema).
-    properties: Option<Vec<(&'t str, &'t str)>>,
-    /// `required`, when it is a non-empty array.
-    required: Option<&'t str>,
-}
-
-impl<'t> Outline<'t> {
-    /// Read in one pass over `text`, which must be compact text that
-    /// [`Schema`] holds (checked when it was read, or written so by the
-    /// catalogue); `None` if it is not (the caller then parses it).
-    fn of(text: &'t str) -> Option<Outline<'t>> {
-        let mut outline = Outline {
-            properties: None,
-            required: None,
-        };
-        let mut top = compact::Reader::new(text);
-        // A schema that is not an object defers to the bare schema.
-        if !top.is_object() {
-            return Some(outline);
-        }
-        top.entries(|top, key| {
-            match key {
-                r#""properties""# if top.is_object() => {
-                    let mut kept = Vec::new();
-                    top.entries(|properties, name| {
-                        kept.push((name, properties.deferred_type()?));
-                        Some(())
-                    })?;
-                    outline.properties = Some(kept);
-                }
-                r#""required""# => {
-                    let value = top.value()?;
-                    outline.required = (value.starts_with('[') && value != "[]").then_some(value);
-                }
-                _ => {
-                    top.value()?;
-                }
-            }
-            Some(())
-        })?;
-        Some(outline)
-    }
-
-    /// The UTF-16 length of [`Outline::text`].
-    fn units(&self) -> usize {
-        let Some(properties) = &self.properties else {
-            return BARE_SCHEMA.len();
-        };
-        let mut units = r#"{"type":"object","properties":{}}"#.len();
-        for (i, (name, kept)) in properties.iter().enumerate() {
-            units += usize::from(i > 0) + utf16_len(name) + r#":{"type":}"#.len() + utf16_len(kept);
-        }
-        if let Some(required) = self.required {
-            units += r#","required":"#.len() + utf16_len(required);
-        }
-        units
-    }
-
-    /// The deferred schema as compact JSON: exactly what serde_json writes
-    /// for [`deferred_schema`] of the parsed schema.
-    fn text(&self) -> String {
-        let Some(properties) = &self.properties else {
-            return BARE_SCHEMA.to_owned();
-        };
-        // Sized exactly, so the text becomes a boxed `str` in place.
-        let mut len = r#"{"type":"object","properties":{}}"#.len();
-        for (i, (name, kept)) in properties.iter().enumerate() {
-            len += usize::from(i > 0) + name.len() + r#":{"type":}"#.len() + kept.len();
-        }
-        if let Some(required) = self.required {
-            len += r#","required":"#.len() + required.len();
-        }
-        let mut text = String::with_capacity(len);
-        text.push_str(r#"{"type":"object","properties":{"#);
-        for (i, (name, kept)) in properties.iter().enumerate() {
-            if i > 0 {
-                text.push(',');
-            }
-            text.push_str(name);
-            text.push_str(r#":{"type":"#);
-            text.push_str(kept);
-            text.push('}');
-        }
-        text.push('}');
-        if let Some(required) = self.required {
-            text.push_str(r#","required":"#);
-            text.push_str(required);
-        }
-        text.push('}');
-        text
-    }
-}
-
-/// Reading compact JSON text that [`crate::schema`] checked, as slices:
-/// no values built, nothing read twice.
-mod compact {
-    /// A position in compact JSON text.
-    pub(super) struct Reader<'t> {
-        text: &'t str,
-        at: usize,
-    }
-
-    impl<'t> Reader<'t> {
-        pub(super) fn new(text: &'t str) -> Self {
-            Reader { text, at: 0 }
-        }
-
-        fn byte(&self) -> Option<u8> {
-            self.text.as_bytes().get(self.at).copied()
-        }
-
-        /// Whether the value here is an object.
-        pub(super) fn is_object(&self) -> bool {
-            self.byte() == Some(b'{')
-        }
-
-        /// The value here, as text; the reader moves past it.
-        pub(super) fn value(&mut self) -> Option<&'t str> {
-            let bytes = self.text.as_bytes();
-            let start = self.at;
-            let mut i = start;
-            let mut depth = 0usize;
-            loop {
-                match *bytes.get(i)? {
-                    b'"' => {
-                        i += 1;
-                        'string: loop {
-                            // Whole words of plain ASCII, then byte by
-                            // byte to the end or the next escape.
-                            i += crate::schema::plain_ascii_words(bytes.get(i..)?);
-                            loop {
-                                match *bytes.get(i)? {
-                                    b'"' => break 'string,
-                                    b'\\' => {
-                                        i += 2;
-                                        continue 'string;
-                                    }
-                                    _ => i += 1,
-                                }
-                            }
-                        }
-                        i += 1;
-                    }
-                    b'{' | b'[' => {
-                        depth += 1;
-                        i += 1;
-                        continue;
-                    }
-                    b'}' | b']' => {
-                        depth = depth.checked_sub(1)?;
-                        i += 1;
-                    }
-                    _ => {
-                        // A scalar, up to what ends it.
-                        while !matches!(bytes.get(i), None | Some(b',' | b'}' | b']' | b':')) {
-                            i += 1;
-                        }
-                    }
-                }
-                if depth == 0 {
-                    break;
-                }
-                // Inside a container: a separator, or its end next.
-                if matches!(bytes.get(i), Some(b',' | b':')) {
-                    i += 1;
-                }
-            }
-            self.at = i;
-            self.text.get(start..i)
-        }
-
-        /// Calls `each` with every key of the object here (as a JSON
-        /// string) and the reader on its value, which `each` must read.
-        pub(super) fn entries(
-            &mut self,
-            mut each: impl FnMut(&mut Self, &'t str) -> Option<()>,
-        ) -> Option<()> {
-            self.at += 1;
-            if self.byte()? == b'}' {
-                self.at += 1;
-                return Some(());
-            }
-            loop {
-                let key = self.value()?;
-                (self.byte()? == b':').then_some(())?;
-                self.at += 1;
-                each(self, key)?;
-                match self.byte()? {
-                    b',' => self.at += 1,
-                    b'}' => {
-                        self.at += 1;
-                        return Some(());
-                    }
-                    _ => return None,
-                }
-            }
-        }
-
-        /// Reads a property's schema and returns the JSON string a deferred
-        /// schema keeps as its type (see `deferred_type`).
-        pub(super) fn deferred_type(&mut self) -> Option<&'t str> {
-            const STRING: &str = r#""string""#;
-            if !self.is_object() {
-                self.value()?;
-                return Some(STRING);
-            }
-            let mut kept = STRING;
-            self.entries(|property, key| {
-                let value = property.value()?;
-                if key == r#""type""# {
-                    kept = match value.as_bytes().first() {
-                        Some(b'"') => value,
-                        Some(b'[') => {
-                            let mut first = Reader { text: value, at: 1 };
-                            match first.value() {
-                                Some(item) if item.starts_with('"') => item,
-                                _ => STRING,
-                            }
-                        }
-                        _ => STRING,
-                    };
-                }
-                Some(())
-            })?;
-            Some(kept)
-        }
-    }
 }
 
 /// `{"type":"object"}`.
@@ -1062,8 +821,9 @@ mod tests {
                 Some(built.encode_utf16().count()),
                 "{text}"
             );
-            let outline = Outline::of(&text).unwrap();
-            assert_eq!(outline.text(), built);
+            let mut written = String::new();
+            measure_compact(&text, Some(&mut written)).unwrap();
+            assert_eq!(written, built);
             assert_eq!(
                 deferred_schema_utf16_len(Some(&stored)),
                 built.encode_utf16().count()

@@ -200,11 +200,17 @@ impl Schema {
         }
     }
 
-    /// A schema the catalogue wrote as compact JSON text itself (a
-    /// deferred schema, from slices of a schema held as text: tests hold it
-    /// to serde_json's output), with its UTF-16 length.
-    pub(crate) fn from_built_text(text: String, units: usize) -> Schema {
-        Schema::built(Arc::from(text), units)
+    /// This schema's deferred form as compact text, when it is held as
+    /// text: [`Schema::deferred_form`], else written now by the pass that
+    /// writes it on reading. `None` for a schema held as a value.
+    pub(crate) fn write_deferred_form(&self) -> Option<Schema> {
+        if let Some(shared) = self.deferred_form() {
+            return Some(shared);
+        }
+        let (text, _) = self.compact()?;
+        let mut written = String::new();
+        let measure = measure_compact(text, Some(&mut written))?;
+        Some(Schema::built(Arc::from(written), measure.deferred_units))
     }
 
     fn built(text: Arc<str>, units: usize) -> Schema {
