@@ -12,7 +12,9 @@
 //! third, each listing comes with its digests and is shared, as a wake's
 //! from the store; with `text` or `values` as the fourth, each round also
 //! reads every listing from its stored JSON text first, as `CachedTools`
-//! (schemas kept as text) or as `Vec<Tool>` (schemas parsed).
+//! (schemas kept as text) or as `Vec<Tool>` (schemas parsed), or not
+//! (anything else, e.g. `-`); a fifth
+//! argument is the number of threads the projection may use (default 1).
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -31,7 +33,9 @@ fn main() {
         .unwrap_or(20);
     let wake = std::env::args().nth(2).is_some_and(|a| a == "wake");
     let stored = std::env::args().nth(3).is_some_and(|a| a == "stored");
-    let read = std::env::args().nth(4);
+    let read = std::env::args()
+        .nth(4)
+        .filter(|r| r == "text" || r == "values");
     let (servers, per_server, padding) = if wake { (50, 100, 40) } else { (1, 1_000, 0) };
     let tools: Vec<Tool> = (0..per_server)
         .map(|i| {
@@ -60,7 +64,13 @@ fn main() {
             ServerListing::new(server, tools.clone()).with_baseline(baseline.clone())
         })
         .collect();
-    let options = ProjectionOptions::default();
+    let options = ProjectionOptions {
+        threads: std::env::args()
+            .nth(5)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(1),
+        ..Default::default()
+    };
     if stored {
         // As a wake lends a cached listing: with the digests the store
         // wrote beside it.

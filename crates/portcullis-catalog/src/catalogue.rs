@@ -12,9 +12,13 @@
 //!    ([`crate::disclosure`]); `mcp__describe_tool` is added once any server
 //!    defers.
 //!
-//! Servers are processed in the order of their effective names and each
-//! listing in the order of tool names, so the result does not depend on the
-//! order listings are handed in; entries are sorted by name so the tool list
+//! Steps 2 and 4 and the naming look at one listing alone and run listing
+//! by listing (past a thousand tools, spread over
+//! [`ProjectionOptions::threads`]); the filter and the name-taken rule run
+//! across listings, in order. Servers are taken in order (the operator's
+//! own first, then by effective name) and each listing in the order of
+//! tool names, so the result does not depend on the order listings are
+//! handed in; entries are sorted by name so the tool list
 //! a model sees is stable between runs (a shuffled order measurably defeats
 //! prompt caching). A catalogue is built when listings change and then only
 //! read: a call finds its name by a binary search of the sorted entries.
@@ -38,6 +42,7 @@ use crate::naming::Prefix;
 use crate::policy::DeniedResult;
 use crate::schema::Schema;
 use crate::server::{ServerIdentity, SourceNames};
+use crate::spread::spread;
 use crate::tool::Tool;
 
 /// One server's listing, as handed to the catalogue.
@@ -166,6 +171,13 @@ pub struct ProjectionOptions {
     /// not listed here (an operator's `[upstreams.NAME]` against a plugin's
     /// server or an app): see `server::resolve_server_names_keeping`.
     pub keep_names: Vec<ServerIdentity>,
+    /// How many threads a large projection may use. Past a thousand
+    /// tools, the work done on each listing alone (guarding it, naming
+    /// its tools, disclosing them) is spread over up to this many scoped
+    /// threads while the calling thread waits; the map is the same
+    /// whatever the count. 0 and 1 both keep everything on the calling
+    /// thread (the default).
+    pub threads: usize,
 }
 
 /// What an entry is.
@@ -256,16 +268,6 @@ impl PartialEq for CatalogueEntry {
     }
 }
 
-/// The filter and name-taken rules, applied to one candidate at a time.
-struct Admission<'a> {
-    server: &'a str,
-    prefixed: bool,
-    filter: &'a ToolFilter,
-    taken: &'a mut HashSet<String>,
-    withheld: &'a mut Vec<WithheldTool>,
-    diagnostics: &'a mut Vec<Diagnostic>,
-}
-
 /// Sorts `entries` by name. The order is found on their positions and then
 /// applied in place, one cycle of the permutation at a time: an entry is
 /// large, and sorting the entries themselves moved each through a merge
@@ -287,10 +289,22 @@ fn sort_by_name(entries: &mut [CatalogueEntry]) {
     }
 }
 
-impl Admission<'_> {
+/// The filter and name-taken rules, applied to one candidate at a time;
+/// `taken` holds every name admitted so far (`mcp__describe_tool`'s from
+/// the start).
+struct Admission<'a, 'n> {
+    server: &'a str,
+    prefixed: bool,
+    filter: &'a ToolFilter,
+    taken: &'a mut HashSet<&'n str>,
+    withheld: &'a mut Vec<WithheldTool>,
+    diagnostics: &'a mut Vec<Diagnostic>,
+}
+
+impl<'n> Admission<'_, 'n> {
     /// Whether the tool `remote` (projected as `name`) joins the map;
     /// records why not otherwise.
-    fn admit(&mut self, name: &str, remote: &str) -> bool {
+    fn admit(&mut self, name: &'n str, remote: &str) -> bool {
         let server = self.server;
         let withheld = |reason: String| WithheldTool {
             name: name.to_owned(),
@@ -304,7 +318,7 @@ impl Admission<'_> {
             )));
             return false;
         }
-        if !self.taken.insert(name.to_owned()) {
+        if !self.taken.insert(name) {
             let raw = if self.prefixed {
                 format!("{server}__{remote}")
             } else {
@@ -324,6 +338,285 @@ impl Admission<'_> {
         }
         true
     }
+}
+
+/// The name `remote` projects to on `server`.
+fn project_name(server: &str, prefixed: bool, remote: &str) -> String {
+    if prefixed {
+        crate::naming::qualified_name(server, remote)
+    } else {
+        crate::naming::legal_name(remote).into_owned()
+    }
+}
+
+/// One listing guarded against its baseline, its candidates named: what
+/// the projection decides of a listing without looking at the others.
+struct Guarded<'a> {
+    /// The effective server name.
+    server: String,
+    identity: &'a ServerIdentity,
+    filter: &'a ToolFilter,
+    classification: &'a Classification,
+    /// The listing, shared, when the caller lent it so (and it is exactly
+    /// the listing guarded).
+    shared: Option<&'a Arc<[Tool]>>,
+    published: BTreeSet<String>,
+    /// Quarantined tools with their projected names, in the order of
+    /// their own names.
+    stubs: Vec<(String, &'a Tool)>,
+    /// Trusted tools with their projected names and their positions in
+    /// the listing, in the order of their own names.
+    trusted: Vec<(String, &'a Tool, usize)>,
+    fingerprints: Fingerprints,
+    drift: Drift,
+    /// The guard's diagnostics.
+    diagnostics: Vec<Diagnostic>,
+    /// The tools added since the baseline, withheld.
+    withheld: Vec<WithheldTool>,
+}
+
+impl<'a> Guarded<'a> {
+    /// Guards `listing` of `server` (its effective name) and names its
+    /// candidates.
+    fn new(server: String, listing: ListingRef<'a>, prefixed: bool) -> Self {
+        let ListingRef {
+            identity,
+            tools,
+            digests,
+            baseline,
+            filter,
+            classification,
+            shared,
+        } = listing;
+        let shared = shared.filter(|s| std::ptr::eq::<[Tool]>(&***s, tools));
+        // Stored digests count only when they pair up with the tools one
+        // to one (by position, not by name: a listing may repeat a name,
+        // and each of the repeats is judged by its own digest).
+        let digests = digests.filter(|d| d.len() == tools.len());
+        let mut tools: Vec<Cached<'a>> = tools
+            .iter()
+            .enumerate()
+            .map(|(index, tool)| Cached {
+                tool,
+                index,
+                digest: digests.map(|d| d[index].as_str()),
+            })
+            .collect();
+        tools.sort_by(|a, b| a.tool.name.cmp(&b.tool.name));
+        let published: BTreeSet<String> = tools.iter().map(|t| t.tool.name.clone()).collect();
+        // Only the tool part guards tools: a baseline's pins (prompts,
+        // resources, templates, and their marker) are not tools.
+        let baseline = baseline.map(crate::pins::tool_part);
+        let guarded = guard_listing_by(&server, tools, baseline.as_deref(), |cached| match cached
+            .digest
+        {
+            Some(stored) => {
+                debug_assert_eq!(
+                    stored,
+                    crate::fingerprint::fingerprint(cached.tool),
+                    "a stored digest that is not the tool's"
+                );
+                stored.to_owned()
+            }
+            None => crate::fingerprint::fingerprint(cached.tool),
+        });
+        let withheld = guarded
+            .added
+            .iter()
+            .map(|Cached { tool, .. }| WithheldTool {
+                name: project_name(&server, prefixed, &tool.name),
+                server: server.clone(),
+                remote_name: tool.name.clone(),
+                reason: format!(
+                    "published after server \"{server}\" was trusted; withheld until an operator re-trusts the server"
+                ),
+            })
+            .collect();
+        let stubs = guarded
+            .quarantined
+            .iter()
+            .map(|&Cached { tool, .. }| (project_name(&server, prefixed, &tool.name), tool))
+            .collect();
+        let trusted = guarded
+            .trusted
+            .into_iter()
+            .map(|Cached { tool, index, .. }| {
+                (project_name(&server, prefixed, &tool.name), tool, index)
+            })
+            .collect();
+        Guarded {
+            identity,
+            filter,
+            classification,
+            shared,
+            published,
+            stubs,
+            trusted,
+            fingerprints: guarded.fingerprints,
+            drift: guarded.drift,
+            diagnostics: guarded.diagnostics,
+            withheld,
+            server,
+        }
+    }
+
+    /// The entries and summary of this listing, given which of its
+    /// candidates were `admitted`.
+    fn disclose(self, admitted: Admitted, options: &ProjectionOptions) -> Projected {
+        let Guarded {
+            server,
+            identity,
+            classification,
+            shared,
+            published,
+            stubs,
+            trusted,
+            fingerprints,
+            drift,
+            mut diagnostics,
+            mut withheld,
+            filter: _,
+        } = self;
+        diagnostics.extend(admitted.diagnostics);
+        withheld.extend(admitted.withheld);
+        let trusted: Vec<(String, &Tool, usize)> = trusted
+            .into_iter()
+            .zip(&admitted.trusted)
+            .filter_map(|(candidate, &admitted)| admitted.then_some(candidate))
+            .collect();
+
+        let visible: Vec<&Tool> = trusted.iter().map(|&(_, t, _)| t).collect();
+        let mut tier_decision = choose_tier(&server, &visible, &options.disclosure);
+        if options.disclosure.always_load.contains(&identity.name) {
+            tier_decision.tier = Tier::Inline;
+            tier_decision.diagnostic = None;
+        }
+        diagnostics.extend(tier_decision.diagnostic.take());
+        let tier = tier_decision.tier;
+
+        let mut entries = Vec::with_capacity(stubs.len() + trusted.len());
+        for ((name, tool), _) in stubs.iter().zip(&admitted.stubs).filter(|(_, a)| **a) {
+            let mut stub = quarantine_stub(&server, &tool.name);
+            stub.name = name.clone();
+            entries.push(CatalogueEntry {
+                definition: stub,
+                name: name.clone(),
+                server: server.clone(),
+                remote_name: tool.name.clone(),
+                kind: EntryKind::Quarantined,
+                tier: Tier::Inline,
+                full_input_schema: None,
+                classified_by: None,
+            });
+        }
+        let deferred = tier != Tier::Inline && !trusted.is_empty();
+        for (name, tool, index) in trusted {
+            let remote_name = tool.name.clone();
+            // Classified on the tool as the server published it (its
+            // own name; the fingerprint was of that too), then shown
+            // under its projected name with what the tier keeps.
+            let (read_only, classified_by) = classification.classify(tool, &name);
+            let mut shown = disclose_named(tool, tier, name.clone());
+            record(&mut shown, read_only);
+            // The full schema the tier took out: a share of the
+            // listing when it is shared, else a copy.
+            let full_input_schema = match (tier, &tool.input_schema) {
+                (Tier::Inline, _) | (_, None) => None,
+                (_, Some(schema)) => Some(match shared {
+                    Some(shared) => FullSchema::Shared(Arc::clone(shared), index),
+                    None => FullSchema::Copied(schema.clone()),
+                }),
+            };
+            entries.push(CatalogueEntry {
+                name,
+                server: server.clone(),
+                remote_name,
+                kind: EntryKind::Remote,
+                definition: shown,
+                full_input_schema,
+                tier,
+                classified_by: Some(classified_by),
+            });
+        }
+
+        let summary = ServerSummary {
+            name: server,
+            identity: identity.clone(),
+            tier,
+            inline_tokens: tier_decision.inline_tokens,
+            published,
+            fingerprints,
+            drift,
+            quarantined: stubs.into_iter().map(|(_, tool)| tool.clone()).collect(),
+        };
+        Projected {
+            entries,
+            withheld,
+            diagnostics,
+            summary,
+            deferred,
+        }
+    }
+}
+
+/// Which of a listing's candidates the filter and the name-taken rule
+/// admit, in the order of [`Guarded::stubs`] and [`Guarded::trusted`], and
+/// what they recorded of the others.
+#[derive(Default)]
+struct Admitted {
+    stubs: Vec<bool>,
+    trusted: Vec<bool>,
+    withheld: Vec<WithheldTool>,
+    diagnostics: Vec<Diagnostic>,
+}
+
+/// The filter and name-taken rules over every listing, in order: a name
+/// goes to the first candidate that projects to it (within a listing, its
+/// stubs before its trusted tools).
+fn admit_in_order(guarded: &[Guarded<'_>], prefixed: bool) -> Vec<Admitted> {
+    let candidates: usize = guarded
+        .iter()
+        .map(|g| g.stubs.len() + g.trusted.len())
+        .sum();
+    let mut taken: HashSet<&str> = HashSet::with_capacity(candidates + 1);
+    taken.insert(DESCRIBE_TOOL_NAME);
+    guarded
+        .iter()
+        .map(|listing| {
+            let mut admitted = Admitted::default();
+            let mut gate = Admission {
+                server: &listing.server,
+                prefixed,
+                filter: listing.filter,
+                taken: &mut taken,
+                withheld: &mut admitted.withheld,
+                diagnostics: &mut admitted.diagnostics,
+            };
+            let stubs: Vec<bool> = listing
+                .stubs
+                .iter()
+                .map(|(name, tool)| gate.admit(name, &tool.name))
+                .collect();
+            let trusted: Vec<bool> = listing
+                .trusted
+                .iter()
+                .map(|(name, tool, _)| gate.admit(name, &tool.name))
+                .collect();
+            admitted.stubs = stubs;
+            admitted.trusted = trusted;
+            admitted
+        })
+        .collect()
+}
+
+/// One listing's part of the map.
+struct Projected {
+    entries: Vec<CatalogueEntry>,
+    withheld: Vec<WithheldTool>,
+    diagnostics: Vec<Diagnostic>,
+    summary: ServerSummary,
+    /// Whether it shows any tool deferred.
+    deferred: bool,
 }
 
 /// A tool the model never sees, and why.
@@ -486,170 +779,34 @@ impl Catalogue {
                 })
         });
 
-        let mut taken: HashSet<String> = HashSet::new();
-        taken.insert(DESCRIBE_TOOL_NAME.to_owned());
+        // Guarding and naming, then disclosing, each look at one listing
+        // alone and are most of the work: they are spread over the threads
+        // the caller allows. Only the filter and the name-taken rule run
+        // across listings, in order, on this thread.
+        let guarded: Vec<Guarded<'a>> = spread(
+            options.threads,
+            ordered,
+            |(_, listing)| listing.tools.len(),
+            |(server, listing)| Guarded::new(server, listing, prefixed),
+        );
+        let admitted = admit_in_order(&guarded, prefixed);
+        let projected: Vec<Projected> = spread(
+            options.threads,
+            guarded.into_iter().zip(admitted).collect(),
+            |(guarded, _)| guarded.trusted.len(),
+            |(guarded, admitted)| guarded.disclose(admitted, options),
+        );
+
         let mut entries = Vec::new();
         let mut withheld = Vec::new();
-        let mut servers = Vec::with_capacity(ordered.len());
+        let mut servers = Vec::with_capacity(projected.len());
         let mut any_deferred = false;
-
-        for (server, listing) in ordered {
-            let ListingRef {
-                identity,
-                tools,
-                digests,
-                baseline,
-                filter,
-                classification,
-                shared,
-            } = listing;
-            let shared = shared.filter(|s| std::ptr::eq::<[Tool]>(&***s, tools));
-            // Stored digests count only when they pair up with the tools one
-            // to one (by position, not by name: a listing may repeat a name,
-            // and each of the repeats is judged by its own digest).
-            let digests = digests.filter(|d| d.len() == tools.len());
-            let mut tools: Vec<Cached<'_>> = tools
-                .iter()
-                .enumerate()
-                .map(|(index, tool)| Cached {
-                    tool,
-                    index,
-                    digest: digests.map(|d| d[index].as_str()),
-                })
-                .collect();
-            tools.sort_by(|a, b| a.tool.name.cmp(&b.tool.name));
-            let published: BTreeSet<String> = tools.iter().map(|t| t.tool.name.clone()).collect();
-            // Only the tool part guards tools: a baseline's pins (prompts,
-            // resources, templates, and their marker) are not tools.
-            let baseline = baseline.map(crate::pins::tool_part);
-            let guarded = guard_listing_by(&server, tools, baseline.as_deref(), |cached| {
-                match cached.digest {
-                    Some(stored) => {
-                        debug_assert_eq!(
-                            stored,
-                            crate::fingerprint::fingerprint(cached.tool),
-                            "a stored digest that is not the tool's"
-                        );
-                        stored.to_owned()
-                    }
-                    None => crate::fingerprint::fingerprint(cached.tool),
-                }
-            });
-            diagnostics.extend(guarded.diagnostics);
-            let project_name = |remote: &str| {
-                if prefixed {
-                    crate::naming::qualified_name(&server, remote)
-                } else {
-                    crate::naming::legal_name(remote).into_owned()
-                }
-            };
-
-            for Cached { tool, .. } in &guarded.added {
-                withheld.push(WithheldTool {
-                    name: project_name(&tool.name),
-                    server: server.clone(),
-                    remote_name: tool.name.clone(),
-                    reason: format!(
-                        "published after server \"{server}\" was trusted; withheld until an operator re-trusts the server"
-                    ),
-                });
-            }
-
-            // Stubs first, then trusted tools: each passes the filter and the
-            // name-taken rule.
-            let mut gate = Admission {
-                server: &server,
-                prefixed,
-                filter,
-                taken: &mut taken,
-                withheld: &mut withheld,
-                diagnostics: &mut diagnostics,
-            };
-            let admitted_stubs: Vec<(String, &str)> = guarded
-                .quarantined
-                .iter()
-                .filter_map(|&Cached { tool, .. }| {
-                    let name = project_name(&tool.name);
-                    gate.admit(&name, &tool.name)
-                        .then_some((name, tool.name.as_str()))
-                })
-                .collect();
-            let admitted: Vec<(String, &Tool, usize)> = guarded
-                .trusted
-                .into_iter()
-                .filter_map(|Cached { tool, index, .. }| {
-                    let name = project_name(&tool.name);
-                    gate.admit(&name, &tool.name).then_some((name, tool, index))
-                })
-                .collect();
-
-            let visible: Vec<&Tool> = admitted.iter().map(|&(_, t, _)| t).collect();
-            let mut tier_decision = choose_tier(&server, &visible, &options.disclosure);
-            if options.disclosure.always_load.contains(&identity.name) {
-                tier_decision.tier = Tier::Inline;
-                tier_decision.diagnostic = None;
-            }
-            diagnostics.extend(tier_decision.diagnostic.take());
-            let tier = tier_decision.tier;
-            any_deferred |= tier != Tier::Inline && !admitted.is_empty();
-
-            for (name, remote_name) in admitted_stubs {
-                let mut stub = quarantine_stub(&server, remote_name);
-                stub.name = name.clone();
-                entries.push(CatalogueEntry {
-                    definition: stub,
-                    name,
-                    server: server.clone(),
-                    remote_name: remote_name.to_owned(),
-                    kind: EntryKind::Quarantined,
-                    tier: Tier::Inline,
-                    full_input_schema: None,
-                    classified_by: None,
-                });
-            }
-            for (name, tool, index) in admitted {
-                let remote_name = tool.name.clone();
-                // Classified on the tool as the server published it (its
-                // own name; the fingerprint was of that too), then shown
-                // under its projected name with what the tier keeps.
-                let (read_only, classified_by) = classification.classify(tool, &name);
-                let mut shown = disclose_named(tool, tier, name.clone());
-                record(&mut shown, read_only);
-                // The full schema the tier took out: a share of the
-                // listing when it is shared, else a copy.
-                let full_input_schema = match (tier, &tool.input_schema) {
-                    (Tier::Inline, _) | (_, None) => None,
-                    (_, Some(schema)) => Some(match shared {
-                        Some(shared) => FullSchema::Shared(Arc::clone(shared), index),
-                        None => FullSchema::Copied(schema.clone()),
-                    }),
-                };
-                entries.push(CatalogueEntry {
-                    name,
-                    server: server.clone(),
-                    remote_name,
-                    kind: EntryKind::Remote,
-                    definition: shown,
-                    full_input_schema,
-                    tier,
-                    classified_by: Some(classified_by),
-                });
-            }
-
-            servers.push(ServerSummary {
-                name: server.clone(),
-                identity: identity.clone(),
-                tier,
-                inline_tokens: tier_decision.inline_tokens,
-                published,
-                fingerprints: guarded.fingerprints,
-                drift: guarded.drift,
-                quarantined: guarded
-                    .quarantined
-                    .into_iter()
-                    .map(|cached| cached.tool.clone())
-                    .collect(),
-            });
+        for listing in projected {
+            entries.extend(listing.entries);
+            withheld.extend(listing.withheld);
+            diagnostics.extend(listing.diagnostics);
+            any_deferred |= listing.deferred;
+            servers.push(listing.summary);
         }
 
         if any_deferred {
@@ -833,6 +990,109 @@ mod tests {
         sort_by_name(&mut entries[..0]);
         sort_by_name(&mut entries);
         assert_eq!(entries.len(), 97);
+    }
+
+    #[test]
+    fn a_projection_spread_over_threads_is_the_one_made_on_the_calling_thread() {
+        // Past the spreading weight, with everything that crosses listings
+        // or keeps their order: names taken across servers (unprefixed),
+        // quarantines and withheld tools from drift, a filter, deferred and
+        // inlined tiers, stored digests and shared listings.
+        let servers = 14;
+        let listings: Vec<ServerListing> = (0..servers)
+            .map(|s| {
+                let tools: Vec<Tool> = (0..100)
+                    .map(|i| {
+                        let name = match i % 10 {
+                            0 => format!("shared.{i}"),
+                            _ => format!("s{s}_t{i}"),
+                        };
+                        tool(&name)
+                    })
+                    .collect();
+                let mut listing = listing(&format!("srv{s:02}"), &format!("https://h{s}/mcp"), &[]);
+                listing.tools = tools;
+                if s % 4 == 1 {
+                    // Trusted before two tools changed and one was added.
+                    let mut trusted = listing.tools.clone();
+                    trusted.pop();
+                    trusted[1].description = Some("what it said then".to_owned());
+                    trusted[2].description = Some("and this too".to_owned());
+                    listing.baseline = Some(fingerprint_listing(&trusted));
+                }
+                if s == 5 {
+                    listing.filter = ToolFilter::Block(BTreeSet::from([
+                        "s5_t3".to_owned(),
+                        "shared.0".to_owned(),
+                    ]));
+                }
+                listing
+            })
+            .collect();
+        let digests: Vec<Vec<String>> = listings
+            .iter()
+            .map(|l| {
+                l.tools
+                    .iter()
+                    .map(crate::fingerprint::fingerprint)
+                    .collect()
+            })
+            .collect();
+        let shared: Vec<Arc<[Tool]>> = listings.iter().map(|l| l.tools.clone().into()).collect();
+        let refs = || {
+            listings.iter().enumerate().map(|(s, listing)| {
+                let mut lent = ListingRef::from(listing);
+                if s % 3 == 0 {
+                    lent.tools = &shared[s];
+                    lent.shared = Some(&shared[s]);
+                    lent.digests = Some(&digests[s]);
+                }
+                lent
+            })
+        };
+        let project = |threads: usize| {
+            let options = ProjectionOptions {
+                prefix: Prefix::Never,
+                disclosure: DisclosureOptions {
+                    budget: Budget::Tokens(1_500),
+                    always_load: BTreeSet::from(["srv07".to_owned()]),
+                },
+                threads,
+                ..Default::default()
+            };
+            Catalogue::project(refs(), &options)
+        };
+        let alone = project(1);
+        // What the case is meant to hold.
+        let tiers: BTreeSet<Tier> = alone.servers().iter().map(|s| s.tier).collect();
+        assert_eq!(tiers, BTreeSet::from([Tier::Inline, Tier::Names]));
+        assert!(
+            alone
+                .entries()
+                .iter()
+                .any(|e| e.kind == EntryKind::Quarantined)
+        );
+        for reason in [
+            "already taken",
+            "hidden by the tools filter",
+            "published after",
+        ] {
+            assert!(
+                alone.withheld().iter().any(|w| w.reason.contains(reason)),
+                "{reason}"
+            );
+        }
+        // Both spread steps' weights (tools, then trusted tools) reach the
+        // spreading weight.
+        let trusted: usize = alone
+            .entries()
+            .iter()
+            .filter(|e| e.kind == EntryKind::Remote)
+            .count();
+        assert!(trusted >= crate::spread::SPREAD_FROM_WEIGHT, "{trusted}");
+        for threads in [0, 2, 3, 8] {
+            assert!(project(threads) == alone, "{threads} threads");
+        }
     }
 
     fn tool(name: &str) -> Tool {

@@ -7,9 +7,11 @@
 //! arguments, and reports what it did as [`Diagnostic`]s.
 //!
 //! No I/O and no async runtime, by design: everything hard to get right lives
-//! here, where it is cheap to unit-test and cannot block. The other crates
-//! (store, upstream, sources, server, the binary) feed it listings and act on
-//! its answers.
+//! here, where it is cheap to unit-test and never waits on anything outside
+//! it. The one concurrency: a large projection may spread its per-listing
+//! work over scoped threads it joins before returning
+//! ([`ProjectionOptions::threads`]). The other crates (store, upstream,
+//! sources, server, the binary) feed it listings and act on its answers.
 //!
 //! | module | rule |
 //! |---|---|
@@ -81,6 +83,7 @@ pub mod resource_uri;
 pub mod result;
 pub mod schema;
 pub mod server;
+mod spread;
 pub mod tool;
 pub mod validation;
 

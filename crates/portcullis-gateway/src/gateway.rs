@@ -560,6 +560,8 @@ pub fn connect_options(config: &Config) -> ConnectOptions {
         keep_names: server_configs(config)
             .map(|servers| servers.iter().map(McpServerConfig::identity).collect())
             .unwrap_or_default(),
+        // Left to the connector: a large projection uses the machine's cores.
+        threads: 0,
     });
     for upstream in config.upstreams.values() {
         if let Some(ms) = upstream.timeout_ms {

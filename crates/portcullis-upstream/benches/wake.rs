@@ -96,9 +96,9 @@ async fn run() {
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut cold_lists, mut wake_lists_at_map, mut wake_lists_total) = (0, 0, 0);
     let mut wake_requests_at_map = 0;
-    let (mut read, mut projected) = (Vec::new(), Vec::new());
+    let (mut read, mut projected, mut projected_alone) = (Vec::new(), Vec::new(), Vec::new());
     let (mut saved_each, mut saved_batch) = (Vec::new(), Vec::new());
-    for _ in 0..ROUNDS {
+    for round in 0..ROUNDS {
         let before = lists();
         let start = Instant::now();
         let toolset = connect(configs.clone(), with_store())
@@ -179,10 +179,25 @@ async fn run() {
                 classification: &classification,
                 shared: Some(tools),
             });
-        let start = Instant::now();
-        let catalogue = Catalogue::project(listings, &ProjectionOptions::default());
-        projected.push(start.elapsed());
-        assert_eq!(catalogue.entries().len(), tools);
+        // On as many threads as a toolset's projection takes, and on this
+        // thread alone; which goes first alternates by round (a projection
+        // inherits the allocator's state its predecessor left).
+        let spread = ProjectionOptions {
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get().min(4)),
+            ..Default::default()
+        };
+        let alone = ProjectionOptions::default();
+        let runs = if round % 2 == 0 {
+            [(&spread, &mut projected), (&alone, &mut projected_alone)]
+        } else {
+            [(&alone, &mut projected_alone), (&spread, &mut projected)]
+        };
+        for (options, times) in runs {
+            let start = Instant::now();
+            let catalogue = Catalogue::project(listings.clone(), options);
+            times.push(start.elapsed());
+            assert_eq!(catalogue.entries().len(), tools);
+        }
         // A cold start's writes alone: every row saved one by one (as
         // before) against one batch in one transaction (as now).
         let rows = store.list().await.unwrap_or_else(|e| panic!("{e}"));
@@ -234,9 +249,10 @@ async fn run() {
         wake_requests_at_map / ROUNDS
     );
     println!(
-        "    of which: store read        {:>8.1} ms   projection {:.1} ms",
+        "    of which: store read        {:>8.1} ms   projection {:.1} ms (on one thread {:.1} ms)",
         ms(median(read)),
-        ms(median(projected))
+        ms(median(projected)),
+        ms(median(projected_alone))
     );
     println!(
         "  wake, first call answered     {:>8.1} ms",

@@ -49,7 +49,8 @@ pub struct ConnectOptions {
     /// The classification of servers `server_classification` does not
     /// name (by default: their claims taken).
     pub classification: Classification,
-    /// Names, prefixes and the disclosure budget.
+    /// Names, prefixes and the disclosure budget. Its `threads` left at 0,
+    /// a large projection uses up to four of the machine's cores.
     pub projection: ProjectionOptions,
     /// Timeout for connecting (handshake and listing) and for each call.
     pub timeout: Duration,

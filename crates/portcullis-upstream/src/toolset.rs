@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock};
 
 use futures::future::join_all;
 use portcullis_catalog::catalogue::Route;
@@ -204,7 +204,19 @@ pub(crate) fn resolved(
 ) -> ProjectionOptions {
     let mut resolved = projection.clone();
     resolved.configured = crate::trust::naming_set(configured, projection, others);
+    if resolved.threads == 0 {
+        resolved.threads = projection_threads();
+    }
     resolved
+}
+
+/// The threads a projection uses when the caller left the count to the
+/// toolset: the machine's parallelism (read once), at most four. Only a
+/// projection's per-listing work is spread, in runs of about equal
+/// weight; more threads would mostly add thread starts.
+fn projection_threads() -> usize {
+    static THREADS: OnceLock<usize> = OnceLock::new();
+    *THREADS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get().min(4)))
 }
 
 impl Toolset {
