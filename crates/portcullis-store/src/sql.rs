@@ -14,11 +14,14 @@
 //! is one `INSERT … ON CONFLICT DO NOTHING`.
 
 use std::borrow::Cow;
+use std::sync::mpsc::Sender;
 use std::time::SystemTime;
 
+use futures::TryStreamExt;
 use portcullis_catalog::Tool;
 use portcullis_catalog::fingerprint::Fingerprints;
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Row, Type};
+use tokio::task::JoinHandle;
 
 use crate::audit::{ArgumentShape, AuditDecision, AuditOutcome, AuditRecord};
 use crate::columns::{RawRow, decode, encode};
@@ -96,28 +99,101 @@ const TRUST_COLUMNS: &str = "id, name, type, url, \
      CASE WHEN tool_fingerprints IS NULL THEN tools END, tool_fingerprints, \
      CASE WHEN tool_fingerprints IS NULL THEN tool_digests END";
 
-/// The cached listings' text in one read past which half of it is decoded
+/// The cached listings' text in one read past which rows are also decoded
 /// on another thread: well above a handful of small servers, for which a
 /// thread would cost more than it saves.
 const PARALLEL_DECODE_BYTES: usize = 512 * 1024;
 
-/// Where to split `rows` so that the rows from the returned index on hold
-/// about half of the text `size` measures, if there is enough of it to be
-/// worth a second thread (`None`: decode them all here).
-fn parallel_split<R>(rows: &[R], size: impl Fn(&R) -> usize) -> Option<usize> {
-    let sizes: Vec<usize> = rows.iter().map(size).collect();
-    let total: usize = sizes.iter().sum();
-    if total < PARALLEL_DECODE_BYTES || rows.len() < 2 {
-        return None;
-    }
-    let mut before = 0;
-    for (index, size) in sizes.iter().enumerate() {
-        if before + size / 2 >= total / 2 {
-            return Some(index.max(1));
+/// A decoded row, with its place in the read.
+type Placed = (usize, PersistedServer);
+
+/// The blocking thread decoding part of a read: its queue of rows and its
+/// result.
+struct Helper<R> {
+    queue: Sender<(usize, R)>,
+    decoded: JoinHandle<Result<Vec<Placed>, sqlx::Error>>,
+}
+
+/// The rows of one read being decoded as they arrive: on the reading task,
+/// and once [`PARALLEL_DECODE_BYTES`] of text have arrived, also on one
+/// blocking thread, each row going to whichever side has been given less
+/// text. The rows come back in the order they were read.
+struct Decoding<R> {
+    here: Vec<Placed>,
+    there: Option<Helper<R>>,
+    bytes_here: usize,
+    bytes_there: usize,
+    next: usize,
+}
+
+impl<R> Default for Decoding<R> {
+    fn default() -> Self {
+        Decoding {
+            here: Vec::new(),
+            there: None,
+            bytes_here: 0,
+            bytes_there: 0,
+            next: 0,
         }
-        before += size;
     }
-    Some(rows.len() - 1)
+}
+
+impl<R: Send + 'static> Decoding<R> {
+    /// Decodes `row` here or hands it to the blocking thread (started on
+    /// the first row past the threshold).
+    fn take(
+        &mut self,
+        row: R,
+        len: fn(&R) -> usize,
+        decode: fn(&R) -> Result<Option<PersistedServer>, sqlx::Error>,
+    ) -> Result<(), sqlx::Error> {
+        let at = self.next;
+        self.next += 1;
+        let size = len(&row);
+        if self.there.is_none() && self.bytes_here + size >= PARALLEL_DECODE_BYTES {
+            let (queue, rows) = std::sync::mpsc::channel::<(usize, R)>();
+            let decoded = tokio::task::spawn_blocking(move || {
+                let mut out = Vec::new();
+                for (at, row) in rows {
+                    out.extend(decode(&row)?.map(|server| (at, server)));
+                }
+                Ok(out)
+            });
+            self.there = Some(Helper { queue, decoded });
+        }
+        let row = match &self.there {
+            Some(helper) if self.bytes_there < self.bytes_here => {
+                match helper.queue.send((at, row)) {
+                    Ok(()) => {
+                        self.bytes_there += size;
+                        return Ok(());
+                    }
+                    // The thread ended early (a row it could not read):
+                    // its error is reported by `finish`.
+                    Err(returned) => returned.0.1,
+                }
+            }
+            _ => row,
+        };
+        self.bytes_here += size;
+        self.here.extend(decode(&row)?.map(|server| (at, server)));
+        Ok(())
+    }
+
+    /// Every row taken, decoded, in the order read.
+    async fn finish(mut self) -> Result<Vec<PersistedServer>, sqlx::Error> {
+        if let Some(Helper { queue, decoded }) = self.there.take() {
+            drop(queue);
+            match decoded.await {
+                Ok(there) => self.here.extend(there?),
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                // The runtime is shutting down.
+                Err(_) => return Err(sqlx::Error::WorkerCrashed),
+            }
+        }
+        self.here.sort_unstable_by_key(|(at, _)| *at);
+        Ok(self.here.into_iter().map(|(_, server)| server).collect())
+    }
 }
 
 /// The columns an audit record is selected with.
@@ -235,45 +311,35 @@ where
     pub(crate) async fn list(&self) -> Result<Vec<PersistedServer>, StoreError> {
         let op = || StoreError::database(DB::BACKEND, "list mcp servers");
         let sql = format!("SELECT {SERVER_COLUMNS} FROM mcp_servers ORDER BY id");
-        let mut rows = sqlx::query(&sql)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(op())?;
         // Decoding the cached listings is most of a large read (a wake of
-        // 50 servers of 100 tools decodes ~7 MB of JSON), and each row
-        // decodes alone: past `PARALLEL_DECODE_BYTES`, the later rows
-        // holding half of the text are decoded on a blocking thread
-        // meanwhile.
-        let later = parallel_split(&rows, |row| {
-            row.try_get::<Option<&str>, _>(4)
-                .ok()
-                .flatten()
-                .map_or(0, str::len)
-        })
-        .map(|at| {
-            let later = rows.split_off(at);
-            tokio::task::spawn_blocking(move || Self::decode_rows(&later))
-        });
-        let mut out = Self::decode_rows(&rows).map_err(op())?;
-        if let Some(later) = later {
-            match later.await {
-                Ok(decoded) => out.extend(decoded.map_err(op())?),
-                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-                // The runtime is shutting down.
-                Err(_) => return Err(op()(sqlx::Error::WorkerCrashed)),
-            }
+        // 50 servers of 100 tools decodes ~13 MB of JSON), and each row
+        // decodes alone: rows are decoded as the database hands them over
+        // (it fetches the next meanwhile), and past
+        // `PARALLEL_DECODE_BYTES` of text every other row's worth goes to
+        // one blocking thread.
+        let mut rows = sqlx::query(&sql).fetch(&self.pool);
+        let mut decoding = Decoding::default();
+        while let Some(row) = rows.try_next().await.map_err(op())? {
+            decoding
+                .take(row, Self::listing_len, Self::decode_row)
+                .map_err(op())?;
         }
-        Ok(out)
+        drop(rows);
+        decoding.finish().await.map_err(op())
     }
 
-    /// `rows` of `mcp_servers` as stored servers, in order; a row that
-    /// cannot be read is skipped (and logged) by [`RawRow::into_row`].
-    fn decode_rows(rows: &[DB::Row]) -> Result<Vec<PersistedServer>, sqlx::Error> {
-        let mut out = Vec::with_capacity(rows.len());
-        for row in rows {
-            out.extend(Self::raw_row(row)?.into_row(DB::BACKEND));
-        }
-        Ok(out)
+    /// The length of a `mcp_servers` row's cached listing text.
+    fn listing_len(row: &DB::Row) -> usize {
+        row.try_get::<Option<&str>, _>(4)
+            .ok()
+            .flatten()
+            .map_or(0, str::len)
+    }
+
+    /// One row of `mcp_servers` as a stored server; `None` for a row that
+    /// cannot be read (skipped and logged by [`RawRow::into_row`]).
+    fn decode_row(row: &DB::Row) -> Result<Option<PersistedServer>, sqlx::Error> {
+        Ok(Self::raw_row(row)?.into_row(DB::BACKEND))
     }
 
     pub(crate) async fn get(&self, id: &str) -> Result<Option<PersistedServer>, StoreError> {
@@ -856,7 +922,9 @@ pub(crate) use sql_store;
 
 #[cfg(test)]
 mod tests {
-    use super::{PARALLEL_DECODE_BYTES, numbered_placeholders, parallel_split};
+    use super::{Decoding, PARALLEL_DECODE_BYTES, numbered_placeholders};
+    use crate::row::PersistedServer;
+    use portcullis_catalog::ServerIdentity;
 
     #[test]
     fn placeholders_are_numbered_in_order() {
@@ -867,20 +935,96 @@ mod tests {
         assert_eq!(numbered_placeholders("SELECT 1"), "SELECT 1");
     }
 
-    #[test]
-    fn a_large_read_is_split_where_half_of_its_text_begins() {
-        let split = |sizes: &[usize]| parallel_split(sizes, |&size| size);
+    /// A row for `Decoding`: its place and its text's length; `None` is
+    /// a row whose columns cannot be read, `Some("")` one that is skipped.
+    struct FakeRow {
+        name: Option<String>,
+        len: usize,
+    }
+
+    fn fake(name: &str, len: usize) -> FakeRow {
+        FakeRow {
+            name: Some(name.to_owned()),
+            len,
+        }
+    }
+
+    fn len(row: &FakeRow) -> usize {
+        row.len
+    }
+
+    fn decode(row: &FakeRow) -> Result<Option<PersistedServer>, sqlx::Error> {
+        match row.name.as_deref() {
+            None => Err(sqlx::Error::RowNotFound),
+            Some("") => Ok(None),
+            Some(name) => Ok(Some(PersistedServer::new(
+                name,
+                &ServerIdentity::stdio(name, "echo", &[]),
+            ))),
+        }
+    }
+
+    async fn decode_all(rows: Vec<FakeRow>) -> (Result<Vec<String>, sqlx::Error>, usize) {
+        let mut decoding = Decoding::default();
+        for row in rows {
+            if let Err(e) = decoding.take(row, len, decode) {
+                return (Err(e), decoding.bytes_there);
+            }
+        }
+        let there = decoding.bytes_there;
+        let names = decoding
+            .finish()
+            .await
+            .map(|servers| servers.into_iter().map(|s| s.id).collect());
+        (names, there)
+    }
+
+    #[tokio::test]
+    async fn a_large_read_is_decoded_on_two_threads_and_comes_back_in_order() {
         let big = PARALLEL_DECODE_BYTES;
-        // Too little text, or a single row: all decoded in one place.
-        assert_eq!(split(&[]), None);
-        assert_eq!(split(&[big - 1]), None);
-        assert_eq!(split(&[big * 4]), None);
-        assert_eq!(split(&[10; 40]), None);
-        // Equal rows split in the middle; unequal ones by their text.
-        assert_eq!(split(&[big / 4; 8]), Some(4));
-        assert_eq!(split(&[big / 4; 9]), Some(4));
-        assert_eq!(split(&[big, 1, 1, 1]), Some(1));
-        assert_eq!(split(&[1, 1, 1, big]), Some(3));
-        assert_eq!(split(&[big / 2, big / 2, big]), Some(2));
+        // Mixed sizes crossing the threshold early, and a skipped row.
+        let mut rows: Vec<FakeRow> = (0..60)
+            .map(|i| {
+                fake(
+                    &format!("s{i:02}"),
+                    if i % 7 == 0 { big / 3 } else { big / 20 },
+                )
+            })
+            .collect();
+        rows[30].name = Some(String::new());
+        let expected: Vec<String> = (0..60)
+            .filter(|&i| i != 30)
+            .map(|i| format!("s{i:02}"))
+            .collect();
+        let (names, there) = decode_all(rows).await;
+        assert_eq!(names.unwrap_or_else(|e| panic!("{e}")), expected);
+        // The thread took its share of the text: about half of it.
+        let total = 9 * (big / 3) + 51 * (big / 20);
+        assert!(
+            there > total / 3 && there < total * 2 / 3,
+            "{there} of {total}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_small_read_is_decoded_where_it_is_read() {
+        let rows = (0..40).map(|i| fake(&format!("s{i:02}"), 1000)).collect();
+        let (names, there) = decode_all(rows).await;
+        assert_eq!(names.map(|n| n.len()).ok(), Some(40));
+        assert_eq!(there, 0);
+    }
+
+    #[tokio::test]
+    async fn a_row_that_cannot_be_read_fails_the_read_on_either_thread() {
+        let big = PARALLEL_DECODE_BYTES;
+        for bad in 0..6 {
+            let mut rows: Vec<FakeRow> = (0..6).map(|i| fake(&format!("s{i}"), big)).collect();
+            rows[bad].name = None;
+            let (names, _) = decode_all(rows).await;
+            assert!(
+                matches!(names, Err(sqlx::Error::RowNotFound)),
+                "row {bad}: {names:?}"
+            );
+        }
     }
 }
