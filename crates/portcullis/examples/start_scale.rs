@@ -12,11 +12,13 @@
 //! ROUNDS starts after it is timed from the spawn of the gateway to its
 //! answer to `initialize` (every server connected, listed and checked
 //! against its baseline, the tool server built) and to its first
-//! `tools/list` answer, then a second `tools/list` alone; the gateway's own
-//! CPU (user + system of its process from `/proc/PID/stat`, its children
-//! not counted, 10 ms ticks), `VmRSS` and `VmHWM` are read right after the
-//! first list and its `VmRSS` and `RssAnon` again after 2 s idle. Medians
-//! printed last.
+//! `tools/list` answer, then further `tools/list`s alone, one after the
+//! other (`START_SCALE_LISTS` of them, default 1; their median time and the
+//! gateway's CPU per list are printed); the gateway's own CPU (user +
+//! system of its process from `/proc/PID/stat`, its children not counted,
+//! 10 ms ticks), `VmRSS` and `VmHWM` are read right after the first list
+//! and its `VmRSS` and `RssAnon` again after 2 s idle. Medians printed
+//! last.
 //!
 //! Each server is a small `sh` script answering `initialize`, `tools/list`
 //! (the same listing for every server) and `tools/call`. `START_SCALE_SERVERS`
@@ -115,13 +117,14 @@ struct Start {
     cpu_listed: Duration,
     tools: usize,
     second_list: Duration,
+    cpu_per_list: Duration,
     rss_listed: u64,
     hwm_listed: u64,
     rss_idle: u64,
     anon_idle: u64,
 }
 
-fn start(bin: &Path, config: &Path) -> Result<Start, String> {
+fn start(bin: &Path, config: &Path, lists: usize) -> Result<Start, String> {
     let began = Instant::now();
     let mut child = Command::new(bin)
         .args(["serve", "--stdio", "--config"])
@@ -158,10 +161,17 @@ fn start(bin: &Path, config: &Path) -> Result<Start, String> {
     let tools = list["result"]["tools"].as_array().map_or(0, Vec::len);
     let cpu_listed = Duration::from_secs_f64(load_driver::cpu_seconds(pid));
     let at_list = status_kb(pid, &["VmRSS", "VmHWM"]);
-    let again = Instant::now();
-    send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}))?;
-    answer()?;
-    let second_list = again.elapsed();
+    let mut again = Vec::with_capacity(lists);
+    for id in 0..lists {
+        let sent = Instant::now();
+        send(json!({"jsonrpc": "2.0", "id": 3 + id, "method": "tools/list"}))?;
+        answer()?;
+        again.push(ms(sent.elapsed()));
+    }
+    let second_list = Duration::from_secs_f64(median(again) / 1e3);
+    let cpu_per_list = Duration::from_secs_f64(
+        (load_driver::cpu_seconds(pid) - cpu_listed.as_secs_f64()) / lists.max(1) as f64,
+    );
     std::thread::sleep(Duration::from_secs(2));
     let idle = status_kb(pid, &["VmRSS", "RssAnon"]);
     // The client closing stdin ends the gateway.
@@ -173,6 +183,7 @@ fn start(bin: &Path, config: &Path) -> Result<Start, String> {
         cpu_listed,
         tools,
         second_list,
+        cpu_per_list,
         rss_listed: at_list[0],
         hwm_listed: at_list[1],
         rss_idle: idle[0],
@@ -200,6 +211,7 @@ fn main() -> Result<(), String> {
         .unwrap_or(5);
     let servers = env_number("START_SCALE_SERVERS", 50);
     let tools = env_number("START_SCALE_TOOLS", 100);
+    let lists = env_number("START_SCALE_LISTS", 1);
     let bin = gateway_process::binary()?;
     let dir = std::env::temp_dir().join(format!("portcullis-start-scale-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
@@ -207,18 +219,19 @@ fn main() -> Result<(), String> {
     println!(
         "{servers} stdio servers × {tools} tools, SQLite store; the first start records the baselines"
     );
-    start(&bin, &config)?;
+    start(&bin, &config, 1)?;
     let mut starts = Vec::with_capacity(rounds);
     for _ in 0..rounds {
-        let s = start(&bin, &config)?;
+        let s = start(&bin, &config, lists)?;
         println!(
-            "  initialize {:7.1} ms  first tools/list {:7.1} ms ({} tools, gateway CPU {:6.1} ms)  second {:6.1} ms  \
+            "  initialize {:7.1} ms  first tools/list {:7.1} ms ({} tools, gateway CPU {:6.1} ms)  again {:6.1} ms (CPU {:5.1})  \
              RSS {:6.1} MiB (peak {:6.1})  after 2 s idle {:6.1} MiB ({:6.1} anonymous)",
             ms(s.initialized),
             ms(s.listed),
             s.tools,
             ms(s.cpu_listed),
             ms(s.second_list),
+            ms(s.cpu_per_list),
             mib(s.rss_listed),
             mib(s.hwm_listed),
             mib(s.rss_idle),
@@ -229,12 +242,13 @@ fn main() -> Result<(), String> {
     let _ = std::fs::remove_dir_all(&dir);
     let of = |f: fn(&Start) -> f64| median(starts.iter().map(f).collect());
     println!(
-        "medians: initialize {:.1} ms, first tools/list {:.1} ms (gateway CPU {:.1} ms), second {:.1} ms, \
+        "medians: initialize {:.1} ms, first tools/list {:.1} ms (gateway CPU {:.1} ms), again {:.1} ms (CPU {:.1}), \
          RSS {:.1} MiB (peak {:.1}), idle {:.1} MiB ({:.1} anonymous)",
         of(|s| ms(s.initialized)),
         of(|s| ms(s.listed)),
         of(|s| ms(s.cpu_listed)),
         of(|s| ms(s.second_list)),
+        of(|s| ms(s.cpu_per_list)),
         of(|s| mib(s.rss_listed)),
         of(|s| mib(s.hwm_listed)),
         of(|s| mib(s.rss_idle)),
