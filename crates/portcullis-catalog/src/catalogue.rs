@@ -797,7 +797,10 @@ impl Catalogue {
             |(guarded, admitted)| guarded.disclose(admitted, options),
         );
 
-        let mut entries = Vec::new();
+        // Sized once (and one more for the describe tool): entries are
+        // large, and growing the vector would move every one of them again.
+        let mut entries =
+            Vec::with_capacity(projected.iter().map(|l| l.entries.len()).sum::<usize>() + 1);
         let mut withheld = Vec::new();
         let mut servers = Vec::with_capacity(projected.len());
         let mut any_deferred = false;
