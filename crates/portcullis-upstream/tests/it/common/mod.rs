@@ -40,6 +40,8 @@ pub struct Seen {
     pub method: String,
     pub path: String,
     pub headers: HeaderMap,
+    /// When it arrived.
+    pub at: Instant,
 }
 
 impl Seen {
@@ -126,6 +128,7 @@ async fn record(State(recorder): State<Recorder>, request: Request, next: Next) 
                 .map(|p| p.to_string())
                 .unwrap_or_default(),
             headers: request.headers().clone(),
+            at: Instant::now(),
         });
     }
     let authorized = request
