@@ -657,9 +657,10 @@ fn large_listing(label: usize) -> Vec<Tool> {
         .collect()
 }
 
-/// Enough cached text (~1.5 MB) that a SQL backend decodes the later rows
-/// on a second thread: every row comes back, in order, whole, and a
-/// corrupt cache among the later rows is dropped there as it is anywhere.
+/// Enough cached text (~1.5 MB) that a SQL backend decodes rows on a
+/// second thread too, as they arrive: every row comes back, in order,
+/// whole, and a corrupt cache among the later rows is dropped wherever it
+/// is decoded.
 pub async fn a_large_read_comes_back_whole_and_in_order(h: Harness) {
     let store = &*h.store;
     let ids: Vec<String> = (0..12).map(|i| format!("server_{i:02}")).collect();
