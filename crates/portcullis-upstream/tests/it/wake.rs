@@ -359,31 +359,38 @@ async fn a_drifted_cache_wakes_quarantined_and_the_live_listing_is_still_checked
     toolset.close().await;
 }
 
-// A large wake (the bench's shape, smaller): one cached tool that drifted,
-// among 1 200 judged by the digests the store wrote, must still wake
-// quarantined, before any server is contacted, and nothing else drift.
-#[tokio::test(flavor = "current_thread")]
-async fn a_drifted_cached_tool_among_many_servers_still_wakes_quarantined() {
+/// A SQLite store of 30 servers × 40 tools (~1 kB descriptions, ~1.2 MB
+/// of cached text: past the 512 KiB from which a read decodes rows on a
+/// second thread as well), each row's baseline the listing as published
+/// and its cache that listing with tool `tampered(s)` of server `s` (if
+/// any) rewritten to `HIJACK`. Nothing listens at the servers' URLs, so the
+/// wake's background connects fail, later.
+async fn many_server_store(
+    dir: &std::path::Path,
+    tampered: impl Fn(usize) -> Option<usize>,
+) -> (
+    std::sync::Arc<dyn portcullis_store::Store>,
+    Vec<McpServerConfig>,
+) {
     use portcullis_catalog::{ServerIdentity, Tool};
     use portcullis_store::{PersistedServer, SqliteStore, Store};
     use std::sync::Arc;
 
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
-    let store: Arc<dyn Store> = match SqliteStore::open(&dir.path().join("many.sqlite")).await {
+    let store: Arc<dyn Store> = match SqliteStore::open(&dir.join("many.sqlite")).await {
         Ok(store) => Arc::new(store),
         Err(e) => panic!("sqlite: {e}"),
     };
     let mut configs = Vec::new();
+    let mut cached_text = 0;
     for s in 0..30 {
-        // Nothing listens there: the background connects fail, later.
         let config =
             McpServerConfig::streamable_http(format!("s{s}"), format!("http://127.0.0.1:9/s{s}"));
-        let tools: Vec<portcullis_catalog::Tool> = (0..40)
+        let tools: Vec<Tool> = (0..40)
             .map(|t| {
                 Tool::new(format!("tool_{t}"))
                     .with_description(format!(
                         "Tool {t} of server {s}. {}",
-                        "Padding. ".repeat(60)
+                        "Padding. ".repeat(100)
                     ))
                     .with_input_schema(
                         json!({"type": "object", "properties": {"q": {"type": "string"}}}),
@@ -392,21 +399,51 @@ async fn a_drifted_cached_tool_among_many_servers_still_wakes_quarantined() {
             .collect();
         let identity: ServerIdentity = config.identity();
         let mut cached = tools.clone();
-        if s == 23 {
-            cached[17].description = Some(HIJACK.into());
+        if let Some(t) = tampered(s) {
+            cached[t].description = Some(HIJACK.into());
         }
+        cached_text += serde_json::to_string(&cached).map_or(0, |text| text.len());
         let row = PersistedServer::new(config.name(), &identity)
             .with_tools(cached)
             .with_fingerprints(fingerprint_listing(&tools));
         store.save(&row).await.unwrap_or_else(|e| panic!("{e}"));
         configs.push(config);
     }
+    assert!(cached_text > 1024 * 1024, "{cached_text} bytes cached");
+    (store, configs)
+}
+
+/// Wakes `configs` from `store`, never reconnecting.
+async fn wake_never_reconnecting(
+    store: std::sync::Arc<dyn portcullis_store::Store>,
+    configs: Vec<McpServerConfig>,
+) -> portcullis_upstream::Toolset {
     let options = ConnectOptions::default()
         .with_store(store)
         .with_reconnect(portcullis_upstream::Backoff::NEVER);
-    let toolset = rebuild_from_store(configs, options)
+    rebuild_from_store(configs, options)
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The servers whose cached tools drifted, by the wake's diagnostics.
+fn drifted(catalogue: &Catalogue) -> Vec<String> {
+    catalogue
+        .diagnostics()
+        .iter()
+        .filter(|d| d.rule == Rule::ToolDrift)
+        .map(|d| d.origin.clone())
+        .collect()
+}
+
+// A large wake (the bench's shape, smaller): one cached tool that drifted,
+// among 1 200 judged by the digests the store wrote, must still wake
+// quarantined, before any server is contacted, and nothing else drift.
+#[tokio::test(flavor = "current_thread")]
+async fn a_drifted_cached_tool_among_many_servers_still_wakes_quarantined() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+    let (store, configs) = many_server_store(dir.path(), |s| (s == 23).then_some(17)).await;
+    let toolset = wake_never_reconnecting(store, configs).await;
     let woken = toolset.catalogue();
     assert_eq!(
         woken.get("s23__tool_17").map(|e| e.kind),
@@ -420,13 +457,44 @@ async fn a_drifted_cached_tool_among_many_servers_still_wakes_quarantined() {
     assert_eq!(remote, 30 * 40 - 1);
     let shown = serde_json::to_string(&woken.definitions().collect::<Vec<_>>()).unwrap_or_default();
     assert!(!shown.contains(HIJACK));
-    let drift: Vec<_> = woken
-        .diagnostics()
+    assert_eq!(drifted(&woken), ["s23"]);
+    toolset.close().await;
+}
+
+// Hostile: a store file edited behind the gateway's back, every server's
+// cache carrying one rewritten tool. The read decodes the rows on two
+// threads as they arrive, so some are read on each: every rewrite must
+// still wake quarantined under its own server, none shown, and the other
+// tools stay as their servers published them. (One runtime thread: the
+// read's second thread is a blocking one, and the failing background
+// connects, which would take the tools out, wait until the test yields.)
+#[tokio::test(flavor = "current_thread")]
+async fn a_cache_tampered_in_every_row_wakes_quarantined_whichever_thread_reads_it() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+    let (store, configs) = many_server_store(dir.path(), |s| Some(s % 40)).await;
+    let toolset = wake_never_reconnecting(store, configs).await;
+    let woken = toolset.catalogue();
+    for s in 0..30 {
+        let name = format!("s{s}__tool_{}", s % 40);
+        assert_eq!(
+            woken.get(&name).map(|e| e.kind),
+            Some(EntryKind::Quarantined),
+            "{name}"
+        );
+    }
+    let remote = woken
+        .entries()
         .iter()
-        .filter(|d| d.rule == Rule::ToolDrift)
-        .map(|d| d.origin.as_str())
-        .collect();
-    assert_eq!(drift, ["s23"]);
+        .filter(|e| e.kind == EntryKind::Remote)
+        .count();
+    assert_eq!(remote, 30 * 40 - 30);
+    let shown = serde_json::to_string(&woken.definitions().collect::<Vec<_>>()).unwrap_or_default();
+    assert!(!shown.contains(HIJACK));
+    let mut drift = drifted(&woken);
+    drift.sort();
+    let mut servers: Vec<String> = (0..30).map(|s| format!("s{s}")).collect();
+    servers.sort();
+    assert_eq!(drift, servers);
     toolset.close().await;
 }
 
