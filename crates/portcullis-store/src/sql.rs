@@ -114,16 +114,35 @@ struct Helper<R> {
     decoded: JoinHandle<Result<Vec<Placed>, sqlx::Error>>,
 }
 
+impl<R: Send + 'static> Helper<R> {
+    /// A thread decoding the rows queued to it until the queue closes, or
+    /// until a row it cannot read (its error is then its result).
+    fn start(decode: fn(&R) -> Result<Option<PersistedServer>, sqlx::Error>) -> Self {
+        let (queue, rows) = std::sync::mpsc::channel::<(usize, R)>();
+        let decoded = tokio::task::spawn_blocking(move || {
+            let mut out = Vec::new();
+            for (at, row) in rows {
+                out.extend(decode(&row)?.map(|server| (at, server)));
+            }
+            Ok(out)
+        });
+        Helper { queue, decoded }
+    }
+}
+
 /// The rows of one read being decoded as they arrive: on the reading task,
 /// and once [`PARALLEL_DECODE_BYTES`] of text have arrived, also on one
 /// blocking thread, each row going to whichever side has been given less
 /// text. The rows come back in the order they were read.
 struct Decoding<R> {
     here: Vec<Placed>,
+    /// Started with the first row it is given.
     there: Option<Helper<R>>,
     bytes_here: usize,
     bytes_there: usize,
     next: usize,
+    /// The thread stopped on a row it could not read.
+    halted: bool,
 }
 
 impl<R> Default for Decoding<R> {
@@ -134,50 +153,38 @@ impl<R> Default for Decoding<R> {
             bytes_here: 0,
             bytes_there: 0,
             next: 0,
+            halted: false,
         }
     }
 }
 
 impl<R: Send + 'static> Decoding<R> {
-    /// Decodes `row` here or hands it to the blocking thread (started on
-    /// the first row past the threshold).
+    /// Decodes `row` here, or hands it to the blocking thread once the text
+    /// taken passes the threshold and the thread has been given less than
+    /// this side. `Ok(false)` when the thread has stopped on a row it could
+    /// not read: take no more rows, [`Decoding::finish`] reports its error.
     fn take(
         &mut self,
         row: R,
         len: fn(&R) -> usize,
         decode: fn(&R) -> Result<Option<PersistedServer>, sqlx::Error>,
-    ) -> Result<(), sqlx::Error> {
+    ) -> Result<bool, sqlx::Error> {
         let at = self.next;
         self.next += 1;
         let size = len(&row);
-        if self.there.is_none() && self.bytes_here + size >= PARALLEL_DECODE_BYTES {
-            let (queue, rows) = std::sync::mpsc::channel::<(usize, R)>();
-            let decoded = tokio::task::spawn_blocking(move || {
-                let mut out = Vec::new();
-                for (at, row) in rows {
-                    out.extend(decode(&row)?.map(|server| (at, server)));
-                }
-                Ok(out)
-            });
-            self.there = Some(Helper { queue, decoded });
-        }
-        let row = match &self.there {
-            Some(helper) if self.bytes_there < self.bytes_here => {
-                match helper.queue.send((at, row)) {
-                    Ok(()) => {
-                        self.bytes_there += size;
-                        return Ok(());
-                    }
-                    // The thread ended early (a row it could not read):
-                    // its error is reported by `finish`.
-                    Err(returned) => returned.0.1,
-                }
+        let past = self.bytes_here + self.bytes_there + size >= PARALLEL_DECODE_BYTES;
+        if past && self.bytes_there < self.bytes_here {
+            let helper = self.there.get_or_insert_with(|| Helper::start(decode));
+            if helper.queue.send((at, row)).is_err() {
+                self.halted = true;
+                return Ok(false);
             }
-            _ => row,
-        };
+            self.bytes_there += size;
+            return Ok(true);
+        }
         self.bytes_here += size;
         self.here.extend(decode(&row)?.map(|server| (at, server)));
-        Ok(())
+        Ok(true)
     }
 
     /// Every row taken, decoded, in the order read.
@@ -185,6 +192,10 @@ impl<R: Send + 'static> Decoding<R> {
         if let Some(Helper { queue, decoded }) = self.there.take() {
             drop(queue);
             match decoded.await {
+                // A thread that halted ended on an error; were it ever to
+                // end well, the row it refused would be missing: an error
+                // too, never a short read.
+                Ok(Ok(_)) if self.halted => return Err(sqlx::Error::WorkerCrashed),
                 Ok(there) => self.here.extend(there?),
                 Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
                 // The runtime is shutting down.
@@ -312,17 +323,22 @@ where
         let op = || StoreError::database(DB::BACKEND, "list mcp servers");
         let sql = format!("SELECT {SERVER_COLUMNS} FROM mcp_servers ORDER BY id");
         // Decoding the cached listings is most of a large read (a wake of
-        // 50 servers of 100 tools decodes ~13 MB of JSON), and each row
+        // 50 servers of 100 tools decodes ~7 MB of JSON), and each row
         // decodes alone: rows are decoded as the database hands them over
-        // (it fetches the next meanwhile), and past
+        // (SQLite's worker fetches up to 50 rows ahead meanwhile;
+        // PostgreSQL's stream reads what the socket buffered), and past
         // `PARALLEL_DECODE_BYTES` of text every other row's worth goes to
-        // one blocking thread.
+        // one blocking thread. Past 50 rows SQLite's statement, and with it
+        // its read lock, stays open while the rows before decode.
         let mut rows = sqlx::query(&sql).fetch(&self.pool);
         let mut decoding = Decoding::default();
         while let Some(row) = rows.try_next().await.map_err(op())? {
-            decoding
+            let more = decoding
                 .take(row, Self::listing_len, Self::decode_row)
                 .map_err(op())?;
+            if !more {
+                break;
+            }
         }
         drop(rows);
         decoding.finish().await.map_err(op())
@@ -935,8 +951,9 @@ mod tests {
         assert_eq!(numbered_placeholders("SELECT 1"), "SELECT 1");
     }
 
-    /// A row for `Decoding`: its place and its text's length; `None` is
-    /// a row whose columns cannot be read, `Some("")` one that is skipped.
+    /// A row for `Decoding`: its server's name and its text's length. A
+    /// name of `None` is a row whose columns cannot be read, `""` one that
+    /// is skipped, `"!"` one that must never be decoded.
     struct FakeRow {
         name: Option<String>,
         len: usize,
@@ -957,6 +974,7 @@ mod tests {
         match row.name.as_deref() {
             None => Err(sqlx::Error::RowNotFound),
             Some("") => Ok(None),
+            Some("!") => panic!("a row taken after the thread stopped was decoded"),
             Some(name) => Ok(Some(PersistedServer::new(
                 name,
                 &ServerIdentity::stdio(name, "echo", &[]),
@@ -964,19 +982,21 @@ mod tests {
         }
     }
 
-    async fn decode_all(rows: Vec<FakeRow>) -> (Result<Vec<String>, sqlx::Error>, usize) {
+    /// The names read back, whether a thread was started, and the text it
+    /// was given.
+    async fn decode_all(rows: Vec<FakeRow>) -> (Result<Vec<String>, sqlx::Error>, bool, usize) {
         let mut decoding = Decoding::default();
         for row in rows {
             if let Err(e) = decoding.take(row, len, decode) {
-                return (Err(e), decoding.bytes_there);
+                return (Err(e), decoding.there.is_some(), decoding.bytes_there);
             }
         }
-        let there = decoding.bytes_there;
+        let (started, there) = (decoding.there.is_some(), decoding.bytes_there);
         let names = decoding
             .finish()
             .await
             .map(|servers| servers.into_iter().map(|s| s.id).collect());
-        (names, there)
+        (names, started, there)
     }
 
     #[tokio::test]
@@ -996,8 +1016,9 @@ mod tests {
             .filter(|&i| i != 30)
             .map(|i| format!("s{i:02}"))
             .collect();
-        let (names, there) = decode_all(rows).await;
+        let (names, started, there) = decode_all(rows).await;
         assert_eq!(names.unwrap_or_else(|e| panic!("{e}")), expected);
+        assert!(started);
         // The thread took its share of the text: about half of it.
         let total = 9 * (big / 3) + 51 * (big / 20);
         assert!(
@@ -1007,11 +1028,21 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_small_read_is_decoded_where_it_is_read() {
+    async fn a_small_read_or_one_large_row_is_decoded_where_it_is_read() {
         let rows = (0..40).map(|i| fake(&format!("s{i:02}"), 1000)).collect();
-        let (names, there) = decode_all(rows).await;
+        let (names, started, _) = decode_all(rows).await;
         assert_eq!(names.map(|n| n.len()).ok(), Some(40));
-        assert_eq!(there, 0);
+        assert!(!started);
+        // One row past the threshold alone: nothing to share.
+        let (names, started, _) = decode_all(vec![fake("only", PARALLEL_DECODE_BYTES * 2)]).await;
+        assert_eq!(names.ok(), Some(vec!["only".to_owned()]));
+        assert!(!started);
+        // A second row then goes to the thread, and both come back in order.
+        let rows = vec![fake("a", PARALLEL_DECODE_BYTES * 2), fake("b", 10)];
+        let (names, started, there) = decode_all(rows).await;
+        assert_eq!(names.ok(), Some(vec!["a".to_owned(), "b".to_owned()]));
+        assert!(started);
+        assert_eq!(there, 10);
     }
 
     #[tokio::test]
@@ -1020,11 +1051,71 @@ mod tests {
         for bad in 0..6 {
             let mut rows: Vec<FakeRow> = (0..6).map(|i| fake(&format!("s{i}"), big)).collect();
             rows[bad].name = None;
-            let (names, _) = decode_all(rows).await;
+            let (names, _, _) = decode_all(rows).await;
             assert!(
                 matches!(names, Err(sqlx::Error::RowNotFound)),
                 "row {bad}: {names:?}"
             );
         }
+    }
+
+    #[tokio::test]
+    async fn once_the_thread_stops_on_a_bad_row_no_more_rows_are_taken() {
+        let big = PARALLEL_DECODE_BYTES;
+        let mut decoding = Decoding::default();
+        assert!(matches!(
+            decoding.take(fake("a", big), len, decode),
+            Ok(true)
+        ));
+        let bad = FakeRow {
+            name: None,
+            len: 10,
+        };
+        assert!(matches!(decoding.take(bad, len, decode), Ok(true)));
+        // Wait for the thread to stop on it.
+        while decoding
+            .there
+            .as_ref()
+            .is_some_and(|helper| !helper.decoded.is_finished())
+        {
+            tokio::task::yield_now().await;
+        }
+        // The next row for the thread is refused, not decoded here.
+        assert!(matches!(
+            decoding.take(fake("!", 10), len, decode),
+            Ok(false)
+        ));
+        let names = decoding.finish().await.map(|servers| servers.len());
+        assert!(matches!(names, Err(sqlx::Error::RowNotFound)), "{names:?}");
+    }
+
+    /// The text length the read balances by is the cached listing's, read
+    /// from a real SQLite row.
+    #[cfg(feature = "sqlite")]
+    #[tokio::test]
+    async fn a_stored_rows_listing_length_is_its_cached_text() {
+        use crate::store::Store;
+        use portcullis_catalog::Tool;
+        use sqlx::Sqlite;
+
+        let dir = std::env::temp_dir().join(format!("portcullis-sql-len-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+        let store = crate::SqliteStore::open(&dir.join("len.sqlite"))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let tools = vec![Tool::new("echo").with_description("Echo.")];
+        let identity = ServerIdentity::stdio("s", "echo", &[]);
+        let row = PersistedServer::new("s", &identity).with_tools(tools);
+        store.save(&row).await.unwrap_or_else(|e| panic!("{e}"));
+        let sql = format!("SELECT {} FROM mcp_servers", super::SERVER_COLUMNS);
+        let stored = sqlx::query(&sql)
+            .fetch_one(store.pool())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let text: Option<String> = sqlx::Row::try_get(&stored, "tools").ok();
+        let expected = text.map_or(0, |t| t.len());
+        assert!(expected > 0);
+        assert_eq!(super::Sql::<Sqlite>::listing_len(&stored), expected);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
