@@ -124,7 +124,7 @@ fn mask_password(url: &str) -> String {
 /// (`0700` on Unix): the store holds tool results and the audit trail, and
 /// the gateway's signing key lives beside it. An existing directory keeps
 /// its mode (it may be shared on purpose; the files in it are private).
-#[cfg(unix)]
+#[cfg(all(unix, feature = "sqlite"))]
 fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
@@ -133,7 +133,7 @@ fn create_private_dir(dir: &Path) -> std::io::Result<()> {
         .create(dir)
 }
 
-#[cfg(not(unix))]
+#[cfg(all(not(unix), feature = "sqlite"))]
 fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)
 }
