@@ -126,6 +126,8 @@
 pub mod audit;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod columns;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod decoding;
 pub mod effects;
 pub mod error;
 pub mod grants;
