@@ -21,6 +21,10 @@ pub(crate) const PARALLEL_DECODE_BYTES: usize = 512 * 1024;
 /// A decoded row, with its place in the read.
 type Placed = (usize, PersistedServer);
 
+/// How a row is decoded: `None` for a row skipped (logged by the decoder),
+/// an error for one that cannot be read at all.
+pub(crate) type DecodeRow<R> = fn(&R) -> Result<Option<PersistedServer>, sqlx::Error>;
+
 /// The blocking thread decoding part of a read: its queue of rows and its
 /// result.
 struct Helper<R> {
@@ -31,7 +35,7 @@ struct Helper<R> {
 impl<R: Send + 'static> Helper<R> {
     /// A thread decoding the rows queued to it until the queue closes, or
     /// until a row it cannot read (its error is then its result).
-    fn start(decode: fn(&R) -> Result<Option<PersistedServer>, sqlx::Error>) -> Self {
+    fn start(decode: DecodeRow<R>) -> Self {
         let (queue, rows) = std::sync::mpsc::channel::<(usize, R)>();
         let decoded = tokio::task::spawn_blocking(move || {
             let mut out = Vec::new();
@@ -49,6 +53,9 @@ impl<R: Send + 'static> Helper<R> {
 /// blocking thread, each row going to whichever side has been given less
 /// text. The rows come back in the order they were read.
 pub(crate) struct Decoding<R> {
+    /// A row's listing text length, which the two sides are balanced by.
+    len: fn(&R) -> usize,
+    decode: DecodeRow<R>,
     here: Vec<Placed>,
     /// Started with the first row it is given.
     there: Option<Helper<R>>,
@@ -59,9 +66,12 @@ pub(crate) struct Decoding<R> {
     halted: bool,
 }
 
-impl<R> Default for Decoding<R> {
-    fn default() -> Self {
+impl<R: Send + 'static> Decoding<R> {
+    /// A read whose rows are measured by `len` and decoded by `decode`.
+    pub(crate) fn new(len: fn(&R) -> usize, decode: DecodeRow<R>) -> Self {
         Decoding {
+            len,
+            decode,
             here: Vec::new(),
             there: None,
             bytes_here: 0,
@@ -70,24 +80,18 @@ impl<R> Default for Decoding<R> {
             halted: false,
         }
     }
-}
 
-impl<R: Send + 'static> Decoding<R> {
     /// Decodes `row` here, or hands it to the blocking thread once the text
     /// taken passes the threshold and the thread has been given less than
     /// this side. `Ok(false)` when the thread has stopped on a row it could
     /// not read: take no more rows, [`Decoding::finish`] reports its error.
-    pub(crate) fn take(
-        &mut self,
-        row: R,
-        len: fn(&R) -> usize,
-        decode: fn(&R) -> Result<Option<PersistedServer>, sqlx::Error>,
-    ) -> Result<bool, sqlx::Error> {
+    pub(crate) fn take(&mut self, row: R) -> Result<bool, sqlx::Error> {
         let at = self.next;
         self.next += 1;
-        let size = len(&row);
+        let size = (self.len)(&row);
         let past = self.bytes_here + self.bytes_there + size >= PARALLEL_DECODE_BYTES;
         if past && self.bytes_there < self.bytes_here {
+            let decode = self.decode;
             let helper = self.there.get_or_insert_with(|| Helper::start(decode));
             if helper.queue.send((at, row)).is_err() {
                 self.halted = true;
@@ -97,7 +101,8 @@ impl<R: Send + 'static> Decoding<R> {
             return Ok(true);
         }
         self.bytes_here += size;
-        self.here.extend(decode(&row)?.map(|server| (at, server)));
+        self.here
+            .extend((self.decode)(&row)?.map(|server| (at, server)));
         Ok(true)
     }
 
@@ -161,9 +166,9 @@ mod tests {
     /// The names read back, whether a thread was started, and the text it
     /// was given.
     async fn decode_all(rows: Vec<FakeRow>) -> (Result<Vec<String>, sqlx::Error>, bool, usize) {
-        let mut decoding = Decoding::default();
+        let mut decoding = Decoding::new(len, decode);
         for row in rows {
-            if let Err(e) = decoding.take(row, len, decode) {
+            if let Err(e) = decoding.take(row) {
                 return (Err(e), decoding.there.is_some(), decoding.bytes_there);
             }
         }
@@ -238,16 +243,13 @@ mod tests {
     #[tokio::test]
     async fn once_the_thread_stops_on_a_bad_row_no_more_rows_are_taken() {
         let big = PARALLEL_DECODE_BYTES;
-        let mut decoding = Decoding::default();
-        assert!(matches!(
-            decoding.take(fake("a", big), len, decode),
-            Ok(true)
-        ));
+        let mut decoding = Decoding::new(len, decode);
+        assert!(matches!(decoding.take(fake("a", big)), Ok(true)));
         let bad = FakeRow {
             name: None,
             len: 10,
         };
-        assert!(matches!(decoding.take(bad, len, decode), Ok(true)));
+        assert!(matches!(decoding.take(bad), Ok(true)));
         // Wait for the thread to stop on it.
         while decoding
             .there
@@ -257,10 +259,7 @@ mod tests {
             tokio::task::yield_now().await;
         }
         // The next row for the thread is refused, not decoded here.
-        assert!(matches!(
-            decoding.take(fake("!", 10), len, decode),
-            Ok(false)
-        ));
+        assert!(matches!(decoding.take(fake("!", 10)), Ok(false)));
         let names = decoding.finish().await.map(|servers| servers.len());
         assert!(matches!(names, Err(sqlx::Error::RowNotFound)), "{names:?}");
     }

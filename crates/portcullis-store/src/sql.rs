@@ -219,11 +219,9 @@ where
         // Past 50 rows SQLite's statement, and with it its read lock, stays
         // open while the rows before them decode.
         let mut rows = sqlx::query(&sql).fetch(&self.pool);
-        let mut decoding = Decoding::default();
+        let mut decoding = Decoding::new(Self::listing_len, Self::decode_row);
         while let Some(row) = rows.try_next().await.map_err(op())? {
-            let more = decoding
-                .take(row, Self::listing_len, Self::decode_row)
-                .map_err(op())?;
+            let more = decoding.take(row).map_err(op())?;
             if !more {
                 break;
             }
