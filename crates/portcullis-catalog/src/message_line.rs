@@ -46,8 +46,12 @@ pub fn describe_unreadable(error: &serde_json::Error) -> String {
     }
 }
 
-/// A buffer grown past this by a large message is let go after it.
-const KEEP_CAPACITY: usize = 1024 * 1024;
+/// A buffer grown past this by a large message is let go after it. A
+/// gateway holds one line per stdio upstream, and a listing of a hundred
+/// tools grows it to a few hundred KiB: kept, that was ~13 MB idle at 50
+/// servers. Calls' messages are mostly far smaller, so the hot path keeps
+/// its buffer.
+const KEEP_CAPACITY: usize = 64 * 1024;
 
 /// How a chunk ended the line being read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,5 +139,22 @@ mod tests {
         assert_eq!(line.take(b"end\nnext\n"), (4, None));
         assert_eq!(line.take(b"next\n"), (5, Some(LineEnd::Complete)));
         assert_eq!(line.line(), b"next");
+    }
+
+    #[test]
+    fn a_buffer_a_large_message_grew_is_let_go_and_a_small_one_kept() {
+        let mut line = MessageLine::new(MAX_MESSAGE_LINE_BYTES);
+        // About what a server's listing of a hundred described tools takes.
+        let large = vec![b'x'; 150 * 1024];
+        assert_eq!(line.take(&large), (large.len(), None));
+        assert_eq!(line.take(b"\n"), (1, Some(LineEnd::Complete)));
+        assert!(line.capacity() >= large.len());
+        line.reset();
+        assert_eq!(line.capacity(), 0, "a listing's buffer is not held idle");
+        assert_eq!(line.take(b"{\"id\":1}\n"), (9, Some(LineEnd::Complete)));
+        let small = line.capacity();
+        line.reset();
+        assert_eq!(line.capacity(), small, "a call's buffer is reused");
+        assert!(small > 0);
     }
 }
