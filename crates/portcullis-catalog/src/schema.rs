@@ -34,8 +34,10 @@ pub struct Schema(Repr);
 
 #[derive(Clone)]
 enum Repr {
-    /// A parsed value.
-    Value(Value),
+    /// A parsed value, shared by the schema's clones: a gateway copies each
+    /// served definition into its tool server (8 MB of schemas at 5 000
+    /// tools when every clone was deep); a change copies it first.
+    Value(Arc<Value>),
     /// Text that is exactly `serde_json::to_string` of its own parse
     /// (held to that by `measure_compact`), parsed on first read.
     Compact {
@@ -46,7 +48,7 @@ enum Repr {
         /// reads its length for every tool, a deferred tier shows it);
         /// `None` for a schema read without it (an output schema).
         deferred: Option<Deferred>,
-        parsed: OnceLock<Value>,
+        parsed: OnceLock<Arc<Value>>,
     },
     /// Compact text the catalogue wrote itself (a deferred schema, from
     /// slices of checked text: tests hold it to serde_json's output),
@@ -57,7 +59,7 @@ enum Repr {
         text: Arc<str>,
         /// Its UTF-16 length.
         units: usize,
-        parsed: OnceLock<Value>,
+        parsed: OnceLock<Arc<Value>>,
     },
 }
 
@@ -82,17 +84,17 @@ impl Schema {
             // it was stored (or written so by the catalogue, as tests
             // hold), so it parses; were it ever not to, a schema that
             // admits nothing fails closed.
-            serde_json::from_str(text).unwrap_or(Value::Bool(false))
+            Arc::new(serde_json::from_str(text).unwrap_or(Value::Bool(false)))
         })
     }
 
     /// The schema as a value to change (no longer held as text).
     pub fn value_mut(&mut self) -> &mut Value {
         if !matches!(self.0, Repr::Value(_)) {
-            *self = Schema(Repr::Value(self.value().clone()));
+            *self = Schema(Repr::Value(Arc::new(self.value().clone())));
         }
         match &mut self.0 {
-            Repr::Value(value) => value,
+            Repr::Value(value) => Arc::make_mut(value),
             Repr::Compact { .. } | Repr::Built { .. } => unreachable!("made a value just above"),
         }
     }
@@ -126,7 +128,7 @@ impl Schema {
     /// The schema as an owned value.
     pub fn into_value(self) -> Value {
         match self.0 {
-            Repr::Value(value) => value,
+            Repr::Value(value) => Arc::unwrap_or_clone(value),
             Repr::Compact { .. } | Repr::Built { .. } => self.value().clone(),
         }
     }
@@ -159,7 +161,7 @@ impl Schema {
                     parsed: OnceLock::new(),
                 }))
             }
-            None => serde_json::from_str(text.get()).map(|v| Schema(Repr::Value(v))),
+            None => serde_json::from_str::<Value>(text.get()).map(Schema::from),
         }
     }
 
@@ -242,7 +244,7 @@ impl std::ops::DerefMut for Schema {
 
 impl From<Value> for Schema {
     fn from(value: Value) -> Self {
-        Schema(Repr::Value(value))
+        Schema(Repr::Value(Arc::new(value)))
     }
 }
 
@@ -761,6 +763,31 @@ mod tests {
             assert_eq!(serde_json::to_string(&schema).unwrap(), text);
             assert_eq!(schema.into_value(), value);
         }
+    }
+
+    #[test]
+    fn a_clone_shares_its_value_until_one_of_them_is_changed() {
+        let original =
+            Schema::from(json!({"type": "object", "properties": {"q": {"type": "string"}}}));
+        let mut changed = original.clone();
+        assert!(
+            std::ptr::eq(original.value(), changed.value()),
+            "a clone copies nothing"
+        );
+        changed["properties"]["q"]["type"] = json!("integer");
+        assert_eq!(
+            original["properties"]["q"]["type"], "string",
+            "the original is untouched"
+        );
+        assert_eq!(changed["properties"]["q"]["type"], "integer");
+        // Text parsed on first read is shared by the clones made after.
+        let text = Schema::from_json_text(
+            serde_json::value::to_raw_value(&json!({"type": "object"})).unwrap(),
+        )
+        .unwrap();
+        let parsed = text.value();
+        assert!(std::ptr::eq(parsed, text.clone().value()));
+        assert_eq!(Value::from(changed.clone()), changed.value().clone());
     }
 
     #[test]

@@ -6,7 +6,9 @@
 //! a reconnect's corrected listing, a reload), on a runtime thread.
 //!
 //! `cargo bench -p portcullis-server --bench tool_server` prints, as the
-//! medians of several rounds: the build alone; the build and a first call
+//! medians of several rounds: the registrations made from the catalogue
+//! (each definition copied, as the gateway does); the build alone; the
+//! build and a first call
 //! to one tool of each server; and the listed tools taken once from the
 //! built server (what a `tools/list` answer starts from).
 
@@ -91,9 +93,12 @@ fn main() {
         .unwrap_or_else(|e| panic!("{e}"));
     let catalogue = catalogue();
     let tools = catalogue.entries().len();
-    let (mut built, mut called, mut listed) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut registered, mut built, mut called, mut listed) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
+        let start = Instant::now();
         let registrations = registrations(&catalogue);
+        registered.push(start.elapsed());
         let start = Instant::now();
         let server = ToolServer::builder()
             .register_all(registrations)
@@ -122,6 +127,10 @@ fn main() {
     }
     println!(
         "tool server of {SERVERS} servers × {TOOLS} tools ({tools} tools), medians of {ROUNDS} rounds"
+    );
+    println!(
+        "  registrations (as the gateway's) {:>8.1} ms",
+        median(registered)
     );
     println!(
         "  build                            {:>8.1} ms",

@@ -220,8 +220,10 @@ impl ToolServerBuilder {
             }
         }
 
-        let mut entries = HashMap::new();
-        let mut listed = Vec::new();
+        // Sized once: a gateway's tool set is thousands of entries of
+        // ~0.5 kB, and growing both tables copied each of them again.
+        let mut entries = HashMap::with_capacity(self.registrations.len());
+        let mut listed = Vec::with_capacity(self.registrations.len());
         let mut withheld = Vec::new();
         for registration in self.registrations {
             if let Some(reason) = self
