@@ -37,6 +37,7 @@ use crate::report::DiagnosticSink;
 use crate::sse::LegacySseTransport;
 
 mod direct;
+mod wire_tool;
 
 type Client = RunningService<RoleClient, UpstreamHandler>;
 
@@ -162,8 +163,6 @@ const STANDALONE_WAIT: Duration = Duration::from_secs(2);
 pub(crate) struct Connected {
     pub(crate) connection: Connection,
     pub(crate) tools: Vec<Tool>,
-    /// Tools the server published that could not be read.
-    pub(crate) unreadable: Vec<String>,
 }
 
 /// Opens a connection and lists its tools, within the plan's timeout. The
@@ -297,7 +296,7 @@ async fn open(plan: ConnectPlan, health: Arc<ServerHealth>) -> Result<Connected,
         let left = plan.timeout.saturating_sub(started.elapsed());
         http.standalone_settled(STANDALONE_WAIT.min(left / 2)).await;
     }
-    let (tools, unreadable) = read_tools(listed);
+    let tools: Vec<Tool> = listed.into_iter().map(wire_tool::from_wire_tool).collect();
     let published = Arc::new(RwLock::new(tools.iter().map(|t| t.name.clone()).collect()));
     let stop = CancellationToken::new();
     let subscription = watch_listing(&peer, &handler, &published, &stop, direct.clone());
@@ -321,7 +320,6 @@ async fn open(plan: ConnectPlan, health: Arc<ServerHealth>) -> Result<Connected,
             closing: AtomicBool::new(false),
         },
         tools,
-        unreadable,
     })
 }
 
@@ -552,20 +550,6 @@ fn watch_listing(
         }
     });
     subscription_task
-}
-
-/// Our reading of a listing, and the names of tools that could not be read.
-fn read_tools(listed: Vec<rmcp::model::Tool>) -> (Vec<Tool>, Vec<String>) {
-    let mut tools = Vec::with_capacity(listed.len());
-    let mut unreadable = Vec::new();
-    for tool in listed {
-        let raw_name = tool.name.to_string();
-        match serde_json::to_value(&tool).and_then(serde_json::from_value::<Tool>) {
-            Ok(tool) => tools.push(tool),
-            Err(_) => unreadable.push(raw_name),
-        }
-    }
-    (tools, unreadable)
 }
 
 /// `tools/list`, following `nextCursor` to the end.

@@ -85,23 +85,7 @@ pub(crate) async fn try_open(
         config: config.clone(),
         notices: notices.clone(),
     };
-    match connect_one(plan).await {
-        Ok(connected) => {
-            // A reconnect reports unreadable tools only when its listing
-            // moved (`crate::reconcile::apply`).
-            if notices.is_none() {
-                for raw in &connected.unreadable {
-                    diagnostics.report(Diagnostic::new(
-                        Rule::ServerEntryInvalid,
-                        name.clone(),
-                        format!("MCP tool \"{raw}\" of server \"{name}\" has a definition that cannot be read; the tool is skipped."),
-                    ));
-                }
-            }
-            Ok(connected)
-        }
-        Err(message) => Err(failure(message)),
-    }
+    connect_one(plan).await.map_err(failure)
 }
 
 /// A connected server as a source, with the configured filter.

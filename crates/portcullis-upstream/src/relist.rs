@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use portcullis_catalog::fingerprint::{Fingerprints, fingerprint_listing};
-use portcullis_catalog::{Diagnostic, Rule, ServerIdentity, Tool};
+use portcullis_catalog::{ServerIdentity, Tool};
 
 use crate::connection::Connection;
 use crate::toolset::Inner;
@@ -89,9 +89,7 @@ pub(crate) fn apply(
     inner: &Inner,
     id: &str,
     swap: Option<(&Arc<Connection>, &Arc<Connection>)>,
-    name: &str,
     fresh: Vec<Tool>,
-    unreadable: &[String],
     settled: (Option<Fingerprints>, bool),
 ) -> bool {
     let (in_force, now_recorded) = settled;
@@ -115,15 +113,6 @@ pub(crate) fn apply(
     source.recorded = now_recorded;
     let moved = !same_listing(&source.tools, &fresh);
     let changed = moved || source.baseline != in_force;
-    if moved {
-        for raw in unreadable {
-            inner.diagnostics.report(Diagnostic::new(
-                Rule::ServerEntryInvalid,
-                name.to_owned(),
-                format!("MCP tool \"{raw}\" of server \"{name}\" has a definition that cannot be read; the tool is skipped."),
-            ));
-        }
-    }
     if moved {
         source.tools = fresh.into();
     }

@@ -464,15 +464,7 @@ async fn reopen(inner: &Arc<Inner>, id: &str, old: &Arc<Connection>) -> Attempt 
         &connection,
     )
     .await;
-    let installed = crate::relist::apply(
-        inner,
-        id,
-        Some((old, &connection)),
-        &name,
-        fresh,
-        &connected.unreadable,
-        settled,
-    );
+    let installed = crate::relist::apply(inner, id, Some((old, &connection)), fresh, settled);
     if installed {
         supervised(&connection);
         Attempt::Installed(connection)
