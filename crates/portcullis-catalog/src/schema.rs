@@ -74,6 +74,11 @@ struct Deferred {
 impl Schema {
     /// The schema as a value (parsed now if it is held as text).
     pub fn value(&self) -> &Value {
+        self.shared()
+    }
+
+    /// The value, as the clones of this schema share it.
+    fn shared(&self) -> &Arc<Value> {
         let (text, parsed) = match &self.0 {
             Repr::Value(value) => return value,
             Repr::Compact { text, parsed, .. } => (text.get(), parsed),
@@ -88,10 +93,12 @@ impl Schema {
         })
     }
 
-    /// The schema as a value to change (no longer held as text).
+    /// The schema as a value to change (no longer held as text). A value
+    /// this schema's clones share is copied first: a change never reaches
+    /// another clone.
     pub fn value_mut(&mut self) -> &mut Value {
         if !matches!(self.0, Repr::Value(_)) {
-            *self = Schema(Repr::Value(Arc::new(self.value().clone())));
+            *self = Schema(Repr::Value(Arc::clone(self.shared())));
         }
         match &mut self.0 {
             Repr::Value(value) => Arc::make_mut(value),
@@ -127,10 +134,9 @@ impl Schema {
 
     /// The schema as an owned value.
     pub fn into_value(self) -> Value {
-        match self.0 {
-            Repr::Value(value) => Arc::unwrap_or_clone(value),
-            Repr::Compact { .. } | Repr::Built { .. } => self.value().clone(),
-        }
+        let shared = Arc::clone(self.shared());
+        drop(self);
+        Arc::unwrap_or_clone(shared)
     }
 
     /// A schema read from JSON text: kept as that text when it is what
@@ -787,7 +793,20 @@ mod tests {
         .unwrap();
         let parsed = text.value();
         assert!(std::ptr::eq(parsed, text.clone().value()));
-        assert_eq!(Value::from(changed.clone()), changed.value().clone());
+        // A change to a clone of text-held schema reaches neither the
+        // text nor the parse the other clones read.
+        let mut edited = text.clone();
+        edited["type"] = json!("string");
+        assert_eq!(text.value(), &json!({"type": "object"}));
+        assert_eq!(
+            serde_json::to_string(&text).ok().as_deref(),
+            Some(r#"{"type":"object"}"#)
+        );
+        assert_eq!(edited.value(), &json!({"type": "string"}));
+        // Taken out of a shared schema, the value is a copy.
+        let mut taken = Value::from(original.clone());
+        taken["type"] = json!("array");
+        assert_eq!(original["type"], "object");
     }
 
     #[test]

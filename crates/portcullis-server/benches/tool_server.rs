@@ -7,8 +7,8 @@
 //!
 //! `cargo bench -p portcullis-server --bench tool_server` prints, as the
 //! medians of several rounds: the registrations made from the catalogue
-//! (each definition copied, as the gateway does); the build alone; the
-//! build and a first call
+//! (each definition cloned, its schemas shared, as the gateway does); the
+//! build alone; the build and a first call
 //! to one tool of each server; and the listed tools taken once from the
 //! built server (what a `tools/list` answer starts from).
 
@@ -45,14 +45,15 @@ fn listing() -> Vec<Tool> {
 }
 
 fn catalogue() -> Catalogue {
-    let tools = listing();
+    // Each server's own listing, as each upstream's is its own (a shared
+    // one would share its schemas' values, which the build then reads warm).
     let listings: Vec<ServerListing> = (0..SERVERS)
         .map(|s| {
             let identity = ServerIdentity::streamable_http(
                 format!("s{s}"),
                 format!("http://127.0.0.1:{}/mcp", 9000 + s),
             );
-            ServerListing::new(identity, tools.clone())
+            ServerListing::new(identity, listing())
         })
         .collect();
     Catalogue::project(

@@ -209,7 +209,7 @@ impl ToolServerBuilder {
     /// dropped here: one warning names them all, a debug line gives each
     /// reason.
     pub fn build(self) -> Result<ToolServer, ServerError> {
-        let mut sources: HashMap<&str, &str> = HashMap::new();
+        let mut sources: HashMap<&str, &str> = HashMap::with_capacity(self.registrations.len());
         for registration in &self.registrations {
             if let Some(first) = sources.insert(&registration.tool.name, &registration.source) {
                 return Err(ServerError::DuplicateToolId {
@@ -221,7 +221,7 @@ impl ToolServerBuilder {
         }
 
         // Sized once: a gateway's tool set is thousands of entries of
-        // ~0.5 kB, and growing both tables copied each of them again.
+        // ~0.5 kB, and growing these tables copied each of them again.
         let mut entries = HashMap::with_capacity(self.registrations.len());
         let mut listed = Vec::with_capacity(self.registrations.len());
         let mut withheld = Vec::new();
@@ -264,6 +264,10 @@ impl ToolServerBuilder {
             );
         }
         if !withheld.is_empty() {
+            // Room was made for every registration; what was withheld
+            // (writes, by default) is not held for the server's life.
+            entries.shrink_to_fit();
+            listed.shrink_to_fit();
             let names: Vec<&str> = withheld.iter().map(|w| w.id.as_str()).collect();
             // Debug here: a server is built for every CLI command and every
             // reload; the gateway says it once, when it starts serving

@@ -83,7 +83,7 @@ pub(crate) async fn try_open(
             .copied()
             .unwrap_or(options.timeout),
         config: config.clone(),
-        notices: notices.clone(),
+        notices,
     };
     connect_one(plan).await.map_err(failure)
 }

@@ -61,19 +61,17 @@ mod tests {
             },
             {"name": "bare", "inputSchema": {}},
             {"name": "no hints", "inputSchema": {"type": "object"}, "annotations": {}},
-            {"name": "null output", "inputSchema": {"type": "object"}, "outputSchema": {}}
+            {"name": "empty output", "inputSchema": {"type": "object"}, "outputSchema": {}},
+            {"name": "null output", "inputSchema": {"type": "object"}, "outputSchema": null, "_meta": {}},
+            {"name": "titled only", "inputSchema": {"type": "object"}, "annotations": {"title": "T"}}
         ]))
         .unwrap_or_else(|e| panic!("{e}"));
         for tool in listed {
             let expected = through_json(&tool);
             let read = from_wire_tool(tool);
             assert_eq!(read, expected);
-            assert_eq!(
-                serde_json::to_value(&read).ok(),
-                serde_json::to_value(&expected).ok(),
-                "{}",
-                read.name
-            );
+            let json = |tool: &Tool| serde_json::to_value(tool).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(json(&read), json(&expected), "{}", read.name);
         }
     }
 
@@ -90,6 +88,11 @@ mod tests {
         assert_eq!(
             read.input_schema.as_deref(),
             Some(&json!({"type": "object"}))
+        );
+        assert_eq!(
+            Arc::strong_count(&kept),
+            1,
+            "the conversion holds no share of it"
         );
         assert_eq!(kept.get("type"), Some(&json!("object")));
     }
