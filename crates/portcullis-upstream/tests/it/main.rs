@@ -13,6 +13,7 @@ mod direct_call;
 mod effects;
 mod integration;
 mod interop;
+mod listing;
 mod oauth_hostile;
 mod passthrough;
 mod plugins;
