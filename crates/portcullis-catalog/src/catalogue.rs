@@ -204,7 +204,9 @@ pub struct CatalogueEntry {
     /// What the entry is.
     pub kind: EntryKind,
     /// The definition the model sees: projected name, disclosed schema.
-    pub definition: Tool,
+    /// Shared, not copied, by whoever serves it (a gateway registers every
+    /// entry on every catalogue change).
+    pub definition: Arc<Tool>,
     /// How much of the schema is disclosed.
     pub tier: Tier,
     /// The full schema when the tier replaced it in `definition`.
@@ -499,7 +501,7 @@ impl<'a> Guarded<'a> {
             let mut stub = quarantine_stub(&server, &tool.name);
             stub.name = name.clone();
             entries.push(CatalogueEntry {
-                definition: stub,
+                definition: Arc::new(stub),
                 name: name.clone(),
                 server: server.clone(),
                 remote_name: tool.name.clone(),
@@ -532,7 +534,7 @@ impl<'a> Guarded<'a> {
                 server: server.clone(),
                 remote_name,
                 kind: EntryKind::Remote,
-                definition: shown,
+                definition: Arc::new(shown),
                 full_input_schema,
                 tier,
                 classified_by: Some(classified_by),
@@ -820,7 +822,7 @@ impl Catalogue {
                 remote_name: DESCRIBE_TOOL_NAME.to_owned(),
                 kind: EntryKind::DescribeTool,
                 full_input_schema: None,
-                definition,
+                definition: Arc::new(definition),
                 tier: Tier::Inline,
                 classified_by: None,
             });
@@ -851,7 +853,7 @@ impl Catalogue {
 
     /// The definitions the model sees, in order.
     pub fn definitions(&self) -> impl Iterator<Item = &Tool> {
-        self.entries.iter().map(|e| &e.definition)
+        self.entries.iter().map(|e| &*e.definition)
     }
 
     /// Tools held back, and why.
@@ -908,7 +910,7 @@ impl Catalogue {
     /// The MCP part of a system prompt (see
     /// [`crate::disclosure::compose_system_prompt`]).
     pub fn compose_system_prompt(&self) -> String {
-        compose_system_prompt(self.entries.iter().map(|e| (&e.definition, e.tier)))
+        compose_system_prompt(self.entries.iter().map(|e| (&*e.definition, e.tier)))
     }
 
     /// One row per tool, available or not: `portcullis tools --json`.
@@ -967,7 +969,7 @@ mod tests {
             .iter()
             .enumerate()
             .map(|(at, name)| CatalogueEntry {
-                definition: Tool::new(name.clone()),
+                definition: Arc::new(Tool::new(name.clone())),
                 name: name.clone(),
                 server: format!("from {at}"),
                 remote_name: name.clone(),

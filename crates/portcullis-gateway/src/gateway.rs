@@ -712,16 +712,22 @@ impl ToolSource for UpstreamTools {
             .map(|entry| {
                 let toolset = self.toolset.clone();
                 let name: Arc<str> = entry.name.as_str().into();
-                let mut definition = entry.definition.clone();
+                // Shared with the catalogue; only the two kinds the gateway
+                // changes get a definition of their own.
+                let mut definition = Arc::clone(&entry.definition);
                 let source = if entry.kind == EntryKind::DescribeTool {
                     // The gateway answers it from the catalogue and changes
                     // nothing: read-only, so the exposure gate never
                     // withholds the way to a deferred tool's schema.
-                    definition = definition.with_annotations(ToolAnnotations::read_only(true));
+                    definition = Arc::new(
+                        (*definition)
+                            .clone()
+                            .with_annotations(ToolAnnotations::read_only(true)),
+                    );
                     "portcullis".to_owned()
                 } else {
                     if entry.kind == EntryKind::Quarantined {
-                        definition = quarantine_stub_definition(definition);
+                        definition = Arc::new(quarantine_stub_definition((*definition).clone()));
                     }
                     entry.server.clone()
                 };

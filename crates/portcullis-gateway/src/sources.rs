@@ -453,7 +453,7 @@ impl SourceCatalogue {
                         access: registration.access,
                     },
                 );
-                listed.push(registration.tool);
+                listed.push(Arc::unwrap_or_clone(registration.tool));
             }
             // Trust on first use, by the store's one rule for every kind
             // of source: the listing is the cache, a baseline is proposed
@@ -528,7 +528,7 @@ impl SourceCatalogue {
                 (EntryKind::Quarantined, Route::Refused(denied)) => {
                     let result = denied.to_tool_result();
                     Registration::new(
-                        crate::quarantine::quarantine_stub_definition(entry.definition.clone()),
+                        crate::quarantine::quarantine_stub_definition((*entry.definition).clone()),
                         move |_args: Value, _ctx: CallContext| {
                             let refusal =
                                 ToolError::refused(CallDecision::Quarantined, result.clone());

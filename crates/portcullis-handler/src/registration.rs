@@ -13,8 +13,9 @@ pub const IN_PROCESS_SOURCE: &str = "in-process";
 /// One tool, ready to register: its definition, where it came from, what it
 /// needs from the caller, and its handler.
 pub struct Registration {
-    /// The definition the model sees (`name` is the tool id).
-    pub tool: Tool,
+    /// The definition the model sees (`name` is the tool id); shared with
+    /// the catalogue a gateway registers from, not copied.
+    pub tool: Arc<Tool>,
     /// Where it came from (a plugin directory, an app, an upstream); named in
     /// duplicate-id errors.
     pub source: String,
@@ -32,9 +33,10 @@ pub struct Registration {
 
 impl Registration {
     /// A registration from the in-process source, open to any caller.
-    pub fn new(tool: Tool, handler: impl ToolHandler) -> Self {
+    /// `tool` is a [`Tool`] or one already shared (`Arc<Tool>`).
+    pub fn new(tool: impl Into<Arc<Tool>>, handler: impl ToolHandler) -> Self {
         Registration {
-            tool,
+            tool: tool.into(),
             source: IN_PROCESS_SOURCE.to_owned(),
             access: Access::open(),
             handler: Arc::new(handler),
@@ -59,5 +61,22 @@ impl Registration {
     pub fn with_foreign_schema(mut self) -> Self {
         self.foreign_schema = true;
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shared_definition_is_registered_without_a_copy() {
+        let definition = Arc::new(Tool::new("search").with_description("Search the docs"));
+        let handler = |_: serde_json::Value, _: crate::CallContext| async {
+            Ok(portcullis_catalog::ToolResult::text("ok"))
+        };
+        let registration = Registration::new(Arc::clone(&definition), handler);
+        assert!(Arc::ptr_eq(&registration.tool, &definition));
+        let owned = Registration::new(Tool::new("t"), handler);
+        assert_eq!(owned.tool.name, "t");
     }
 }

@@ -7,7 +7,7 @@
 //!
 //! `cargo bench -p portcullis-server --bench tool_server` prints, as the
 //! medians of several rounds: the registrations made from the catalogue
-//! (each definition cloned, its schemas shared, as the gateway does); the
+//! (each definition shared with the catalogue, as the gateway does); the
 //! build alone; the build and a first call
 //! to one tool of each server; and the listed tools taken once from the
 //! built server (what a `tools/list` answer starts from).
@@ -71,7 +71,11 @@ fn registrations(catalogue: &Catalogue) -> Vec<Registration> {
             let mut definition = entry.definition.clone();
             if entry.kind == EntryKind::DescribeTool {
                 // Read-only, as the gateway registers it.
-                definition = definition.with_annotations(ToolAnnotations::read_only(true));
+                definition = std::sync::Arc::new(
+                    (*definition)
+                        .clone()
+                        .with_annotations(ToolAnnotations::read_only(true)),
+                );
             }
             Registration::new(definition, |_: Value, _: CallContext| async {
                 Ok(ToolResult::text("ok"))

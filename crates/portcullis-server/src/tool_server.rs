@@ -232,7 +232,7 @@ impl ToolServerBuilder {
             {
                 tracing::debug!(tool = %registration.tool.name, %reason, "withholding tool");
                 withheld.push(Withheld {
-                    id: registration.tool.name,
+                    id: registration.tool.name.clone(),
                     source: registration.source,
                     reason,
                 });
@@ -314,7 +314,8 @@ struct Entry {
     name: Arc<str>,
     /// Where it came from ([`Registration::source`]).
     source: Arc<str>,
-    def: Tool,
+    /// Shared with the registration (and a gateway's catalogue).
+    def: Arc<Tool>,
     /// Set at the build for a schema the registration owns, on the first
     /// call the identity backstop admits for a foreign one
     /// ([`Entry::validator`]).

@@ -101,7 +101,7 @@ impl ToolSource for AppSource {
 #[derive(Clone)]
 pub struct InProcessSource {
     name: String,
-    tools: Vec<(Tool, Access, Arc<dyn ToolHandler>)>,
+    tools: Vec<(Arc<Tool>, Access, Arc<dyn ToolHandler>)>,
 }
 
 impl std::fmt::Debug for InProcessSource {
@@ -135,7 +135,7 @@ impl InProcessSource {
         access: Access,
         handler: impl ToolHandler,
     ) -> Self {
-        self.tools.push((tool, access, Arc::new(handler)));
+        self.tools.push((Arc::new(tool), access, Arc::new(handler)));
         self
     }
 }
