@@ -105,7 +105,7 @@ impl Default for ToolServerBuilder {
 
 impl ToolServerBuilder {
     /// Registers a tool with a handler over raw JSON arguments.
-    pub fn tool(mut self, tool: Tool, handler: impl ToolHandler) -> Self {
+    pub fn tool(mut self, tool: impl Into<Arc<Tool>>, handler: impl ToolHandler) -> Self {
         self.registrations.push(Registration::new(tool, handler));
         self
     }

@@ -66,8 +66,9 @@ impl Default for NativeOptions {
 /// One loaded tool: its definition and the command that runs it.
 #[derive(Debug, Clone)]
 pub struct NativeTool {
-    /// The definition the model sees.
-    pub tool: Tool,
+    /// The definition the model sees, shared by every registration made
+    /// from it.
+    pub tool: Arc<Tool>,
     /// The resolved (canonical) handler path.
     pub command: PathBuf,
 }
@@ -281,7 +282,7 @@ fn load_tool(dir: &Path, label: &str, tool: &Value) -> Result<NativeTool, Source
 
     let command = resolve_handler(dir, label, id, handler)?;
     Ok(NativeTool {
-        tool: definition,
+        tool: Arc::new(definition),
         command,
     })
 }

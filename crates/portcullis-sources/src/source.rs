@@ -124,18 +124,18 @@ impl InProcessSource {
     }
 
     /// Adds a tool open to any caller.
-    pub fn tool(self, tool: Tool, handler: impl ToolHandler) -> Self {
+    pub fn tool(self, tool: impl Into<Arc<Tool>>, handler: impl ToolHandler) -> Self {
         self.tool_with_access(tool, Access::open(), handler)
     }
 
     /// Adds a tool with an access requirement.
     pub fn tool_with_access(
         mut self,
-        tool: Tool,
+        tool: impl Into<Arc<Tool>>,
         access: Access,
         handler: impl ToolHandler,
     ) -> Self {
-        self.tools.push((Arc::new(tool), access, Arc::new(handler)));
+        self.tools.push((tool.into(), access, Arc::new(handler)));
         self
     }
 }

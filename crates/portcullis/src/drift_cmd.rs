@@ -161,7 +161,12 @@ async fn add_catalogue(
                 .find(|s| {
                     s.name == summary.identity.name && s.endpoint == summary.identity.endpoint
                 })
-                .map(|s| s.registrations.iter().map(|r| (*r.tool).clone()).collect());
+                .map(|s| {
+                    s.registrations
+                        .iter()
+                        .map(|r| portcullis_catalog::Tool::clone(&r.tool))
+                        .collect()
+                });
         } else {
             let listed = published(toolset, &summary.name).await;
             add_pins(&mut drift, toolset.baseline(&summary.name), listed);

@@ -647,7 +647,7 @@ fn the_tool_definition_is_what_the_manifest_says() {
     let expected = Tool::new("t")
         .with_description("Reports")
         .with_annotations(portcullis_catalog::ToolAnnotations::read_only(false));
-    assert_eq!(plugin.tools()[0].tool, expected);
+    assert_eq!(*plugin.tools()[0].tool, expected);
     // Withheld by default: it is a write.
     let server = ToolServer::builder()
         .register_all(plugin.registrations())
