@@ -34,9 +34,9 @@ pub struct Schema(Repr);
 
 #[derive(Clone)]
 enum Repr {
-    /// A parsed value, shared by the schema's clones: a gateway copies each
-    /// served definition into its tool server (8 MB of schemas at 5 000
-    /// tools when every clone was deep); a change copies it first.
+    /// A parsed value, shared by the schema's clones (a definition shown
+    /// inline and its listing's tool, for one): each clone used to be a
+    /// deep copy, 8 MB at 5 000 served tools; a change copies it first.
     Value(Arc<Value>),
     /// Text that is exactly `serde_json::to_string` of its own parse
     /// (held to that by `measure_compact`), parsed on first read.
