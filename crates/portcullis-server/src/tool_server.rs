@@ -220,8 +220,8 @@ impl ToolServerBuilder {
             }
         }
 
-        // Sized once: a gateway's tool set is thousands of entries of
-        // ~0.5 kB, and growing these tables copied each of them again.
+        // Sized once: a gateway's tool set is thousands of entries, and
+        // growing these tables moved each of them again and again.
         let mut entries = HashMap::with_capacity(self.registrations.len());
         let mut listed = Vec::with_capacity(self.registrations.len());
         let mut withheld = Vec::new();
