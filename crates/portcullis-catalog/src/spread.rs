@@ -13,7 +13,7 @@
 //! allocation, and in a profile of a wake's projection on the process's
 //! main thread (glibc's allocator) the caller's run took about twice as
 //! long as the same share on a fresh thread, so the projection waited on
-//! it (`docs/performance.md`, "A projection's listings on threads").
+//! it (`docs/performance-history.md`, "A projection's listings on threads").
 
 use std::sync::{Mutex, PoisonError};
 use std::thread::{self, ScopedJoinHandle};

@@ -9,7 +9,8 @@
 //! each crossing may wake the runtime's other worker. Here the call polls
 //! its connection itself while it waits for the answer and reads its
 //! body: one task, no spawn, no hand-off. Measured on loopback: see
-//! `docs/performance.md`.
+//! `docs/performance-history.md`, "The direct HTTP call's connection
+//! driven by the call".
 //!
 //! A caller may stop reading an answer before its end (an event stream once
 //! its answer came). What has arrived of the rest is read then, without
