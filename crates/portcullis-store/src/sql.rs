@@ -332,6 +332,17 @@ where
         // written beside them, in the same statement, never taken from the
         // caller: a wake trusts them as it trusts the baseline next to them.
         let digests = row.tools.as_deref().map(PersistedServer::digests_of);
+        let (tools_text, digests_text) = (encode(row.tools.as_ref()), encode(digests.as_ref()));
+        if let (Some(tools), Some(digests), Some(tools_text), Some(digests_text)) = (
+            row.tools.as_deref(),
+            digests.as_deref(),
+            tools_text.as_deref(),
+            digests_text.as_deref(),
+        ) && let Some(baseline) =
+            Self::unchanged(conn, row, (tools, digests), (tools_text, digests_text)).await?
+        {
+            return Ok(Some(baseline));
+        }
         // One statement, so the database decides the race: COALESCE keeps
         // whichever baseline reached the row first.
         let upsert = DB::render(
@@ -346,9 +357,9 @@ where
             .bind(row.name.clone())
             .bind(row.kind.as_str().to_owned())
             .bind(row.url.clone())
-            .bind(encode(row.tools.as_ref()))
+            .bind(tools_text)
             .bind(encode(row.tool_fingerprints.as_ref()))
-            .bind(encode(digests.as_ref()))
+            .bind(digests_text)
             .fetch_one(&mut *conn)
             .await
             .and_then(|r| r.try_get(0))
@@ -405,6 +416,58 @@ where
             .map_err(op())?;
         }
         Ok(baseline)
+    }
+
+    /// The baseline in force when `row` is stored already exactly as a save
+    /// would leave it: the same name, transport and endpoint, the same cache
+    /// and digests beside it, byte for byte (`tools` and `digests`, as the
+    /// save would write them), a baseline recorded (so a proposal would be
+    /// ignored) and, where the cache defines that baseline, its definitions
+    /// kept. Then the save writes nothing. A cold start saves every server
+    /// it connects and a restart mostly finds them as it left them: this
+    /// spares each one the rewrite of its cached listing (hundreds of KiB a
+    /// server at a hundred described tools), compared where it lies instead.
+    /// `None`: the save writes as usual.
+    async fn unchanged(
+        conn: &mut DB::Connection,
+        row: &PersistedServer,
+        cache: (&[Tool], &[String]),
+        written: (&str, &str),
+    ) -> Result<Option<Fingerprints>, StoreError> {
+        let op = || StoreError::database(DB::BACKEND, format!("save mcp server {:?}", row.id));
+        let stored = sqlx::query(&DB::render(
+            "SELECT tool_fingerprints, \
+             (SELECT COUNT(*) FROM mcp_trusted_tools WHERE server_id = ?) \
+             FROM mcp_servers WHERE id = ? AND name = ? AND type = ? AND url = ? \
+             AND tools = ? AND tool_digests = ? AND tool_fingerprints IS NOT NULL",
+        ))
+        .bind(row.id.clone())
+        .bind(row.id.clone())
+        .bind(row.name.clone())
+        .bind(row.kind.as_str().to_owned())
+        .bind(row.url.clone())
+        .bind(written.0.to_owned())
+        .bind(written.1.to_owned())
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(op())?;
+        let Some(stored) = stored else {
+            return Ok(None);
+        };
+        // A baseline that does not parse is not one: the usual path replaces
+        // it (and says so), so it is left to that path.
+        let Some(baseline) = stored
+            .try_get::<Option<&str>, _>(0)
+            .map_err(op())?
+            .and_then(|text| serde_json::from_str::<Fingerprints>(text).ok())
+        else {
+            return Ok(None);
+        };
+        let kept = stored.try_get::<i64, _>(1).map_err(op())? > 0;
+        if !kept && defines(Some(cache), Some(&baseline)) {
+            return Ok(None);
+        }
+        Ok(Some(baseline))
     }
 
     pub(crate) async fn remove(&self, id: &str) -> Result<bool, StoreError> {

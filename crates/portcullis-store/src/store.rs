@@ -48,7 +48,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// two savers race on a new row, exactly one proposal is recorded and
     /// both get it back. When the row's `tools` fingerprint to exactly the
     /// baseline in force and no trusted definitions are kept yet, they are
-    /// kept as [`Store::trusted_tools`].
+    /// kept as [`Store::trusted_tools`]. A save that would change nothing
+    /// (the row stored already exactly so, its baseline recorded) writes
+    /// nothing: a restart's cold start finds most servers as it left them.
     async fn save(&self, row: &PersistedServer) -> Result<Option<Fingerprints>, StoreError>;
 
     /// Saves every row as [`Store::save`] would, returning the baselines in

@@ -86,6 +86,25 @@ impl Raw for SqliteRaw {
         }
         out
     }
+
+    async fn count_server_updates(&self) {
+        self.exec("CREATE TABLE test_server_updates (n INTEGER NOT NULL)")
+            .await;
+        self.exec("INSERT INTO test_server_updates VALUES (0)")
+            .await;
+        self.exec(
+            "CREATE TRIGGER test_count_server_updates AFTER UPDATE ON mcp_servers \
+             BEGIN UPDATE test_server_updates SET n = n + 1; END",
+        )
+        .await;
+    }
+
+    async fn server_updates(&self) -> i64 {
+        sqlx::query_scalar("SELECT n FROM test_server_updates")
+            .fetch_one(&self.0)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
 }
 
 async fn sqlite(name: &str) -> Option<Harness> {
@@ -167,6 +186,38 @@ impl Raw for PostgresRaw {
         }
         out
     }
+
+    async fn count_server_updates(&self) {
+        let schema = &self.schema;
+        self.exec(&format!(
+            "CREATE TABLE {schema}.test_server_updates (n BIGINT NOT NULL)"
+        ))
+        .await;
+        self.exec(&format!(
+            "INSERT INTO {schema}.test_server_updates VALUES (0)"
+        ))
+        .await;
+        self.exec(&format!(
+            "CREATE FUNCTION {schema}.test_count_server_updates() RETURNS trigger LANGUAGE plpgsql AS \
+             $$ BEGIN UPDATE {schema}.test_server_updates SET n = n + 1; RETURN NULL; END $$"
+        ))
+        .await;
+        self.exec(&format!(
+            "CREATE TRIGGER test_count_server_updates AFTER UPDATE ON {schema}.mcp_servers \
+             FOR EACH ROW EXECUTE FUNCTION {schema}.test_count_server_updates()"
+        ))
+        .await;
+    }
+
+    async fn server_updates(&self) -> i64 {
+        sqlx::query_scalar(&format!(
+            "SELECT n FROM {}.test_server_updates",
+            self.schema
+        ))
+        .fetch_one(&self.pool)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
 }
 
 async fn postgres(name: &str) -> Option<Harness> {
@@ -222,6 +273,7 @@ macro_rules! suite {
             retrust_and_remove_of_unknown_ids,
             rows_round_trip_every_transport,
             trusted_definitions_always_match_the_baseline,
+            a_save_that_would_change_nothing_writes_nothing,
             secrets_are_never_persisted,
             effect_log_first_write_wins,
             effect_log_prunes_before_a_cutoff,

@@ -22,6 +22,10 @@ pub trait Raw: Send + Sync {
     async fn exec(&self, sql: &str);
     /// Every column of every row of every table, as text.
     async fn dump(&self) -> String;
+    /// Starts counting the `mcp_servers` rows that statements update.
+    async fn count_server_updates(&self);
+    /// How many `mcp_servers` rows were updated since counting started.
+    async fn server_updates(&self) -> i64;
 }
 
 /// A backend under test.
@@ -410,6 +414,74 @@ pub async fn trusted_definitions_always_match_the_baseline(h: Harness) {
     // ...and nothing later replaces them.
     ok(store.save(&trusting(&v2)).await);
     assert_eq!(ok(h.twin.trusted_tools("docs").await), Some(v1));
+}
+
+pub async fn a_save_that_would_change_nothing_writes_nothing(h: Harness) {
+    let store = &*h.store;
+    let v1 = listing("v1");
+    let v2 = listing("v2");
+    let baseline = ok(store.save(&trusting(&v1)).await);
+    assert_eq!(baseline, Some(fingerprint_listing(&v1)));
+    if let Some(raw) = &h.raw {
+        raw.count_server_updates().await;
+    }
+    // Rows of `mcp_servers` rewritten so far, where the backend has rows.
+    let updates = || async {
+        match &h.raw {
+            Some(raw) => Some(raw.server_updates().await),
+            None => None,
+        }
+    };
+    let expect = |n: i64| h.raw.as_ref().map(|_| n);
+
+    // The same row again, proposing another baseline: the recorded one is
+    // in force, and nothing is written.
+    let same = PersistedServer::new("docs", &docs())
+        .with_tools(v1.clone())
+        .with_fingerprints(fingerprint_listing(&v2));
+    assert_eq!(ok(store.save(&same).await), baseline);
+    assert_eq!(updates().await, expect(0), "an unchanged row was rewritten");
+    // A changed cache is written, once.
+    assert_eq!(ok(store.save(&trusting(&v2)).await), baseline);
+    assert_eq!(row(store, "docs").await.tools, Some(v2.clone()));
+    assert_eq!(ok(store.save(&trusting(&v2)).await), baseline);
+    assert_eq!(updates().await, expect(1));
+    // Another endpoint under the same name is written; the baseline stays.
+    let moved = ServerIdentity::streamable_http("docs", "https://mirror.example.com/mcp");
+    let elsewhere = PersistedServer::new("docs", &moved)
+        .with_tools(v2.clone())
+        .with_fingerprints(fingerprint_listing(&v2));
+    assert_eq!(ok(store.save(&elsewhere).await), baseline);
+    assert_eq!(
+        row(store, "docs").await.url,
+        PersistedServer::endpoint_key(&moved.endpoint)
+    );
+    assert_eq!(updates().await, expect(2));
+    // A cache without a proposal, back at the first endpoint: written.
+    let back = PersistedServer::new("docs", &docs()).with_tools(v1.clone());
+    assert_eq!(ok(store.save(&back).await), baseline);
+    assert_eq!(updates().await, expect(3));
+    assert_eq!(ok(store.save(&back).await), baseline);
+    assert_eq!(updates().await, expect(3));
+
+    let Some(raw) = &h.raw else { return };
+    // Definitions lost behind the store's back are kept again by the next
+    // save of a cache that defines the baseline, though nothing else moved.
+    raw.exec("DELETE FROM mcp_trusted_tools WHERE server_id = 'docs'")
+        .await;
+    assert_eq!(ok(store.trusted_tools("docs").await), None);
+    assert_eq!(ok(store.save(&trusting(&v1)).await), baseline);
+    assert_eq!(ok(store.trusted_tools("docs").await), Some(v1.clone()));
+    // A cache text changed behind the store's back (its digests untouched)
+    // is written again whole.
+    raw.exec("UPDATE mcp_servers SET tools = '[]' WHERE id = 'docs'")
+        .await;
+    assert_eq!(ok(store.save(&trusting(&v1)).await), baseline);
+    assert_eq!(row(store, "docs").await.tools, Some(v1.clone()));
+    // A baseline that no longer parses is none: the proposal is recorded.
+    raw.exec("UPDATE mcp_servers SET tool_fingerprints = '{' WHERE id = 'docs'")
+        .await;
+    assert_eq!(ok(store.save(&same).await), Some(fingerprint_listing(&v2)));
 }
 
 pub async fn secrets_are_never_persisted(h: Harness) {
