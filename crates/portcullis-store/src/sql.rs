@@ -328,21 +328,17 @@ where
             });
         }
         let op = || StoreError::database(b, format!("save mcp server {:?}", row.id));
+        let tools_text = encode(row.tools.as_ref());
+        if let Some(text) = tools_text.as_deref()
+            && let Some(baseline) = Self::unchanged(conn, row, text).await?
+        {
+            return Ok(Some(baseline));
+        }
         // The digests of the cache are computed here from the very tools
         // written beside them, in the same statement, never taken from the
         // caller: a wake trusts them as it trusts the baseline next to them.
         let digests = row.tools.as_deref().map(PersistedServer::digests_of);
-        let (tools_text, digests_text) = (encode(row.tools.as_ref()), encode(digests.as_ref()));
-        if let (Some(tools), Some(digests), Some(tools_text), Some(digests_text)) = (
-            row.tools.as_deref(),
-            digests.as_deref(),
-            tools_text.as_deref(),
-            digests_text.as_deref(),
-        ) && let Some(baseline) =
-            Self::unchanged(conn, row, (tools, digests), (tools_text, digests_text)).await?
-        {
-            return Ok(Some(baseline));
-        }
+        let digests_text = encode(digests.as_ref());
         // One statement, so the database decides the race: COALESCE keeps
         // whichever baseline reached the row first.
         let upsert = DB::render(
@@ -420,54 +416,41 @@ where
 
     /// The baseline in force when `row` is stored already exactly as a save
     /// would leave it: the same name, transport and endpoint, the same cache
-    /// and digests beside it, byte for byte (`tools` and `digests`, as the
-    /// save would write them), a baseline recorded (so a proposal would be
-    /// ignored) and, where the cache defines that baseline, its definitions
-    /// kept. Then the save writes nothing. A cold start saves every server
-    /// it connects and a restart mostly finds them as it left them: this
-    /// spares each one the rewrite of its cached listing (hundreds of KiB a
-    /// server at a hundred described tools), compared where it lies instead.
-    /// `None`: the save writes as usual.
+    /// text byte for byte (`tools`, as the save would write it) with the
+    /// digests the store wrote beside it, a baseline recorded (so a proposal
+    /// would be ignored) and definitions kept for it. Then the save writes
+    /// nothing, and computes no digests. A cold start saves every server it
+    /// connects and a restart mostly finds them as it left them: this spares
+    /// each one the rewrite of its cached listing (hundreds of KiB a server
+    /// at a hundred described tools), compared where it lies instead.
+    /// `None`: the save goes on as usual (where no definitions are kept yet,
+    /// it decides whether this cache becomes them).
     async fn unchanged(
         conn: &mut DB::Connection,
         row: &PersistedServer,
-        cache: (&[Tool], &[String]),
-        written: (&str, &str),
+        tools: &str,
     ) -> Result<Option<Fingerprints>, StoreError> {
         let op = || StoreError::database(DB::BACKEND, format!("save mcp server {:?}", row.id));
-        let stored = sqlx::query(&DB::render(
-            "SELECT tool_fingerprints, \
-             (SELECT COUNT(*) FROM mcp_trusted_tools WHERE server_id = ?) \
-             FROM mcp_servers WHERE id = ? AND name = ? AND type = ? AND url = ? \
-             AND tools = ? AND tool_digests = ? AND tool_fingerprints IS NOT NULL",
+        let stored: Option<Option<String>> = sqlx::query_scalar(&DB::render(
+            "SELECT tool_fingerprints FROM mcp_servers \
+             WHERE id = ? AND name = ? AND type = ? AND url = ? AND tools = ? \
+             AND tool_digests IS NOT NULL AND tool_fingerprints IS NOT NULL \
+             AND EXISTS (SELECT 1 FROM mcp_trusted_tools WHERE server_id = ?)",
         ))
-        .bind(row.id.clone())
         .bind(row.id.clone())
         .bind(row.name.clone())
         .bind(row.kind.as_str().to_owned())
         .bind(row.url.clone())
-        .bind(written.0.to_owned())
-        .bind(written.1.to_owned())
+        .bind(tools.to_owned())
+        .bind(row.id.clone())
         .fetch_optional(&mut *conn)
         .await
         .map_err(op())?;
-        let Some(stored) = stored else {
-            return Ok(None);
-        };
         // A baseline that does not parse is not one: the usual path replaces
         // it (and says so), so it is left to that path.
-        let Some(baseline) = stored
-            .try_get::<Option<&str>, _>(0)
-            .map_err(op())?
-            .and_then(|text| serde_json::from_str::<Fingerprints>(text).ok())
-        else {
-            return Ok(None);
-        };
-        let kept = stored.try_get::<i64, _>(1).map_err(op())? > 0;
-        if !kept && defines(Some(cache), Some(&baseline)) {
-            return Ok(None);
-        }
-        Ok(Some(baseline))
+        Ok(stored
+            .flatten()
+            .and_then(|text| serde_json::from_str::<Fingerprints>(&text).ok()))
     }
 
     pub(crate) async fn remove(&self, id: &str) -> Result<bool, StoreError> {

@@ -478,6 +478,16 @@ pub async fn a_save_that_would_change_nothing_writes_nothing(h: Harness) {
         .await;
     assert_eq!(ok(store.save(&trusting(&v1)).await), baseline);
     assert_eq!(row(store, "docs").await.tools, Some(v1.clone()));
+    // A cache whose digests were lost (a row from before they were kept)
+    // has them written again.
+    raw.exec("UPDATE mcp_servers SET tool_digests = NULL WHERE id = 'docs'")
+        .await;
+    assert_eq!(ok(store.save(&trusting(&v1)).await), baseline);
+    let digests: Vec<String> = v1.iter().map(fingerprint).collect();
+    assert_eq!(
+        row(store, "docs").await.cached_digests(),
+        Some(&digests[..])
+    );
     // A baseline that no longer parses is none: the proposal is recorded.
     raw.exec("UPDATE mcp_servers SET tool_fingerprints = '{' WHERE id = 'docs'")
         .await;
