@@ -47,9 +47,9 @@
 //!
 //! ## How the upstream client uses it
 //!
-//! * **Cold start**, per server, after the live `tools/list` (the rows read
-//!   once with `list()` for all servers, then every row saved with one
-//!   [`Store::save_all`], one transaction in the SQL backends):
+//! * **Cold start**, per server, after the live `tools/list` (its row read
+//!   with [`Store::get_for_trust`], then saved with [`Store::save`], which
+//!   writes nothing when the row is stored already as given):
 //!   when the row has a recorded baseline propose none, otherwise propose
 //!   `row.baseline_or_derived()` (a pre-fingerprint row) or, with no row or
 //!   no listing, the fresh listing's own fingerprints (trust on first use),

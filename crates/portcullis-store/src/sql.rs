@@ -10,8 +10,9 @@
 //! module because they genuinely differ.
 //!
 //! Correctness under concurrency comes from single statements, as before:
-//! a save is one upsert whose `COALESCE` keeps the first baseline, an effect
-//! is one `INSERT … ON CONFLICT DO NOTHING`.
+//! a save that writes is one upsert whose `COALESCE` keeps the first
+//! baseline (a save that would change nothing is one read, and writes
+//! nothing), an effect is one `INSERT … ON CONFLICT DO NOTHING`.
 
 use std::borrow::Cow;
 use std::time::SystemTime;
@@ -42,12 +43,26 @@ pub(crate) trait Dialect: Database {
     fn render(sql: &str) -> Cow<'_, str>;
     /// How many rows a statement changed.
     fn rows_affected(result: &Self::QueryResult) -> u64;
+    /// The statement that opens a transaction which will write, where the
+    /// database's own `BEGIN` would not take the write lock up front.
+    const BEGIN_WRITE: Option<&'static str>;
+    /// Put after a text comparison so that it compares bytes, whatever
+    /// collation the column was created with.
+    const BYTEWISE: &'static str;
 }
 
 #[cfg(feature = "sqlite")]
 impl Dialect for sqlx::Sqlite {
     const BACKEND: Backend = Backend::Sqlite;
     const AUTO_ID: &'static str = "INTEGER PRIMARY KEY AUTOINCREMENT";
+    // A deferred transaction that reads first (an unchanged save's check)
+    // and writes later must upgrade its lock, and SQLite answers that
+    // upgrade under contention with an immediate SQLITE_BUSY instead of
+    // waiting: take the write lock at BEGIN, where the busy timeout waits.
+    const BEGIN_WRITE: Option<&'static str> = Some("BEGIN IMMEDIATE");
+    // Text compares with BINARY unless told otherwise, and our tables
+    // never tell it otherwise.
+    const BYTEWISE: &'static str = "";
 
     fn render(sql: &str) -> Cow<'_, str> {
         Cow::Borrowed(sql)
@@ -62,6 +77,10 @@ impl Dialect for sqlx::Sqlite {
 impl Dialect for sqlx::Postgres {
     const BACKEND: Backend = Backend::Postgres;
     const AUTO_ID: &'static str = "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY";
+    const BEGIN_WRITE: Option<&'static str> = None;
+    // An adopted legacy table keeps its columns' collations, which may not
+    // be deterministic; "C" compares bytes.
+    const BYTEWISE: &'static str = " COLLATE \"C\"";
 
     fn render(sql: &str) -> Cow<'_, str> {
         Cow::Owned(numbered_placeholders(sql))
@@ -305,7 +324,11 @@ where
         rows: &[PersistedServer],
     ) -> Result<Vec<Option<Fingerprints>>, StoreError> {
         let op = || StoreError::database(DB::BACKEND, "save mcp servers");
-        let mut tx = self.pool.begin().await.map_err(op())?;
+        let mut tx = match DB::BEGIN_WRITE {
+            Some(begin) => self.pool.begin_with(begin).await,
+            None => self.pool.begin().await,
+        }
+        .map_err(op())?;
         let mut in_force = Vec::with_capacity(rows.len());
         for row in rows {
             in_force.push(Self::save_on(&mut tx, row).await?);
@@ -414,12 +437,15 @@ where
         Ok(baseline)
     }
 
-    /// The baseline in force when `row` is stored already exactly as a save
-    /// would leave it: the same name, transport and endpoint, the same cache
-    /// text byte for byte (`tools`, as the save would write it) with the
-    /// digests the store wrote beside it, a baseline recorded (so a proposal
-    /// would be ignored) and definitions kept for it. Then the save writes
-    /// nothing, and computes no digests. A cold start saves every server it
+    /// The baseline in force when `row` is stored already as a save would
+    /// leave it: the same name, transport and endpoint, the same cache text
+    /// byte for byte (`tools`, as the save would write it) with digests
+    /// beside it, a baseline recorded (so a proposal would be ignored) and
+    /// definitions kept for it. Then the save writes nothing, and computes
+    /// no digests: those stored were computed from this very text by an
+    /// earlier save, and only a change to [`portcullis_catalog::fingerprint`]
+    /// could make them differ now (such a change must clear the stored
+    /// digests in a migration, as it must re-derive the baselines). A cold start saves every server it
     /// connects and a restart mostly finds them as it left them: this spares
     /// each one the rewrite of its cached listing (hundreds of KiB a server
     /// at a hundred described tools), compared where it lies instead.
@@ -431,12 +457,13 @@ where
         tools: &str,
     ) -> Result<Option<Fingerprints>, StoreError> {
         let op = || StoreError::database(DB::BACKEND, format!("save mcp server {:?}", row.id));
-        let stored: Option<Option<String>> = sqlx::query_scalar(&DB::render(
+        let stored: Option<Option<String>> = sqlx::query_scalar(&DB::render(&format!(
             "SELECT tool_fingerprints FROM mcp_servers \
-             WHERE id = ? AND name = ? AND type = ? AND url = ? AND tools = ? \
+             WHERE id = ? AND name = ? AND type = ? AND url = ? AND tools = ?{} \
              AND tool_digests IS NOT NULL AND tool_fingerprints IS NOT NULL \
              AND EXISTS (SELECT 1 FROM mcp_trusted_tools WHERE server_id = ?)",
-        ))
+            DB::BYTEWISE
+        )))
         .bind(row.id.clone())
         .bind(row.name.clone())
         .bind(row.kind.as_str().to_owned())

@@ -49,8 +49,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// both get it back. When the row's `tools` fingerprint to exactly the
     /// baseline in force and no trusted definitions are kept yet, they are
     /// kept as [`Store::trusted_tools`]. A save that would change nothing
-    /// (the row stored already exactly so, its baseline recorded) writes
-    /// nothing: a restart's cold start finds most servers as it left them.
+    /// (name, transport, endpoint and cache stored already as given, a
+    /// baseline recorded and definitions kept for it) writes nothing: a
+    /// restart's cold start finds most servers as it left them.
     async fn save(&self, row: &PersistedServer) -> Result<Option<Fingerprints>, StoreError>;
 
     /// Saves every row as [`Store::save`] would, returning the baselines in

@@ -52,8 +52,9 @@
 //! seen (stdio servers too, keyed by a hash of their command line), and the
 //! baseline the store keeps — never the listing — is what every projection
 //! is guarded by, so a rug pull between runs ends in quarantine (changed),
-//! withholding (added) or a diagnostic (removed); a cold start saves every
-//! listing in one batch ([`portcullis_store::Store::save_all`]).
+//! withholding (added) or a diagnostic (removed); a cold start saves each
+//! listing as its server joins ([`portcullis_store::Store::save`], which
+//! writes nothing for a row stored already as given).
 //! [`rebuild_from_store`] is a wake: the tool map is projected from the
 //! cached listings without contacting any server (one read of the store),
 //! and in the background each server is connected and listed, the drift

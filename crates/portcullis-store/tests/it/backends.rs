@@ -274,6 +274,7 @@ macro_rules! suite {
             rows_round_trip_every_transport,
             trusted_definitions_always_match_the_baseline,
             a_save_that_would_change_nothing_writes_nothing,
+            batches_that_read_first_survive_a_concurrent_writer,
             secrets_are_never_persisted,
             effect_log_first_write_wins,
             effect_log_prunes_before_a_cutoff,

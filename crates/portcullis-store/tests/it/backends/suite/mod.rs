@@ -457,16 +457,43 @@ pub async fn a_save_that_would_change_nothing_writes_nothing(h: Harness) {
         PersistedServer::endpoint_key(&moved.endpoint)
     );
     assert_eq!(updates().await, expect(2));
-    // A cache without a proposal, back at the first endpoint: written.
+    // Back at the first endpoint with the first cache (saved without a
+    // proposal this time): written, then not again.
     let back = PersistedServer::new("docs", &docs()).with_tools(v1.clone());
     assert_eq!(ok(store.save(&back).await), baseline);
     assert_eq!(updates().await, expect(3));
     assert_eq!(ok(store.save(&back).await), baseline);
     assert_eq!(updates().await, expect(3));
+    // Another declared name, or another transport, at the same address:
+    // written.
+    let renamed = ServerIdentity::streamable_http("docs-v2", "https://mcp.example.com/mcp");
+    let legacy = ServerIdentity::sse("docs", "https://mcp.example.com/mcp");
+    for identity in [&renamed, &legacy, &docs()] {
+        let moved = PersistedServer::new("docs", identity).with_tools(v1.clone());
+        assert_eq!(ok(store.save(&moved).await), baseline);
+    }
+    assert_eq!(updates().await, expect(6));
+    // In a batch, the unchanged row is left and the changed one written.
+    let wiki = |tools: &[Tool]| {
+        PersistedServer::new(
+            "wiki",
+            &ServerIdentity::streamable_http("wiki", "https://wiki.example.com/mcp"),
+        )
+        .with_tools(tools.to_vec())
+        .with_fingerprints(fingerprint_listing(&v1))
+    };
+    ok(store.save(&wiki(&v1)).await);
+    assert_eq!(
+        ok(store.save_all(&[trusting(&v1), wiki(&v2)]).await),
+        vec![baseline.clone(), baseline.clone()]
+    );
+    assert_eq!(row(store, "wiki").await.tools, Some(v2.clone()));
+    assert_eq!(updates().await, expect(7));
 
     let Some(raw) = &h.raw else { return };
     // Definitions lost behind the store's back are kept again by the next
-    // save of a cache that defines the baseline, though nothing else moved.
+    // save of a cache that defines the baseline, though nothing else moved
+    // (and though another server still has its own).
     raw.exec("DELETE FROM mcp_trusted_tools WHERE server_id = 'docs'")
         .await;
     assert_eq!(ok(store.trusted_tools("docs").await), None);
@@ -492,6 +519,48 @@ pub async fn a_save_that_would_change_nothing_writes_nothing(h: Harness) {
     raw.exec("UPDATE mcp_servers SET tool_fingerprints = '{' WHERE id = 'docs'")
         .await;
     assert_eq!(ok(store.save(&same).await), Some(fingerprint_listing(&v2)));
+}
+
+pub async fn batches_that_read_first_survive_a_concurrent_writer(h: Harness) {
+    // A batch whose first row is unchanged reads before it writes; another
+    // store writing the same tables meanwhile must make it wait, not fail.
+    let v1 = listing("v1");
+    let v2 = listing("v2");
+    let server = |id: &str, tools: &[Tool]| {
+        PersistedServer::new(
+            id,
+            &ServerIdentity::streamable_http(id, format!("https://{id}.example/mcp")),
+        )
+        .with_tools(tools.to_vec())
+        .with_fingerprints(fingerprint_listing(&v1))
+    };
+    for id in ["steady", "moving", "other"] {
+        ok(h.store.save(&server(id, &v1)).await);
+    }
+    let twin = h.twin.clone();
+    let (writer_v1, writer_v2) = (v1.clone(), v2.clone());
+    let writer = tokio::spawn(async move {
+        for i in 0..60 {
+            let tools = if i % 2 == 0 { &writer_v2 } else { &writer_v1 };
+            let row = PersistedServer::new(
+                "other",
+                &ServerIdentity::streamable_http("other", "https://other.example/mcp"),
+            )
+            .with_tools(tools.to_vec());
+            twin.save(&row).await.map(|_| ())?;
+        }
+        Ok::<(), StoreError>(())
+    });
+    for i in 0..60 {
+        let tools = if i % 2 == 0 { &v2 } else { &v1 };
+        ok(h.store
+            .save_all(&[server("steady", &v1), server("moving", tools)])
+            .await);
+    }
+    match writer.await {
+        Ok(result) => ok(result),
+        Err(panicked) => panic!("{panicked}"),
+    }
 }
 
 pub async fn secrets_are_never_persisted(h: Harness) {
