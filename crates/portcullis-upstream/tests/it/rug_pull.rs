@@ -137,6 +137,23 @@ async fn a_rewritten_description_is_quarantined() {
 }
 
 #[tokio::test]
+async fn a_rewritten_description_stays_quarantined_on_every_restart() {
+    // The restarts find the row as the last run left it (the drifted cache
+    // beside the first baseline), so their saves write nothing: the
+    // baseline they hand back is still the one enforced.
+    let fixture = Fixture::new(&original());
+    first_run(&fixture).await;
+    let published = changed("echo", |d| d["description"] = json!(HIJACK));
+    second_run(&fixture, &published).await.close().await;
+    for _ in 0..2 {
+        let toolset = fixture.connect().await;
+        assert_quarantined(&fixture, &toolset, "echo").await;
+        toolset.close().await;
+        baseline_kept(&fixture, &published).await;
+    }
+}
+
+#[tokio::test]
 async fn a_widened_schema_is_quarantined() {
     let fixture = Fixture::new(&original());
     first_run(&fixture).await;
