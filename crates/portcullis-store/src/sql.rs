@@ -445,12 +445,14 @@ where
     /// no digests: those stored were computed from this very text by an
     /// earlier save, and only a change to [`portcullis_catalog::fingerprint`]
     /// could make them differ now (such a change must clear the stored
-    /// digests in a migration, as it must re-derive the baselines). A cold start saves every server it
-    /// connects and a restart mostly finds them as it left them: this spares
-    /// each one the rewrite of its cached listing (hundreds of KiB a server
-    /// at a hundred described tools), compared where it lies instead.
-    /// `None`: the save goes on as usual (where no definitions are kept yet,
-    /// it decides whether this cache becomes them).
+    /// digests in a migration, as it must re-derive the baselines).
+    ///
+    /// A cold start saves every server it connects and a restart mostly
+    /// finds them as it left them: this spares each one the rewrite of its
+    /// cached listing (hundreds of KiB a server at a hundred described
+    /// tools), compared where it lies instead. `None`: the save goes on as
+    /// usual (where no definitions are kept yet, it decides whether this
+    /// cache becomes them).
     async fn unchanged(
         conn: &mut DB::Connection,
         row: &PersistedServer,
