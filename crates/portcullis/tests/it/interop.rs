@@ -7,7 +7,9 @@
 //!   sampling, elicitation and roots requests answered by the Python client
 //!   through the gateway;
 //! * `@modelcontextprotocol/inspector-cli` over Streamable HTTP: list tools,
-//!   call a tool.
+//!   call a tool;
+//! * the TypeScript SDK's client and the Python SDK's, over Streamable
+//!   HTTP in each protocol they negotiate: sequential calls, none stalled.
 //!
 //! The peers are installed under `.peers/` by `.ci/peers.sh`. Outside CI a
 //! missing peer skips the test (it says so); with `CI=true` a missing peer
@@ -330,6 +332,109 @@ fn inspector_cli_lists_and_calls_through_the_gateway() {
         text.starts_with("<untrusted-tool-output tool=\"get-sum\">"),
         "{called}"
     );
+}
+
+/// Calls per client in [`the_sdk_clients_sequential_calls_do_not_stall`].
+const SEQUENTIAL_CALLS: usize = 200;
+
+/// The TypeScript SDK's client (`StreamableHTTPClientTransport`, as Claude
+/// Code and most Node agents use it): connects, then makes `CALLS` `echo`
+/// calls one after the other, each checked. Prints the negotiated protocol
+/// and the calls' wall time. Arguments: `SDK_DIR URL CALLS`.
+const TS_SEQUENTIAL: &str = r#"
+const [sdk, url, calls] = process.argv.slice(1);
+const { Client } = await import(sdk + '/dist/esm/client/index.js');
+const { StreamableHTTPClientTransport } = await import(sdk + '/dist/esm/client/streamableHttp.js');
+const client = new Client({ name: 'interop', version: '1' });
+const transport = new StreamableHTTPClientTransport(new URL(url));
+await client.connect(transport);
+const started = performance.now();
+for (let i = 0; i < +calls; i++) {
+  const result = await client.callTool({ name: 'echo', arguments: { message: 'call ' + i } });
+  const text = (result.content ?? []).map((b) => b.text ?? '').join('\n');
+  if (!text.includes('Echo: call ' + i + '\n')) throw new Error('call ' + i + ': ' + JSON.stringify(result));
+}
+const ms = performance.now() - started;
+await client.close();
+console.log(JSON.stringify({ protocol: transport.protocolVersion ?? '', ms }));
+"#;
+
+/// The Python SDK's client, the same way: `URL MODE CALLS`, where MODE is
+/// `auto` (the SDK's default: 2026-07-28 where the server takes it) or
+/// `legacy` (initialize and a session).
+const PYTHON_SEQUENTIAL: &str = r#"
+import asyncio, json, sys, time
+from mcp import Client
+
+async def main():
+    url, mode, calls = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    async with Client(url, mode=mode) as client:
+        started = time.perf_counter()
+        for i in range(calls):
+            result = await client.call_tool("echo", {"message": f"call {i}"})
+            text = "\n".join(getattr(b, "text", "") or "" for b in result.content)
+            if f"Echo: call {i}\n" not in text:
+                raise SystemExit(f"call {i}: {result}")
+        ms = (time.perf_counter() - started) * 1000
+        print(json.dumps({"protocol": client.protocol_version, "ms": ms}))
+
+asyncio.run(main())
+"#;
+
+/// The official SDKs' clients make their calls one after the other on one
+/// connection, as the agents and editors that embed them do. A wait a call
+/// anywhere on the way (a delayed ACK, a flush on a timer, a read that
+/// waits out a timeout) would cost each call tens of milliseconds, as
+/// every session-era call once waited 40 ms for the client's delayed ACK:
+/// 200 sequential `echo` calls through the gateway to server-everything
+/// take about half a second in a debug build, and over 5 s with a wait of
+/// 20 ms a call (checked by putting one in the gateway's call path). Each client in the protocol it negotiates with the
+/// gateway: the TypeScript SDK at 2025-11-25 with a session, the Python
+/// SDK at 2026-07-28 by default and at 2025-11-25 when told to.
+#[test]
+fn the_sdk_clients_sequential_calls_do_not_stall() {
+    let Some(peers) = peers() else { return };
+    let sdk = common::peers_dir().join("node_modules/@modelcontextprotocol/sdk");
+    if !sdk.join("dist/esm/client/streamableHttp.js").is_file() {
+        common::missing::<()>(&sdk, "run .ci/peers.sh to install the MCP peers");
+        return;
+    }
+    let sdk = std::path::absolute(sdk).expect("an absolute path");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let served = common::serve(&config(&peers, dir.path()));
+    let calls = SEQUENTIAL_CALLS.to_string();
+    let out = run(Command::new(&peers.node)
+        .args(["--input-type=module", "-e", TS_SEQUENTIAL])
+        .arg(&sdk)
+        .arg(&served.url)
+        .arg(&calls));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "the TypeScript client failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let typescript: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("the TypeScript client printed no JSON ({e}): {stdout}"));
+    let python = |mode: &str| {
+        common::python_json(
+            &peers.python,
+            PYTHON_SEQUENTIAL,
+            &[&served.url, mode, &calls],
+        )
+    };
+    for (client, out, protocol) in [
+        ("TypeScript SDK", typescript, "2025-11-25"),
+        ("Python SDK", python("auto"), "2026-07-28"),
+        ("Python SDK, legacy mode", python("legacy"), "2025-11-25"),
+    ] {
+        assert_eq!(out["protocol"], protocol, "{client}: {out}");
+        let ms = out["ms"].as_f64().unwrap_or(f64::MAX);
+        assert!(
+            ms < 3000.0,
+            "{client}: {SEQUENTIAL_CALLS} sequential calls took {ms:.0} ms: a call waits on something"
+        );
+    }
 }
 
 /// server-everything over Streamable HTTP (sessions, port from `PORT`) on a
