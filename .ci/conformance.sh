@@ -58,7 +58,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
 P="$ROOT/.peers"
-[ -f "$P/.installed-v1" ] || bash .ci/peers.sh
+[ -f "$P/.installed-v2" ] || bash .ci/peers.sh
 N22="$P/node22/node_modules/.bin/node"
 LOOP="--require $P/loopback-only.cjs"
 CONF="$P/node_modules/@modelcontextprotocol/conformance/dist/index.js"

@@ -17,7 +17,7 @@ manifest() { [ -f package.json ] || printf '{"name":"%s","private":true}\n' "$1"
 P="$PWD/.peers"
 mkdir -p "$P"
 
-if [ ! -f "$P/.installed-v1" ]; then
+if [ ! -f "$P/.installed-v2" ]; then
   echo "== installing MCP peers into .peers/"
   (cd "$P" && manifest portcullis-peers \
     && npm install --no-audit --no-fund --loglevel=error \
@@ -33,7 +33,7 @@ if [ ! -f "$P/.installed-v1" ]; then
     && npm install --no-audit --no-fund --loglevel=error @modelcontextprotocol/conformance@0.2.0-alpha.12)
   python3 -m venv "$P/venv"
   "$P/venv/bin/pip" install --quiet --disable-pip-version-check mcp==2.3.0
-  touch "$P/.installed-v1"
+  touch "$P/.installed-v2"
 fi
 
 if [ "${1:-}" = "--proxies" ] && [ ! -f "$P/.installed-proxies-v1" ]; then

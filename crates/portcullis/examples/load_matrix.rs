@@ -1169,8 +1169,8 @@ async fn run_sdk(
     let mut driver = sdk_client::Driver::start(sdk, &peers, url, concurrency, calls).await?;
     let watch = watch.with_client(driver.pid());
     let cpu_before = watch.read();
-    let outcome = driver.go(sdk).await?;
-    // Read before the driver closes its clients and exits.
+    let outcome = driver.go().await?;
+    // Read before the driver ends its sessions: that is not a call's work.
     let cpu = watch.read().since(cpu_before);
     driver.finish().await;
     Ok(Run {

@@ -16,10 +16,12 @@
 //! client each) and warms them up, says `ready`, waits for a line on its
 //! stdin, makes its calls (every answer must echo its message), prints
 //! one JSON line with each call's latency as the SDK's caller sees it,
-//! closes its clients and exits. The process's start, its imports and the
-//! handshakes are outside the clock and outside the CPU read.
+//! waits for another line, then ends its sessions, closes its clients and
+//! exits. The process's start, its imports, the handshakes and the
+//! sessions' end are outside the clock and outside the CPU read.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -33,10 +35,18 @@ const WARM_UP: usize = 20;
 /// How long a driver may take to open its clients and warm them up.
 const READY_WITHIN: Duration = Duration::from_secs(60);
 
+/// How long a driver may take to make its calls.
+const CALLS_WITHIN: Duration = Duration::from_secs(600);
+
+/// What is kept of a driver's stderr, for the error when it fails.
+const STDERR_KEPT: usize = 2000;
+
 /// Which SDK a driver runs.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Sdk {
+    /// `@modelcontextprotocol/sdk` on Node.js.
     TypeScript,
+    /// The `mcp` package on Python.
     Python,
 }
 
@@ -75,7 +85,12 @@ await Promise.all(open.map(async (c) => {
 const elapsed = Number(process.hrtime.bigint() - started);
 const protocol = open[0].transport?.protocolVersion ?? '';
 process.stdout.write(JSON.stringify({ protocol, elapsed_ns: elapsed, latencies_ns: latencies }) + '\n');
-await Promise.all(open.map((c) => c.close()));
+await new Promise((end) => process.stdin.once('data', end));
+// close() alone only aborts: the session's DELETE is terminateSession().
+await Promise.all(open.map(async (c) => {
+  await c.transport?.terminateSession?.().catch(() => {});
+  await c.close();
+}));
 process.exit(0);
 "#;
 
@@ -113,16 +128,22 @@ async def main():
         elapsed = time.perf_counter_ns() - started
         print(json.dumps({"protocol": opened[0].protocol_version or "", "elapsed_ns": elapsed,
                           "latencies_ns": latencies}), flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
 
 asyncio.run(main())
 "#;
 
 /// A driver that has opened its clients and waits for [`Driver::go`].
 pub struct Driver {
+    sdk: Sdk,
     child: tokio::process::Child,
     pid: u32,
     stdin: ChildStdin,
     lines: Lines<BufReader<ChildStdout>>,
+    /// The end of its stderr, read as it comes so a chatty driver never
+    /// blocks on a full pipe, and the task reading it.
+    stderr: Arc<Mutex<String>>,
+    stderr_reader: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// What one driver's calls measured.
@@ -173,24 +194,26 @@ impl Driver {
             .map_err(|e| format!("{}: cannot start its driver: {e}", sdk.name()))?;
         let pid = child.id().ok_or("the driver has no pid")?;
         let stdin = child.stdin.take().ok_or("the driver has no stdin")?;
-        let mut lines =
-            BufReader::new(child.stdout.take().ok_or("the driver has no stdout")?).lines();
-        let ready = tokio::time::timeout(READY_WITHIN, lines.next_line()).await;
-        match ready {
-            Ok(Ok(Some(line))) if line == "ready" => Ok(Driver {
-                child,
-                pid,
-                stdin,
-                lines,
-            }),
-            other => {
-                let said = format!("{other:?}");
-                Err(format!(
-                    "{}: the driver did not get ready ({said}): {}",
-                    sdk.name(),
-                    stderr_of(&mut child).await
-                ))
-            }
+        let lines = BufReader::new(child.stdout.take().ok_or("the driver has no stdout")?).lines();
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let stderr_reader = child
+            .stderr
+            .take()
+            .map(|pipe| tokio::spawn(keep_end(pipe, stderr.clone())));
+        let mut driver = Driver {
+            sdk,
+            child,
+            pid,
+            stdin,
+            lines,
+            stderr,
+            stderr_reader,
+        };
+        match tokio::time::timeout(READY_WITHIN, driver.lines.next_line()).await {
+            Ok(Ok(Some(line))) if line == "ready" => Ok(driver),
+            other => Err(driver
+                .failed(&format!("did not get ready ({other:?})"))
+                .await),
         }
     }
 
@@ -199,47 +222,50 @@ impl Driver {
         self.pid
     }
 
-    /// Makes the calls and waits for their figures (the driver then closes
-    /// its clients: [`Driver::finish`]).
-    pub async fn go(&mut self, sdk: Sdk) -> Result<Outcome, String> {
-        let told = self.stdin.write_all(b"go\n").await;
-        let line = match told {
-            Ok(()) => self.lines.next_line().await.ok().flatten(),
-            Err(_) => None,
+    /// Makes the calls and waits for their figures. The driver keeps its
+    /// clients open until [`Driver::finish`].
+    pub async fn go(&mut self) -> Result<Outcome, String> {
+        let line = match self.stdin.write_all(b"go\n").await {
+            Ok(()) => tokio::time::timeout(CALLS_WITHIN, self.lines.next_line()).await,
+            Err(e) => return Err(self.failed(&format!("took no go ({e})")).await),
         };
-        let Some(line) = line else {
-            return Err(format!(
-                "{}: the driver gave no figures: {}",
-                sdk.name(),
-                stderr_of(&mut self.child).await
-            ));
+        let line = match line {
+            Ok(Ok(Some(line))) => line,
+            other => return Err(self.failed(&format!("gave no figures ({other:?})")).await),
         };
-        let figures: Value = serde_json::from_str(&line)
-            .map_err(|e| format!("{}: unreadable figures ({e}): {line}", sdk.name()))?;
-        let nanos = |v: &Value| Duration::from_nanos(v.as_u64().unwrap_or_default());
-        let outcome = Outcome {
-            protocol: figures["protocol"].as_str().unwrap_or_default().to_owned(),
-            elapsed: nanos(&figures["elapsed_ns"]),
-            latencies: figures["latencies_ns"]
-                .as_array()
-                .map(|all| all.iter().map(nanos).collect())
-                .unwrap_or_default(),
-        };
-        if outcome.latencies.is_empty() {
-            return Err(format!("{}: the driver timed no call: {line}", sdk.name()));
+        match figures(&line) {
+            Some(outcome) => Ok(outcome),
+            None => Err(self
+                .failed(&format!("gave unreadable figures: {line}"))
+                .await),
         }
-        Ok(outcome)
     }
 
-    /// Waits for the driver to close its clients and exit (killed after
-    /// 10 s).
+    /// Tells the driver to end its sessions and close its clients, and
+    /// waits for it to exit (killed after 10 s).
     pub async fn finish(mut self) {
+        let _ = self.stdin.write_all(b"close\n").await;
         if tokio::time::timeout(Duration::from_secs(10), self.child.wait())
             .await
             .is_err()
         {
             let _ = self.child.kill().await;
         }
+    }
+
+    /// Stops a driver that failed and says why, with the end of its stderr.
+    async fn failed(&mut self, what: &str) -> String {
+        let _ = self.child.kill().await;
+        // Its stderr ends with the process: read what it wrote last.
+        if let Some(reader) = self.stderr_reader.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(2), reader).await;
+        }
+        let stderr = self
+            .stderr
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        format!("{}: the driver {what}: {stderr}", self.sdk.name())
     }
 }
 
@@ -270,18 +296,43 @@ fn absolute(path: &Path) -> Result<PathBuf, String> {
     std::path::absolute(path).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-/// What a failed driver wrote on stderr (its last 2 000 bytes).
-async fn stderr_of(child: &mut tokio::process::Child) -> String {
+/// The figures line: every value present and a whole number, at least one
+/// call timed; `None` otherwise.
+fn figures(line: &str) -> Option<Outcome> {
+    let figures: Value = serde_json::from_str(line).ok()?;
+    let nanos = |v: &Value| v.as_u64().map(Duration::from_nanos);
+    let latencies = figures["latencies_ns"]
+        .as_array()?
+        .iter()
+        .map(nanos)
+        .collect::<Option<Vec<_>>>()?;
+    let elapsed = nanos(&figures["elapsed_ns"])?;
+    if latencies.is_empty() || elapsed.is_zero() {
+        return None;
+    }
+    Some(Outcome {
+        protocol: figures["protocol"].as_str()?.to_owned(),
+        elapsed,
+        latencies,
+    })
+}
+
+/// Reads `pipe` to its end, keeping its last [`STDERR_KEPT`] bytes in `end`.
+async fn keep_end(mut pipe: tokio::process::ChildStderr, end: Arc<Mutex<String>>) {
     use tokio::io::AsyncReadExt;
-    let _ = child.start_kill();
-    let mut text = String::new();
-    if let Some(mut stderr) = child.stderr.take() {
-        let _ =
-            tokio::time::timeout(Duration::from_secs(5), stderr.read_to_string(&mut text)).await;
+    let mut buffer = [0u8; 4096];
+    while let Ok(read) = pipe.read(&mut buffer).await {
+        if read == 0 {
+            break;
+        }
+        let mut kept = end.lock().unwrap_or_else(PoisonError::into_inner);
+        kept.push_str(&String::from_utf8_lossy(&buffer[..read]));
+        if kept.len() > 2 * STDERR_KEPT {
+            let mut cut = kept.len() - STDERR_KEPT;
+            while !kept.is_char_boundary(cut) {
+                cut += 1;
+            }
+            kept.drain(..cut);
+        }
     }
-    let mut cut = text.len().saturating_sub(2000);
-    while !text.is_char_boundary(cut) {
-        cut += 1;
-    }
-    text[cut..].to_owned()
 }
