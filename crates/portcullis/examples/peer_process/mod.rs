@@ -64,7 +64,7 @@ impl Peer {
     /// The command line that starts this peer on `port` in front of the
     /// stdio server `server` (a program and its arguments).
     fn command(self, peers: &Path, port: u16, server: &[String]) -> tokio::process::Command {
-        let node = std::env::var_os("LOAD_MATRIX_NODE").unwrap_or_else(|| "node".into());
+        let node = node();
         let port = port.to_string();
         match self {
             Peer::Supergateway => {
@@ -199,4 +199,9 @@ fn shell_words(words: &[String]) -> String {
         .map(|word| format!("'{}'", word.replace('\'', r"'\''")))
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// The Node.js the matrix runs: `LOAD_MATRIX_NODE`, else `node` on `PATH`.
+pub fn node() -> PathBuf {
+    std::env::var_os("LOAD_MATRIX_NODE").map_or_else(|| PathBuf::from("node"), PathBuf::from)
 }

@@ -170,7 +170,7 @@ impl Driver {
         let mut command = match sdk {
             Sdk::TypeScript => {
                 let sdk_dir = peers.join("node_modules/@modelcontextprotocol/sdk");
-                let mut command = tokio::process::Command::new(node());
+                let mut command = tokio::process::Command::new(crate::peer_process::node());
                 command
                     .args(["--input-type=module", "-e", TYPESCRIPT])
                     .arg(absolute(&sdk_dir)?);
@@ -277,11 +277,6 @@ impl Sdk {
             Sdk::Python => "py-sdk",
         }
     }
-}
-
-/// `LOAD_MATRIX_NODE`, else `node` on `PATH`.
-fn node() -> PathBuf {
-    std::env::var_os("LOAD_MATRIX_NODE").map_or_else(|| PathBuf::from("node"), PathBuf::from)
 }
 
 /// `path` made absolute, not canonical: the venv's python is a symlink
